@@ -1,0 +1,316 @@
+"""Type and shape inference over the whole graph.
+
+Walks the graph in topological order (feedback edges removed; a feedback stream's declared
+type seeds its consumers and the producer's inferred type is checked against it), applies
+each operator's rule from `OPS`, checks annotations, and applies `assume` facts as soon as
+everything they mention is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+import sympy
+
+from stepc.check.annotations import AnnotationError, Annotator
+from stepc.diagnostics import DiagnosticBag, Note
+from stepc.graph.program import Assumption, Edge, OpNode, Program
+from stepc.ops import OPS
+from stepc.ops.base import STREAMS, VARSTREAMS, InferCtx, OpError
+from stepc.types import StreamType, SymbolTable, equal, fmt_dim, fmt_shape
+
+
+@dataclass
+class TypedProgram:
+    """A program with a StreamType for every stream that could be typed."""
+
+    program: Program
+    types: dict[tuple[str, int], StreamType]
+    symbols: SymbolTable
+    facts: list[sympy.Basic] = field(default_factory=list)
+    subst: dict = field(default_factory=dict)  # symbols replaced by `assume` or annotations
+
+    def streams_in_order(self):
+        """(node, port, label, span, type) for every named stream, in source order."""
+        for name, node in self.program.nodes.items():
+            if node.implicit:
+                continue
+            for port in range(len(node.outputs)):
+                t = self.types.get((name, port))
+                if t is None or port in node.discarded:
+                    continue
+                yield node, port, node.port_label(port), node.port_spans.get(port, node.span), t
+
+
+class Checker:
+    def __init__(self, prog: Program, bag: DiagnosticBag):
+        self.prog, self.bag = prog, bag
+        self.symbols = SymbolTable()
+        self.types: dict[tuple[str, int], StreamType] = {}
+        self.subst: dict[sympy.Symbol, sympy.Expr] = {}
+        self.facts: list[sympy.Basic] = []
+        self.failed: set[str] = set()
+        self.shared: dict = {}
+        self.pending: list[Assumption] = list(prog.assumptions)
+        self.annotator = Annotator(self.symbols)
+
+    # ------------------------------------------------------------ driver
+    def run(self) -> TypedProgram:
+        order = self.topo_order()
+        for name in order:
+            self.visit(self.prog.nodes[name])
+            self.try_assumptions()
+        for a in self.pending:
+            if all((r.node, r.port) in self.types for r in a.streams):
+                self.bag.error("E0352", "assumption refers to an unknown symbol: "
+                               + ", ".join(sorted(self.unknown_symbols(a))), a.span)
+        self.check_feedback()
+        self.unconsumed()
+        return TypedProgram(self.prog, self.types, self.symbols, self.facts, self.subst)
+
+    def topo_order(self) -> list[str]:
+        dag = nx.MultiDiGraph()
+        dag.add_nodes_from(self.prog.nodes)
+        for e in self.prog.edges:
+            if not e.feedback:
+                dag.add_edge(e.src, e.dst)
+        if not nx.is_directed_acyclic_graph(dag):
+            cycle = nx.find_cycle(dag)
+            names = [u for u, *_ in cycle]
+            node = self.prog.nodes[names[0]]
+            self.bag.error("E0403", "cycle without a declared feedback stream: "
+                           + " -> ".join(names + names[:1]), node.span)
+            return []
+        order = self.prog.order
+        return list(nx.lexicographical_topological_sort(dag, key=lambda n: order[n]))
+
+    # ------------------------------------------------------------ one node
+    def input_type(self, e: Edge) -> StreamType | None:
+        if e.feedback:
+            ann = self.prog.feedback[(self.source_of(e.src, e.port))]
+            try:
+                return self.annotator.declared(ann)
+            except AnnotationError:
+                return None
+        t = self.types.get((e.src, e.port))
+        return self.apply_subst(t) if t is not None else None
+
+    def source_of(self, node: str, port: int) -> tuple[str, int]:
+        """The stream a (possibly Broadcast) port carries, traced back through fan-outs."""
+        n = self.prog.nodes[node]
+        while n.op == "Broadcast" and n.implicit:
+            e = self.prog.in_edges(n.name)[0]
+            node, port = e.src, e.port
+            n = self.prog.nodes[node]
+        return node, port
+
+    def visit(self, node: OpNode) -> None:
+        spec = OPS[node.op]
+        in_edges = self.prog.in_edges(node.name)
+        inputs: dict = {}
+        keys: dict = {}
+        for p in spec.stream_params:
+            if p.kind in (STREAMS, VARSTREAMS):
+                inputs[p.name] = []
+        for e in in_edges:
+            t = self.input_type(e)
+            if t is None:
+                self.failed.add(node.name)
+                return
+            pname, idx = node.inputs[e.slot]
+            if idx is None:
+                inputs[pname] = t
+            else:
+                inputs[pname].append(t)
+            keys.setdefault(pname, self.source_of(e.src, e.port))
+        attrs = dict(node.attrs)
+        if node.op == "External":
+            try:
+                attrs["type"] = self.annotator.declared(attrs["type"], origin=node.name,
+                                                        span=node.span)
+            except AnnotationError as err:
+                self.bag.error(err.code, err.message, err.span)
+                self.failed.add(node.name)
+                return
+        ctx = InferCtx(node.name, node.op, inputs, attrs, self.symbols, node.span,
+                       shared=self.shared, keys=keys)
+        try:
+            outs = spec.infer(ctx)
+        except OpError as err:
+            self.report(node, err, in_edges, inputs)
+            self.failed.add(node.name)
+            return
+        for w in ctx.warnings:
+            self.report(node, w, in_edges, inputs, warning=True)
+        for port, t in enumerate(outs):
+            self.types[(node.name, port)] = self.apply_subst(t)
+        for port, ann in sorted(node.annotations.items()):
+            if (node.name, port) in self.types:
+                self.check_annotation(node, port, ann, "annotation")
+
+    def report(self, node: OpNode, err: OpError, in_edges: list[Edge], inputs: dict,
+               warning: bool = False) -> None:
+        span = node.span
+        notes: list[Note] = list(err.notes)
+        if err.arg is not None:
+            span = node.arg_spans.get(err.arg, node.span)
+            slots = [e for e in in_edges if node.inputs[e.slot][0] == err.arg
+                     and (err.index is None or node.inputs[e.slot][1] == err.index)]
+            if slots:
+                if err.index is not None:
+                    span = slots[0].span
+                src, port = self.source_of(slots[0].src, slots[0].port)
+                producer = self.prog.nodes[src]
+                t = self.types.get((src, port))
+                where = producer.port_spans.get(port, producer.span)
+                if t is not None:
+                    notes.append(Note(f"`{producer.port_label(port)}` is produced by "
+                                      f"{producer.op} here with type {t}", where))
+        msg = err.message
+        if warning:
+            self.bag.warning(err.code, msg, span, notes)
+        else:
+            self.bag.error(err.code, msg, span, notes)
+
+    # ------------------------------------------------------------ annotations
+    def check_annotation(self, node: OpNode, port: int, ann, what: str) -> None:
+        inferred = self.types[(node.name, port)]
+        try:
+            renames = self.annotator.match(ann, inferred)
+        except AnnotationError as err:
+            notes = [Note(f"`{node.port_label(port)}` is inferred as {inferred}",
+                          node.port_spans.get(port, node.span))]
+            code = "E0361" if what == "feedback" else err.code
+            self.bag.error(code, err.message if what != "feedback" else
+                           f"feedback stream `{node.port_label(port)}`: {err.message}",
+                           err.span, notes)
+            return
+        for old, new in renames:
+            self.substitute(old, new)
+
+    def check_feedback(self) -> None:
+        for (name, port), ann in sorted(self.prog.feedback.items()):
+            if (name, port) in self.types:
+                self.check_annotation(self.prog.nodes[name], port, ann, "feedback")
+
+    # ------------------------------------------------------------ substitution
+    def apply_subst(self, t: StreamType) -> StreamType:
+        if not self.subst:
+            return t
+        return self.annotator.substitute(t, self.subst)
+
+    def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
+        self.subst = {k: sympy.sympify(v).xreplace({old: new}) for k, v in self.subst.items()}
+        self.subst[old] = new
+        for k, t in list(self.types.items()):
+            self.types[k] = self.annotator.substitute(t, {old: new})
+        for key, sym in list(self.shared.items()):
+            if sym == old and isinstance(new, sympy.Symbol):
+                self.shared[key] = new
+
+    # ------------------------------------------------------------ assumptions
+    def unknown_symbols(self, a: Assumption) -> set[str]:
+        out = set()
+        for term in (a.lhs, a.rhs):
+            if isinstance(term, sympy.Basic):
+                out |= {s.name for s in term.free_symbols if self.symbols.get(s.name) is None}
+        return out
+
+    def try_assumptions(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            for a in list(self.pending):
+                if any(r.node in self.failed for r in a.streams):
+                    self.pending.remove(a)
+                    continue
+                if not all((r.node, r.port) in self.types for r in a.streams):
+                    continue
+                if self.unknown_symbols(a):
+                    continue
+                self.pending.remove(a)
+                self.apply_assumption(a)
+                progress = True
+
+    def term(self, t):
+        if isinstance(t, tuple) and t[0] == "dims":
+            return tuple(self.apply_subst_expr(d) for d in t[1])
+        if isinstance(t, tuple) and t[0] == "shape":
+            return self.types[(t[1].node, t[1].port)].shape
+        if isinstance(t, tuple) and t[0] == "dim":
+            st = self.types[(t[1].node, t[1].port)]
+            k = t[2]
+            if not 0 <= k < len(st.shape):
+                raise OpError("E0350", f"dim({k}) is out of range for {st} (rank {st.rank}; "
+                                       f"dims are numbered 0..{st.rank} from the innermost)")
+            return st.shape[len(st.shape) - 1 - k]
+        return self.apply_subst_expr(t)
+
+    def apply_subst_expr(self, e):
+        return sympy.sympify(e).xreplace(self.subst) if self.subst else sympy.sympify(e)
+
+    def apply_assumption(self, a: Assumption) -> None:
+        try:
+            lhs, rhs = self.term(a.lhs), self.term(a.rhs)
+        except OpError as err:
+            self.bag.error(err.code, err.message, a.span)
+            return
+        if isinstance(lhs, tuple) or isinstance(rhs, tuple):
+            if not (isinstance(lhs, tuple) and isinstance(rhs, tuple)) or a.op != "==":
+                self.bag.error("E0350", "shapes can only be compared with another shape "
+                                        "using `==`", a.span)
+                return
+            if len(lhs) != len(rhs):
+                self.bag.error("E0350", f"assumed shapes differ in rank: {fmt_shape(lhs)} and "
+                                        f"{fmt_shape(rhs)}", a.span)
+                return
+            for x, y in zip(lhs, rhs, strict=True):
+                if not self.unify(x, y, a):
+                    return
+            return
+        if a.op == "==":
+            self.unify(lhs, rhs, a)
+            return
+        rel = {"!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt,
+               ">": sympy.Gt}[a.op](lhs, rhs)
+        if rel is sympy.false:
+            self.bag.error("E0351", f"assumption is false: {fmt_dim(lhs)} {a.op} "
+                                    f"{fmt_dim(rhs)}", a.span)
+        elif rel is not sympy.true:
+            self.facts.append(rel)
+
+    def unify(self, x, y, a: Assumption) -> bool:
+        verdict = equal(x, y)
+        if verdict is True:
+            return True
+        for old, new in ((x, y), (y, x)):
+            if isinstance(old, sympy.Symbol) and self.symbols.get(old.name) is not None \
+                    and self.symbols.infos[old.name].kind != "param":
+                self.substitute(old, new)
+                return True
+        if verdict is False:
+            self.bag.error("E0351", f"assumption contradicts the inferred dims: {fmt_dim(x)} "
+                                    f"!= {fmt_dim(y)}", a.span)
+            return False
+        self.facts.append(sympy.Eq(x, y))
+        return True
+
+    # ------------------------------------------------------------ warnings
+    def unconsumed(self) -> None:
+        consumed = {(e.src, e.port) for e in self.prog.edges}
+        for name, node in self.prog.nodes.items():
+            for port in range(len(node.outputs)):
+                if (name, port) in consumed or port in node.discarded:
+                    continue
+                if name in self.failed:
+                    continue
+                label = node.port_label(port)
+                self.bag.warning("W0001", f"stream `{label}` is never consumed",
+                                 node.port_spans.get(port, node.span),
+                                 [Note("consume it, pass it to Sink(...), or bind it to `_`")])
+
+
+def check(prog: Program, bag: DiagnosticBag) -> TypedProgram:
+    """Infer and check every stream type of an elaborated program."""
+    return Checker(prog, bag).run()

@@ -1,0 +1,168 @@
+"""The `stepc` command line: thin compositions of the pipeline stages.
+
+Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
+70 internal error (a bug in stepc: please report it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+import traceback
+
+import click
+
+from stepc import __version__
+from stepc.diagnostics import Diagnostic, diagnostic_json, render_text, span_json
+from stepc.frontend import Compiled, compile_file
+from stepc.types import fmt_dim
+
+EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, val = v.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise click.UsageError(f"-D expects NAME=VALUE, found {v!r}")
+        try:
+            out[name] = int(val.strip(), 0)
+        except ValueError:
+            raise click.UsageError(f"-D {name}: expected an integer, found {val!r}") from None
+    return out
+
+
+def check_overrides(result: Compiled) -> None:
+    """Unknown -D names are usage errors (once the program parsed)."""
+    if result.typed is None or not result.unknown_overrides:
+        return
+    params = list(result.typed.program.params)
+    msgs = []
+    for name in result.unknown_overrides:
+        near = difflib.get_close_matches(name, params, n=1)
+        hint = f" (did you mean `{near[0]}`?)" if near else ""
+        msgs.append(f"-D {name}: the program has no parameter `{name}`{hint}")
+    raise click.UsageError("; ".join(msgs))
+
+
+def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
+    diags = result.diagnostics.sorted() if sort else result.diagnostics.items
+    text = render_text(diags, result.sources)
+    if text:
+        click.echo(text, err=True, nl=False)
+
+
+def _exit_code(result: Compiled, werror: bool) -> int:
+    if result.diagnostics.errors or result.typed is None:
+        return EXIT_PROGRAM
+    if werror and result.diagnostics.warnings:
+        return EXIT_PROGRAM
+    return EXIT_OK
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 70 internal error.")
+@click.version_option(__version__, prog_name="stepc")
+def main() -> None:
+    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files)."""
+
+
+_DEFINE = click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
+                       help="Override a `param` of the program (repeatable).")
+
+
+@main.command("check")
+@click.argument("file", type=str)
+@_DEFINE
+@click.option("--types", "show_types", is_flag=True,
+              help="Print every stream's inferred type and symbolic shape, in source order.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+@click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
+def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
+              werror: bool) -> None:
+    """Type- and shape-check a .step program (FILE, or - for standard input)."""
+    result = compile_file(file, parse_defines(defines))
+    check_overrides(result)
+    if fmt == "json":
+        click.echo(json.dumps(check_json(result), indent=2, sort_keys=True))
+    else:
+        if show_types and result.typed is not None:
+            click.echo(types_text(result), nl=False)
+        emit_diagnostics(result)
+    sys.exit(_exit_code(result, werror))
+
+
+def types_text(result: Compiled) -> str:
+    """Every stream with its inferred type, then every symbol and where it came from."""
+    typed = result.typed
+    rows = [(f"{span.file}:{span.line}:{span.col}", label, str(t))
+            for _node, _port, label, span, t in typed.streams_in_order()]
+    lines = []
+    w0 = max((len(r[0]) for r in rows), default=0)
+    w1 = max((len(r[1]) for r in rows), default=0)
+    for loc, label, t in rows:
+        lines.append(f"{loc:<{w0}}  {label:<{w1}} : {t}")
+    if typed.symbols.infos:
+        lines.append("")
+        lines.append("symbols:")
+        kinds = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
+        resolved = {s.name: v for s, v in typed.subst.items()}
+        for info in typed.symbols.infos.values():
+            where = f" ({info.span})" if info.span else ""
+            origin = f"introduced by `{info.origin}`{where}" if info.origin else \
+                f"declared{where}"
+            value = f" = {fmt_dim(resolved[info.name])} (assumed)" \
+                if info.name in resolved else ""
+            lines.append(f"  {info.name}{value}: {kinds[info.kind]}, {origin}: {info.reason}")
+    if typed.facts:
+        lines.append("")
+        lines.append("facts:")
+        lines.extend(f"  {f}" for f in typed.facts)
+    return "\n".join(lines) + "\n"
+
+
+def check_json(result: Compiled) -> dict:
+    diags: list[Diagnostic] = result.diagnostics.sorted()
+    out: dict = {
+        "version": 1,
+        "program": result.name,
+        "diagnostics": [diagnostic_json(d) for d in diags],
+        "summary": {"errors": len(result.diagnostics.errors),
+                    "warnings": len(result.diagnostics.warnings)},
+        "streams": [],
+        "symbols": [],
+    }
+    typed = result.typed
+    if typed is None:
+        return out
+    for node, port, label, span, t in typed.streams_in_order():
+        out["streams"].append({
+            "name": label, "node": node.name, "op": node.op, "port": node.outputs[port],
+            "type": str(t), "elem": str(t.elem), "rank": t.rank,
+            "shape": [str(d) for d in t.shape], "location": span_json(span),
+        })
+    for info in typed.symbols.infos.values():
+        out["symbols"].append({"name": info.name, "kind": info.kind, "origin": info.origin,
+                               "reason": info.reason, "location": span_json(info.span)})
+    return out
+
+
+def run() -> None:
+    """Entry point wrapper: never show a Python traceback for a stepc bug without context."""
+    try:
+        main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception:  # pragma: no cover - defensive
+        click.echo("stepc: internal error (this is a bug in stepc; please report it with the "
+                   "input that triggered it)", err=True)
+        if "--debug" in sys.argv:
+            traceback.print_exc()
+        sys.exit(EXIT_INTERNAL)

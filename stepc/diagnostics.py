@@ -1,0 +1,137 @@
+"""Diagnostics as values: codes, spans, notes, and their text and JSON renderings.
+
+Every problem stepc finds in a program is a `Diagnostic`. Passes append them to a
+`DiagnosticBag` and keep going, so one run reports every error it can. Renderers
+follow the gcc/clang convention: `file:line:col: error[E0301]: message`, then the
+source line with the offending text underlined, then notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from stepc.source import SourceFile, Span
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A secondary message, optionally pointing at another place in the source."""
+
+    message: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding: a stable code, a severity, a location, a message and notes."""
+
+    code: str
+    severity: Severity
+    message: str
+    span: Span | None
+    notes: tuple[Note, ...] = ()
+
+    def sort_key(self) -> tuple:
+        s = self.span
+        return (s.file, s.line, s.col, self.code) if s else ("", 0, 0, self.code)
+
+
+@dataclass
+class DiagnosticBag:
+    """An ordered collection of diagnostics, deduplicated."""
+
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def add(self, d: Diagnostic) -> None:
+        if d not in self.items:
+            self.items.append(d)
+
+    def error(self, code: str, message: str, span: Span | None, notes=()) -> None:
+        self.add(Diagnostic(code, Severity.ERROR, message, span, tuple(notes)))
+
+    def warning(self, code: str, message: str, span: Span | None, notes=()) -> None:
+        self.add(Diagnostic(code, Severity.WARNING, message, span, tuple(notes)))
+
+    def extend(self, ds) -> None:
+        for d in ds:
+            self.add(d)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity is Severity.WARNING]
+
+    def sorted(self) -> list[Diagnostic]:
+        return sorted(self.items, key=Diagnostic.sort_key)
+
+
+class StepError(Exception):
+    """Raised to abort a stage early (parse errors, missing files); carries diagnostics."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        super().__init__("; ".join(d.message for d in diagnostics))
+        self.diagnostics = diagnostics
+
+
+def _excerpt(span: Span, sources: dict[str, SourceFile]) -> list[str]:
+    src = sources.get(span.file)
+    if src is None:
+        return []
+    text = src.line_text(span.line)
+    if not text and span.line > len(src.text.splitlines()) + 1:
+        return []
+    gutter = f"{span.line:>5} | "
+    end = span.end_col if span.end_line == span.line else len(text) + 1
+    width = max(1, end - span.col)
+    caret = " " * (len(gutter) - 2) + "| " + " " * (span.col - 1) + "^" * width
+    return [gutter + text, caret.rstrip() if width == 0 else caret]
+
+
+def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile]) -> str:
+    """Render diagnostics the gcc/clang way, followed by a count line."""
+    out: list[str] = []
+    for d in diags:
+        where = f"{d.span}: " if d.span else "stepc: "
+        out.append(f"{where}{d.severity.value}[{d.code}]: {d.message}")
+        if d.span:
+            out.extend(_excerpt(d.span, sources))
+        for n in d.notes:
+            where = f"{n.span}: " if n.span else ""
+            out.append(f"{where}note: {n.message}")
+    n_err = sum(d.severity is Severity.ERROR for d in diags)
+    n_warn = sum(d.severity is Severity.WARNING for d in diags)
+    if diags:
+        out.append(f"{n_err} error{'s' if n_err != 1 else ''}, "
+                   f"{n_warn} warning{'s' if n_warn != 1 else ''}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def span_json(span: Span | None) -> dict | None:
+    if span is None:
+        return None
+    return {
+        "file": span.file,
+        "range": {
+            "start": {"line": span.line, "column": span.col},
+            "end": {"line": span.end_line, "column": span.end_col},
+        },
+    }
+
+
+def diagnostic_json(d: Diagnostic) -> dict:
+    """The JSON form of a diagnostic (LSP-like field names, 1-based positions)."""
+    out = {"code": d.code, "severity": d.severity.value, "message": d.message}
+    loc = span_json(d.span)
+    out.update(loc if loc else {"file": None, "range": None})
+    out["notes"] = [{"message": n.message, **(span_json(n.span) or {})} for n in d.notes]
+    return out

@@ -1,0 +1,83 @@
+"""Source file -> checked program: reading, parsing, elaborating and checking in one call."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from stepc.check.checker import TypedProgram, check
+from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
+from stepc.grammar.parse import decode_source, parse
+from stepc.graph.elaborate import elaborate
+from stepc.source import SourceFile, Span
+
+
+@dataclass
+class Compiled:
+    """Everything the front end produced for one program, even when it has errors."""
+
+    name: str
+    typed: TypedProgram | None
+    diagnostics: DiagnosticBag
+    sources: dict[str, SourceFile]
+    unknown_overrides: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.typed is not None and not self.diagnostics.errors
+
+
+def read_source(path: str, span: Span | None = None) -> SourceFile:
+    """Read a program file ('-' is standard input); problems become located diagnostics."""
+    if path == "-":
+        return decode_source("<stdin>", sys.stdin.buffer.read())
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {path}",
+                                    span)]) from None
+    except IsADirectoryError:
+        raise StepError([Diagnostic("E0002", Severity.ERROR, f"{path} is a directory, not a "
+                                    ".step file", span)]) from None
+    except OSError as e:
+        raise StepError([Diagnostic("E0002", Severity.ERROR, f"cannot read {path}: "
+                                    f"{e.strerror}", span)]) from None
+    return decode_source(path, data)
+
+
+def _load_import(path: str, span: Span):
+    src = read_source(path, span)
+    return src, parse(src)
+
+
+def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
+                   path: str | None = None) -> Compiled:
+    """Parse, elaborate and check one source file."""
+    bag = DiagnosticBag()
+    sources = {src.name: src}
+    overrides = overrides or {}
+    try:
+        module = parse(src)
+    except StepError as e:
+        bag.extend(e.diagnostics)
+        return Compiled(src.name, None, bag, sources, [])
+    prog, ebag, used = elaborate(module, src, overrides, _load_import, path)
+    bag.extend(ebag.items)
+    sources.update(prog.sources)
+    typed = check(prog, bag)
+    unknown = sorted(set(overrides) - used)
+    return Compiled(src.name, typed, bag, sources, unknown)
+
+
+def compile_file(path: str, overrides: dict[str, int] | None = None) -> Compiled:
+    """Read and compile a program file ('-' for standard input)."""
+    try:
+        src = read_source(path)
+    except StepError as e:
+        bag = DiagnosticBag()
+        bag.extend(e.diagnostics)
+        name = "<stdin>" if path == "-" else path
+        return Compiled(name, None, bag, {}, [])
+    return compile_source(src, overrides, None if path == "-" else os.path.normpath(path))

@@ -1,0 +1,1 @@
+"""Elaboration of the AST into a networkx graph of operator instances."""

@@ -1,0 +1,86 @@
+"""Integer and symbolic-dim expressions: `+ - * // % /`, ceildiv, min, max, ceil, floor.
+
+One evaluator serves params (strict integers), tensor shapes, and stream-type annotations
+and `assume` facts (where unknown names are symbolic dims).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+
+from stepc.grammar import ast
+from stepc.source import Span
+
+INT_BUILTINS = ("ceildiv", "min", "max")
+DIM_BUILTINS = ("ceil", "floor")
+
+
+class ExprError(Exception):
+    def __init__(self, code: str, message: str, span: Span):
+        super().__init__(message)
+        self.code, self.message, self.span = code, message, span
+
+
+def dim_symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol for a dim named in the source (same assumptions as fresh symbols)."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+Resolver = Callable[[str, Span], "int | sympy.Expr"]
+
+
+def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
+    """Evaluate an expression; `resolve(name, span)` gives a name's value or raises ExprError."""
+    if isinstance(e, ast.IntLit):
+        return e.value
+    if isinstance(e, ast.Name):
+        return resolve(e.name, e.span)
+    if isinstance(e, ast.Neg):
+        return -evaluate(e.value, resolve, symbolic)
+    if isinstance(e, ast.BinOp):
+        a = evaluate(e.lhs, resolve, symbolic)
+        b = evaluate(e.rhs, resolve, symbolic)
+        if e.op in ("//", "%", "/") and b == 0:
+            raise ExprError("E0502", "division by zero", e.span)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "//":
+            return sympy.floor(sympy.sympify(a) / b) if symbolic else a // b
+        if e.op == "%":
+            return sympy.Mod(a, b) if symbolic else a % b
+        if not symbolic:
+            raise ExprError("E0503", "`/` is not integer division: use `//` or "
+                                     "`ceildiv(a, b)`", e.span)
+        return sympy.sympify(a) / b
+    if isinstance(e, ast.Call) and e.func in INT_BUILTINS + DIM_BUILTINS:
+        if any(a.name for a in e.args):
+            raise ExprError("E0203", f"`{e.func}` takes positional arguments", e.span)
+        vals = [evaluate(a.value, resolve, symbolic) for a in e.args]
+        want = 1 if e.func in DIM_BUILTINS else 2
+        if len(vals) != want and not (e.func in ("min", "max") and len(vals) >= 2):
+            raise ExprError("E0201", f"`{e.func}` takes {want} argument"
+                                     f"{'s' if want > 1 else ''}, found {len(vals)}", e.span)
+        if e.func == "ceildiv":
+            if vals[1] == 0:
+                raise ExprError("E0502", "division by zero", e.span)
+            if symbolic:
+                return sympy.ceiling(sympy.sympify(vals[0]) / vals[1])
+            return -(-vals[0] // vals[1])
+        if e.func in DIM_BUILTINS:
+            if not symbolic:
+                raise ExprError("E0503", f"`{e.func}` is for symbolic dims; use "
+                                         "`ceildiv(a, b)` or `//`", e.span)
+            return (sympy.ceiling if e.func == "ceil" else sympy.floor)(vals[0])
+        if symbolic:
+            return (sympy.Min if e.func == "min" else sympy.Max)(*vals)
+        return (min if e.func == "min" else max)(vals)
+    if isinstance(e, ast.Call):
+        raise ExprError("E0204", f"expected an integer expression, found a call of "
+                                 f"`{e.func}`", e.span)
+    raise ExprError("E0204", "expected an integer expression", e.span)

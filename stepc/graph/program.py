@@ -1,0 +1,123 @@
+"""The elaborated program: operator nodes, stream edges, tensors and facts, as a networkx graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from stepc.grammar import ast
+from stepc.source import SourceFile, Span
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A `for` iteration or a `graph` instance that a node belongs to (drawn as a DOT cluster)."""
+
+    kind: str  # "loop" | "graph"
+    key: str  # unique and stable: statement position + iteration, or instance name
+    label: str  # what to show: "i = 3", "expert e[3]"
+    group: str = ""  # same for all iterations of one loop (for --collapse)
+
+
+@dataclass(frozen=True)
+class TypeAnnotation:
+    """A stream type written in the source, with the integer environment to evaluate it in."""
+
+    type: ast.StreamTypeAst
+    env: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class OpNode:
+    """One operator instance."""
+
+    name: str
+    op: str
+    attrs: dict[str, Any]
+    inputs: list[tuple[str, int | None]]  # one (param name, list index) per stream input slot
+    outputs: list[str]  # output port names
+    span: Span  # the call
+    arg_spans: dict[str, Span]
+    cluster: tuple[Cluster, ...] = ()
+    port_names: dict[int, str] = field(default_factory=dict)  # port -> bound stream name
+    port_spans: dict[int, Span] = field(default_factory=dict)  # port -> binding target span
+    discarded: set[int] = field(default_factory=set)  # ports explicitly or implicitly dropped
+    annotations: dict[int, TypeAnnotation] = field(default_factory=dict)
+    implicit: bool = False  # inserted by stepc (fan-out Broadcast)
+    array_outputs: bool = False  # outputs are indexed: p[0], p[1], ...
+
+    def port_label(self, port: int) -> str:
+        if port in self.port_names:
+            return self.port_names[port]
+        if self.array_outputs:
+            return f"{self.name}[{port}]"
+        return self.name if len(self.outputs) == 1 else f"{self.name}.{self.outputs[port]}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A stream from a producer port to a consumer input slot."""
+
+    src: str
+    port: int
+    dst: str
+    slot: int
+    span: Span  # where the consumer names the stream
+    feedback: bool = False
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An off-chip tensor declaration."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+    source: Any  # FnValue or None
+    span: Span
+
+
+@dataclass(frozen=True)
+class StreamRefTerm:
+    node: str
+    port: int
+    span: Span
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """`assume lhs op rhs`: terms are sympy expressions or `shape(x)` / `dim(x, k)` references."""
+
+    lhs: Any
+    op: str
+    rhs: Any
+    span: Span
+    streams: tuple[StreamRefTerm, ...]  # streams the terms mention
+
+
+@dataclass
+class Program:
+    """The result of elaboration."""
+
+    name: str
+    graph: nx.MultiDiGraph
+    nodes: dict[str, OpNode]  # in source order
+    edges: list[Edge]
+    tensors: dict[str, Tensor]
+    params: dict[str, int]
+    param_spans: dict[str, Span]
+    assumptions: list[Assumption]
+    feedback: dict[tuple[str, int], TypeAnnotation]  # declared types of feedback streams
+    sources: dict[str, SourceFile]
+    order: dict[str, int] = field(default_factory=dict)  # node name -> source position
+
+    def in_edges(self, node: str) -> list[Edge]:
+        return sorted((d["edge"] for _, _, d in self.graph.in_edges(node, data=True)),
+                      key=lambda e: e.slot)
+
+    def out_edges(self, node: str) -> list[Edge]:
+        return sorted((d["edge"] for _, _, d in self.graph.out_edges(node, data=True)),
+                      key=lambda e: (e.port, self.order[e.dst], e.slot))

@@ -1,0 +1,332 @@
+"""The function library of the higher-order operators (Map, Accum, Scan, FlatMap).
+
+Each `FnSpec` states where it may be used, how many stream elements it takes per use,
+its tile-shape rule and its FLOP formula (per input element), or a fixed cycle count for
+metadata functions that bypass the compute roofline. FLOP rules follow the reference
+simulator: matmul 2*M*K*N, elementwise 1 per output element, silu 8, exp 4, row-wise
+reductions 1 per input element, retiling 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sympy
+
+from stepc.ops.base import FnValue, OpError, Param
+from stepc.types import (INT_DTYPES, Dim, ElemType, Scalar, Select, SymbolTable, Tile, Tuple,
+                         elem_kind, equal, fmt_dim)
+
+
+FN_REQUIRED = object()  # default marking a function attribute that must be given
+
+
+@dataclass
+class FnCtx:
+    """What a function rule may use: fresh symbols for the dims it introduces."""
+
+    fresh: Callable[[str, str, str], sympy.Symbol]
+    absorb: Callable[[Dim, str, str], Dim]
+    symbols: SymbolTable | None = None
+
+
+@dataclass(frozen=True)
+class FnSpec:
+    """One function: uses and arity, attributes, tile rule, FLOPs, documentation."""
+
+    name: str
+    arity: dict  # use ("map" | "accum" | "scan" | "flatmap") -> number of element inputs
+    doc: str
+    flops: Callable[[list, FnValue], Dim]
+    apply: Callable | None = None  # map: (elems, fn, ctx) -> ElemType
+    accum: Callable | None = None  # accum/scan: (elems, n_reduced, fn, ctx) -> ElemType
+    inner: Callable | None = None  # flatmap: (elem, fn, ctx) -> (inner shape, ElemType)
+    attrs: tuple[Param, ...] = ()
+    fixed_cycles: int | None = None
+    init: str = "zero"  # default accumulator initialiser for accum/scan
+    example: str = ""
+    uses: tuple = field(init=False, default=())
+
+    def __post_init__(self):
+        object.__setattr__(self, "uses", tuple(self.arity))
+
+
+def _tile(e: ElemType, fn: str, which: str = "input") -> Tile:
+    if not isinstance(e, Tile):
+        raise OpError("E0305", f"`{fn}` expects a tile {which}, found a {elem_kind(e)} ({e})", "fn")
+    return e
+
+
+def _int_tile(e: ElemType, fn: str, which: str) -> Tile:
+    t = _tile(e, fn, which)
+    if t.dtype not in INT_DTYPES or not (t.rows == 1 and t.cols == 1):
+        raise OpError("E0305", f"`{fn}` expects a [1, 1] integer tile as {which}, found {t}", "fn")
+    return t
+
+
+# ------------------------------------------------------------------ rules
+def _matmul_apply(elems, fn, ctx):
+    a, b = _tile(elems[0], fn.name, "left operand"), _tile(elems[1], fn.name, "right operand")
+    transpose = bool(fn.get("transpose", False))
+    k_b, n = (b.cols, b.rows) if transpose else (b.rows, b.cols)
+    verdict = equal(a.cols, k_b)
+    if verdict is False:
+        rhs = f"[{fmt_dim(b.rows)}, {fmt_dim(b.cols)}]" + ("^T" if transpose else "")
+        raise OpError("E0310", f"matmul inner dimensions differ: [{fmt_dim(a.rows)}, "
+                               f"{fmt_dim(a.cols)}] x {rhs} needs {fmt_dim(a.cols)} == "
+                               f"{fmt_dim(k_b)}", "fn")
+    return Tile(a.dtype, a.rows, n)
+
+
+def _matmul_flops(elems, fn):
+    a, b = elems[0], elems[1]
+    n = b.rows if fn.get("transpose", False) else b.cols
+    return 2 * a.rows * a.cols * n
+
+
+def _broadcast(a: Tile, b: Tile, fn: str) -> Tile:
+    out = []
+    for da, db, what in ((a.rows, b.rows, "rows"), (a.cols, b.cols, "columns")):
+        if equal(da, db) is True or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        elif equal(da, db) is False:
+            raise OpError("E0311", f"`{fn}` cannot broadcast tile {what}: {a} and {b}", "fn")
+        else:
+            out.append(da)
+    return Tile(a.dtype, out[0], out[1])
+
+
+def _elementwise_apply(elems, fn, ctx):
+    return _broadcast(_tile(elems[0], fn.name), _tile(elems[1], fn.name), fn.name)
+
+
+def _elementwise_flops(elems, fn):
+    out = _broadcast(elems[0], elems[1], fn.name) if len(elems) == 2 else elems[0]
+    return out.rows * out.cols
+
+
+def _same_apply(elems, fn, ctx):
+    return _tile(elems[0], fn.name)
+
+
+def _per_elem(k):
+    return lambda elems, fn: k * elems[0].rows * elems[0].cols
+
+
+def _rowwise_apply(elems, fn, ctx):
+    t = _tile(elems[0], fn.name)
+    return Tile(t.dtype, t.rows, sympy.Integer(1))
+
+
+def _accum_same(elems, n, fn, ctx):
+    return _tile(elems[0], fn.name)
+
+
+def _accum_matmul(elems, n, fn, ctx):
+    return _matmul_apply(elems, fn, ctx)
+
+
+def _retile_row(elems, n, fn, ctx):
+    t = _tile(elems[0], fn.name)
+    return Tile(t.dtype, ctx.absorb(t.rows * n, "R", "rows packed by retile_row"), t.cols)
+
+
+def _retile_col(elems, n, fn, ctx):
+    t = _tile(elems[0], fn.name)
+    return Tile(t.dtype, t.rows, ctx.absorb(t.cols * n, "C", "columns packed by retile_col"))
+
+
+def _zero(elems, fn):
+    return sympy.Integer(0)
+
+
+def _set_offset(elems, fn, ctx):
+    _int_tile(elems[1], fn.name, "row count")
+    return _tile(elems[0], fn.name)
+
+
+def _row_append(elems, fn, ctx):
+    a, b = _tile(elems[0], fn.name, "cache tile"), _tile(elems[1], fn.name, "new rows")
+    if equal(a.cols, b.cols) is False:
+        raise OpError("E0311", f"`row_append` needs equal column counts: {a} and {b}", "fn")
+    return a
+
+
+def _cache_write_addr(elems, fn, ctx):
+    _int_tile(elems[0], fn.name, "request index")
+    _int_tile(elems[1], fn.name, "length")
+    return Tile("u64", sympy.Integer(1), sympy.Integer(1))
+
+
+def _signal(elems, n, fn, ctx):
+    return Tile("u64", sympy.Integer(1), sympy.Integer(1))
+
+
+def _retile_streamify(elem, fn, ctx):
+    t = _tile(elem, fn.name)
+    split = fn.get("split", "row")
+    if split not in ("row", "col"):
+        raise OpError("E0206", f"`retile_streamify` split must be \"row\" or \"col\", "
+                               f"found \"{split}\"", "fn")
+    count, piece = (t.rows, Tile(t.dtype, sympy.Integer(1), t.cols)) if split == "row" else \
+        (t.cols, Tile(t.dtype, t.rows, sympy.Integer(1)))
+    if fn.get("filter", False):
+        count = ctx.fresh("V", "ragged", "valid (non-padding) rows of each tile")
+    return (count,), piece
+
+
+def _expert_addr(elem, fn, ctx):
+    if not isinstance(elem, Select):
+        raise OpError("E0305", f"`expert_addr` expects a selector stream, found {elem}", "fn")
+    n = fn.get("tiles")
+    if not isinstance(n, int) or n <= 0:
+        raise OpError("E0206", "`expert_addr` needs tiles=N (weight tiles per expert, > 0)", "fn")
+    return (1, n, 1), Tile("u64", sympy.Integer(1), sympy.Integer(1))
+
+
+def _cache_read_addr(elem, fn, ctx):
+    if not (isinstance(elem, Tuple) and len(elem.elems) == 2):
+        raise OpError("E0305", "`cache_read_addr` expects Zip(index, length) of [1, 1] integer "
+                               f"tiles, found {elem}", "fn")
+    _int_tile(elem.elems[0], fn.name, "request index")
+    _int_tile(elem.elems[1], fn.name, "length")
+    n = ctx.fresh("L", "ragged", "KV tiles of each request (cache_read_addr)")
+    return (1, n), Tile("u64", sympy.Integer(1), sympy.Integer(1))
+
+
+def _filter_last_tile(elem, fn, ctx):
+    _int_tile(elem, fn.name, "length")
+    n = ctx.fresh("L", "ragged", "KV tiles of each request (filter_last_tile)")
+    return (1, n), Select(2)
+
+
+def _flatmap_zero(elems, fn):
+    return sympy.Integer(0)
+
+
+_ELEMWISE_DOC = ("Elementwise `{op}` of two tiles with broadcasting (each dim equal, or 1 on "
+                 "one side). In Accum: `acc = acc {sym} x`. FLOPs: one per output element.")
+
+FUNCTIONS: dict[str, FnSpec] = {}
+
+
+def _register(*specs: FnSpec) -> None:
+    for s in specs:
+        FUNCTIONS[s.name] = s
+
+
+_register(
+    FnSpec("matmul", {"map": 2, "accum": 2}, "Matrix product `[M,K] x [K,N] -> [M,N]` "
+           "(`transpose=true`: `[M,K] x [N,K]^T`). Tiles may be dynamically sized (the "
+           "paper's DynMatmul). In Accum the products are summed into an `[M,N]` accumulator. "
+           "FLOPs: 2*M*K*N.", _matmul_flops, apply=_matmul_apply, accum=_accum_matmul,
+           attrs=(Param("transpose", "bool", False, "multiply by the right operand transposed"),),
+           example="y = Map(x, w, fn=matmul, compute_bw=1024)"),
+    FnSpec("add", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="sum", sym="+"),
+           _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
+           example="s = Accum(x, fn=add, rank=1)"),
+    FnSpec("sub", {"map": 2}, _ELEMWISE_DOC.format(op="difference", sym="-"),
+           _elementwise_flops, apply=_elementwise_apply, example="d = Map(a, b, fn=sub)"),
+    FnSpec("mul", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="product", sym="*"),
+           _elementwise_flops, apply=_elementwise_apply, accum=_accum_same, init="one",
+           example="g = Map(up, act, fn=mul)"),
+    FnSpec("div", {"map": 2}, _ELEMWISE_DOC.format(op="quotient", sym="/"),
+           _elementwise_flops, apply=_elementwise_apply, example="o = Map(num, den, fn=div)"),
+    FnSpec("max", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="maximum",
+           sym="max"), _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
+           init="neg_inf", example="m = Accum(x, fn=max, rank=1)"),
+    FnSpec("silu", {"map": 1}, "SiLU `x * sigmoid(x)` per element. FLOPs: 8 per element.",
+           _per_elem(8), apply=_same_apply, example="a = Map(g, fn=silu)"),
+    FnSpec("exp", {"map": 1}, "Exponential per element. FLOPs: 4 per element.",
+           _per_elem(4), apply=_same_apply, example="e = Map(s, fn=exp)"),
+    FnSpec("sigmoid", {"map": 1}, "Logistic sigmoid per element. FLOPs: 4 per element.",
+           _per_elem(4), apply=_same_apply, example="s = Map(x, fn=sigmoid)"),
+    FnSpec("tanh", {"map": 1}, "Hyperbolic tangent per element. FLOPs: 4 per element.",
+           _per_elem(4), apply=_same_apply, example="t = Map(x, fn=tanh)"),
+    FnSpec("rsqrt", {"map": 1}, "Reciprocal square root per element. FLOPs: 4 per element.",
+           _per_elem(4), apply=_same_apply, example="r = Map(x, fn=rsqrt)"),
+    FnSpec("row_sum", {"map": 1}, "Sum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
+           _per_elem(1), apply=_rowwise_apply, example="s = Map(e, fn=row_sum)"),
+    FnSpec("row_max", {"map": 1}, "Maximum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
+           _per_elem(1), apply=_rowwise_apply, example="m = Map(s, fn=row_max)"),
+    FnSpec("retile_row", {"accum": 1}, "Concatenates the reduced tiles row-wise: n tiles "
+           "`[R,C]` -> one `[n*R, C]` tile (dynamically sized when n is dynamic). 0 FLOPs.",
+           _zero, accum=_retile_row, init="empty",
+           example="xt = Accum(tiles, fn=retile_row, rank=1)"),
+    FnSpec("retile_col", {"accum": 1}, "Concatenates the reduced tiles column-wise: n tiles "
+           "`[R,C]` -> one `[R, n*C]` tile. 0 FLOPs.", _zero, accum=_retile_col, init="empty",
+           example="yt = Accum(y, fn=retile_col, rank=1)"),
+    FnSpec("set_offset", {"map": 2}, "Sets the valid-row count of a tile from a `[1,1]` integer "
+           "tile (used to append to a partially filled KV tile). Fixed 1 cycle.", _zero,
+           apply=_set_offset, fixed_cycles=1, example="t = Map(last, off, fn=set_offset)"),
+    FnSpec("row_append", {"map": 2}, "Writes the rows of the second tile after the valid rows of "
+           "the first and advances its valid-row count. Fixed 1 cycle.", _zero,
+           apply=_row_append, fixed_cycles=1, example="k2 = Map(t, knew, fn=row_append)"),
+    FnSpec("cache_write_addr", {"map": 2}, "Address of a request's last KV tile: "
+           "`idx * row_offset + len` as a `[1,1]` u64 tile. Fixed 1 cycle.", _zero,
+           apply=_cache_write_addr, fixed_cycles=1,
+           attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
+           example="a = Map(idx, len, fn=cache_write_addr(row_offset=202))"),
+    FnSpec("signal_req_all_read", {"accum": 1}, "Emits one `[1,1]` u64 token per reduced group "
+           "(a request's KV cache has been read). Fixed 1 cycle.", _zero, accum=_signal,
+           fixed_cycles=1, example="done = Accum(k, fn=signal_req_all_read, rank=1)"),
+    FnSpec("retile_streamify", {"flatmap": 1}, "Splits each `[R,C]` tile into R `[1,C]` rows "
+           "(`split=\"col\"`: C `[R,1]` columns); `filter=true` drops padding rows, so the "
+           "count becomes a fresh ragged dim. 0 FLOPs.", _flatmap_zero, inner=_retile_streamify,
+           attrs=(Param("split", "str", "row", "\"row\" or \"col\""),
+                  Param("filter", "bool", False, "drop padding rows")),
+           example="rows = FlatMap(acc, fn=retile_streamify(filter=true))"),
+    FnSpec("expert_addr", {"flatmap": 1}, "For a one-hot selector of expert e, the addresses "
+           "of its `tiles` weight tiles `base + e*tiles + i`, as a `[1, tiles, 1]` stream of "
+           "`[1,1]` u64 tiles. 0 FLOPs.", _flatmap_zero, inner=_expert_addr,
+           attrs=(Param("tiles", "int", FN_REQUIRED, "weight tiles per expert"),
+                  Param("base", "int", 0, "address of expert 0's first tile")),
+           example="addr = FlatMap(sel, fn=expert_addr(tiles=16))"),
+    FnSpec("cache_read_addr", {"flatmap": 1}, "For each (index, length) pair, the addresses "
+           "`idx * row_offset + i` of its KV tiles: a `[1, L]` stream with L ragged. 0 FLOPs.",
+           _flatmap_zero, inner=_cache_read_addr,
+           attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
+           example="ka = FlatMap(Zip(idx, len), fn=cache_read_addr(row_offset=202))"),
+    FnSpec("filter_last_tile", {"flatmap": 1}, "For each length L, L-1 selectors `{1}` and a "
+           "final `{0}` (routes a request's last KV tile apart). 0 FLOPs.", _flatmap_zero,
+           inner=_filter_last_tile, example="last = FlatMap(len, fn=filter_last_tile)"),
+)
+
+INITS = {
+    "zero": "a tile of zeros of the accumulator's shape",
+    "one": "a tile of ones of the accumulator's shape",
+    "neg_inf": "a tile of -inf of the accumulator's shape",
+    "empty": "an empty `[0, C]` tile that row/column packing grows",
+}
+
+
+def required_attrs(spec: FnSpec) -> list[str]:
+    return [p.name for p in spec.attrs if p.default is FN_REQUIRED]
+
+
+def check_fn_attrs(spec: FnSpec, fn: FnValue) -> None:
+    """Validate a function value's keyword attributes against the spec."""
+    known = {p.name: p for p in spec.attrs}
+    for k, v in fn.kwargs:
+        p = known.get(k)
+        if p is None:
+            hint = f" (it takes {', '.join(known)})" if known else " (it takes no attributes)"
+            raise OpError("E0202", f"unknown attribute `{k}` of function `{spec.name}`{hint}",
+                          "fn")
+        ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
+              "bool": lambda x: isinstance(x, bool),
+              "str": lambda x: isinstance(x, str)}[p.kind](v)
+        if not ok:
+            raise OpError("E0204", f"attribute `{k}` of function `{spec.name}` expects "
+                                   f"{_KIND_WORDS[p.kind]}, found {v!r}", "fn")
+    for name in required_attrs(spec):
+        if name not in dict(fn.kwargs):
+            raise OpError("E0201", f"function `{spec.name}` needs attribute `{name}=`", "fn")
+
+
+_KIND_WORDS = {"int": "an integer", "bool": "true or false", "str": "a string"}
+
+__all__ = ["FUNCTIONS", "INITS", "FnSpec", "FnCtx", "check_fn_attrs", "Scalar"]

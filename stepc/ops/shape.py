@@ -1,0 +1,186 @@
+"""Shape operators: change a stream's logical structure (its stop tokens), not its data."""
+
+from __future__ import annotations
+
+import sympy
+
+from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, stream
+from stepc.types import Buffer, Scalar, StreamType, Tuple, divides, fmt_dim, fmt_shape
+
+
+def _flatten(ctx: InferCtx):
+    st: StreamType = ctx.inputs["in"]
+    lo, hi = ctx.attrs["min"], ctx.attrs["max"]
+    if not 0 <= lo < hi <= st.rank:
+        raise OpError("E0340", f"Flatten needs 0 <= min < max <= {st.rank} (the input's "
+                               f"rank, input {fmt_shape(st.shape)}), found min={lo} max={hi}",
+                      "max" if hi > st.rank else "min")
+    n = len(st.shape)
+    merged = ctx.absorb(sympy.Mul(*st.shape[n - 1 - hi: n - lo]), "f",
+                        "dims merged by Flatten")
+    return [stream(st.elem, st.shape[: n - 1 - hi] + (merged,) + st.shape[n - lo:])]
+
+
+def _reshape(ctx: InferCtx):
+    st: StreamType = ctx.inputs["in"]
+    if isinstance(st.elem, Buffer):
+        raise OpError("E0303", "Reshape cannot be applied to a stream of buffers (only between "
+                               "Bufferize and Streamify's other operators)", "in")
+    s, b = ctx.attrs["chunk"], ctx.attrs["rank"]
+    if s < 1:
+        raise OpError("E0204", f"`chunk` must be >= 1, found {s}", "chunk")
+    if not 0 <= b <= st.rank:
+        raise OpError("E0301", f"Reshape rank must be between 0 and the input's rank "
+                               f"{st.rank}, found {b}", "rank")
+    i = len(st.shape) - 1 - b
+    d = st.shape[i]
+    if b > 0:
+        if not d.is_Integer:
+            raise OpError("E0341", f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
+                                   f"{fmt_shape(st.shape)}, which must be static", "rank")
+        if int(d) % s:
+            raise OpError("E0342", f"Reshape at rank {b}: dim {int(d)} of {fmt_shape(st.shape)} "
+                                   f"is not divisible by chunk {s}", "chunk")
+    elif s != 1 and divides(s, d) is not True and ctx.attrs["pad"] is None:
+        raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
+                               "may need padding: give `pad=zero`", "chunk")
+    outer = ctx.absorb(sympy.ceiling(d / s), "c", "chunks made by Reshape")
+    shape = st.shape[:i] + (outer, sympy.Integer(s)) + st.shape[i + 1:]
+    return [stream(st.elem, shape), stream(Scalar("bool"), shape)]
+
+
+def _promote(ctx: InferCtx):
+    st: StreamType = ctx.inputs["in"]
+    p = ctx.attrs["rank"]
+    if p is None or p == st.rank + 1:
+        outer = st.shape[0]
+        new = sympy.Integer(1 if outer > 0 else 0) if outer.is_Integer else \
+            sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
+        return [stream(st.elem, (new,) + st.shape)]
+    if not 0 <= p <= st.rank + 1:
+        raise OpError("E0301", f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
+                      "rank")
+    i = len(st.shape) - p
+    return [stream(st.elem, st.shape[:i] + (sympy.Integer(1),) + st.shape[i:])]
+
+
+def _expand(ctx: InferCtx):
+    st: StreamType = ctx.inputs["in"]
+    ref: StreamType | None = ctx.inputs.get("ref")
+    sizes = ctx.attrs["sizes"]
+    if ref is not None and sizes is not None:
+        raise OpError("E0205", "Expand takes either `ref` or `sizes`, not both", "sizes")
+    if ref is None and sizes is None:
+        raise OpError("E0201", "Expand needs a reference stream `ref=` or static `sizes=`",
+                      None)
+    k = len(sizes) if sizes is not None else ctx.attrs["rank"] + 1
+    if k < 1 or k > len(st.shape) - 1:
+        raise OpError("E0301", f"Expand repeats {k} inner dim(s), but the input "
+                               f"{fmt_shape(st.shape)} has rank {st.rank}",
+                      "sizes" if sizes is not None else "rank")
+    tail = st.shape[len(st.shape) - k:]
+    if any(d != 1 for d in tail):
+        raise OpError("E0344", f"Expand needs the input's {k} innermost dim(s) to be 1, found "
+                               f"{fmt_shape(st.shape)}", "in")
+    if sizes is not None:
+        if any(x < 1 for x in sizes):
+            raise OpError("E0204", f"`sizes` entries must be positive, found {sizes}", "sizes")
+        return [stream(st.elem, st.shape[: len(st.shape) - k] + tuple(sizes))]
+    if ref.rank != st.rank:
+        raise OpError("E0301", f"Expand needs `ref` of the input's rank {st.rank} "
+                               f"{fmt_shape(st.shape)}, found rank {ref.rank} "
+                               f"{fmt_shape(ref.shape)}", "ref")
+    for a, b in zip(st.shape[: len(st.shape) - k], ref.shape, strict=False):
+        ctx.require_equal(a, b, f"Expand: `ref` outer dims must match the input "
+                          f"{fmt_shape(st.shape)}", "ref")
+    return [stream(st.elem, ref.shape)]
+
+
+def _repeat(ctx: InferCtx):
+    st: StreamType = ctx.inputs["in"]
+    r = ctx.attrs["count"]
+    if r < 1:
+        raise OpError("E0204", f"`count` must be >= 1, found {r}", "count")
+    return [stream(st.elem, st.shape + (sympy.Integer(r),))]
+
+
+def _zip(ctx: InferCtx):
+    a: StreamType = ctx.inputs["a"]
+    b: StreamType = ctx.inputs["b"]
+    ctx.require_shapes_equal(a, b, "Zip needs streams of equal shape", "b")
+    return [stream(Tuple((a.elem, b.elem)), a.shape)]
+
+
+SHAPE_OPS = [
+    OpSpec(
+        "Flatten", "shape",
+        "Flatten<R,a,min,max>(in: Strm<R,a>) -> Strm<R,a-(max-min)>",
+        "Merges dims D_max..D_min (rank indices, counted from the innermost D_0) into one dim "
+        "of size prod(D_min..D_max); a product involving a ragged dim becomes a fresh ragged "
+        "dim (the absorbing rule).",
+        (Param("in", STREAM, doc="data stream"),
+         Param("min", "int", doc="innermost merged dim (rank index)"),
+         Param("max", "int", doc="outermost merged dim (rank index)"),
+         Param("dim", "str", None, "name for a fresh ragged dim")),
+        _flatten,
+        "rows = Flatten(p[0], min=0, max=1)",
+    ),
+    OpSpec(
+        "Reshape", "shape",
+        "Reshape<A,a,b>(in: Strm<A,a>, chunk=S, rank=b, pad?) -> Strm<A,a+1>, Strm<bool,a+1>",
+        "Splits dim D_b into chunks of S: [.., D_b, ..] -> [.., ceil(D_b/S), S, ..]. Above the "
+        "innermost dim, D_b must be static and divisible by S. The innermost dim may be "
+        "anything; a possibly partial last chunk needs `pad=zero` (padding tiles). The second "
+        "output marks which elements are padding.",
+        (Param("in", STREAM, doc="data stream (not buffers)"),
+         Param("chunk", "int", doc="chunk size S"),
+         Param("rank", "int", 0, "rank index of the split dim"),
+         Param("pad", "init", None, "padding value for a partial last chunk"),
+         Param("dim", "str", None, "name for a fresh ragged dim")),
+        _reshape,
+        "tiles, pad = Reshape(rows, chunk=4, pad=zero)",
+        outputs=lambda attrs: ["data", "pad"],
+    ),
+    OpSpec(
+        "Promote", "shape",
+        "Promote<R,a>(in: Strm<R,a>) -> Strm<R,a+1>",
+        "Adds a new outermost dim (1 if D_a > 0 else 0), so an empty stream stays empty. "
+        "`rank=p` instead inserts a size-1 dim at rank index p.",
+        (Param("in", STREAM, doc="data stream"),
+         Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
+        _promote,
+        "t = Promote(rows)",
+    ),
+    OpSpec(
+        "Expand", "shape",
+        "Expand<R',R,a>(in: Strm<R',a>, ref: Strm<R,a>, rank=b) -> Strm<R',a>",
+        "Repeats each element to fill the reference stream: the input's innermost b+1 dims "
+        "must be 1 and its outer dims equal the reference's; the output has the reference's "
+        "shape. The static variant `sizes=[..]` replaces the trailing size-1 dims by static "
+        "sizes (the rank is kept).",
+        (Param("in", STREAM, doc="data stream"),
+         Param("ref", STREAM, None, "reference stream"),
+         Param("rank", "int", 0, "rank index b of the outermost repeated dim"),
+         Param("sizes", "ints", None, "static sizes (no ref)")),
+        _expand,
+        "xe = Expand(xr, ref=w)",
+    ),
+    OpSpec(
+        "Repeat", "shape",
+        "Repeat<R,a>(in: Strm<R,a>, count=R) -> Strm<R,a+1>",
+        "Emits every element `count` times, appending a new innermost dim of static size "
+        "`count` (the appendix's hierarchical-tiling figure).",
+        (Param("in", STREAM, doc="data stream"),
+         Param("count", "int", doc="number of copies")),
+        _repeat,
+        "r = Repeat(buf, count=2)",
+    ),
+    OpSpec(
+        "Zip", "shape",
+        "Zip<R,R',a>(a: Strm<R,a>, b: Strm<R',a>) -> Strm<(R,R'),a>",
+        "Pairs two streams of equal shape element by element into a stream of tuples.",
+        (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
+        _zip,
+        "z = Zip(idx, len)",
+    ),
+]

@@ -1,0 +1,240 @@
+"""Stream types: element types (tiles, selectors, buffers, tuples, scalars) and symbolic shapes.
+
+A rank-N stream has shape `[D_N, ..., D_1, D_0]` (N + 1 dims, outermost first), as in the
+paper. Each dim is a sympy expression: an Integer for a static dim, otherwise an expression
+over symbols. Whether a symbol is dynamic-regular or ragged is recorded in a `SymbolTable`;
+by the absorbing rule a ragged dim is always a bare ragged symbol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+from stepc.source import Span
+
+DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
+INT_DTYPES = ("i32", "u32", "u64")
+FLOAT_DTYPES = ("bf16", "f16", "f32")
+
+Dim = sympy.Expr
+
+
+def as_dim(x) -> Dim:
+    return sympy.sympify(x)
+
+
+# ------------------------------------------------------------------ printing
+class _DimPrinter(StrPrinter):
+    """Prints dims the way the paper writes them: ceil(D_0/4), (1 if D_0 > 0 else 0)."""
+
+    def _print_ceiling(self, e):
+        return f"ceil({self._print(e.args[0])})"
+
+    def _print_floor(self, e):
+        return f"floor({self._print(e.args[0])})"
+
+    def _print_Piecewise(self, e):
+        (v1, c1), (v2, _c2) = e.args[0], e.args[-1]
+        return f"({self._print(v1)} if {self._print(c1)} else {self._print(v2)})"
+
+    def _print_StrictGreaterThan(self, e):
+        return f"{self._print(e.lhs)} > {self._print(e.rhs)}"
+
+
+_PRINTER = _DimPrinter({"order": "none"})
+
+
+def fmt_dim(d: Dim) -> str:
+    return _PRINTER.doprint(d)
+
+
+def fmt_shape(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join(fmt_dim(d) for d in shape) + "]"
+
+
+# ------------------------------------------------------------------ element types
+@dataclass(frozen=True)
+class Tile:
+    """A 2-D tile of `dtype`; rows/cols may be symbolic (dynamically sized tiles)."""
+
+    dtype: str
+    rows: Dim
+    cols: Dim
+
+    @property
+    def static(self) -> bool:
+        return self.rows.is_Integer and self.cols.is_Integer
+
+    @property
+    def bytes(self) -> Dim:
+        return self.rows * self.cols * DTYPE_BYTES[self.dtype]
+
+    def __str__(self) -> str:
+        return f"Tile<{self.dtype}, [{fmt_dim(self.rows)}, {fmt_dim(self.cols)}]>"
+
+
+@dataclass(frozen=True)
+class Select:
+    """A selector: multi-hot vector over `n` targets (or an index list)."""
+
+    n: int
+    kind: str = "MultiHot"
+
+    @property
+    def bytes(self) -> Dim:
+        return sympy.Integer(self.n)
+
+    def __str__(self) -> str:
+        return f"{self.kind}<{self.n}>"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A read-only reference to an on-chip buffer holding `shape` tiles of `tile`."""
+
+    tile: Tile
+    shape: tuple[Dim, ...]
+
+    @property
+    def bytes(self) -> Dim:
+        return sympy.Mul(*self.shape) * self.tile.bytes
+
+    def __str__(self) -> str:
+        return f"Buffer<{self.tile}, {fmt_shape(self.shape)}>"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar element (for example the bool acks of RandomOffChipStore)."""
+
+    dtype: str
+
+    @property
+    def bytes(self) -> Dim:
+        return sympy.Integer(DTYPE_BYTES[self.dtype])
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class Tuple:
+    """A tuple of element types (the output of Zip)."""
+
+    elems: tuple
+
+    @property
+    def bytes(self) -> Dim:
+        return sympy.Add(*(e.bytes for e in self.elems))
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(str(e) for e in self.elems) + ")"
+
+
+ElemType = Tile | Select | Buffer | Scalar | Tuple
+
+
+def elem_kind(e: ElemType) -> str:
+    """A short word for an element type, for messages."""
+    return {Tile: "tile", Select: "selector", Buffer: "buffer", Scalar: "scalar",
+            Tuple: "tuple"}[type(e)]
+
+
+@dataclass(frozen=True)
+class StreamType:
+    """A stream of `elem` with shape `[D_N, ..., D_0]` (rank N = len(shape) - 1)."""
+
+    elem: ElemType
+    shape: tuple[Dim, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape) - 1
+
+    @property
+    def card(self) -> Dim:
+        """||X||: the number of elements the stream carries."""
+        return sympy.Mul(*self.shape)
+
+    def __str__(self) -> str:
+        return f"Strm<{self.elem}, {self.rank}>{fmt_shape(self.shape)}"
+
+
+# ------------------------------------------------------------------ symbols
+@dataclass(frozen=True)
+class SymbolInfo:
+    """Where a symbolic dim came from."""
+
+    name: str
+    kind: str  # "dynamic" (dynamic-regular) | "ragged" | "param"
+    origin: str  # node name, or "" for user-introduced symbols
+    span: Span | None
+    reason: str
+
+
+@dataclass
+class SymbolTable:
+    """All symbols of one program, by name, in creation order."""
+
+    infos: dict[str, SymbolInfo] = field(default_factory=dict)
+    symbols: dict[str, sympy.Symbol] = field(default_factory=dict)
+
+    def fresh(self, base: str, kind: str, origin: str, span: Span | None,
+              reason: str) -> sympy.Symbol:
+        """A new symbol named `base` (suffixed `'`, `''`... if taken)."""
+        name = base
+        while name in self.infos:
+            name += "'"
+        sym = sympy.Symbol(name, integer=True, nonnegative=True)
+        self.symbols[name] = sym
+        self.infos[name] = SymbolInfo(name, kind, origin, span, reason)
+        return sym
+
+    def get(self, name: str) -> sympy.Symbol | None:
+        return self.symbols.get(name)
+
+    def is_ragged(self, d: Dim) -> bool:
+        return any(self.infos.get(s.name, None) is not None
+                   and self.infos[s.name].kind == "ragged" for s in d.free_symbols)
+
+    def kind_of(self, d: Dim) -> str:
+        """static | dynamic | ragged, for a dim expression."""
+        if not d.free_symbols:
+            return "static"
+        return "ragged" if self.is_ragged(d) else "dynamic"
+
+    def rename(self, old: sympy.Symbol, new_name: str) -> sympy.Symbol:
+        """Give a symbol a user-chosen name (keeps its kind and origin)."""
+        info = self.infos.pop(old.name)
+        self.symbols.pop(old.name)
+        sym = sympy.Symbol(new_name, integer=True, nonnegative=True)
+        self.symbols[new_name] = sym
+        self.infos[new_name] = SymbolInfo(new_name, info.kind, info.origin, info.span,
+                                          info.reason)
+        return sym
+
+
+def equal(a: Dim, b: Dim) -> bool | None:
+    """Three-valued dim equality: True (proved), False (refuted), None (unknown)."""
+    diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
+    if diff == 0:
+        return True
+    if diff.is_number:
+        return False
+    nz = diff.is_zero
+    if nz is not None:
+        return nz
+    return None
+
+
+def divides(s: int, d: Dim) -> bool | None:
+    """Whether static `s` divides dim `d` (three-valued)."""
+    if d.is_Integer:
+        return int(d) % s == 0
+    q = sympy.simplify(d / s)
+    if q.is_integer:
+        return True
+    return None
