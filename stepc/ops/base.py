@@ -2,7 +2,8 @@
 
 An operator is one `OpSpec`: its parameters (stream inputs and compile-time attributes, in
 positional order), its output ports, its type and shape rule (`infer`), a paper-style
-signature and a one-paragraph doc with one example. Everything else in stepc (elaboration,
+signature and a one-paragraph doc. Each operator's worked example is the program
+`stepc/ops/examples/<Name>.step`. Everything else in stepc (elaboration,
 checking, docs) reads these records from the `OPS` registry.
 """
 
@@ -207,7 +208,6 @@ class OpSpec:
     doc: str
     params: tuple[Param, ...]
     infer: Callable[[InferCtx], list[StreamType]]
-    example: str
     outputs: Callable[[dict], list[str]] = field(default=lambda attrs: ["out"])
 
     @property

@@ -125,7 +125,6 @@ HIGHER_ORDER_OPS = [
         "and must have equal shapes.",
         (_INS, _FN, _BW, _WB, _DTYPE, _DIM),
         _map,
-        "y = Map(x, w, fn=matmul, compute_bw=1024)",
     ),
     OpSpec(
         "Accum", "higher_order",
@@ -139,7 +138,6 @@ HIGHER_ORDER_OPS = [
         (_INS, _FN, Param("rank", "int", doc="number of reduced inner dims (>= 1)"), _INIT,
          _BW, _WB, _DTYPE, _DIM),
         _accum,
-        "xt = Accum(tiles, fn=retile_row, rank=1)",
     ),
     OpSpec(
         "Scan", "higher_order",
@@ -148,7 +146,6 @@ HIGHER_ORDER_OPS = [
         "after each stop of level >= `rank`. The output has the input's shape.",
         (_INS, _FN, Param("rank", "int", doc="reset level (>= 1)"), _INIT, _BW, _WB, _DTYPE),
         _scan,
-        "s = Scan(x, fn=add, rank=1)",
     ),
     OpSpec(
         "FlatMap", "higher_order",
@@ -158,7 +155,6 @@ HIGHER_ORDER_OPS = [
         "ragged symbol when the inner streams differ in length.",
         (_INS, _FN, _BW, _DTYPE, _DIM),
         _flatmap,
-        "rows = FlatMap(acc, fn=retile_streamify)",
     ),
 ]
 

@@ -128,7 +128,6 @@ OFFCHIP_OPS = [
          Param("shape", "ints", None, "view shape, in tiles"),
          _PAR),
         _load,
-        "x = LinearOffChipLoad(X, tile=[1, 64])",
     ),
     OpSpec(
         "LinearOffChipStore", "offchip",
@@ -140,7 +139,6 @@ OFFCHIP_OPS = [
          Param("tensor", "tensor", doc="destination tensor (or a slice)"),
          _PAR),
         _store,
-        "LinearOffChipStore(y, Y)",
         outputs=lambda attrs: [],
     ),
     OpSpec(
@@ -152,7 +150,6 @@ OFFCHIP_OPS = [
          Param("tensor", "tensor", doc="the off-chip tensor"),
          _TILE, _PAR),
         _random_load,
-        "w = RandomOffChipLoad(addr, W, tile=[64, 64])",
     ),
     OpSpec(
         "RandomOffChipStore", "offchip",
@@ -167,7 +164,6 @@ OFFCHIP_OPS = [
          Param("buffer_depth", "int", 1, "write buffer depth (tiles)"),
          _PAR),
         _random_store,
-        "ack = RandomOffChipStore(addr, tiles, Y)",
         outputs=lambda attrs: ["ack"],
     ),
 ]

@@ -66,7 +66,6 @@ ONCHIP_OPS = [
         (Param("in", STREAM, doc="tiles to buffer"),
          Param("rank", "int", doc="number of inner dims stored per buffer (1..rank of in)")),
         _bufferize,
-        "buf = Bufferize(x, rank=1)",
     ),
     OpSpec(
         "Streamify", "onchip",
@@ -83,6 +82,5 @@ ONCHIP_OPS = [
          Param("stride", "ints", None, "affine view strides, in tiles"),
          Param("shape", "ints", None, "affine view shape, in tiles")),
         _streamify,
-        "x2 = Streamify(buf, ref=w)",
     ),
 ]

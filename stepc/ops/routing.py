@@ -134,7 +134,6 @@ ROUTING_OPS = [
          Param("consumers", "int", doc="number of outputs"),
          _SWITCH, _DIM),
         _partition,
-        "p = Partition(x, route, rank=1, consumers=2)",
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
     ),
     OpSpec(
@@ -150,7 +149,6 @@ ROUTING_OPS = [
          Param("rank", "int", doc="the inputs' rank (chunk rank)"),
          _SWITCH, _DIM),
         _reassemble,
-        "y = Reassemble(out, route, rank=0)",
     ),
     OpSpec(
         "EagerMerge", "routing",
@@ -162,7 +160,6 @@ ROUTING_OPS = [
          Param("rank", "int", None, "chunk rank (defaults to the inputs' rank)"),
          _DIM),
         _eager_merge,
-        "data, sel = EagerMerge([a, b], rank=1)",
         outputs=lambda attrs: ["data", "sel"],
     ),
     OpSpec(
@@ -175,7 +172,6 @@ ROUTING_OPS = [
          Param("rank", "int", None, "chunk rank (defaults to the input's rank)"),
          _SWITCH, _DIM),
         _parallelize,
-        "q = Parallelize(x, consumers=4)",
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
     ),
     OpSpec(
@@ -186,7 +182,6 @@ ROUTING_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("consumers", "int", doc="number of copies")),
         _broadcast,
-        "b = Broadcast(x, consumers=2)",
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
     ),
 ]

@@ -123,7 +123,6 @@ SHAPE_OPS = [
          Param("max", "int", doc="outermost merged dim (rank index)"),
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _flatten,
-        "rows = Flatten(p[0], min=0, max=1)",
     ),
     OpSpec(
         "Reshape", "shape",
@@ -138,7 +137,6 @@ SHAPE_OPS = [
          Param("pad", "init", None, "padding value for a partial last chunk"),
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _reshape,
-        "tiles, pad = Reshape(rows, chunk=4, pad=zero)",
         outputs=lambda attrs: ["data", "pad"],
     ),
     OpSpec(
@@ -149,7 +147,6 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
         _promote,
-        "t = Promote(rows)",
     ),
     OpSpec(
         "Expand", "shape",
@@ -163,7 +160,6 @@ SHAPE_OPS = [
          Param("rank", "int", 0, "rank index b of the outermost repeated dim"),
          Param("sizes", "ints", None, "static sizes (no ref)")),
         _expand,
-        "xe = Expand(xr, ref=w)",
     ),
     OpSpec(
         "Repeat", "shape",
@@ -173,7 +169,6 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("count", "int", doc="number of copies")),
         _repeat,
-        "r = Repeat(buf, count=2)",
     ),
     OpSpec(
         "Zip", "shape",
@@ -181,6 +176,5 @@ SHAPE_OPS = [
         "Pairs two streams of equal shape element by element into a stream of tuples.",
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
-        "z = Zip(idx, len)",
     ),
 ]

@@ -53,7 +53,6 @@ SOURCE_OPS = [
         (Param("name", "str", doc="the name a trace binds to"),
          Param("type", "type", doc="the declared stream type")),
         _external,
-        'stream route : Strm<MultiHot<2>, 0>[10] = external("routing")',
     ),
     OpSpec(
         "SelectGen", "source",
@@ -65,7 +64,6 @@ SOURCE_OPS = [
          Param("n", "int", doc="number of targets"),
          Param("onehot", "bool", False, "one selector per id instead of per row")),
         _select_gen,
-        "route = SelectGen(R, n=2)",
     ),
     OpSpec(
         "MetadataGen", "source",
@@ -74,7 +72,6 @@ SOURCE_OPS = [
         "one element per tensor entry.",
         (Param("tensor", "tensor", doc="integer tensor"),),
         _metadata_gen,
-        "lens = MetadataGen(LENS)",
     ),
     OpSpec(
         "Sink", "sink",
@@ -82,7 +79,6 @@ SOURCE_OPS = [
         "Consumes and discards a stream (one element per cycle).",
         (Param("in", STREAM, doc="stream to discard"),),
         _sink,
-        "Sink(ack)",
         outputs=lambda attrs: [],
     ),
 ]
