@@ -8,6 +8,7 @@ by the absorbing rule a ragged dim is always a bare ragged symbol.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import sympy
@@ -219,7 +220,22 @@ class SymbolTable:
 
 def equal(a: Dim, b: Dim) -> bool | None:
     """Three-valued dim equality: True (proved), False (refuted), None (unknown)."""
-    diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    if a == b:
+        return True
+    if a.is_Integer and b.is_Integer:
+        return False
+    return _equal_symbolic(a, b)
+
+
+_NONLINEAR = (sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod, sympy.Min, sympy.Max)
+
+
+@functools.lru_cache(maxsize=65536)
+def _equal_symbolic(a: Dim, b: Dim) -> bool | None:
+    diff = sympy.expand(a - b)
+    if not diff.is_number and diff.has(*_NONLINEAR):
+        diff = sympy.simplify(diff)
     if diff == 0:
         return True
     if diff.is_number:
@@ -230,11 +246,11 @@ def equal(a: Dim, b: Dim) -> bool | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def divides(s: int, d: Dim) -> bool | None:
     """Whether static `s` divides dim `d` (three-valued)."""
     if d.is_Integer:
         return int(d) % s == 0
-    q = sympy.simplify(d / s)
-    if q.is_integer:
+    if (d / s).is_integer:
         return True
     return None

@@ -18,7 +18,8 @@ from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS, InferCtx, OpError
-from stepc.types import StreamType, SymbolTable, equal, fmt_dim, fmt_shape
+from stepc.types import (Buffer, StreamType, SymbolTable, Tile, Tuple, equal, fmt_dim,
+                         fmt_shape)
 
 
 @dataclass
@@ -52,15 +53,24 @@ class Checker:
         self.facts: list[sympy.Basic] = []
         self.failed: set[str] = set()
         self.shared: dict = {}
-        self.pending: list[Assumption] = list(prog.assumptions)
+        self.pending: set[Assumption] = set(prog.assumptions)
+        self.waiting: dict[str, list[Assumption]] = {}  # node -> assumptions it unblocks
+        self.symbolic: list[Assumption] = []  # waiting for symbols to exist
+        self.symbols_seen = -1
+        for a in self.pending:
+            if a.streams:
+                self.waiting.setdefault(a.streams[0].node, []).append(a)
+            else:
+                self.symbolic.append(a)
         self.annotator = Annotator(self.symbols)
+        self.uses: dict[sympy.Symbol, set] = {}  # symbol -> keys of the types that mention it
 
     # ------------------------------------------------------------ driver
     def run(self) -> TypedProgram:
         order = self.topo_order()
         for name in order:
             self.visit(self.prog.nodes[name])
-            self.try_assumptions()
+            self.try_assumptions(name)
         for a in self.pending:
             if all((r.node, r.port) in self.types for r in a.streams):
                 self.bag.error("E0352", "assumption refers to an unknown symbol: "
@@ -144,7 +154,7 @@ class Checker:
         for w in ctx.warnings:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
-            self.types[(node.name, port)] = self.apply_subst(t)
+            self.store((node.name, port), self.apply_subst(t))
         for port, ann in sorted(node.annotations.items()):
             if (node.name, port) in self.types:
                 self.check_annotation(node, port, ann, "annotation")
@@ -200,11 +210,19 @@ class Checker:
             return t
         return self.annotator.substitute(t, self.subst)
 
+    def store(self, key: tuple[str, int], t: StreamType) -> None:
+        self.types[key] = t
+        for sym in free_symbols(t):
+            self.uses.setdefault(sym, set()).add(key)
+
     def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
-        self.subst = {k: sympy.sympify(v).xreplace({old: new}) for k, v in self.subst.items()}
+        new = sympy.sympify(new)
+        for k, v in self.subst.items():
+            if old in v.free_symbols:
+                self.subst[k] = v.xreplace({old: new})
         self.subst[old] = new
-        for k, t in list(self.types.items()):
-            self.types[k] = self.annotator.substitute(t, {old: new})
+        for key in sorted(self.uses.pop(old, ())):
+            self.store(key, self.annotator.substitute(self.types[key], {old: new}))
         for key, sym in list(self.shared.items()):
             if sym == old and isinstance(new, sympy.Symbol):
                 self.shared[key] = new
@@ -217,21 +235,30 @@ class Checker:
                 out |= {s.name for s in term.free_symbols if self.symbols.get(s.name) is None}
         return out
 
-    def try_assumptions(self) -> None:
-        progress = True
-        while progress:
-            progress = False
-            for a in list(self.pending):
-                if any(r.node in self.failed for r in a.streams):
-                    self.pending.remove(a)
-                    continue
-                if not all((r.node, r.port) in self.types for r in a.streams):
-                    continue
-                if self.unknown_symbols(a):
-                    continue
+    def try_assumptions(self, node: str | None = None) -> None:
+        """Apply the assumptions that became applicable after typing `node`."""
+        candidates = self.waiting.pop(node, []) if node is not None else []
+        if len(self.symbols.infos) != self.symbols_seen:
+            self.symbols_seen = len(self.symbols.infos)
+            candidates = candidates + self.symbolic
+        for a in candidates:
+            if a not in self.pending:
+                continue
+            if any(r.node in self.failed for r in a.streams):
                 self.pending.remove(a)
-                self.apply_assumption(a)
-                progress = True
+                continue
+            missing = [r.node for r in a.streams if (r.node, r.port) not in self.types]
+            if missing:
+                self.waiting.setdefault(missing[0], []).append(a)
+                continue
+            if self.unknown_symbols(a):
+                if a not in self.symbolic:
+                    self.symbolic.append(a)
+                continue
+            self.pending.remove(a)
+            if a in self.symbolic:
+                self.symbolic.remove(a)
+            self.apply_assumption(a)
 
     def term(self, t):
         if isinstance(t, tuple) and t[0] == "dims":
@@ -281,14 +308,16 @@ class Checker:
             self.facts.append(rel)
 
     def unify(self, x, y, a: Assumption) -> bool:
-        verdict = equal(x, y)
-        if verdict is True:
+        if x == y:
             return True
         for old, new in ((x, y), (y, x)):
             if isinstance(old, sympy.Symbol) and self.symbols.get(old.name) is not None \
                     and self.symbols.infos[old.name].kind != "param":
                 self.substitute(old, new)
                 return True
+        verdict = equal(x, y)
+        if verdict is True:
+            return True
         if verdict is False:
             self.bag.error("E0351", f"assumption contradicts the inferred dims: {fmt_dim(x)} "
                                     f"!= {fmt_dim(y)}", a.span)
@@ -309,6 +338,25 @@ class Checker:
                 self.bag.warning("W0001", f"stream `{label}` is never consumed",
                                  node.port_spans.get(port, node.span),
                                  [Note("consume it, pass it to Sink(...), or bind it to `_`")])
+
+
+def free_symbols(t: StreamType) -> set:
+    """Every symbol a stream type mentions (shape, tile dims, buffer dims)."""
+    out: set = set()
+    for d in t.shape:
+        out |= d.free_symbols
+    elems = [t.elem]
+    while elems:
+        e = elems.pop()
+        if isinstance(e, Tile):
+            out |= e.rows.free_symbols | e.cols.free_symbols
+        elif isinstance(e, Buffer):
+            elems.append(e.tile)
+            for d in e.shape:
+                out |= d.free_symbols
+        elif isinstance(e, Tuple):
+            elems.extend(e.elems)
+    return out
 
 
 def check(prog: Program, bag: DiagnosticBag) -> TypedProgram:
