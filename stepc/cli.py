@@ -131,8 +131,8 @@ def check_json(result: Compiled) -> dict:
         "version": 1,
         "program": result.name,
         "diagnostics": [diagnostic_json(d) for d in diags],
-        "summary": {"errors": len(result.diagnostics.errors),
-                    "warnings": len(result.diagnostics.warnings)},
+        "summary": {"errors": sum(d.severity.value == "error" for d in diags),
+                    "warnings": sum(d.severity.value == "warning" for d in diags)},
         "streams": [],
         "symbols": [],
     }

@@ -72,7 +72,23 @@ class DiagnosticBag:
         return [d for d in self.items if d.severity is Severity.WARNING]
 
     def sorted(self) -> list[Diagnostic]:
-        return sorted(self.items, key=Diagnostic.sort_key)
+        """By position; repeats of one statement (loop iterations, graph instances) collapsed."""
+        firsts: dict[tuple, Diagnostic] = {}
+        counts: dict[tuple, int] = {}
+        for d in self.items:
+            key = (d.code, d.severity, d.span)
+            if d.span is None or key not in firsts:
+                firsts.setdefault(key if d.span else (id(d),), d)
+            counts[key] = counts.get(key, 0) + 1
+        out = []
+        for key, d in firsts.items():
+            n = counts.get(key, 1)
+            if n > 1:
+                d = Diagnostic(d.code, d.severity, d.message, d.span, d.notes + (
+                    Note(f"reported for {n} instances of this statement (loop iterations or "
+                         "graph instances); showing the first"),))
+            out.append(d)
+        return sorted(out, key=Diagnostic.sort_key)
 
 
 class StepError(Exception):

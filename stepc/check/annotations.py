@@ -31,6 +31,7 @@ class Annotator:
     def __init__(self, symbols: SymbolTable):
         self.symbols = symbols
         self.cache: dict[TypeAnnotation, StreamType] = {}
+        self.unproved: list[str] = []  # equalities sympy could not decide during `match`
 
     # ------------------------------------------------------------ evaluation
     def _dim(self, d, env: dict, new_names: set, origin: str | None, span):
@@ -157,6 +158,9 @@ class Annotator:
         if verdict is False:
             raise AnnotationError("E0360", f"annotated {what} is {fmt_dim(a)} but inferred "
                                            f"{fmt_dim(b)}: {t}", span)
+        if verdict is None:
+            self.unproved.append(f"cannot prove that {what} is {fmt_dim(a)} as annotated: "
+                                 f"inferred {fmt_dim(b)}")
 
     def _match_elem(self, elem, e, renames, span, t) -> None:
         kind = elem[0]

@@ -198,6 +198,11 @@ class Checker:
             return
         for old, new in renames:
             self.substitute(old, new)
+        for msg in self.annotator.unproved:
+            self.bag.warning("W0301", msg, ann.type.span,
+                             [Note(f"`{node.port_label(port)}` is inferred as {inferred}",
+                                   node.port_spans.get(port, node.span))])
+        self.annotator.unproved.clear()
 
     def check_feedback(self) -> None:
         for (name, port), ann in sorted(self.prog.feedback.items()):
@@ -318,12 +323,30 @@ class Checker:
         verdict = equal(x, y)
         if verdict is True:
             return True
+        if verdict is None and self.solve(x, y):
+            return True
         if verdict is False:
             self.bag.error("E0351", f"assumption contradicts the inferred dims: {fmt_dim(x)} "
                                     f"!= {fmt_dim(y)}", a.span)
             return False
         self.facts.append(sympy.Eq(x, y))
         return True
+
+    def solve(self, x, y) -> bool:
+        """Use a linear fact `x == y` to eliminate one operator-introduced symbol."""
+        eq = sympy.expand(x - y)
+        if eq.has(sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod, sympy.Min, sympy.Max):
+            return False
+        for sym in sorted(eq.free_symbols, key=lambda s: s.name, reverse=True):
+            info = self.symbols.infos.get(sym.name)
+            if info is None or info.kind == "param" or not eq.is_polynomial(sym) \
+                    or sympy.degree(eq, sym) != 1:
+                continue
+            sol = sympy.solve(eq, sym)
+            if len(sol) == 1:
+                self.substitute(sym, sol[0])
+                return True
+        return False
 
     # ------------------------------------------------------------ warnings
     def unconsumed(self) -> None:
