@@ -96,6 +96,88 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
     sys.exit(_exit_code(result, werror))
 
 
+def _pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, val = v.partition("=")
+        if not sep or not name.strip() or not val.strip():
+            raise click.UsageError(f"{flag} expects NAME=VALUE, found {v!r}")
+        out.append((name.strip(), val.strip()))
+    return out
+
+
+def _load_hw(hw: str | None, sets: tuple[str, ...]):
+    from stepc.hw import ConfigError, load_config
+    try:
+        return load_config(hw, sets)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@main.command("analyze")
+@click.argument("file", type=str)
+@_DEFINE
+@click.option("--bind", "binds", multiple=True, metavar="SYMBOL=VALUE",
+              help="Give a symbolic dim a value (repeatable).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="Bind the external stream NAME to a trace file (.npy, .npz, .csv).")
+@click.option("--hw", default=None, metavar="PRESET|PATH",
+              help="Hardware for the roofline bound (presets: paper-eval, hdl-validation).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override one hardware setting (repeatable).")
+@click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
+              show_default=True, help="On-chip accounting: the evaluation's (artifact) or the "
+              "paper's Section 4.2 equations (paper).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Also list operators with no cost.")
+def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
+                show_all) -> None:
+    """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program."""
+    import sympy
+    from rich.console import Console
+
+    from stepc.analyze import analyze, roofline, trace_bindings
+    from stepc.analyze.report import render_text, to_json
+    from stepc.traces import TraceError, load_array
+
+    result = compile_file(file, parse_defines(defines))
+    check_overrides(result)
+    config = _load_hw(hw, sets) if (hw or sets) else None
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_PROGRAM)
+    a = analyze(result.typed, onchip_model, config)
+    values: dict = {}
+    try:
+        arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
+        values.update(trace_bindings(result.typed, arrays))
+    except TraceError as e:
+        raise click.UsageError(str(e)) from None
+    known = set(result.typed.symbols.infos)
+    for name, val in _pairs(binds, "--bind"):
+        if name not in known:
+            near = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean `{near[0]}`?)" if near else ""
+            raise click.UsageError(f"--bind {name}: the program has no symbol `{name}`{hint}")
+        try:
+            values[name] = sympy.Integer(int(val, 0))
+        except ValueError:
+            raise click.UsageError(f"--bind {name}: expected an integer, found {val!r}") \
+                from None
+    if values:
+        a = a.bind(values)
+    roof = roofline(a, config) if config is not None else None
+    if fmt == "json":
+        click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
+    else:
+        console = Console(file=click.get_text_stream("stdout"), width=110,
+                          highlight=False, soft_wrap=False)
+        render_text(a, console, show_all, config, roof)
+        emit_diagnostics(result)
+    sys.exit(EXIT_OK)
+
+
 def types_text(result: Compiled) -> str:
     """Every stream with its inferred type, then every symbol and where it came from."""
     typed = result.typed

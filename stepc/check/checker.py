@@ -31,6 +31,36 @@ class TypedProgram:
     symbols: SymbolTable
     facts: list[sympy.Basic] = field(default_factory=list)
     subst: dict = field(default_factory=dict)  # symbols replaced by `assume` or annotations
+    declared: dict[tuple[str, int], StreamType] = field(default_factory=dict)  # feedback types
+
+    def input_types(self, node: str) -> dict:
+        """A node's typed stream inputs by parameter name (lists for list parameters)."""
+        n = self.program.nodes[node]
+        out: dict = {}
+        for e in self.program.in_edges(node):
+            t = self.declared.get((e.src, e.port)) if e.feedback else None
+            t = t if t is not None else self.types.get((e.src, e.port))
+            pname, idx = n.inputs[e.slot]
+            if idx is None:
+                out[pname] = t
+            else:
+                out.setdefault(pname, []).append(t)
+        return out
+
+    def typed_nodes(self):
+        """Nodes whose inputs and outputs are all typed, in source order."""
+        for name, node in self.program.nodes.items():
+            if all((name, p) in self.types for p in range(len(node.outputs))) and \
+                    all(t is not None for t in _flat(self.input_types(name).values())):
+                yield node
+
+
+def _flat(values):
+    for v in values:
+        if isinstance(v, list):
+            yield from v
+        else:
+            yield v
 
     def streams_in_order(self):
         """(node, port, label, span, type) for every named stream, in source order."""
@@ -77,7 +107,14 @@ class Checker:
                                + ", ".join(sorted(self.unknown_symbols(a))), a.span)
         self.check_feedback()
         self.unconsumed()
-        return TypedProgram(self.prog, self.types, self.symbols, self.facts, self.subst)
+        declared = {}
+        for key, ann in self.prog.feedback.items():
+            try:
+                declared[self.source_of(*key)] = self.apply_subst(self.annotator.declared(ann))
+            except AnnotationError:
+                pass
+        return TypedProgram(self.prog, self.types, self.symbols, self.facts, self.subst,
+                            declared)
 
     def topo_order(self) -> list[str]:
         dag = nx.MultiDiGraph()

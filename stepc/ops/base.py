@@ -199,8 +199,41 @@ def require_rank(ctx: InferCtx, name: str, lo: int, what: str = "",
 
 
 @dataclass(frozen=True)
+class CostCtx:
+    """What a cost formula sees: the node's typed inputs and outputs and its attributes."""
+
+    node: str
+    inputs: dict[str, Any]  # param name -> StreamType, or list of StreamType
+    outputs: list[StreamType]
+    attrs: dict[str, Any]
+
+    def first_input(self) -> StreamType | None:
+        for v in self.inputs.values():
+            if isinstance(v, list):
+                if v:
+                    return v[0]
+            elif v is not None:
+                return v
+        return None
+
+
+ONCHIP_MODES = ("paper", "artifact")
+
+
+def _zero(ctx: CostCtx, *mode) -> sympy.Expr:
+    return sympy.Integer(0)
+
+
+@dataclass(frozen=True)
 class OpSpec:
-    """One STeP operator: signature, parameters, outputs, type/shape rule and documentation."""
+    """One STeP operator: signature, parameters, outputs, type/shape rule, cost formulas, docs.
+
+    Cost formulas return sympy expressions over the program's symbolic dims:
+    `off_chip(ctx)` bytes moved between HBM and the fabric; `on_chip(ctx, mode)` bytes of
+    on-chip memory, for `mode` "paper" (the equations of the paper's Section 4.2) or
+    "artifact" (the single-buffered accounting behind the paper's evaluation figures);
+    `flops(ctx)` arithmetic operations.
+    """
 
     name: str
     family: str
@@ -209,6 +242,9 @@ class OpSpec:
     params: tuple[Param, ...]
     infer: Callable[[InferCtx], list[StreamType]]
     outputs: Callable[[dict], list[str]] = field(default=lambda attrs: ["out"])
+    off_chip: Callable[[CostCtx], sympy.Expr] = _zero
+    on_chip: Callable[[CostCtx, str], sympy.Expr] = _zero
+    flops: Callable[[CostCtx], sympy.Expr] = _zero
 
     @property
     def all_params(self) -> tuple[Param, ...]:

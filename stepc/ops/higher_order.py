@@ -108,6 +108,39 @@ def _flatmap(ctx: InferCtx):
     return [stream(_retype(ctx, elem), first.shape[:-1] + (merged,) + inner[1:])]
 
 
+def _elems(c) -> list:
+    ins = c.inputs["ins"]
+    elems = [st.elem for st in ins]
+    if len(elems) == 1 and isinstance(elems[0], Tuple):
+        elems = list(elems[0].elems)
+    return elems
+
+
+def _fn_flops(c) -> sympy.Expr:
+    """FLOPs of a higher-order operator: the function's FLOPs per element x elements."""
+    spec = FUNCTIONS[c.attrs["fn"].name]
+    return spec.flops(_elems(c), c.attrs["fn"]) * c.inputs["ins"][0].card
+
+
+def _matmul_buffer(c) -> sympy.Expr:
+    """The paper's matmul buffer: 16 x in_tile_col (as printed: an element count) + weight tile."""
+    a, w = _elems(c)[:2]
+    return 16 * a.cols + w.bytes
+
+
+def _map_onchip(c, mode):
+    if mode == "paper" and c.attrs["fn"].name == "matmul":
+        return _matmul_buffer(c)
+    return 0
+
+
+def _accum_onchip(c, mode):
+    out = c.outputs[0].elem.bytes
+    if mode == "paper" and c.attrs["fn"].name == "matmul":
+        return _matmul_buffer(c) + out
+    return out
+
+
 _INS = Param("ins", VARSTREAMS, doc="input stream(s), consumed in lockstep")
 _FN = Param("fn", "fn", doc="function from the library (see Functions)")
 _BW = Param("compute_bw", "int", None, "FLOPs per cycle allocated to this operator")
@@ -125,6 +158,8 @@ HIGHER_ORDER_OPS = [
         "and must have equal shapes.",
         (_INS, _FN, _BW, _WB, _DTYPE, _DIM),
         _map,
+        on_chip=_map_onchip,
+        flops=_fn_flops,
     ),
     OpSpec(
         "Accum", "higher_order",
@@ -138,6 +173,8 @@ HIGHER_ORDER_OPS = [
         (_INS, _FN, Param("rank", "int", doc="number of reduced inner dims (>= 1)"), _INIT,
          _BW, _WB, _DTYPE, _DIM),
         _accum,
+        on_chip=_accum_onchip,
+        flops=_fn_flops,
     ),
     OpSpec(
         "Scan", "higher_order",
@@ -146,6 +183,8 @@ HIGHER_ORDER_OPS = [
         "after each stop of level >= `rank`. The output has the input's shape.",
         (_INS, _FN, Param("rank", "int", doc="reset level (>= 1)"), _INIT, _BW, _WB, _DTYPE),
         _scan,
+        on_chip=lambda c, mode: c.outputs[0].elem.bytes,
+        flops=_fn_flops,
     ),
     OpSpec(
         "FlatMap", "higher_order",
@@ -155,6 +194,7 @@ HIGHER_ORDER_OPS = [
         "ragged symbol when the inner streams differ in length.",
         (_INS, _FN, _BW, _DTYPE, _DIM),
         _flatmap,
+        flops=_fn_flops,
     ),
 ]
 

@@ -107,6 +107,14 @@ def _random_store(ctx: InferCtx):
     return [stream(Scalar("bool"), addr.shape)]
 
 
+def _tile_buffers(tile_bytes, artifact_factor=lambda c: 1):
+    """On-chip cost of an off-chip operator: the paper double-buffers its tile (2 tiles);
+    the artifact's accounting counts one tile (times the write buffer depth for stores)."""
+    def on_chip(c, mode):
+        return 2 * tile_bytes(c) if mode == "paper" else artifact_factor(c) * tile_bytes(c)
+    return on_chip
+
+
 _TILE = Param("tile", "ints", doc="tile shape [rows, cols] in elements")
 _PAR = Param("par_dispatch", "int", 1, "HBM requests issued per cycle")
 
@@ -128,6 +136,8 @@ OFFCHIP_OPS = [
          Param("shape", "ints", None, "view shape, in tiles"),
          _PAR),
         _load,
+        off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
+        on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
     ),
     OpSpec(
         "LinearOffChipStore", "offchip",
@@ -139,6 +149,8 @@ OFFCHIP_OPS = [
          Param("tensor", "tensor", doc="destination tensor (or a slice)"),
          _PAR),
         _store,
+        off_chip=lambda c: c.inputs["in"].card * c.inputs["in"].elem.bytes,
+        on_chip=_tile_buffers(lambda c: c.inputs["in"].elem.bytes),
         outputs=lambda attrs: [],
     ),
     OpSpec(
@@ -150,6 +162,8 @@ OFFCHIP_OPS = [
          Param("tensor", "tensor", doc="the off-chip tensor"),
          _TILE, _PAR),
         _random_load,
+        off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
+        on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
     ),
     OpSpec(
         "RandomOffChipStore", "offchip",
@@ -164,6 +178,9 @@ OFFCHIP_OPS = [
          Param("buffer_depth", "int", 1, "write buffer depth (tiles)"),
          _PAR),
         _random_store,
+        off_chip=lambda c: c.inputs["waddr"].card * c.inputs["wdata"].elem.bytes,
+        on_chip=_tile_buffers(lambda c: c.inputs["wdata"].elem.bytes,
+                              artifact_factor=lambda c: c.attrs["buffer_depth"]),
         outputs=lambda attrs: ["ack"],
     ),
 ]

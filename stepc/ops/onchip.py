@@ -66,6 +66,8 @@ ONCHIP_OPS = [
         (Param("in", STREAM, doc="tiles to buffer"),
          Param("rank", "int", doc="number of inner dims stored per buffer (1..rank of in)")),
         _bufferize,
+        on_chip=lambda c, mode: (c.outputs[0].elem.tile.bytes
+                                 + 2 * c.outputs[0].elem.bytes),
     ),
     OpSpec(
         "Streamify", "onchip",
@@ -82,5 +84,7 @@ ONCHIP_OPS = [
          Param("stride", "ints", None, "affine view strides, in tiles"),
          Param("shape", "ints", None, "affine view shape, in tiles")),
         _streamify,
+        on_chip=lambda c, mode: 0 if mode == "paper" else (
+            c.inputs["in"].elem.bytes + c.inputs["in"].elem.tile.bytes),
     ),
 ]

@@ -115,7 +115,18 @@ def _broadcast(ctx: InferCtx):
     return [ctx.inputs["in"]] * n
 
 
+def _reassemble_onchip(c, mode):
+    """Artifact accounting only: a write-back Reassemble buffers part of its output (the
+    reference slices the output shape from the selector's rank - 1)."""
+    if mode == "paper" or not c.attrs["write_back"]:
+        return 0
+    out, sel_rank = c.outputs[0], c.inputs["sel"].rank
+    dims = out.shape[-1:] if sel_rank == 0 else out.shape[sel_rank - 1:]
+    return sympy.Mul(*dims) * out.elem.bytes
+
+
 _SWITCH = Param("switch_cycles", "int", 1, "extra cycles per routed element")
+_WB = Param("write_back", "bool", False, "routed elements are written to an on-chip memory unit")
 _DIM = Param("dim", "str", None, "name for the dims this operator introduces")
 
 ROUTING_OPS = [
@@ -132,7 +143,7 @@ ROUTING_OPS = [
          Param("sel", STREAM, doc="multi-hot selector stream"),
          Param("rank", "int", doc="chunk rank (the output rank)"),
          Param("consumers", "int", doc="number of outputs"),
-         _SWITCH, _DIM),
+         _SWITCH, _WB, _DIM),
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
     ),
@@ -147,8 +158,9 @@ ROUTING_OPS = [
         (Param("ins", STREAMS, doc="list of input streams (same rank and element type)"),
          Param("sel", STREAM, doc="multi-hot selector stream"),
          Param("rank", "int", doc="the inputs' rank (chunk rank)"),
-         _SWITCH, _DIM),
+         _SWITCH, _WB, _DIM),
         _reassemble,
+        on_chip=_reassemble_onchip,
     ),
     OpSpec(
         "EagerMerge", "routing",

@@ -160,6 +160,7 @@ SHAPE_OPS = [
          Param("rank", "int", 0, "rank index b of the outermost repeated dim"),
          Param("sizes", "ints", None, "static sizes (no ref)")),
         _expand,
+        on_chip=lambda c, mode: c.outputs[0].elem.bytes,
     ),
     OpSpec(
         "Repeat", "shape",
@@ -169,6 +170,7 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("count", "int", doc="number of copies")),
         _repeat,
+        on_chip=lambda c, mode: c.outputs[0].elem.bytes,
     ),
     OpSpec(
         "Zip", "shape",

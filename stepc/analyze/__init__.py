@@ -1,0 +1,5 @@
+"""Symbolic off-chip traffic, on-chip memory, FLOPs and operational intensity."""
+
+from stepc.analyze.analysis import Analysis, OpCost, analyze, roofline, trace_bindings
+
+__all__ = ["Analysis", "OpCost", "analyze", "roofline", "trace_bindings"]

@@ -1,0 +1,293 @@
+"""Symbolic cost analysis: off-chip traffic, on-chip memory and FLOPs per operator and in total.
+
+Each operator's formulas live in its `OPS` record; this module sums them over the typed
+graph, keeps them symbolic in the program's dynamic dims, binds symbols (by hand or from
+a trace), and computes the roofline lower bound for a hardware configuration.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from stepc.check.checker import TypedProgram
+from stepc.hw import HardwareConfig
+from stepc.ops import OPS
+from stepc.ops.base import CostCtx
+from stepc.source import Span
+from stepc.traces import TraceError
+from stepc.types import Select, SymbolInfo, Tile
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The cost formulas of one operator instance."""
+
+    node: str
+    op: str
+    span: Span
+    off_chip: sympy.Expr
+    on_chip: sympy.Expr
+    activity: sympy.Expr | None  # elements of the operator's principal stream
+    flops: sympy.Expr
+    compute_bw: int | None  # FLOPs/cycle allocated, for higher-order operators
+
+    @property
+    def on_chip_on_demand(self) -> sympy.Expr:
+        """On-chip bytes charged only when the operator's stream is non-empty."""
+        return _on_demand(self.on_chip, self.activity)
+
+
+@dataclass
+class Analysis:
+    """Per-operator costs and totals of one program under one on-chip accounting mode."""
+
+    program: str
+    params: dict[str, int]
+    mode: str
+    ops: list[OpCost]
+    symbols: dict[str, SymbolInfo]
+    bindings: dict[str, sympy.Expr] = field(default_factory=dict)
+
+    def total(self, attr: str) -> sympy.Expr:
+        if attr == "on_chip_on_demand":
+            return self.on_demand_total()
+        return sympy.nsimplify(sympy.Add(*(getattr(o, attr) for o in self.ops)))
+
+    def on_demand_total(self) -> sympy.Expr:
+        """On-demand on-chip bytes, one term per distinct "stream is non-empty" condition."""
+        always = sympy.Integer(0)
+        groups: dict[sympy.Basic, sympy.Expr] = {}
+        for o in self.ops:
+            if o.on_chip == 0:
+                continue
+            cond = _nonempty(o.activity)
+            if cond is sympy.true:
+                always += o.on_chip
+            elif cond is not sympy.false:
+                groups[cond] = groups.get(cond, 0) + o.on_chip
+        terms = [sympy.Piecewise((cost, cond), (0, True))
+                 for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
+        return sympy.Add(always, *terms)
+
+    @property
+    def totals(self) -> dict[str, sympy.Expr]:
+        traffic, flops = self.total("off_chip"), self.total("flops")
+        return {
+            "off_chip_bytes": traffic,
+            "on_chip_bytes": self.total("on_chip"),
+            "on_chip_bytes_on_demand": self.total("on_chip_on_demand"),
+            "flops": flops,
+            "operational_intensity": sympy.simplify(flops / traffic) if traffic != 0
+            else sympy.nan,
+        }
+
+    @property
+    def allocated_compute(self) -> int:
+        return sum(o.compute_bw or 0 for o in self.ops)
+
+    def free_symbols(self) -> list[str]:
+        """Symbols the costs still depend on (after bindings)."""
+        names: set[str] = set()
+        for e in self.totals.values():
+            names |= {s.name for s in sympy.sympify(e).free_symbols}
+        return sorted(names)
+
+    def bind(self, values: dict[str, sympy.Expr]) -> Analysis:
+        """Substitute symbols by values (unknown names are ignored by the caller's check)."""
+        subs = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()}
+
+        def ev(e):
+            return _settle(sympy.sympify(e).xreplace(subs)) if subs else e
+        ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
+                      None if o.activity is None else ev(o.activity), ev(o.flops),
+                      o.compute_bw) for o in self.ops]
+        return Analysis(self.program, self.params, self.mode, ops, self.symbols,
+                        {**self.bindings, **values})
+
+
+def _settle(e: sympy.Expr) -> sympy.Expr:
+    """Evaluate ceilings and piecewise terms once all their symbols are bound."""
+    if e.free_symbols:
+        return e
+    return sympy.nsimplify(sympy.simplify(e))
+
+
+def _nonempty(activity: sympy.Expr | None) -> sympy.Basic:
+    """The condition "this stream has elements", simplified: ceil(D/k) > 0 iff D > 0, and a
+    product of nonnegative dims is positive iff each factor is."""
+    if activity is None:
+        return sympy.true
+    factors = sympy.Mul.make_args(sympy.factor_terms(activity))
+    conds = []
+    for f in factors:
+        while isinstance(f, sympy.ceiling):
+            f = sympy.numer(sympy.together(f.args[0]))
+        if f.is_number:
+            if f <= 0:
+                return sympy.false
+            continue
+        if isinstance(f, sympy.Piecewise):
+            continue  # Promote's (1 if D > 0 else 0): D > 0 is implied by the other factors
+        conds.append(sympy.StrictGreaterThan(f, 0))
+    return sympy.And(*sorted(set(conds), key=sympy.sstr)) if conds else sympy.true
+
+
+def _on_demand(cost: sympy.Expr, activity: sympy.Expr | None) -> sympy.Expr:
+    """Charge `cost` only when the operator's stream is non-empty."""
+    cond = _nonempty(activity)
+    if cost == 0 or cond is sympy.true:
+        return cost
+    if cond is sympy.false:
+        return sympy.Integer(0)
+    return sympy.Piecewise((cost, cond), (0, True))
+
+
+def analyze(typed: TypedProgram, mode: str = "artifact",
+            hw: HardwareConfig | None = None) -> Analysis:
+    """Cost formulas of every operator of a checked program."""
+    ops: list[OpCost] = []
+    default_bw = hw.fabric.compute_bw if hw is not None else None
+    for node in typed.typed_nodes():
+        spec = OPS[node.op]
+        inputs = typed.input_types(node.name)
+        outputs = [typed.types[(node.name, p)] for p in range(len(node.outputs))]
+        ctx = CostCtx(node.name, inputs, outputs, node.attrs)
+        on_chip = sympy.sympify(spec.on_chip(ctx, mode))
+        principal = ctx.first_input() or (outputs[0] if outputs else None)
+        activity = principal.card if principal is not None else None
+        bw = None
+        if spec.family == "higher_order":
+            bw = node.attrs.get("compute_bw") or default_bw
+        ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
+                          on_chip, activity, sympy.sympify(spec.flops(ctx)), bw))
+    used = set()
+    for o in ops:
+        for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):
+            used |= {s.name for s in e.free_symbols}
+    symbols = {n: typed.symbols.infos[n] for n in sorted(used) if n in typed.symbols.infos}
+    return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
+
+
+# ---------------------------------------------------------------- trace bindings
+def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
+    """A trace for a selector stream as a [elements, n] boolean matrix."""
+    n = declared.elem.n
+    dims = len(declared.shape)
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise TraceError(f"trace for `{name}`: id {int(arr.max() if arr.max() >= n else arr.min())}"
+                         f" is out of range for {declared.elem}")
+    if arr.ndim == dims + 1:  # one multi-hot selector per row of ids
+        rows = arr.reshape(-1, arr.shape[-1])
+        out = np.zeros((rows.shape[0], n), dtype=bool)
+        out[np.repeat(np.arange(rows.shape[0]), rows.shape[1]), rows.ravel()] = True
+        return out
+    if arr.ndim == dims:  # one one-hot selector per id
+        flat = arr.ravel()
+        out = np.zeros((flat.size, n), dtype=bool)
+        out[np.arange(flat.size), flat] = True
+        return out
+    raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not fit "
+                     f"{declared}")
+
+
+def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> None:
+    if len(shape) < len(declared.shape):
+        raise TraceError(f"trace for `{name}` has shape {list(shape)}; {declared} needs "
+                         f"{len(declared.shape)} dims")
+    for d, actual in zip(declared.shape, shape, strict=False):
+        if d.is_Symbol:
+            bindings.setdefault(d.name, sympy.Integer(actual))
+        elif d.is_Integer and int(d) != actual:
+            raise TraceError(f"trace for `{name}` has {actual} where {declared} expects "
+                             f"{int(d)}")
+
+
+def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[str, sympy.Expr]:
+    """Values of the dynamic dims that external-stream traces determine.
+
+    Binds the declared dims of each traced external stream, the per-output counts of every
+    Partition driven by a traced selector (the per-expert token counts of a MoE), and the
+    group size of every Reassemble driven by one (its mean, so totals stay exact).
+    """
+    prog = typed.program
+    externals = {n.attrs["name"]: n for n in prog.nodes.values() if n.op == "External"}
+    for name in traces:
+        if name not in externals:
+            near = difflib.get_close_matches(name, list(externals), n=1)
+            hint = f" (did you mean `{near[0]}`?)" if near else ""
+            raise TraceError(f"--trace {name}: the program has no external stream named "
+                             f"`{name}`{hint}")
+    bindings: dict[str, sympy.Expr] = {}
+    selectors: dict[str, np.ndarray] = {}
+    for name, arr in traces.items():
+        node = externals[name]
+        declared = typed.types[(node.name, 0)]
+        if isinstance(declared.elem, Select):
+            mat = _selector_matrix(name, declared, arr)
+            dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
+            _bind_dims(bindings, declared, dims, name)
+            selectors[node.name] = mat
+        elif isinstance(declared.elem, Tile):
+            _bind_dims(bindings, declared, arr.shape, name)
+        else:
+            raise TraceError(f"`{name}` has type {declared}; traces can drive selector and "
+                             "integer tile streams")
+    for node in prog.nodes.values():
+        if node.op not in ("Partition", "Reassemble"):
+            continue
+        sel_edge = next((e for e in prog.in_edges(node.name)
+                         if node.inputs[e.slot][0] == "sel"), None)
+        if sel_edge is None:
+            continue
+        src = _source(prog, sel_edge.src)
+        if src not in selectors or (node.name, 0) not in typed.types:
+            continue
+        mat = selectors[src]
+        if node.op == "Partition":
+            counts = mat.sum(axis=0)
+            for i in range(len(node.outputs)):
+                d = typed.types[(node.name, i)].shape[0]
+                if d.is_Symbol:
+                    bindings.setdefault(d.name, sympy.Integer(int(counts[i])))
+        else:
+            out = typed.types[(node.name, 0)]
+            d = out.shape[typed.types[(src, 0)].rank + 1]
+            if d.is_Symbol and mat.shape[0]:
+                bindings.setdefault(d.name, sympy.Rational(int(mat.sum()), mat.shape[0]))
+    return bindings
+
+
+def _source(prog, node: str) -> str:
+    n = prog.nodes[node]
+    while n.op == "Broadcast" and n.implicit:
+        n = prog.nodes[prog.in_edges(n.name)[0].src]
+    return n.name
+
+
+# ---------------------------------------------------------------- roofline
+@dataclass(frozen=True)
+class Roofline:
+    memory_cycles: sympy.Expr
+    compute_cycles: sympy.Expr
+    bound: str  # "memory" | "compute" | "unknown"
+
+    @property
+    def cycles(self) -> sympy.Expr:
+        return sympy.Max(self.memory_cycles, self.compute_cycles)
+
+
+def roofline(a: Analysis, hw: HardwareConfig) -> Roofline:
+    """Lower bound on cycles: traffic / off-chip bandwidth vs FLOPs / allocated compute."""
+    t = a.totals
+    mem = t["off_chip_bytes"] / sympy.nsimplify(hw.hbm.peak_bw)
+    alloc = a.allocated_compute
+    comp = t["flops"] / alloc if alloc else sympy.Integer(0)
+    if mem.free_symbols or comp.free_symbols:
+        bound = "unknown"
+    else:
+        bound = "memory" if mem >= comp else "compute"
+    return Roofline(sympy.nsimplify(mem), sympy.nsimplify(comp), bound)

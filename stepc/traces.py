@@ -1,0 +1,108 @@
+"""Traces that drive external streams: expert routing and KV-cache lengths.
+
+Real traces (the paper's) are files; seeded synthetic generators with the same shapes are
+the default, so every program runs without external data.
+
+- expert routing: int `[B, k]` expert ids per token (`.npz` with key `data`, or `.npy`);
+- KV-cache lengths: int `[B]` lengths per request (`.npy`, or CSV with one value per line).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+
+class TraceError(Exception):
+    """A trace file that cannot be used; the message names the file and the problem."""
+
+
+def load_array(path: str) -> np.ndarray:
+    """Load an integer array from `.npy`, `.npz` (key `data`) or `.csv`."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{path}: no such trace file")
+    try:
+        if p.suffix == ".npz":
+            with np.load(p) as z:
+                if "data" not in z.files:
+                    raise TraceError(f"{path}: .npz trace needs an array named `data` "
+                                     f"(found: {', '.join(z.files) or 'none'})")
+                arr = z["data"]
+        elif p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        elif p.suffix == ".csv":
+            with open(p, newline="") as f:
+                rows = [r for r in csv.reader(f) if r and not r[0].startswith("#")]
+            arr = np.array([[int(x) for x in r] for r in rows])
+            arr = arr[:, 0] if arr.ndim == 2 and arr.shape[1] == 1 else arr
+        else:
+            raise TraceError(f"{path}: unknown trace format (expected .npy, .npz or .csv)")
+    except TraceError:
+        raise
+    except (ValueError, OSError) as e:
+        raise TraceError(f"{path}: cannot read trace: {e}") from None
+    if not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)
+        else:
+            raise TraceError(f"{path}: trace must hold integers, found {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def load_routing(path: str, num_experts: int | None = None) -> np.ndarray:
+    """Expert routing `[B, k]`: validated rank, non-negative ids below `num_experts`."""
+    arr = load_array(path)
+    if arr.ndim != 2:
+        raise TraceError(f"{path}: expert routing must be [B, k] expert ids, found shape "
+                         f"{list(arr.shape)}")
+    validate_routing(arr, num_experts, path)
+    return arr
+
+
+def validate_routing(arr: np.ndarray, num_experts: int | None, where: str) -> None:
+    if arr.size and arr.min() < 0:
+        raise TraceError(f"{where}: negative expert id {int(arr.min())}")
+    if num_experts is not None and arr.size and arr.max() >= num_experts:
+        raise TraceError(f"{where}: expert id {int(arr.max())} is out of range for "
+                         f"{num_experts} experts")
+
+
+def load_kv_lengths(path: str) -> np.ndarray:
+    """KV-cache lengths `[B]`: validated rank and non-negative values."""
+    arr = load_array(path)
+    if arr.ndim != 1:
+        raise TraceError(f"{path}: KV lengths must be a [B] vector, found shape "
+                         f"{list(arr.shape)}")
+    if arr.size and arr.min() < 0:
+        raise TraceError(f"{path}: negative KV length {int(arr.min())}")
+    return arr
+
+
+def synthetic_routing(batch: int, experts: int, k: int, seed: int = 0,
+                      skew: float = 1.0) -> np.ndarray:
+    """Seeded top-k routing `[batch, k]`: distinct experts per token, drawn from a Zipf-like
+    popularity with exponent `skew` (0: uniform)."""
+    if k > experts:
+        raise TraceError(f"top-k {k} exceeds the number of experts {experts}")
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, experts + 1) ** skew
+    popularity = rng.permutation(popularity / popularity.sum())
+    out = np.empty((batch, k), dtype=np.int64)
+    for b in range(batch):
+        out[b] = rng.choice(experts, size=k, replace=False, p=popularity)
+    return out
+
+
+def synthetic_kv_lengths(batch: int, mean: float = 1024, std: float = 512, seed: int = 0,
+                         max_len: int | None = None) -> np.ndarray:
+    """Seeded KV-cache lengths `[batch]`: a log-normal with the given mean and spread."""
+    rng = np.random.default_rng(seed)
+    sigma2 = np.log(1 + (std / mean) ** 2)
+    lengths = rng.lognormal(np.log(mean) - sigma2 / 2, np.sqrt(sigma2), size=batch)
+    lengths = np.maximum(1, np.round(lengths)).astype(np.int64)
+    if max_len is not None:
+        lengths = np.minimum(lengths, max_len)
+    return lengths
