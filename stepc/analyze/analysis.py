@@ -98,7 +98,8 @@ class Analysis:
 
     def bind(self, values: dict[str, sympy.Expr]) -> Analysis:
         """Substitute symbols by values (unknown names are ignored by the caller's check)."""
-        subs = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()}
+        subs = {sympy.Symbol(k, integer=True, nonnegative=True): sympy.sympify(v)
+                for k, v in values.items()}
 
         def ev(e):
             return _settle(sympy.sympify(e).xreplace(subs)) if subs else e

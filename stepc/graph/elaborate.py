@@ -135,6 +135,8 @@ def _kind_word(v: Any) -> str:
         return "a tensor"
     if isinstance(v, list):
         return "a list"
+    if isinstance(v, tuple):
+        return f"{len(v)} values"
     if isinstance(v, FnValue):
         return "a function"
     if isinstance(v, GraphVal):
@@ -648,7 +650,7 @@ class Elaborator:
             arg_spans[p.name] = span
             try:
                 if p.kind == STREAM:
-                    v = self.value(val_ast, scope)
+                    v = self.first_output(self.value(val_ast, scope))
                     self.expect_stream(v, spec.name, p.name, span)
                     stream_inputs.append((p.name, None, v, span))
                 elif p.kind in (STREAMS, VARSTREAMS):
@@ -661,7 +663,7 @@ class Elaborator:
                                              f"of streams, found {_kind_word(vs)}", span)
                         spans = [span] * len(vs)
                     else:
-                        vs = [self.value(x, scope) for x in val_ast]
+                        vs = [self.first_output(self.value(x, scope)) for x in val_ast]
                         spans = [a.span for a in items] if items else [span] * len(vs)
                     for k, (v, sp) in enumerate(zip(vs, spans, strict=True)):
                         if v is None and p.kind == STREAMS:
@@ -687,6 +689,13 @@ class Elaborator:
         if spec.name in ARRAY_OUTPUT_OPS:
             return vals
         return tuple(vals) if n_out > 1 else vals[0]
+
+    def first_output(self, v: Any) -> Any:
+        """A multi-output call used as one stream stands for its first output."""
+        if isinstance(v, tuple) and v and all(isinstance(x, StreamVal) for x in v):
+            self.nodes[v[0].node].discarded.update(x.port for x in v[1:])
+            return v[0]
+        return v
 
     def expect_stream(self, v: Any, op: str, param: str, span: Span) -> None:
         if not isinstance(v, (StreamVal, Pending)):
