@@ -134,12 +134,10 @@ def _load_hw(hw: str | None, sets: tuple[str, ...]):
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program."""
-    import sympy
     from rich.console import Console
 
-    from stepc.analyze import analyze, roofline, trace_bindings
+    from stepc.analyze import roofline
     from stepc.analyze.report import render_text, to_json
-    from stepc.traces import TraceError, load_array
 
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
@@ -147,6 +145,96 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
+    a = _bound_analysis(result, binds, traces, onchip_model, config)
+    roof = roofline(a, config) if config is not None else None
+    if fmt == "json":
+        click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
+    else:
+        console = Console(file=click.get_text_stream("stdout"), width=110,
+                          highlight=False, soft_wrap=False)
+        render_text(a, console, show_all, config, roof)
+        emit_diagnostics(result)
+    sys.exit(EXIT_OK)
+
+
+@main.command("dot")
+@click.argument("file", type=str)
+@_DEFINE
+@click.option("-o", "--output", "out", default=None, metavar="OUT",
+              help="Write to OUT (.dot/.gv text, or .svg/.png/.pdf via Graphviz); default: "
+              "DOT text on standard output.")
+@click.option("--collapse", is_flag=True,
+              help="Fold identical loop iterations into one cluster labeled with the count.")
+@click.option("--annotate", default=None, metavar="analysis|FILE.json",
+              help="Shade nodes: `analysis` by share of off-chip traffic (labels on-chip "
+              "bytes), or a JSON file {\"heat\": {node: {\"fraction\": f, \"note\": s}}}.")
+@click.option("--bind", "binds", multiple=True, metavar="SYMBOL=VALUE",
+              help="Bind a symbol for --annotate analysis.")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="Bind an external stream to a trace for --annotate analysis.")
+@click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
+              show_default=True, help="On-chip accounting for --annotate analysis.")
+@click.option("--force", is_flag=True, help="Overwrite OUT even if stepc did not write it.")
+def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model, force):
+    """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed)."""
+    from stepc.viz.dot import to_dot
+    from stepc.viz.render import RenderError, write_output
+
+    result = compile_file(file, parse_defines(defines))
+    check_overrides(result)
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_PROGRAM)
+    heat, title = None, None
+    if annotate is not None:
+        heat, title = _heat(result, annotate, binds, traces, onchip_model)
+    text = to_dot(result.typed, collapse=collapse, heat=heat, title=title)
+    if out is None or out == "-":
+        click.echo(text, nl=False)
+    else:
+        try:
+            write_output(text, out, force)
+        except RenderError as e:
+            click.echo(f"stepc: error: {e}", err=True)
+            sys.exit(EXIT_PROGRAM)
+    emit_diagnostics(result)
+    sys.exit(EXIT_OK)
+
+
+def _heat(result: Compiled, annotate: str, binds, traces, onchip_model):
+    """Node shading for `stepc dot --annotate`."""
+    from stepc.viz.dot import Heat, analysis_heat
+
+    if annotate == "analysis":
+        a = _bound_analysis(result, binds, traces, onchip_model)
+        heat, unbound = analysis_heat(a)
+        title = f"{result.name}: shaded by share of off-chip traffic"
+        if unbound:
+            names = ", ".join(unbound[:4]) + (f", ... ({len(unbound)} dims)"
+                                              if len(unbound) > 4 else "")
+            title += f" (unbound {names} taken as 1; bind with --bind/--trace)"
+        return heat, title
+    try:
+        with open(annotate, encoding="utf-8") as f:
+            doc = json.load(f)
+        heat = {k: Heat(float(v["fraction"]), str(v.get("note", "")))
+                for k, v in doc["heat"].items()}
+    except FileNotFoundError:
+        raise click.UsageError(f"--annotate {annotate}: expected `analysis` or a JSON file "
+                               "that exists") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise click.UsageError(f"--annotate {annotate}: expected JSON "
+                               f"{{\"heat\": {{node: {{\"fraction\": ...}}}}}} ({e})") from None
+    return heat, f"{result.name}: shaded by {annotate}"
+
+
+def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
+    """analyze() with --bind and --trace values applied (usage errors for bad ones)."""
+    import sympy
+
+    from stepc.analyze import analyze, trace_bindings
+    from stepc.traces import TraceError, load_array
+
     a = analyze(result.typed, onchip_model, config)
     values: dict = {}
     try:
@@ -165,17 +253,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
         except ValueError:
             raise click.UsageError(f"--bind {name}: expected an integer, found {val!r}") \
                 from None
-    if values:
-        a = a.bind(values)
-    roof = roofline(a, config) if config is not None else None
-    if fmt == "json":
-        click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
-    else:
-        console = Console(file=click.get_text_stream("stdout"), width=110,
-                          highlight=False, soft_wrap=False)
-        render_text(a, console, show_all, config, roof)
-        emit_diagnostics(result)
-    sys.exit(EXIT_OK)
+    return a.bind(values) if values else a
 
 
 def types_text(result: Compiled) -> str:

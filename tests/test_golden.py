@@ -62,7 +62,8 @@ def run_case(path: Path, monkeypatch) -> str:
         args = args + [rel]
     monkeypatch.chdir(REPO)
     runner = CliRunner(env=ENV)
-    result = runner.invoke(main, ["check", *args], input=stdin, catch_exceptions=True)
+    result = runner.invoke(main, ["check", *args], input=stdin, catch_exceptions=True,
+                           prog_name="stepc")
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
         tb = "".join(traceback.format_exception(*result.exc_info))

@@ -105,8 +105,9 @@ class Prog:
             for port in range(len(node.outputs)):
                 if node.port_label(port) == label:
                     return node, port
-        raise KeyError(f"no stream `{label}`; streams: "
-                       + ", ".join(lbl for _, _, lbl, _, _ in self.c.typed.streams_in_order()))
+        labels = [nd.port_label(i) for nd in self.c.typed.program.nodes.values()
+                  for i in range(len(nd.outputs))]
+        raise KeyError(f"no stream `{label}`; streams: {', '.join(labels)}")
 
     def type(self, label: str):
         node, port = self.node_port(label)
@@ -589,19 +590,6 @@ def test_eager_merge_of_ragged_counts_is_a_fresh_ragged_dim():
     assert p.shape("es") == (total,)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Parallelize of a stream with a ragged chunk count gives outputs "
-    "ceil((n - i)/P) over the ragged symbol n; by the absorbing rule each output dim must be "
-    "a fresh (bare) ragged symbol"))
-def test_parallelize_of_ragged_chunks_absorbs():
-    p = Prog("o = Parallelize(kt, consumers=2, rank=0)").ok()
-    L = p.sym("L")
-    a, = p.shape("o[0]")
-    b, = p.shape("o[1]")
-    p.fresh_ragged(a, not_in=[L])
-    p.fresh_ragged(b, not_in=[L, a])
-
-
 def test_parallelize_static_counts_sum_to_the_input():
     for n_cons in range(1, 12):
         p = Prog(f"o = Parallelize(x, consumers={n_cons})").ok()
@@ -977,3 +965,74 @@ def test_errors_do_not_cascade_to_consumers():
         Sink(z)
     """)
     assert [d.code for d in p.errors] == ["E0310"], p.report()
+
+
+# ------------------------------------------------------------------ defects found (xfail)
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: require_shapes_equal returns at the first dim it cannot decide, so a provable "
+    "mismatch in a later dim ([P, 4] vs [Q, 5]) is only a W0301 warning instead of E0302"))
+@pytest.mark.parametrize("op", ["Zip(a, »b)", "Map(a, »b, fn=add)",
+                                "Accum(a, »b, fn=matmul, rank=1)"], ids=["Zip", "Map", "Accum"])
+def test_lockstep_mismatch_after_an_undecidable_dim_is_an_error(op):
+    expect_error(f"""
+        stream a : Strm<Tile<bf16, [16, 16]>, 1>[P, 4] = external("a")
+        stream b : Strm<Tile<bf16, [16, 16]>, 1>[Q, 5] = external("b")
+        y = {op}
+    """, "E0302")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: Reshape's `pad` initialiser is never validated: an unknown name is accepted "
+    "(Accum/Scan report E0103 for an unknown `init`)"))
+def test_reshape_unknown_pad_initialiser():
+    expect_error("y = Reshape(r, chunk=4, »pad=banana)", "E0103")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: initialiser values accept arbitrary attributes (`init=zero(v=3)`) silently; "
+    "function attributes are checked (E0202) but initialiser attributes are not"))
+def test_initialiser_with_unknown_attribute():
+    expect_error("y = Accum(ta, fn=add, rank=1, »init=zero(v=3))", "E0202")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "DEVIATION: Expand rejects a rank-0 single-element input; semantics.md 2.22 (rank-0 "
+    "input: the single value is repeated for every ref element) and errata 4 "
+    "(static Expand: [.., 1] -> [.., R]) allow it"))
+@pytest.mark.parametrize("call,shape", [("Expand(one, ref=r)", "[R]"),
+                                        ("Expand(one, sizes=[5])", "[5]")], ids=["ref", "sizes"])
+def test_expand_of_a_single_element_stream(call, shape):
+    p = Prog(f"""
+        one = LinearOffChipLoad(A, tile=[64, 256], shape=[1])
+        y = {call}
+    """).ok()
+    p.expect_shape("y", shape)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: a dim expression over a ragged symbol is not absorbed into a fresh ragged symbol: "
+    "Parallelize gives ceil((n - i)/P) and Promote gives (1 if n > 0 else 0) for a ragged "
+    "count n (the paper's absorbing rule; types.py: a ragged dim is always a bare symbol)"))
+@pytest.mark.parametrize("body,label", [
+    ("o = Parallelize(kt, consumers=2, rank=0)", "o[1]"),
+    ("y = Promote(Flatten(kt, min=0, max=2))", "y"),
+], ids=["Parallelize", "Promote"])
+def test_dims_over_ragged_symbols_are_absorbed(body, label):
+    p = Prog(body).ok()
+    outer = p.shape(label)[0]
+    p.fresh_ragged(outer, not_in=[p.sym("L")])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: a declared stream type with a negative dim is accepted (`[-3]`); Promote then "
+    "infers [0, -3]"))
+def test_declared_negative_dim_is_an_error():
+    expect_error('stream e : »Strm<Tile<bf16, [1, 1]>, 0>[-3] = external("e")', "E0360")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: `p = Partition(..., consumers=0)` reports E0204 and also a cascading E0208 "
+    "'the call has no output stream to bind' at the binding"))
+def test_partition_zero_consumers_reports_one_error():
+    p = expect_error("p = Partition(x, sel, rank=1, »consumers=0)", "E0204")
+    assert [d.code for d in p.errors] == ["E0204"], p.report()

@@ -55,13 +55,6 @@ class TypedProgram:
                 yield node
 
 
-def _flat(values):
-    for v in values:
-        if isinstance(v, list):
-            yield from v
-        else:
-            yield v
-
     def streams_in_order(self):
         """(node, port, label, span, type) for every named stream, in source order."""
         for name, node in self.program.nodes.items():
@@ -72,6 +65,14 @@ def _flat(values):
                 if t is None or port in node.discarded:
                     continue
                 yield node, port, node.port_label(port), node.port_spans.get(port, node.span), t
+
+
+def _flat(values):
+    for v in values:
+        if isinstance(v, list):
+            yield from v
+        else:
+            yield v
 
 
 class Checker:

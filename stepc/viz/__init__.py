@@ -1,0 +1,1 @@
+"""Visualization: DOT diagrams of STeP graphs and their rendering with Graphviz."""
