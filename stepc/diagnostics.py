@@ -103,14 +103,16 @@ def _excerpt(span: Span, sources: dict[str, SourceFile]) -> list[str]:
     src = sources.get(span.file)
     if src is None:
         return []
-    text = src.line_text(span.line)
-    if not text and span.line > len(src.text.splitlines()) + 1:
+    raw = src.line_text(span.line).rstrip("\r")
+    if not raw and span.line > len(src.text.splitlines()) + 1:
         return []
     gutter = f"{span.line:>5} | "
-    end = span.end_col if span.end_line == span.line else len(text) + 1
-    width = max(1, end - span.col)
-    caret = " " * (len(gutter) - 2) + "| " + " " * (span.col - 1) + "^" * width
-    return [gutter + text, caret.rstrip() if width == 0 else caret]
+    end = span.end_col if span.end_line == span.line else len(raw) + 1
+    # tabs are expanded the same way in the source line and under it
+    lead = len(raw[: span.col - 1].expandtabs(4))
+    width = max(1, len(raw[: max(end, span.col + 1) - 1].expandtabs(4)) - lead)
+    caret = " " * (len(gutter) - 2) + "| " + " " * lead + "^" * width
+    return [gutter + raw.expandtabs(4), caret]
 
 
 def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile]) -> str:

@@ -62,7 +62,7 @@ class Annotator:
 
     def _elem(self, e, env, new_names, origin, span):
         if isinstance(e, ast.TileTypeAst):
-            return ("tile", self._dtype(e.dtype, e.span),
+            return ("tile", self._dtype(e.dtype, e.dtype_span),
                     self._dim(e.rows, env, new_names, origin, span),
                     self._dim(e.cols, env, new_names, origin, span))
         if isinstance(e, ast.BufferTypeAst):

@@ -8,6 +8,7 @@ everything they mention is known.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -154,6 +155,9 @@ class Checker:
         return node, port
 
     def visit(self, node: OpNode) -> None:
+        if node.name in self.prog.poisoned:
+            self.failed.add(node.name)
+            return
         spec = OPS[node.op]
         in_edges = self.prog.in_edges(node.name)
         inputs: dict = {}
@@ -203,23 +207,53 @@ class Checker:
         notes: list[Note] = list(err.notes)
         if err.arg is not None:
             span = node.arg_spans.get(err.arg, node.span)
-            slots = [e for e in in_edges if node.inputs[e.slot][0] == err.arg
-                     and (err.index is None or node.inputs[e.slot][1] == err.index)]
-            if slots:
-                if err.index is not None:
-                    span = slots[0].span
-                src, port = self.source_of(slots[0].src, slots[0].port)
-                producer = self.prog.nodes[src]
-                t = self.types.get((src, port))
-                where = producer.port_spans.get(port, producer.span)
-                if t is not None:
-                    notes.append(Note(f"`{producer.port_label(port)}` is produced by "
-                                      f"{producer.op} here with type {t}", where))
+            if err.arg == "fn":  # a function's tile rule: every input's type matters
+                slots = list(in_edges) if err.code in ("E0305", "E0307", "E0310", "E0311") \
+                    else []
+            else:
+                slots = [e for e in in_edges if node.inputs[e.slot][0] == err.arg
+                         and (err.index is None or node.inputs[e.slot][1] == err.index)][:1]
+            if slots and err.index is not None:
+                span = slots[0].span
+            for e in slots:
+                notes.extend(self.producer_note(e))
+        notes.extend(self.symbol_notes(err.message))
         msg = err.message
         if warning:
             self.bag.warning(err.code, msg, span, notes)
         else:
             self.bag.error(err.code, msg, span, notes)
+
+    def stream_note(self, r) -> list[Note]:
+        node = self.prog.nodes[r.node]
+        t = self.types.get((r.node, r.port))
+        if t is None:
+            return []
+        return [Note(f"`{node.port_label(r.port)}` is inferred as {t}",
+                     node.port_spans.get(r.port, node.span))]
+
+    def producer_note(self, e: Edge) -> list[Note]:
+        src, port = self.source_of(e.src, e.port)
+        producer = self.prog.nodes[src]
+        t = self.types.get((src, port))
+        if t is None:
+            return []
+        where = producer.port_spans.get(port, producer.span)
+        return [Note(f"`{producer.port_label(port)}` is produced by {producer.op} here with "
+                     f"type {t}", where)]
+
+    def symbol_notes(self, message: str) -> list[Note]:
+        """Say where each symbol a message mentions comes from."""
+        notes = []
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_']*", message))
+        for name in sorted(words):
+            info = self.symbols.infos.get(name)
+            if info is None or not info.origin:
+                continue
+            kind = "ragged" if info.kind == "ragged" else "dynamic-regular"
+            notes.append(Note(f"`{name}` ({kind}) was introduced by `{info.origin}`: "
+                              f"{info.reason}", info.span))
+        return notes
 
     # ------------------------------------------------------------ annotations
     def check_annotation(self, node: OpNode, port: int, ann, what: str) -> None:
@@ -336,7 +370,7 @@ class Checker:
                                         f"{fmt_shape(rhs)}", a.span)
                 return
             for x, y in zip(lhs, rhs, strict=True):
-                if not self.unify(x, y, a):
+                if not self.unify(x, y, a, (fmt_shape(lhs), fmt_shape(rhs))):
                     return
             return
         if a.op == "==":
@@ -350,7 +384,7 @@ class Checker:
         elif rel is not sympy.true:
             self.facts.append(rel)
 
-    def unify(self, x, y, a: Assumption) -> bool:
+    def unify(self, x, y, a: Assumption, shapes: tuple[str, str] | None = None) -> bool:
         if x == y:
             return True
         for old, new in ((x, y), (y, x)):
@@ -364,8 +398,10 @@ class Checker:
         if verdict is None and self.solve(x, y):
             return True
         if verdict is False:
+            where = f" (the shapes are {shapes[0]} and {shapes[1]})" if shapes else ""
             self.bag.error("E0351", f"assumption contradicts the inferred dims: {fmt_dim(x)} "
-                                    f"!= {fmt_dim(y)}", a.span)
+                                    f"!= {fmt_dim(y)}{where}", a.span,
+                           [n for r in a.streams for n in self.stream_note(r)])
             return False
         self.facts.append(sympy.Eq(x, y))
         return True
@@ -391,7 +427,8 @@ class Checker:
         consumed = {(e.src, e.port) for e in self.prog.edges}
         for name, node in self.prog.nodes.items():
             for port in range(len(node.outputs)):
-                if (name, port) in consumed or port in node.discarded:
+                if (name, port) in consumed or port in node.discarded or \
+                        (name, port) in self.prog.named and self.bag.errors:
                     continue
                 if name in self.failed:
                     continue

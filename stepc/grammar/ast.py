@@ -92,6 +92,7 @@ class TileTypeAst:
     rows: Dim
     cols: Dim
     span: Span
+    dtype_span: Span
 
 
 @dataclass(frozen=True)

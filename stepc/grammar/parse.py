@@ -8,7 +8,7 @@ from importlib import resources
 import textx
 from textx import metamodel_from_str
 
-from stepc.diagnostics import Diagnostic, Severity, StepError
+from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
 from stepc.source import SourceFile
 
@@ -20,24 +20,130 @@ def metamodel():
     return metamodel_from_str(text, autokwd=True, use_regexp_group=False)
 
 
+_FRIENDLY = {
+    "'\\+|-'": "'+'", "'[0-9]+(?![0-9A-Za-z_])'": "a number", "STRING": "a string",
+    "'(true|false)(?![0-9A-Za-z_])'": "true/false", "ID": "a name",
+    "'(MultiHot|Index)(?![0-9A-Za-z_])'": "MultiHot/Index", "'-'": "'-'",
+}
+_CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def _expected(message: str) -> str:
+    """textX's "Expected A or B at position ..." with grammar internals made readable."""
+    body = message.split(" at position")[0].split(" => ")[0]
+    body = body.removeprefix("Expected ").removeprefix("expected ")
+    seen: list[str] = []
+    for alt in body.split(" or "):
+        alt = _FRIENDLY.get(alt.strip(), alt.strip())
+        if alt not in seen:
+            seen.append(alt)
+    if "a number" in seen and "a name" in seen:  # any operand would do
+        seen = [a for a in seen if a not in ("a number", "a name", "a string", "true/false",
+                                             "'-'", "'['", "'('")] + ["an expression"]
+    if len(seen) > 6:  # long lists of operators say nothing; keep the structural ones
+        keep = [a for a in seen if a in ("')'", "']'", "'}'", "'>'", "','", "'='", "a name")]
+        seen = keep or seen[:6]
+    return " or ".join(seen)
+
+
+def _scan(text: str, stop: int):
+    """Open brackets before `stop` (outside strings and comments), and any unterminated
+    string: returns (stack of (char, offset), offset of an unterminated quote or None)."""
+    stack: list[tuple[str, int]] = []
+    i = 0
+    while i < stop:
+        c = text[i]
+        if c == "#":
+            nl = text.find("\n", i)
+            i = len(text) if nl < 0 else nl
+            continue
+        if c in "\"'":
+            j = i + 1
+            while j < len(text) and text[j] not in (c, "\n"):
+                j += 2 if text[j] == "\\" else 1
+            if j >= len(text) or text[j] == "\n":
+                return stack, i
+            i = j + 1
+            continue
+        if c in "([{":
+            stack.append((c, i))
+        elif c in ")]}" and stack:
+            stack.pop()
+        i += 1
+    return stack, None
+
+
 def _syntax_error(src: SourceFile, line: int, col: int, message: str) -> Diagnostic:
-    text = src.line_text(line)
-    end = col + 1
-    # underline the offending token, not just its first character
-    while end <= len(text) and (text[end - 1].isalnum() or text[end - 1] == "_"):
-        end += 1
-    span = ast.Span(src.name, line, col, line, max(end, col + 1))
-    message = message[0].lower() + message[1:] if message else "syntax error"
-    message = message.replace(" at position", "").split(" => ")[0]
-    return Diagnostic("E0001", Severity.ERROR, f"syntax error: {message}", span)
+    offset = src._line_starts[min(line, len(src._line_starts)) - 1] + col - 1
+    text = src.text
+    stack, quote = _scan(text, len(text))
+    if quote is not None:
+        qline, qcol = src.linecol(quote)
+        return Diagnostic("E0001", Severity.ERROR, "syntax error: unterminated string",
+                          ast.Span(src.name, qline, qcol, qline, qcol + 1))
+    expected = _expected(message)
+    stack, _ = _scan(text, offset)
+    if stack and src.linecol(stack[-1][1])[0] < line:
+        ch, pos = stack[-1]
+        bline, bcol = src.linecol(pos)
+        return Diagnostic("E0001", Severity.ERROR,
+                          f"syntax error: `{ch}` is never closed (expected "
+                          f"`{_CLOSERS[ch]}`)", ast.Span(src.name, bline, bcol, bline, bcol + 1),
+                          (Note(f"expected `{_CLOSERS[ch]}` before this",
+                                ast.Span(src.name, line, col, line, col + 1)),))
+    before = text[src._line_starts[line - 1]:offset] if line <= len(src._line_starts) else ""
+    if not before.strip():  # the error is at the start of a line: blame the previous token
+        end = offset
+        while end > 0 and text[end - 1].isspace():
+            end -= 1
+        while True:  # skip back over comment lines
+            ls = text.rfind("\n", 0, end) + 1
+            hash_at = _comment_start(text[ls:end])
+            if hash_at is None:
+                break
+            end = ls + hash_at
+            while end > 0 and text[end - 1].isspace():
+                end -= 1
+        if end > 0:
+            start = end
+            while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_\"')]"):
+                start -= 1
+            token = text[start:end] or text[end - 1]
+            pline, pcol = src.linecol(start if start < end else end - 1)
+            return Diagnostic("E0001", Severity.ERROR, f"syntax error after `{token}`: "
+                              f"expected {expected}",
+                              ast.Span(src.name, pline, pcol, pline, pcol + max(1, len(token))))
+    line_text = src.line_text(line)
+    end_col = col + 1
+    while end_col <= len(line_text) and (line_text[end_col - 1].isalnum()
+                                         or line_text[end_col - 1] == "_"):
+        end_col += 1
+    return Diagnostic("E0001", Severity.ERROR, f"syntax error: expected {expected}",
+                      ast.Span(src.name, line, col, line, max(end_col, col + 1)))
+
+
+def _comment_start(line: str) -> int | None:
+    """Offset of a `#` comment in a line (outside strings), or None."""
+    quote = None
+    for i, c in enumerate(line):
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c == "#":
+            return i
+    return None
 
 
 def decode_source(name: str, data: bytes) -> SourceFile:
     """Decode raw file bytes; binary or non-UTF-8 input is a located error."""
     if b"\x00" in data:
+        prefix = data[: data.index(b"\x00")].decode("utf-8", errors="replace")
+        line, col = SourceFile(name, prefix).linecol(len(prefix))
         raise StepError([Diagnostic("E0003", Severity.ERROR,
                                     "file is not a .step program (it contains NUL bytes)",
-                                    ast.Span(name, 1, 1, 1, 1))])
+                                    ast.Span(name, line, col, line, col + 1))])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -60,7 +166,8 @@ def parse(src: SourceFile) -> ast.Module:
         msg = getattr(e, "message", None) or "input is too deeply nested"
         raise StepError([Diagnostic("E0001", Severity.ERROR, f"syntax error: {msg}",
                                     ast.Span(src.name, 1, 1, 1, 2))]) from None
-    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in model.statements))
+    statements = getattr(model, "statements", None) or []  # an empty file parses to ""
+    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
 
 
 class _Lower:
@@ -178,7 +285,8 @@ class _Lower:
         kind = type(t).__name__
         sp = self.span(t)
         if kind == "TileType":
-            return ast.TileTypeAst(t.dtype, self.dim(t.rows), self.dim(t.cols), sp)
+            return ast.TileTypeAst(t.dtype, self.dim(t.rows), self.dim(t.cols), sp,
+                                   self.name_span(t, t.dtype))
         if kind == "BufferType":
             return ast.BufferTypeAst(self.etype(t.tile), tuple(self.dim(d) for d in t.dims), sp)
         if kind == "SelectType":

@@ -25,13 +25,16 @@ from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
 from stepc.graph.program import (Assumption, Cluster, Edge, OpNode, Program, StreamRefTerm,
                                  Tensor, TypeAnnotation)
 from stepc.ops import OPS
-from stepc.ops.base import REQUIRED, STREAM, STREAMS, VARSTREAMS, FnValue, TensorRef
+from stepc.ops.base import (COMMON_PARAMS, REQUIRED, STREAM, STREAMS, VARSTREAMS, FnValue,
+                            TensorRef)
 from stepc.source import SourceFile, Span
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ROLES = ("input", "weight", "output", "scratch")
 TENSOR_SOURCES = {"random": ("seed",), "zeros": (), "ones": (), "arange": (), "file": ("path",)}
 ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
+MAX_LOOP = 1_000_000  # iterations of one `for` loop
+MAX_NODES = 2_000_000  # operator instances of one program
 
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
@@ -57,6 +60,7 @@ class Pending:
     annotation: TypeAnnotation
     span: Span
     bound: StreamVal | None = None
+    failed: bool = False  # its binding statement had errors (already reported)
 
 
 class Poison:
@@ -175,6 +179,8 @@ class Elaborator:
         self.imported: set[str] = set()
         self.import_stack: list[str] = []
         self.global_scope = Scope(None)
+        self.named: set[tuple[str, int]] = set()  # streams referenced by name
+        self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
 
     # ================================================================ driver
     def run(self) -> Program:
@@ -191,7 +197,22 @@ class Elaborator:
             try:
                 self.statement(s, scope, top)
             except _Abort:
-                pass
+                self.poison(s, scope)
+
+    def poison(self, s, scope: Scope) -> None:
+        """Names a failed statement would define fail silently when used later."""
+        if isinstance(s, (ast.Param, ast.TensorDecl, ast.StreamDecl)):
+            names = [s.name]
+        elif isinstance(s, ast.Binding):
+            names = [t.name for t in s.targets if not t.indices and t.name != "_"]
+        else:
+            return
+        for name in names:
+            entry = scope.names.get(name)
+            if entry is None:
+                scope.names[name] = Entry(POISON, "value", s.span, used=True)
+            elif isinstance(entry.value, Pending) and entry.value.bound is None:
+                entry.value.failed = True
 
     def error(self, code: str, message: str, span: Span | None, notes=()) -> _Abort:
         self.bag.error(code, message, span, notes)
@@ -310,7 +331,22 @@ class Elaborator:
                              + did_you_mean(name, TENSOR_SOURCES), e.span)
         return self.fn_value(e, scope, allowed=TENSOR_SOURCES[e.func])
 
+    def mark_used(self, node: Any, scope: Scope) -> None:
+        """Params named inside a type annotation count as used."""
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            if entry is not None:
+                entry.used = True
+        elif isinstance(node, tuple):
+            for x in node:
+                self.mark_used(x, scope)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if f != "span":
+                    self.mark_used(getattr(node, f), scope)
+
     def do_stream_decl(self, s: ast.StreamDecl, scope: Scope) -> None:
+        self.mark_used(s.type, scope)
         ann = TypeAnnotation(s.type, scope.int_env())
         if s.source is None:
             if s.type.dims is None:
@@ -339,6 +375,9 @@ class Elaborator:
 
     def do_for(self, s: ast.ForLoop, scope: Scope) -> None:
         lo, hi = self.eval_int(s.start, scope), self.eval_int(s.end, scope)
+        if hi - lo > MAX_LOOP:
+            raise self.error("E0114", f"loop of {hi - lo:,} iterations: stepc unrolls loops "
+                             f"and allows at most {MAX_LOOP:,}", s.span)
         exported: dict[str, list] = {}
         group = f"for@{s.span.file}:{s.span.line}:{s.span.col}"
         for i in range(lo, hi):
@@ -405,13 +444,7 @@ class Elaborator:
             raise self.error("E0207", "a type annotation needs a single binding target", s.span)
         first = s.targets[0]
         name_hint = None if first.name == "_" else self.target_name(first, scope)
-        try:
-            value = self.value(s.value, scope, name_hint=name_hint)
-        except _Abort:
-            for t in s.targets:  # later uses of the targets must not cascade into errors
-                if t.name != "_" and not t.indices and t.name not in scope.names:
-                    scope.names[t.name] = Entry(POISON, "value", t.span, used=True)
-            raise
+        value = self.value(s.value, scope, name_hint=name_hint)
         if len(s.targets) == 1:
             if isinstance(value, tuple) and value and isinstance(value[0], StreamVal):
                 value = value[0]  # bind the first output of a multi-output operator
@@ -422,6 +455,7 @@ class Elaborator:
             else:
                 values = [value]
             if len(values) != len(s.targets):
+                self.discard(values)
                 raise self.error("E0207", f"{len(s.targets)} targets but the value has "
                                           f"{len(values)} output{'s' if len(values) != 1 else ''}",
                                  s.span)
@@ -437,6 +471,12 @@ class Elaborator:
                 raise self.error("E0208", "the call has no output stream to bind", t.span)
             self.bind(t, v, scope, s.type)
 
+    def discard(self, values) -> None:
+        """Outputs of a statement that failed after its node was built are not warned about."""
+        for v in values if isinstance(values, (list, tuple)) else [values]:
+            if isinstance(v, StreamVal):
+                self.nodes[v.node].discarded.add(v.port)
+
     def target_name(self, t: ast.Target, scope: Scope) -> str:
         idx = "".join(f"[{self.eval_int(i, scope)}]" for i in t.indices)
         return f"{scope.prefix}{t.name}{idx if t.indices else scope.suffix}"
@@ -447,6 +487,7 @@ class Elaborator:
             node.port_names.setdefault(v.port, self.target_name(t, scope))
             node.port_spans.setdefault(v.port, t.span)
             if ann is not None:
+                self.mark_used(ann, scope)
                 node.annotations[v.port] = TypeAnnotation(ann, scope.int_env())
         elif ann is not None:
             raise self.error("E0207", f"only streams can be annotated, found {_kind_word(v)}",
@@ -464,6 +505,8 @@ class Elaborator:
             self.nodes[v.node].port_names[v.port] = t.name
             return
         kind = "stream" if isinstance(v, StreamVal) else "value"
+        if t.name in scope.names:
+            self.discard(v)
         self.define(scope, t.name, v, kind, t.span)
 
     def assign_indexed(self, t: ast.Target, v: Any, scope: Scope) -> None:
@@ -509,6 +552,7 @@ class Elaborator:
                 raise self.undefined(e.name, e.span, scope)
             entry.used = True
             v = entry.value
+            self.referenced(v)
             if v is POISON:
                 raise _Abort()
             if isinstance(v, Tensor):
@@ -545,6 +589,15 @@ class Elaborator:
             return self.call(e, scope, name_hint=name_hint)
         return self.eval_int(e, scope)
 
+    def referenced(self, v: Any) -> None:
+        """Remember streams the source names: an unconsumed-stream warning for them would
+        only repeat an error reported where they are used."""
+        if isinstance(v, StreamVal):
+            self.named.add((v.node, v.port))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                self.referenced(x)
+
     def undefined(self, name: str, span: Span, scope: Scope) -> _Abort:
         later = self.defined_later(name)
         if later is not None:
@@ -580,12 +633,25 @@ class Elaborator:
             return self.graph_call(e, entry.value, scope, name_hint)
         if e.func in INT_BUILTINS:
             return self.eval_int(e, scope)
+        self.reference_args(e, scope)
         if entry is not None:
             raise self.error("E0102", f"`{e.func}` is {_kind_word(entry.value)}, not an "
                                       "operator or graph", e.func_span)
         raise self.error("E0102", f"unknown operator `{e.func}`" + did_you_mean(
             e.func, list(OPS) + [n for n in scope.visible()
                                  if isinstance(scope.lookup(n).value, GraphVal)]), e.func_span)
+
+    def reference_args(self, e: ast.Call, scope: Scope) -> None:
+        """The arguments of a call that cannot be made still count as uses of their streams."""
+        for a in e.args:
+            v = a.value
+            while isinstance(v, ast.Index):
+                v = v.base
+            if isinstance(v, ast.Name):
+                entry = scope.lookup(v.name)
+                if entry is not None:
+                    entry.used = True
+                    self.referenced(entry.value)
 
     def bind_args(self, e: ast.Call, params: list, what: str) -> dict[str, tuple[Any, Span]]:
         """Match positional and keyword args to params; returns name -> (ast value, span)."""
@@ -599,7 +665,8 @@ class Elaborator:
                 seen_kw = True
             elif seen_kw:
                 raise self.error("E0203", "positional argument after keyword arguments", a.span)
-        positional = [p for p in params if getattr(p, "kind", None) != "type"]
+        positional = [p for p in params if getattr(p, "kind", None) != "type"
+                      and p not in COMMON_PARAMS]
         i = 0
         for p in positional:
             if i >= len(pos):
@@ -661,14 +728,17 @@ class Elaborator:
                         if not isinstance(vs, list):
                             raise self.error("E0204", f"{spec.name} `{p.name}` expects a list "
                                              f"of streams, found {_kind_word(vs)}", span)
-                        spans = [span] * len(vs)
+                        spans = [i.span for i in val_ast.items] \
+                            if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
                     else:
                         vs = [self.first_output(self.value(x, scope)) for x in val_ast]
                         spans = [a.span for a in items] if items else [span] * len(vs)
                     for k, (v, sp) in enumerate(zip(vs, spans, strict=True)):
                         if v is None and p.kind == STREAMS:
-                            raise self.error("E0108", f"element [{k}] of `{p.name}` is never "
-                                             "assigned", sp)
+                            what = f"`{val_ast.name}[{k}]`" if isinstance(val_ast, ast.Name) \
+                                else f"element [{k}] of the list"
+                            raise self.error("E0108", f"{what} is never assigned (passed to "
+                                             f"{spec.name} `{p.name}`)", sp)
                         self.expect_stream(v, spec.name, p.name, sp)
                         stream_inputs.append((p.name, k, v, sp))
                 else:
@@ -712,6 +782,9 @@ class Elaborator:
     def new_node(self, op: str, name: str, scope: Scope, span: Span, name_span: Span,
                  attrs: dict, inputs: list, arg_spans: dict) -> OpNode:
         spec = OPS[op]
+        if len(self.nodes) >= MAX_NODES:
+            raise self.error("E0114", f"the program has more than {MAX_NODES:,} operator "
+                             "instances", span)
         while name in self.nodes:
             name += "'"
         node = OpNode(name, op, attrs, inputs, list(spec.outputs(attrs)), span, arg_spans,
@@ -771,6 +844,10 @@ class Elaborator:
 
     def graph_call(self, e: ast.Call, g: GraphVal, scope: Scope, name_hint: str | None) -> Any:
         d = g.definition
+        if d.name in self.graph_stack:
+            raise self.error("E0112", f"graph `{d.name}` instantiates itself (through "
+                             + " -> ".join(self.graph_stack + [d.name]) + "); recursion is "
+                             "not allowed", e.span)
         args = self.bind_args(e, list(d.params), f"graph `{d.name}`")
         inst = name_hint or self.anon_name(d.name, e.span, scope)
         body = Scope(g.scope, inst + ".", "",
@@ -790,7 +867,14 @@ class Elaborator:
                 node.annotations.setdefault(v.port, TypeAnnotation(p.type, g.scope.int_env()))
             body.names[p.name] = Entry(v, "param" if isinstance(v, int) else "value", p.span,
                                        used=True)
-        self.block(d.body, body)
+        self.graph_stack.append(d.name)
+        errors = len(self.bag.errors)
+        try:
+            self.block(d.body, body)
+        finally:
+            self.graph_stack.pop()
+        if body.returned is None and len(self.bag.errors) > errors:
+            raise _Abort()  # the body's errors are reported; its result is unusable
         return body.returned
 
     # ================================================================ integer expressions
@@ -803,6 +887,8 @@ class Elaborator:
     def _eval(self, e: ast.Expr, scope: Scope, symbolic: bool):
         def resolve(name: str, span: Span):
             entry = scope.lookup(name)
+            if entry is not None and entry.value is POISON:
+                raise _Abort()
             if entry is not None and isinstance(entry.value, int) \
                     and not isinstance(entry.value, bool):
                 entry.used = True
@@ -816,12 +902,21 @@ class Elaborator:
         try:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
-            raise self.error(err.code, err.message, err.span) from None
+            msg = err.message
+            if err.code == "E0502":
+                msg = f"division by zero: `{self.text_of(err.span)}` is 0"
+            raise self.error(err.code, msg, err.span) from None
+
+    def text_of(self, span: Span) -> str:
+        src = self.sources.get(span.file)
+        if src is None or span.line != span.end_line:
+            return "the divisor"
+        return src.line_text(span.line)[span.col - 1: span.end_col - 1]
 
     # ================================================================ finishing
     def finish_pendings(self) -> None:
         for p in self.pendings:
-            if p.bound is None:
+            if p.bound is None and not p.failed:
                 self.bag.error("E0401", f"feedback stream `{p.name}` is declared but never "
                                         "bound to a producer", p.span)
 
@@ -831,10 +926,12 @@ class Elaborator:
             g.add_node(n)
         consumers: dict[tuple[str, int], list[tuple[str, int, Span, bool]]] = {}
         feedback: dict[tuple[str, int], TypeAnnotation] = {}
+        poisoned: set[str] = set()
         for v, dst, slot, span in self.edges:
             fb = isinstance(v, Pending)
             if fb:
                 if v.bound is None:
+                    poisoned.add(dst)  # its error is reported at the declaration
                     continue
                 feedback[(v.bound.node, v.bound.port)] = v.annotation
                 v = v.bound
@@ -874,7 +971,8 @@ class Elaborator:
             if n not in g:
                 g.add_node(n)
         prog = Program(self.main.name, g, nodes, edges, self.tensors, self.params,
-                       self.param_spans, self.assumptions, feedback, self.sources)
+                       self.param_spans, self.assumptions, feedback, self.sources,
+                       named=self.named, poisoned=poisoned)
         prog.order = {n: i for i, n in enumerate(nodes)}
         return prog
 

@@ -43,7 +43,7 @@ def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
         a = evaluate(e.lhs, resolve, symbolic)
         b = evaluate(e.rhs, resolve, symbolic)
         if e.op in ("//", "%", "/") and b == 0:
-            raise ExprError("E0502", "division by zero", e.span)
+            raise ExprError("E0502", "division by zero", e.rhs.span)
         if e.op == "+":
             return a + b
         if e.op == "-":
@@ -68,7 +68,7 @@ def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
                                      f"{'s' if want > 1 else ''}, found {len(vals)}", e.span)
         if e.func == "ceildiv":
             if vals[1] == 0:
-                raise ExprError("E0502", "division by zero", e.span)
+                raise ExprError("E0502", "division by zero", e.args[1].span)
             if symbolic:
                 return sympy.ceiling(sympy.sympify(vals[0]) / vals[1])
             return -(-vals[0] // vals[1])

@@ -113,6 +113,8 @@ class Program:
     feedback: dict[tuple[str, int], TypeAnnotation]  # declared types of feedback streams
     sources: dict[str, SourceFile]
     order: dict[str, int] = field(default_factory=dict)  # node name -> source position
+    named: set[tuple[str, int]] = field(default_factory=set)  # streams referenced by name
+    poisoned: set[str] = field(default_factory=set)  # nodes fed by a failed declaration
 
     def in_edges(self, node: str) -> list[Edge]:
         return sorted((d["edge"] for _, _, d in self.graph.in_edges(node, data=True)),

@@ -45,7 +45,7 @@ def affine_view(tiled: tuple[int, ...], stride, shape, what: str) -> tuple[list[
     total = math.prod(tiled)
     if last >= total:
         raise OpError("E0322", f"the view (stride {list(stride)}, shape {list(shape)}) reads "
-                               f"{what} index {last}, but there are only {total} "
+                               f"tile {last}, but there are only {total} tiles "
                                f"({' x '.join(map(str, tiled))})", "shape")
     return list(stride), list(shape)
 

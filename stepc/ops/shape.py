@@ -24,8 +24,9 @@ def _flatten(ctx: InferCtx):
 def _reshape(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     if isinstance(st.elem, Buffer):
-        raise OpError("E0303", "Reshape cannot be applied to a stream of buffers (only between "
-                               "Bufferize and Streamify's other operators)", "in")
+        raise OpError("E0303", "Reshape cannot be applied to a stream of buffers (of all shape "
+                               "operators, only Reshape is excluded between Bufferize and "
+                               "Streamify)", "in")
     s, b = ctx.attrs["chunk"], ctx.attrs["rank"]
     if s < 1:
         raise OpError("E0204", f"`chunk` must be >= 1, found {s}", "chunk")
@@ -42,8 +43,10 @@ def _reshape(ctx: InferCtx):
             raise OpError("E0342", f"Reshape at rank {b}: dim {int(d)} of {fmt_shape(st.shape)} "
                                    f"is not divisible by chunk {s}", "chunk")
     elif s != 1 and divides(s, d) is not True and ctx.attrs["pad"] is None:
+        partial = "leaves" if d.is_Integer else "may leave"
         raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
-                               "may need padding: give `pad=zero`", "chunk")
+                               f"{partial} a partial last chunk: give `pad=zero` to pad it",
+                      "chunk")
     outer = ctx.absorb(sympy.ceiling(d / s), "c", "chunks made by Reshape")
     shape = st.shape[:i] + (outer, sympy.Integer(s)) + st.shape[i + 1:]
     return [stream(st.elem, shape), stream(Scalar("bool"), shape)]
@@ -80,7 +83,8 @@ def _expand(ctx: InferCtx):
                       "sizes" if sizes is not None else "rank")
     tail = st.shape[len(st.shape) - k:]
     if any(d != 1 for d in tail):
-        raise OpError("E0344", f"Expand needs the input's {k} innermost dim(s) to be 1, found "
+        what = "innermost dim" if k == 1 else f"{k} innermost dims"
+        raise OpError("E0344", f"Expand needs the input's {what} to be 1, found "
                                f"{fmt_shape(st.shape)}", "in")
     if sizes is not None:
         if any(x < 1 for x in sizes):

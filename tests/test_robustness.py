@@ -1,0 +1,374 @@
+"""Property-based robustness of the front end and the `stepc check` command.
+
+Inputs: (a) random byte strings, (b) "token soup" from the language's vocabulary (keywords,
+operator and parameter names, functions, identifiers, numbers, punctuation and type syntax)
+plus a structured generator of statements that get past the parser into the checker,
+(c) mutations (token and line deletions, duplications, swaps, replacements) of the real
+programs, and (d) random `-D` overrides of the real programs' params.
+
+Properties: compiling never raises a Python exception (a StepError from decoding is the one
+allowed outcome of `decode_source`); `stepc check` exits 0, 1 or 2 without an exception; and
+every diagnostic (and note) points inside its file: line in 1..lines+1, column >= 1, and the
+end not before the start.
+
+Hypothesis runs derandomized without an example database, so CI is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stepc.cli import main
+from stepc.diagnostics import StepError
+from stepc.frontend import compile_source
+from stepc.grammar.parse import decode_source
+from stepc.ops import FUNCTIONS, INITS, OPS
+from stepc.types import DTYPE_BYTES
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED_FILES = sorted(
+    [*ROOT.glob("programs/*.step"), *ROOT.glob("stepc/ops/examples/*.step"),
+     *ROOT.glob("tests/golden/check/*.step")],
+    key=lambda p: str(p.relative_to(ROOT)))
+SEEDS = [p.read_bytes() for p in SEED_FILES]
+SEEDS = [s for s in SEEDS if b"\x00" not in s]
+
+FUZZ_NAME = "fuzz.step"
+
+
+def _settings(n: int):
+    return settings(max_examples=n, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+# ------------------------------------------------------------------ properties
+def _line_count(text: str) -> int:
+    return len(text.splitlines())
+
+
+def assert_span_inside(span, sources: dict[str, str], what: str) -> None:
+    if span is None:
+        return
+    text = sources.get(span.file)
+    assert text is not None, f"{what}: span in unknown file {span.file!r}"
+    n = _line_count(text)
+    assert 1 <= span.line <= n + 1, f"{what}: line {span.line} outside 1..{n + 1}"
+    assert span.col >= 1, f"{what}: column {span.col} < 1"
+    assert (span.end_line, span.end_col) >= (span.line, span.col), \
+        f"{what}: span ends before it starts: {span}"
+    assert span.end_line <= n + 1, f"{what}: end line {span.end_line} outside 1..{n + 1}"
+
+
+def assert_diagnostics_inside(diags, sources: dict[str, str]) -> None:
+    for d in diags:
+        what = f"{d.code} {d.message!r} at {d.span}"
+        assert_span_inside(d.span, sources, what)
+        for note in d.notes:
+            assert_span_inside(note.span, sources, f"note of {what}")
+
+
+def check_frontend(data: bytes) -> None:
+    """decode + compile never raise (beyond decode's StepError); diagnostics are in-file."""
+    try:
+        src = decode_source(FUZZ_NAME, data)
+    except StepError as e:
+        text = data.decode("utf-8", errors="replace")
+        assert e.diagnostics
+        assert_diagnostics_inside(e.diagnostics, {FUZZ_NAME: text})
+        return
+    c = compile_source(src)
+    sources = {name: s.text for name, s in c.sources.items()}
+    assert_diagnostics_inside(c.diagnostics.items, sources)
+    if c.typed is None:
+        assert c.diagnostics.errors, "no typed program but no error either"
+
+
+_LOC = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (error|warning)\[")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def check_cli(data: bytes, workdir: Path, defines: tuple[str, ...] = ()) -> None:
+    """`stepc check` (text with --types, and JSON) exits 0/1/2 without raising."""
+    path = workdir / FUZZ_NAME
+    path.write_bytes(data)
+    text = data.decode("utf-8", errors="replace")
+    n = _line_count(text)
+    runner = CliRunner()
+    args = [a for d in defines for a in ("-D", d)]
+    res = runner.invoke(main, ["check", str(path), "--types", *args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), \
+        f"check raised {res.exception!r}\n{res.output}"
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.output)
+    for line in res.stderr.splitlines():
+        m = _LOC.match(line)
+        if m and m["file"] == str(path):
+            assert 1 <= int(m["line"]) <= n + 1, line
+            assert int(m["col"]) >= 1, line
+    res = runner.invoke(main, ["check", str(path), "--format", "json", *args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), \
+        f"check --format json raised {res.exception!r}\n{res.output}"
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.output)
+    if res.exit_code == 2:
+        return  # usage errors are reported by click, not as JSON
+    out = json.loads(res.stdout)
+    for d in out["diagnostics"]:
+        rng = d.get("range")
+        if rng is None or d.get("file") != str(path):
+            continue
+        assert 1 <= rng["start"]["line"] <= n + 1, d
+        assert rng["start"]["column"] >= 1, d
+        assert 1 <= rng["end"]["line"] <= n + 1, d
+    assert out["summary"]["errors"] == sum(d["severity"] == "error"
+                                           for d in out["diagnostics"])
+
+
+# ------------------------------------------------------------------ (a) random bytes
+@_settings(60)
+@given(st.binary(max_size=300))
+def test_random_bytes_frontend(data):
+    check_frontend(data)
+
+
+@_settings(20)
+@given(st.binary(max_size=200))
+def test_random_bytes_cli(workdir, data):
+    check_cli(data, workdir)
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\n", b"\xef\xbb\xbf", b"\xef\xbb\xbfparam X = 1\n", b"\x00", b"param X = 1\x00",
+    b"\xff\xfe", b"param X = 1\n\xc3", b"tensor A : bf16[4, 4] input\n\xe2\x82",
+    b"\r\n\r\n", b"\rparam X = 1\r", b"x = (" * 200, b"[" * 500, b"(" * 2000 + b")" * 2000,
+    b"param X = " + b"1 + " * 500 + b"1\n", b"#" * 10000, b"\t\v\f", "\u2028x = 1".encode(),
+    "tensor Ä : bf16[4, 4] input".encode(),
+], ids=lambda d: repr(d[:24]))
+def test_edge_inputs(data, workdir):
+    check_frontend(data)
+    check_cli(data, workdir)
+
+
+# ------------------------------------------------------------------ (b) token soup
+PARAM_NAMES = sorted({p.name for s in OPS.values() for p in s.all_params})
+KEYWORDS = ["import", "param", "tensor", "stream", "assume", "for", "in", "graph", "return",
+            "true", "false", "external", "input", "weight", "output", "scratch", "Strm",
+            "Tile", "Buffer", "MultiHot", "Index", "shape", "dim", "random", "zeros", "ones",
+            "arange", "file", "seed", "ceil", "floor", "ceildiv", "min", "max", "Sink"]
+IDENTS = ["x", "y", "z", "A", "W", "p", "i", "D", "N", "_", "route", "t", "out", "acc"]
+NUMBERS = ["0", "1", "2", "3", "4", "16", "64", "256", "-1", "007",
+           "100000000000000000000"]
+PUNCT = ["(", ")", "[", "]", "{", "}", "<", ">", ",", ":", ";", "=", "==", "!=", "<=", ">=",
+         "+", "-", "*", "/", "//", "%", "..", ".", "?", "#", "\n", "\n", '"', "'"]
+STRINGS = ['"routing"', '""', '"x"', '"row"', '"col"', '"D"']
+TYPES = ["Strm<Tile<bf16, [1, 64]>, 1>[10, 1]", "Strm<MultiHot<2>, 0>[10]", "Tile<f32, [16, 16]>",
+         "Strm<Tile<u64, [1, 1]>, 0>[N]", "Buffer<Tile<bf16, [4, 4]>, [2]>", "MultiHot<0>",
+         "Strm<(Tile<bf16, [1, 1]>, bool), 0>[?]", "Strm<Tile<bf16, [D, 64]>, 2>[2, D, 3]"]
+VOCAB = (KEYWORDS + sorted(OPS) + PARAM_NAMES + sorted(FUNCTIONS) + sorted(INITS)
+         + sorted(DTYPE_BYTES) + IDENTS + NUMBERS + PUNCT + STRINGS + TYPES)
+
+
+@st.composite
+def token_soup(draw) -> bytes:
+    toks = draw(st.lists(st.sampled_from(VOCAB), max_size=60))
+    seps = draw(st.lists(st.sampled_from([" ", "", "\n", " "]), min_size=len(toks),
+                         max_size=len(toks)))
+    return "".join(t + s for t, s in zip(toks, seps)).encode()
+
+
+# A structured generator: declarations plus operator calls with mostly well-formed arguments,
+# so that most examples reach elaboration and checking.
+DECLS = [
+    "tensor A : bf16[64, 256] input",
+    "tensor W : bf16[2, 64, 256] weight",
+    "tensor Y : bf16[64, 256] output",
+    "tensor L : i32[2, 2] input",
+    "tensor V : f32[16] input",
+    'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")',
+    'stream sel : Strm<MultiHot<2>, 0>[10] = external("sel")',
+    'stream r : Strm<Tile<bf16, [1, 1]>, 0>[R] = external("r")',
+    'stream d : Strm<Tile<bf16, [N, 16]>, 2>[4, N, 2] = external("d")',
+    "param P = 2",
+]
+ATTR_VALUES = ["0", "1", "2", "3", "-1", "P", "[1, 4]", "[64, 64]", "[]", "[0]", "[2, 2]",
+               "[1, 0, 1]", "true", "false", '"D"', "zero", "empty", "bf16", "f32", "W[1]",
+               "W[5]", "A", "L", "V", "x", "sel", "ceildiv(P, 0)", "P // 0"]
+KIND_VALUES = {
+    "int": ["0", "1", "1", "2", "2", "3", "4", "-1", "P", "P + 1"],
+    "ints": ["[1]", "[2]", "[1, 4]", "[4, 1]", "[2, 2]", "[64, 64]", "[1, 64]", "[16, 16]",
+             "[1, 0, 1]", "[]", "[0, 1]"],
+    "int_or_ints": ["1", "2", "[1, 2]"],
+    "bool": ["true", "false"],
+    "str": ['"D"', '"x"', '"G"'],
+    "dtype": ["f32", "bf16", "u64"],
+    "init": ["zero", "one", "empty", "neg_inf"],
+    "tensor": ["A", "W[1]", "W", "Y", "L", "V"],
+    "type": ["Strm<MultiHot<2>, 0>[10]"],
+}
+FN_EXTRAS = ["", "", "", "(transpose=true)", "(tiles=4)", "(row_offset=8)", '(split="col")',
+             "(filter=true)", "(bogus=1)"]
+
+
+@st.composite
+def statement_soup(draw) -> bytes:
+    lines = draw(st.lists(st.sampled_from(DECLS), min_size=len(DECLS) - 2,
+                          max_size=len(DECLS), unique=True))
+    pool = [n for n in ("x", "sel", "r", "d") if any(f"stream {n} " in ln for ln in lines)]
+    pool = pool or ["x"]
+    for k in range(draw(st.integers(1, 10))):
+        op = draw(st.sampled_from(sorted(OPS)))
+        spec = OPS[op]
+        args = []
+        for p in spec.params:
+            if not p.required and draw(st.integers(0, 2)) == 0:
+                continue
+            wrong = draw(st.integers(0, 9)) == 0  # sometimes a value of the wrong kind
+            if p.is_stream:
+                v = draw(st.sampled_from(pool))
+                if p.kind == "streams":
+                    v = "[" + ", ".join(draw(st.lists(st.sampled_from(pool), min_size=1,
+                                                      max_size=3))) + "]"
+            elif p.kind == "fn":
+                v = draw(st.sampled_from(sorted(FUNCTIONS) + ["nope"])) + \
+                    draw(st.sampled_from(FN_EXTRAS))
+            else:
+                v = draw(st.sampled_from(KIND_VALUES.get(p.kind, ATTR_VALUES)))
+            if wrong:
+                v = draw(st.sampled_from(ATTR_VALUES))
+            positional = p.is_stream and draw(st.booleans())
+            args.append(v if positional else f"{p.name}={v}")
+        # positional arguments must come first
+        args.sort(key=lambda a: "=" in a.split("(")[0].split("[")[0])
+        call = f"{op}({', '.join(args)})"
+        outs = len(spec.outputs({"consumers": 2}))
+        if outs == 0 or draw(st.integers(0, 9)) == 0:
+            lines.append(call)
+        elif outs == 2 and op not in ("Partition", "Parallelize", "Broadcast"):
+            lines.append(f"s{k}, t{k} = {call}")
+            pool += [f"s{k}", f"t{k}"]
+        else:
+            lines.append(f"s{k} = {call}")
+            pool += [f"s{k}[0]", f"s{k}[1]"] if op in ("Partition", "Parallelize",
+                                                       "Broadcast") else [f"s{k}"]
+        if draw(st.integers(0, 7)) == 0:
+            lines.append(draw(st.sampled_from([
+                f"assume shape({pool[-1]}) == shape(x)", f"assume dim({pool[-1]}, 0) == 4",
+                "assume R > 0", "assume R == N", f"assume shape({pool[-1]}) == [10, 1]"])))
+    if draw(st.booleans()):
+        body = draw(st.sampled_from(lines[len(DECLS):] or lines))
+        lines.append("for i in 0..P {\n    " + body.replace(" = ", "[i] = ", 1) + "\n}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@_settings(60)
+@given(token_soup())
+def test_token_soup_frontend(data):
+    check_frontend(data)
+
+
+@_settings(60)
+@given(statement_soup())
+def test_statement_soup_frontend(data):
+    check_frontend(data)
+
+
+@_settings(15)
+@given(st.one_of(token_soup(), statement_soup()))
+def test_soup_cli(workdir, data):
+    check_cli(data, workdir)
+
+
+# ------------------------------------------------------------------ (c) mutations
+_TOKEN = re.compile(r'"[^"\n]*"|[A-Za-z_][A-Za-z0-9_]*|[0-9]+|//|==|!=|<=|>=|\.\.|\s+|.')
+
+
+@st.composite
+def mutated_program(draw) -> bytes:
+    text = draw(st.sampled_from(SEEDS)).decode("utf-8")
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):  # token-level
+            toks = _TOKEN.findall(text)
+            words = [i for i, t in enumerate(toks) if not t.isspace()]
+            if not words:
+                break
+            i = draw(st.sampled_from(words))
+            how = draw(st.sampled_from(["delete", "duplicate", "swap", "replace"]))
+            if how == "delete":
+                toks[i] = ""
+            elif how == "duplicate":
+                toks[i] = toks[i] + " " + toks[i]
+            elif how == "swap":
+                j = draw(st.sampled_from(words))
+                toks[i], toks[j] = toks[j], toks[i]
+            else:
+                toks[i] = draw(st.sampled_from(VOCAB))
+            text = "".join(toks)
+        else:  # line-level
+            lines = text.split("\n")
+            i = draw(st.integers(0, len(lines) - 1))
+            how = draw(st.sampled_from(["delete", "duplicate", "swap"]))
+            if how == "delete":
+                del lines[i]
+            elif how == "duplicate":
+                lines.insert(i, lines[i])
+            else:
+                j = draw(st.integers(0, len(lines) - 1))
+                lines[i], lines[j] = lines[j], lines[i]
+            text = "\n".join(lines)
+    return text.encode()
+
+
+def test_seed_programs_exist():
+    assert any(p.parent.name == "programs" for p in SEED_FILES)
+    assert len(SEEDS) >= 2
+
+
+@pytest.mark.parametrize("data", SEEDS, ids=[str(p.relative_to(ROOT)) for p in SEED_FILES
+                                             if b"\x00" not in p.read_bytes()])
+def test_seed_programs_themselves(data):
+    check_frontend(data)
+
+
+@_settings(70)
+@given(mutated_program())
+def test_mutated_programs_frontend(data):
+    check_frontend(data)
+
+
+@_settings(15)
+@given(mutated_program())
+def test_mutated_programs_cli(workdir, data):
+    check_cli(data, workdir)
+
+
+# ------------------------------------------------------------------ (d) -D overrides
+REAL = [p for p in SEED_FILES if p.parent.name == "programs"]
+
+
+@_settings(25)
+@given(st.sampled_from(REAL), st.dictionaries(
+    st.sampled_from(["B", "H", "I", "TB", "TI", "MT", "NT", "E", "ROWS", "D", "N", "CHUNK",
+                     "TILE_N", "NOPE"]),
+    st.sampled_from([0, 1, -1, 2, 3, 7, 16, 64, 2**40]), max_size=3))
+def test_overrides_never_crash(path, overrides):
+    src = decode_source(path.name, path.read_bytes())
+    c = compile_source(src, overrides)
+    sources = {name: s.text for name, s in c.sources.items()}
+    assert_diagnostics_inside(c.diagnostics.items, sources)
+
+
+@_settings(8)
+@given(st.sampled_from(REAL), st.sampled_from(["TB=0", "TI=-16", "CHUNK=0", "E=0", "ROWS=0",
+                                               "NOPE=1", "TB=abc", "=3", "TB"]))
+def test_cli_defines_never_crash(workdir, path, define):
+    check_cli(path.read_bytes(), workdir, (define,))
