@@ -1,0 +1,1 @@
+analyze programs/moe_simple.step --onchip-model paper --format json

@@ -1,0 +1,1 @@
+analyze programs/swiglu.step --onchip-model paper --format json

@@ -1,0 +1,1 @@
+dot programs/swiglu.step
