@@ -82,7 +82,8 @@ def example_text(spec: OpSpec) -> str:
 
 def render_op(spec: OpSpec) -> list[str]:
     out = [f"### {spec.name}", "", "```text", spec.signature, "```", "", spec.doc, ""]
-    out += ["Parameters, in positional order (stream inputs in bold):", ""]
+    out += ["Parts of the declaration (External is declared, not called):" if spec.name ==
+            "External" else "Parameters, in positional order (stream inputs in bold):", ""]
     out += param_table(spec.params)
     out += ["", f"Outputs: {outputs_text(spec)}.", ""]
     example = example_text(spec)
