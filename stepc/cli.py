@@ -281,7 +281,10 @@ def types_text(result: Compiled) -> str:
     if typed.facts:
         lines.append("")
         lines.append("facts:")
-        lines.extend(f"  {f}" for f in typed.facts)
+        ops = {"Equality": "==", "Unequality": "!=", "LessThan": "<=", "GreaterThan": ">=",
+               "StrictLessThan": "<", "StrictGreaterThan": ">"}
+        lines.extend(f"  {fmt_dim(f.lhs)} {ops.get(type(f).__name__, '?')} {fmt_dim(f.rhs)}"
+                     for f in typed.facts)
     return "\n".join(lines) + "\n"
 
 

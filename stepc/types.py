@@ -182,6 +182,7 @@ class SymbolTable:
 
     infos: dict[str, SymbolInfo] = field(default_factory=dict)
     symbols: dict[str, sympy.Symbol] = field(default_factory=dict)
+    version: int = 0  # bumped on every new or renamed symbol
 
     def fresh(self, base: str, kind: str, origin: str, span: Span | None,
               reason: str) -> sympy.Symbol:
@@ -192,6 +193,7 @@ class SymbolTable:
         sym = sympy.Symbol(name, integer=True, nonnegative=True)
         self.symbols[name] = sym
         self.infos[name] = SymbolInfo(name, kind, origin, span, reason)
+        self.version += 1
         return sym
 
     def get(self, name: str) -> sympy.Symbol | None:
@@ -215,6 +217,7 @@ class SymbolTable:
         self.symbols[new_name] = sym
         self.infos[new_name] = SymbolInfo(new_name, info.kind, info.origin, info.span,
                                           info.reason)
+        self.version += 1
         return sym
 
 

@@ -294,7 +294,7 @@ _TOKEN = re.compile(r'"[^"\n]*"|[A-Za-z_][A-Za-z0-9_]*|[0-9]+|//|==|!=|<=|>=|\.\
 
 @st.composite
 def mutated_program(draw) -> bytes:
-    text = draw(st.sampled_from(SEEDS)).decode("utf-8")
+    text = draw(st.sampled_from(SEEDS)).decode("utf-8", "surrogateescape")
     for _ in range(draw(st.integers(1, 4))):
         if draw(st.booleans()):  # token-level
             toks = _TOKEN.findall(text)
@@ -325,7 +325,7 @@ def mutated_program(draw) -> bytes:
                 j = draw(st.integers(0, len(lines) - 1))
                 lines[i], lines[j] = lines[j], lines[i]
             text = "\n".join(lines)
-    return text.encode()
+    return text.encode("utf-8", "surrogateescape")
 
 
 def test_seed_programs_exist():

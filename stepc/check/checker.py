@@ -197,9 +197,10 @@ class Checker:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
             self.store((node.name, port), self.apply_subst(t))
-        for port, ann in sorted(node.annotations.items()):
-            if (node.name, port) in self.types:
-                self.check_annotation(node, port, ann, "annotation")
+        for port, anns in sorted(node.annotations.items()):
+            for ann in anns:
+                if (node.name, port) in self.types:
+                    self.check_annotation(node, port, ann, "annotation")
 
     def report(self, node: OpNode, err: OpError, in_edges: list[Edge], inputs: dict,
                warning: bool = False) -> None:
@@ -315,8 +316,8 @@ class Checker:
     def try_assumptions(self, node: str | None = None) -> None:
         """Apply the assumptions that became applicable after typing `node`."""
         candidates = self.waiting.pop(node, []) if node is not None else []
-        if len(self.symbols.infos) != self.symbols_seen:
-            self.symbols_seen = len(self.symbols.infos)
+        if self.symbols.version != self.symbols_seen:
+            self.symbols_seen = self.symbols.version
             candidates = candidates + self.symbolic
         for a in candidates:
             if a not in self.pending:
@@ -424,18 +425,21 @@ class Checker:
 
     # ------------------------------------------------------------ warnings
     def unconsumed(self) -> None:
+        """One warning per operator instance listing its outputs that go nowhere."""
         consumed = {(e.src, e.port) for e in self.prog.edges}
         for name, node in self.prog.nodes.items():
-            for port in range(len(node.outputs)):
-                if (name, port) in consumed or port in node.discarded or \
-                        (name, port) in self.prog.named and self.bag.errors:
-                    continue
-                if name in self.failed:
-                    continue
-                label = node.port_label(port)
-                self.bag.warning("W0001", f"stream `{label}` is never consumed",
-                                 node.port_spans.get(port, node.span),
-                                 [Note("consume it, pass it to Sink(...), or bind it to `_`")])
+            if name in self.failed:
+                continue
+            ports = [p for p in range(len(node.outputs))
+                     if (name, p) not in consumed and p not in node.discarded
+                     and not ((name, p) in self.prog.named and self.bag.errors)]
+            if not ports:
+                continue
+            labels = ", ".join(f"`{node.port_label(p)}`" for p in ports)
+            what = f"stream {labels} is" if len(ports) == 1 else f"streams {labels} are"
+            self.bag.warning("W0001", f"{what} never consumed",
+                             node.port_spans.get(ports[0], node.span),
+                             [Note("consume it, pass it to Sink(...), or bind it to `_`")])
 
 
 def free_symbols(t: StreamType) -> set:

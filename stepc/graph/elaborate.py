@@ -488,7 +488,8 @@ class Elaborator:
             node.port_spans.setdefault(v.port, t.span)
             if ann is not None:
                 self.mark_used(ann, scope)
-                node.annotations[v.port] = TypeAnnotation(ann, scope.int_env())
+                node.annotations.setdefault(v.port, []).append(
+                    TypeAnnotation(ann, scope.int_env()))
         elif ann is not None:
             raise self.error("E0207", f"only streams can be annotated, found {_kind_word(v)}",
                              ann.span)
@@ -706,9 +707,8 @@ class Elaborator:
         for p in spec.all_params:
             if p.name not in args:
                 if p.required:
-                    self.bag.error("E0201", f"{spec.name} needs `{p.name}` "
-                                   f"({_KIND_EXPECT[p.kind]}{': ' + p.doc if p.doc else ''})",
-                                   e.span)
+                    self.bag.error("E0201", f"{spec.name} needs `{p.name}=` "
+                                   f"({p.doc or _KIND_EXPECT[p.kind]})", e.span)
                     failed = True
                 elif not p.is_stream:
                     attrs[p.name] = p.default
@@ -864,7 +864,8 @@ class Elaborator:
             if p.type is not None and isinstance(v, StreamVal):
                 # the parameter's annotation is checked on the producing port
                 node = self.nodes[v.node]
-                node.annotations.setdefault(v.port, TypeAnnotation(p.type, g.scope.int_env()))
+                node.annotations.setdefault(v.port, []).append(
+                    TypeAnnotation(p.type, g.scope.int_env()))
             body.names[p.name] = Entry(v, "param" if isinstance(v, int) else "value", p.span,
                                        used=True)
         self.graph_stack.append(d.name)
@@ -903,8 +904,9 @@ class Elaborator:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
             msg = err.message
-            if err.code == "E0502":
-                msg = f"division by zero: `{self.text_of(err.span)}` is 0"
+            divisor = self.text_of(err.span)
+            if err.code == "E0502" and not divisor.strip().isdigit():
+                msg = f"division by zero: `{divisor}` is 0"
             raise self.error(err.code, msg, err.span) from None
 
     def text_of(self, span: Span) -> str:

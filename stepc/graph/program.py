@@ -44,7 +44,7 @@ class OpNode:
     port_names: dict[int, str] = field(default_factory=dict)  # port -> bound stream name
     port_spans: dict[int, Span] = field(default_factory=dict)  # port -> binding target span
     discarded: set[int] = field(default_factory=set)  # ports explicitly or implicitly dropped
-    annotations: dict[int, TypeAnnotation] = field(default_factory=dict)
+    annotations: dict[int, list[TypeAnnotation]] = field(default_factory=dict)
     implicit: bool = False  # inserted by stepc (fan-out Broadcast)
     array_outputs: bool = False  # outputs are indexed: p[0], p[1], ...
 

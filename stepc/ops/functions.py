@@ -104,8 +104,11 @@ def _elementwise_apply(elems, fn, ctx):
 
 
 def _elementwise_flops(elems, fn):
-    out = _broadcast(elems[0], elems[1], fn.name) if len(elems) == 2 else elems[0]
-    return out.rows * out.cols
+    """One per output element (the checker has verified that the shapes broadcast)."""
+    if len(elems) == 1:
+        return elems[0].rows * elems[0].cols
+    a, b = elems
+    return (b.rows if a.rows == 1 else a.rows) * (b.cols if a.cols == 1 else a.cols)
 
 
 def _same_apply(elems, fn, ctx):
@@ -208,7 +211,7 @@ def _flatmap_zero(elems, fn):
 
 
 _ELEMWISE_DOC = ("Elementwise `{op}` of two tiles with broadcasting (each dim equal, or 1 on "
-                 "one side). In Accum: `acc = acc {sym} x`. FLOPs: one per output element.")
+                 "one side).{acc} FLOPs: one per output element.")
 
 FUNCTIONS: dict[str, FnSpec] = {}
 
@@ -225,18 +228,18 @@ _register(
            "FLOPs: 2*M*K*N.", _matmul_flops, apply=_matmul_apply, accum=_accum_matmul,
            attrs=(Param("transpose", "bool", False, "multiply by the right operand transposed"),),
            example="y = Map(x, w, fn=matmul, compute_bw=1024)"),
-    FnSpec("add", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="sum", sym="+"),
+    FnSpec("add", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="sum", acc=" In Accum/Scan: `acc = acc + x`."),
            _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
            example="s = Accum(x, fn=add, rank=1)"),
-    FnSpec("sub", {"map": 2}, _ELEMWISE_DOC.format(op="difference", sym="-"),
+    FnSpec("sub", {"map": 2}, _ELEMWISE_DOC.format(op="difference", acc=""),
            _elementwise_flops, apply=_elementwise_apply, example="d = Map(a, b, fn=sub)"),
-    FnSpec("mul", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="product", sym="*"),
+    FnSpec("mul", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="product", acc=" In Accum/Scan: `acc = acc * x`."),
            _elementwise_flops, apply=_elementwise_apply, accum=_accum_same, init="one",
            example="g = Map(up, act, fn=mul)"),
-    FnSpec("div", {"map": 2}, _ELEMWISE_DOC.format(op="quotient", sym="/"),
+    FnSpec("div", {"map": 2}, _ELEMWISE_DOC.format(op="quotient", acc=""),
            _elementwise_flops, apply=_elementwise_apply, example="o = Map(num, den, fn=div)"),
     FnSpec("max", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="maximum",
-           sym="max"), _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
+           acc=" In Accum/Scan: `acc = max(acc, x)`."), _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
            init="neg_inf", example="m = Accum(x, fn=max, rank=1)"),
     FnSpec("silu", {"map": 1}, "SiLU `x * sigmoid(x)` per element. FLOPs: 8 per element.",
            _per_elem(8), apply=_same_apply, example="a = Map(g, fn=silu)"),

@@ -122,7 +122,7 @@ OFFCHIP_OPS = [
     OpSpec(
         "LinearOffChipLoad", "offchip",
         "LinearOffChipLoad<S,R,b>(tensor, ref?: Strm<R,b>, tile, stride, shape) -> "
-        "Strm<S, |shape|-1+(b+1)>",
+        "Strm<S, |shape|+b> (without ref: Strm<S, |shape|-1>)",
         "Loads tensor `tensor` in tiles of `tile` elements through an affine view: `shape` and "
         "`stride` are given in tiles (defaults: the whole tiled tensor, row-major). Without "
         "`ref` the output shape is `shape`. With a reference stream of shape [D_b..D_0] the "

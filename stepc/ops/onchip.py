@@ -71,8 +71,8 @@ ONCHIP_OPS = [
     ),
     OpSpec(
         "Streamify", "onchip",
-        "Streamify<S,R,a,b,c>(in: Strm<Buffer<S,a>,b>, ref?: Strm<R,b+c>, stride, shape) -> "
-        "Strm<S, |shape|+b+c>",
+        "Streamify<S,R,a,b,c>(in: Strm<Buffer<S,a>,b>, ref?: Strm<R,b+c>, repeat?, stride?, "
+        "shape?) -> Strm<S, |shape|+b+c>",
         "Reads buffers back into a stream. With a reference stream whose outer b+1 dims equal "
         "the buffer stream's shape, each buffer is streamed once per reference element: "
         "output = ref shape ++ buffer shape. Without `ref`, each buffer is streamed "

@@ -40,8 +40,9 @@ def _reshape(ctx: InferCtx):
             raise OpError("E0341", f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
                                    f"{fmt_shape(st.shape)}, which must be static", "rank")
         if int(d) % s:
-            raise OpError("E0342", f"Reshape at rank {b}: dim {int(d)} of {fmt_shape(st.shape)} "
-                                   f"is not divisible by chunk {s}", "chunk")
+            raise OpError("E0342", f"Reshape at rank {b}: the dim of size {int(d)} in "
+                                   f"{fmt_shape(st.shape)} is not divisible by chunk {s}",
+                          "chunk")
     elif s != 1 and divides(s, d) is not True and ctx.attrs["pad"] is None:
         partial = "leaves" if d.is_Integer else "may leave"
         raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "

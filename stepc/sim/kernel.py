@@ -1,0 +1,295 @@
+"""The discrete-event kernel: contexts with private clocks, bounded FIFOs with credits.
+
+Each operator instance is a Python generator (a *context*) with its own integer clock. It
+yields small tuples to the kernel (`PEEK`, `POP`, `SEND`, `SELECT`, `MEM`, ...); delays
+are plain additions to `ctx.t`. A FIFO holds `(visible_time, payload, stop)` entries and a
+deque of credit (slot-free) times, following the DAM channel rules: an element sent at
+clock c is visible at `max(stamp, c + 1)`; a dequeue at clock c frees its slot at c + 1;
+the i-th send into a FIFO of capacity C waits for the credit of element i - C.
+
+Scheduling is data-driven: contexts run whenever they can, in any order, because their
+outputs depend only on input values and times. Only arrival-order-sensitive decisions
+(`SELECT`, the memory models) wait in a time-ordered heap and run when nothing else can:
+at that point every token still to come is stamped after the decision's time, so the
+decision sees exactly what it would at that cycle. There is no global cycle stepping.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM = range(7)
+
+
+class SimError(Exception):
+    """A run-time error in the simulated program (bad address, mismatched stops, ...)."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+class Channel:
+    """A bounded single-producer single-consumer FIFO."""
+
+    __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
+                 "send_waiter", "src", "dst", "high_water", "count")
+
+    def __init__(self, name: str, cap: int, src: str, dst: str):
+        self.name, self.cap, self.src, self.dst = name, cap, src, dst
+        self.q: deque = deque()
+        self.credits: deque = deque()
+        self.outstanding = 0
+        self.closed = False
+        self.recv_waiter: Ctx | None = None
+        self.send_waiter: Ctx | None = None
+        self.high_water = 0
+        self.count = 0
+
+
+class Ctx:
+    """A running operator instance."""
+
+    __slots__ = ("name", "op", "gen", "t", "done", "outs", "busy", "value", "blocked",
+                 "selecting", "spans", "trace", "fired", "mem_ops", "last_mem")
+
+    def __init__(self, name: str, op: str):
+        self.name, self.op = name, op
+        self.gen = None
+        self.t = 0
+        self.done = False
+        self.outs: list[Channel] = []
+        self.busy = 0  # cycles spent computing (roofline or memory waits)
+        self.value = None  # the result of the last kernel operation
+        self.blocked: tuple | None = None  # the operation it waits on
+        self.selecting: list[Channel] | None = None
+        self.trace: list | None = None
+        self.fired = 0
+        self.mem_ops = 0
+        self.last_mem = -1
+
+    def work(self, start: int, cycles: int, label: str = "") -> None:
+        """Record `cycles` of work starting at `start` (clock moves to start + cycles)."""
+        if cycles > 0:
+            self.busy += cycles
+            if self.trace is not None:
+                self.trace.append((start, cycles, label))
+        self.t = start + cycles
+
+
+@dataclass
+class Blocked:
+    """One context that could not finish (deadlock report)."""
+
+    ctx: str
+    op: str
+    waiting: str  # "empty input" | "full output" | "memory"
+    channel: str
+    partner: str
+    occupancy: str
+
+
+@dataclass
+class Kernel:
+    contexts: list[Ctx] = field(default_factory=list)
+    channels: list[Channel] = field(default_factory=list)
+    ready: deque = field(default_factory=deque)
+    heap: list = field(default_factory=list)
+    seq: int = 0
+    memory: object = None  # the HBM model: .issue(ctx, port, messages, per_message, write)
+
+    # ------------------------------------------------------------ construction
+    def channel(self, name: str, cap: int, src: str, dst: str) -> Channel:
+        ch = Channel(name, cap, src, dst)
+        self.channels.append(ch)
+        return ch
+
+    def add(self, ctx: Ctx, gen) -> None:
+        ctx.gen = gen
+        self.contexts.append(ctx)
+        self.ready.append(ctx)
+
+    def at(self, t: int, kind: int, obj, value=None) -> None:
+        """Schedule a time-ordered event: 0 = resume a select, 1 = wake (memory done),
+        2 = memory-model activation."""
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, obj, value))
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> None:
+        ready, heap = self.ready, self.heap
+        while True:
+            while ready:
+                self._step(ready.popleft())
+            if not heap:
+                return
+            t, kind, _, obj, value = heapq.heappop(heap)
+            if kind == 2:
+                obj.activate(t)
+            elif kind == 1:
+                obj.t = max(obj.t, value)
+                obj.value = None
+                obj.blocked = None
+                self._step(obj)
+            else:
+                self._finish_select(obj)
+
+    def next_event_time(self) -> int | None:
+        return self.heap[0][0] if self.heap else None
+
+    def _wake(self, ctx: Ctx | None) -> None:
+        """A blocked context can retry its operation (a select re-enters the heap)."""
+        if ctx is not None and ctx.blocked is not None:
+            if ctx.selecting is not None:
+                self._try_select(ctx)
+            else:
+                self.ready.append(ctx)
+
+    def _step(self, ctx: Ctx) -> None:
+        """Run a context until it blocks or finishes."""
+        gen = ctx.gen
+        op, ctx.blocked = ctx.blocked, None  # retry the operation it blocked on, if any
+        value = ctx.value
+        try:
+            while True:
+                if op is None:
+                    op = gen.send(value)
+                code = op[0]
+                if code == PEEK or code == RECV:
+                    ch = op[1]
+                    q = ch.q
+                    if not q:
+                        if ch.closed:
+                            value, op = None, None
+                            continue
+                        ch.recv_waiter = ctx
+                        ctx.blocked = op
+                        return
+                    head = q[0]
+                    if head[0] > ctx.t:
+                        ctx.t = head[0]
+                    if code == RECV:
+                        q.popleft()
+                        ch.credits.append(ctx.t + 1)
+                        if ch.send_waiter is not None:
+                            w, ch.send_waiter = ch.send_waiter, None
+                            self._wake(w)
+                    value, op = head, None
+                elif code == POP:
+                    ch = op[1]
+                    ch.q.popleft()
+                    ch.credits.append(ctx.t + 1)
+                    if ch.send_waiter is not None:
+                        w, ch.send_waiter = ch.send_waiter, None
+                        self._wake(w)
+                    value, op = None, None
+                elif code == SEND or code == SEND_AT:
+                    ch = op[1]
+                    if ch.outstanding >= ch.cap:
+                        if not ch.credits:
+                            ch.send_waiter = ctx
+                            ctx.blocked = op
+                            return
+                        c = ch.credits.popleft()
+                        ch.outstanding -= 1
+                        if c > ctx.t:
+                            ctx.t = c
+                    vis = ctx.t + 1
+                    if code == SEND_AT and op[4] > vis:
+                        vis = op[4]
+                    ch.q.append((vis, op[2], op[3]))
+                    ch.outstanding += 1
+                    ch.count += 1
+                    if len(ch.q) > ch.high_water:
+                        ch.high_water = len(ch.q)
+                    if ch.recv_waiter is not None:
+                        w, ch.recv_waiter = ch.recv_waiter, None
+                        self._wake(w)
+                    value, op = None, None
+                elif code == SELECT:
+                    ctx.selecting = op[1]
+                    ctx.blocked = op
+                    self._try_select(ctx)
+                    return
+                elif code == MEM:
+                    ctx.blocked = op
+                    ctx.mem_ops += 1
+                    self.memory.issue(ctx, op[1], op[2], op[3], op[4])
+                    return
+                else:  # pragma: no cover - a behavior bug
+                    raise SimError(f"unknown kernel operation {op!r}", ctx.name)
+        except StopIteration:
+            ctx.done = True
+            ctx.blocked = None
+            for ch in ctx.outs:
+                ch.closed = True
+                if ch.recv_waiter is not None:
+                    w, ch.recv_waiter = ch.recv_waiter, None
+                    self._wake(w)
+
+    # ------------------------------------------------------------ selection
+    def _try_select(self, ctx: Ctx) -> None:
+        """Wait (in the time-ordered heap) until the earliest head among the channels is safe
+        to choose; with no heads, wait for any of them to receive or close."""
+        best = None
+        open_any = False
+        for ch in ctx.selecting:
+            if ch.q:
+                t = ch.q[0][0]
+                if best is None or t < best:
+                    best = t
+            elif not ch.closed:
+                open_any = True
+        if best is not None:
+            for ch in ctx.selecting:
+                if ch.recv_waiter is ctx:
+                    ch.recv_waiter = None
+            self.at(best, 0, ctx)
+            return
+        if not open_any:
+            ctx.selecting = None
+            ctx.blocked = None
+            ctx.value = -1
+            self.ready.append(ctx)
+            return
+        for ch in ctx.selecting:
+            if not ch.q and not ch.closed:
+                ch.recv_waiter = ctx
+
+    def _finish_select(self, ctx: Ctx) -> None:
+        best, idx = None, -1
+        for i, ch in enumerate(ctx.selecting):
+            if ch.q and (best is None or ch.q[0][0] < best):
+                best, idx = ch.q[0][0], i
+        ctx.selecting = None
+        ctx.blocked = None
+        ctx.value = idx
+        self._step(ctx)
+
+    # ------------------------------------------------------------ diagnosis
+    def blocked(self) -> list[Blocked]:
+        out = []
+        for ctx in self.contexts:
+            if ctx.done:
+                continue
+            op = ctx.blocked
+            if op is None:
+                out.append(Blocked(ctx.name, ctx.op, "never scheduled", "", "", ""))
+                continue
+            if op[0] in (PEEK, RECV):
+                ch = op[1]
+                out.append(Blocked(ctx.name, ctx.op, "empty input", ch.name, ch.src,
+                                   f"0/{ch.cap}"))
+            elif op[0] in (SEND, SEND_AT):
+                ch = op[1]
+                out.append(Blocked(ctx.name, ctx.op, "full output", ch.name, ch.dst,
+                                   f"{ch.outstanding}/{ch.cap}"))
+            elif op[0] == SELECT:
+                names = ", ".join(ch.name for ch in op[1])
+                srcs = ", ".join(sorted({ch.src for ch in op[1]}))
+                out.append(Blocked(ctx.name, ctx.op, "empty inputs", names, srcs, ""))
+            else:
+                out.append(Blocked(ctx.name, ctx.op, "memory", "", "hbm", ""))
+        return out

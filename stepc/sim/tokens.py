@@ -1,0 +1,109 @@
+"""Stream payloads and stop-token helpers.
+
+A stream element travels as `(payload, stop)`: `stop = 0` is a plain value and `stop = k`
+is the value followed by the stop token `S_k` (the reference simulator's fused encoding:
+a stop is attached to the value before it; Done is the channel closing). An empty stream is
+a channel closed with no elements; an empty inner sub-tensor is not representable (as in the
+reference).
+
+Payloads: `TileVal` (shape, dtype, valid rows, read-from-memory flag, optional numpy array),
+selectors as tuples of selected indices, `BufferVal` (stored elements), tuples, bools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepc.types import DTYPE_BYTES
+
+NP_DTYPES = {"bf16": np.float32, "f16": np.float16, "f32": np.float32, "i32": np.int32,
+             "u32": np.uint32, "u64": np.uint64, "bool": np.bool_}
+
+
+class TileVal:
+    """One tile: its shape, element type, valid (non-padding) rows, whether it sits in an
+    on-chip memory unit (its consumer pays a read), and its values (functional mode)."""
+
+    __slots__ = ("rows", "cols", "dtype", "valid", "in_mu", "data")
+
+    def __init__(self, rows: int, cols: int, dtype: str, valid: int | None = None,
+                 in_mu: bool = False, data: np.ndarray | None = None):
+        self.rows, self.cols, self.dtype = rows, cols, dtype
+        self.valid = rows if valid is None else valid
+        self.in_mu, self.data = in_mu, data
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * DTYPE_BYTES[self.dtype]
+
+    def with_mu(self, in_mu: bool) -> TileVal:
+        if in_mu == self.in_mu:
+            return self
+        return TileVal(self.rows, self.cols, self.dtype, self.valid, in_mu, self.data)
+
+    def scalar(self) -> int:
+        """The integer held by a [1, 1] tile (addresses, lengths, indices)."""
+        if self.data is None:
+            raise ValueError("tile has no value")
+        return int(self.data.reshape(-1)[0])
+
+    def __repr__(self) -> str:
+        return f"Tile[{self.rows}x{self.cols} {self.dtype}]"
+
+
+def int_tile(value: int, dtype: str = "u64") -> TileVal:
+    return TileVal(1, 1, dtype, data=np.array([[value]], dtype=NP_DTYPES[dtype]))
+
+
+@dataclass
+class BufferVal:
+    """An on-chip buffer: the stored elements (with their inner stops) and its shape."""
+
+    elements: list  # [(payload, stop)]
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def payload_bytes(p) -> int:
+    """Bytes of a payload moved on chip (for roofline load/store terms)."""
+    if isinstance(p, TileVal):
+        return p.nbytes
+    if isinstance(p, tuple) and p and not isinstance(p[0], int):
+        return sum(payload_bytes(x) for x in p)
+    if isinstance(p, BufferVal):
+        return p.nbytes
+    return 8
+
+
+def stops_for_shape(dims: list[int]) -> list[int]:
+    """Stop levels of a row-major walk over a static tensor of `dims` (outer first): each
+    element's stop is the number of trailing dims that are at their last index."""
+    n = 1
+    for d in dims:
+        n *= d
+    out = []
+    idx = [0] * len(dims)
+    for _ in range(n):
+        k = 0
+        for j in range(len(dims) - 1, -1, -1):
+            if idx[j] == dims[j] - 1:
+                k += 1
+            else:
+                break
+        out.append(k)
+        for j in range(len(dims) - 1, -1, -1):
+            idx[j] += 1
+            if idx[j] < dims[j]:
+                break
+            idx[j] = 0
+    return out
+
+
+def view_indices(shape: list[int], stride: list[int]) -> list[int]:
+    """Flat indices of an affine view (row-major over `shape`, index = sum(idx * stride))."""
+    out = [0]
+    for n, s in zip(shape, stride):
+        out = [base + i * s for base in out for i in range(n)]
+    return out
