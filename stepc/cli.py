@@ -1,7 +1,7 @@
 """The `stepc` command line: thin compositions of the pipeline stages.
 
 Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
-70 internal error (a bug in stepc: please report it).
+3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _exit_code(result: Compiled, werror: bool) -> int:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 70 internal error.")
+             epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 3 simulation "
+             "deadlock, 70 internal error.")
 @click.version_option(__version__, prog_name="stepc")
 def main() -> None:
     """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files)."""
@@ -254,6 +255,90 @@ def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
             raise click.UsageError(f"--bind {name}: expected an integer, found {val!r}") \
                 from None
     return a.bind(values) if values else a
+
+
+EXIT_DEADLOCK = 3
+
+
+@main.command("sim")
+@click.argument("file", type=str)
+@_DEFINE
+@click.option("--hw", default=None, metavar="PRESET|PATH",
+              help="Hardware (presets: paper-eval (default), hdl-validation; or a TOML file).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
+@click.option("--timing-only", is_flag=True,
+              help="Carry shapes, selectors and addresses but no tile values (faster; same "
+              "cycles).")
+@click.option("--out", "out_dir", default=None, metavar="DIR",
+              help="Write output tensors as DIR/<tensor>.npy (functional mode).")
+@click.option("--trace-out", default=None, metavar="FILE.json",
+              help="Write a Chrome/Perfetto trace (one track per operator).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--print-config", is_flag=True, help="Print the effective hardware config "
+              "as TOML and exit.")
+def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fmt,
+            print_config):
+    """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
+    import os
+
+    from rich.console import Console
+
+    from stepc.analyze import analyze
+    from stepc.sim.kernel import SimError
+    from stepc.sim.report import deadlock_text, perfetto_trace, render_text, to_json, \
+        write_json
+    from stepc.sim.run import simulate
+    from stepc.traces import TraceError, load_array
+
+    config = _load_hw(hw, sets)
+    if print_config:
+        click.echo(config.to_toml(), nl=False)
+        sys.exit(EXIT_OK)
+    result = compile_file(file, parse_defines(defines))
+    check_overrides(result)
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_PROGRAM)
+    for path in (out_dir, trace_out):
+        if path and os.path.exists(path) and not os.path.isdir(path) and path == out_dir:
+            raise click.UsageError(f"--out {path}: not a directory")
+    try:
+        arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
+        run = simulate(result.typed, config, arrays, functional=not timing_only,
+                       trace_ops=trace_out is not None)
+    except TraceError as e:
+        raise click.UsageError(str(e)) from None
+    except SimError as e:
+        node = result.typed.program.nodes.get(e.node) if e.node else None
+        where = f"{node.span}: " if node is not None else "stepc: "
+        click.echo(f"{where}error: {e} (in `{e.node}`)" if e.node else f"{where}error: {e}",
+                   err=True)
+        sys.exit(EXIT_PROGRAM)
+    a = analyze(result.typed, "artifact", config).bind(dict(run.bindings))
+    totals = {**a.totals, "allocated_compute": a.allocated_compute}
+    if trace_out:
+        write_json(trace_out, perfetto_trace(run))
+    if out_dir and run.outputs and not run.deadlock:
+        os.makedirs(out_dir, exist_ok=True)
+        import numpy as np
+        for name, arr in sorted(run.outputs.items()):
+            np.save(os.path.join(out_dir, f"{name}.npy"), arr)
+    if fmt == "json":
+        doc = to_json(run, totals)
+        doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        console = Console(file=click.get_text_stream("stdout"), width=110, soft_wrap=False)
+        render_text(run, console, totals)
+    emit_diagnostics(result)
+    if run.deadlock:
+        click.echo(deadlock_text(run, result.typed.program.nodes), err=True, nl=False)
+        sys.exit(EXIT_DEADLOCK)
+    sys.exit(EXIT_OK)
 
 
 def types_text(result: Compiled) -> str:

@@ -215,7 +215,10 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     group size of every Reassemble driven by one (its mean, so totals stay exact).
     """
     prog = typed.program
-    externals = {n.attrs["name"]: n for n in prog.nodes.values() if n.op == "External"}
+    externals: dict[str, list] = {}
+    for n in prog.nodes.values():
+        if n.op == "External":
+            externals.setdefault(n.attrs["name"], []).append(n)
     for name in traces:
         if name not in externals:
             near = difflib.get_close_matches(name, list(externals), n=1)
@@ -225,18 +228,18 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     bindings: dict[str, sympy.Expr] = {}
     selectors: dict[str, np.ndarray] = {}
     for name, arr in traces.items():
-        node = externals[name]
-        declared = typed.types[(node.name, 0)]
-        if isinstance(declared.elem, Select):
-            mat = _selector_matrix(name, declared, arr)
-            dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
-            _bind_dims(bindings, declared, dims, name)
-            selectors[node.name] = mat
-        elif isinstance(declared.elem, Tile):
-            _bind_dims(bindings, declared, arr.shape, name)
-        else:
-            raise TraceError(f"`{name}` has type {declared}; traces can drive selector and "
-                             "integer tile streams")
+        for node in externals[name]:
+            declared = typed.types[(node.name, 0)]
+            if isinstance(declared.elem, Select):
+                mat = _selector_matrix(name, declared, arr)
+                dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
+                _bind_dims(bindings, declared, dims, name)
+                selectors[node.name] = mat
+            elif isinstance(declared.elem, Tile):
+                _bind_dims(bindings, declared, arr.shape, name)
+            else:
+                raise TraceError(f"`{name}` has type {declared}; traces can drive selector "
+                                 "and integer tile streams")
     for node in prog.nodes.values():
         if node.op not in ("Partition", "Reassemble"):
             continue

@@ -33,6 +33,7 @@ from stepc.types import DTYPE_BYTES
 TENSOR_ROLES = ("input", "weight", "output", "scratch")
 TENSOR_SOURCES = {"random": ("seed",), "zeros": (), "ones": (), "arange": (), "file": ("path",)}
 ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
+EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std")  # default data of externals
 MAX_LOOP = 1_000_000  # iterations of one `for` loop
 MAX_NODES = 2_000_000  # operator instances of one program
 
@@ -358,14 +359,20 @@ class Elaborator:
             return
         src = s.source
         if isinstance(src, ast.Call) and src.func == "external":
-            if len(src.args) != 1 or not isinstance(src.args[0].value, ast.StrLit):
-                raise self.error("E0201", 'external streams are written `external("name")`',
-                                 src.span)
+            if not src.args or src.args[0].name is not None or \
+                    not isinstance(src.args[0].value, ast.StrLit):
+                raise self.error("E0201", 'external streams are written `external("name")` '
+                                 "(optionally with generator settings: topk=, seed=, "
+                                 "mean=, std=)", src.span)
+            gen = dict(self.fn_value(ast.Call("external", src.args[1:], src.span,
+                                              src.func_span), scope,
+                                     allowed=EXTERNAL_GENERATOR).kwargs)
             if s.type.dims is None:
                 raise self.error("E0401", f"external stream `{s.name}` needs a full type with "
                                           "a shape: Strm<T, r>[dims]", s.type.span)
             node = self.new_node("External", s.name, scope, src.span, s.name_span,
-                                 {"name": src.args[0].value.value, "type": ann}, [], {})
+                                 {"name": src.args[0].value.value, "type": ann, "gen": gen},
+                                 [], {})
             v = StreamVal(node.name, 0, s.name)
             node.port_names[0], node.port_spans[0] = s.name, s.name_span
             self.define(scope, s.name, v, "stream", s.name_span)

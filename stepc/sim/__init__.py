@@ -1,0 +1,1 @@
+"""The cycle-approximate interpreter: kernel, operator behaviors, fabric and HBM models."""

@@ -1,0 +1,260 @@
+"""Off-chip and on-chip memory operators: loads and stores through the HBM model, and the
+Bufferize/Streamify pair."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stepc.sim.kernel import MEM, PEEK, POP, RECV, SEND, SimError
+from stepc.sim.tokens import NP_DTYPES, BufferVal, TileVal, stops_for_shape, view_indices
+from stepc.types import DTYPE_BYTES
+
+REQUEST_BYTES = 64
+
+
+def requests_per_tile(rows: int, cols: int, dtype: str, request_bytes: int) -> int:
+    """Each tile row costs ceil(row bytes / request size) requests (partial ones count)."""
+    return rows * math.ceil(cols * DTYPE_BYTES[dtype] / request_bytes)
+
+
+def _tiled(shape: tuple[int, ...], tile: list[int]) -> tuple[int, ...]:
+    return tuple(shape[:-2]) + (shape[-2] // tile[0], shape[-1] // tile[1])
+
+
+def _tensor_tile(env, tref, tile_index: int, tile: list[int]):
+    """Values of tile number `tile_index` (row-major over the tiled tensor) of a slice."""
+    arr = env.tensors.get(tref.name)
+    if arr is None or not env.functional:
+        return None
+    view = arr[tuple(tref.index)] if tref.index else arr
+    tiled = _tiled(view.shape, tile)
+    *lead, r, c = np.unravel_index(tile_index, tiled)
+    sub = view[tuple(lead)] if lead else view
+    return sub[r * tile[0]:(r + 1) * tile[0], c * tile[1]:(c + 1) * tile[1]]
+
+
+def _view_stops(shape: list[int], last_extra: int | None) -> list[int]:
+    """Stops of one affine view; `last_extra` (ref element's stop) closes the whole view."""
+    stops = stops_for_shape(shape)
+    if last_extra is not None and stops:
+        stops[-1] = len(shape) + last_extra
+    return stops
+
+
+def linear_load(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    tref, tile = a["tensor"], a["tile"]
+    tiled = (tref.shape[:-2] if tref.shape else ()) + (tref.shape[-2] // tile[0],
+                                                        tref.shape[-1] // tile[1])
+    shape = a["shape"] or list(tiled)
+    stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    idx = view_indices(shape, stride)
+    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
+    tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
+    out = outs[0]
+    ref = ins.get("ref")
+
+    def stream(ref_stop):
+        stops = _view_stops(shape, ref_stop) if ref is not None else stops_for_shape(shape)
+        for i, s in zip(idx, stops):
+            start = ctx.t
+            yield (MEM, port, reqs, pd, False)
+            ctx.work(start, ctx.t - start, "load")
+            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+            data = _tensor_tile(env, tref, i, tile)
+            t = TileVal(tile[0], tile[1], tref.dtype, None, True, data)
+            if out is not None:
+                yield (SEND, out, t, s)
+
+    if ref is None:
+        yield from stream(None)
+        return
+    while True:
+        head = yield (PEEK, ref)
+        if head is None:
+            return
+        yield from stream(head[2])
+        yield (POP, ref)
+
+
+def linear_store(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    tref = a["tensor"]
+    src = ins["in"]
+    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    written = env.written.get(tref.name)
+    count = 0
+    while True:
+        head = yield (PEEK, src)
+        if head is None:
+            return
+        t: TileVal = head[1]
+        reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
+        start = ctx.t
+        yield (MEM, port, reqs, pd, True)
+        ctx.work(start, ctx.t - start, "store")
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
+        if written is not None and t.data is not None:
+            _write_tile(written, tref, count, t)
+        count += 1
+        yield (POP, src)
+
+
+def _write_tile(written: np.ndarray, tref, index: int, t: TileVal) -> None:
+    view = written[tuple(tref.index)] if tref.index else written
+    tiled = _tiled(view.shape, [t.rows, t.cols])
+    total = math.prod(tiled)
+    if index >= total:
+        raise SimError(f"LinearOffChipStore writes tile {index} past the end of `{tref}` "
+                       f"({total} tiles)")
+    *lead, r, c = np.unravel_index(index, tiled)
+    sub = view[tuple(lead)] if lead else view
+    sub[r * t.rows:(r + 1) * t.rows, c * t.cols:(c + 1) * t.cols] = t.data
+
+
+def random_load(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    tref, tile = a["tensor"], a["tile"]
+    addr = ins["raddr"]
+    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
+    total = math.prod(_tiled(tref.shape, tile))
+    tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
+    out = outs[0]
+    while True:
+        head = yield (PEEK, addr)
+        if head is None:
+            return
+        a_t: TileVal = head[1]
+        data = None
+        if a_t.data is not None:
+            i = a_t.scalar()
+            if not 0 <= i < total:
+                raise SimError(f"RandomOffChipLoad address {i} is outside `{tref}` "
+                               f"({total} tiles)", node.name)
+            data = _tensor_tile(env, tref, i, tile)
+        start = ctx.t
+        yield (MEM, port, reqs, pd, False)
+        ctx.work(start, ctx.t - start, "load")
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+        if out is not None:
+            yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data), head[2])
+        yield (POP, addr)
+
+
+def random_store(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    tref = a["tensor"]
+    waddr, wdata = ins["waddr"], ins["wdata"]
+    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    written = env.written.get(tref.name)
+    out = outs[0]
+    while True:
+        ha = yield (PEEK, waddr)
+        hd = yield (PEEK, wdata)
+        if ha is None or hd is None:
+            if (ha is None) != (hd is None):
+                raise SimError("RandomOffChipStore: `waddr` and `wdata` end at different "
+                               "elements", node.name)
+            return
+        t: TileVal = hd[1]
+        reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
+        start = ctx.t
+        yield (MEM, port, reqs, pd, True)
+        ctx.work(start, ctx.t - start, "store")
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
+        if written is not None and t.data is not None and ha[1].data is not None:
+            i = ha[1].scalar()
+            view = written[tuple(tref.index)] if tref.index else written
+            total = math.prod(_tiled(view.shape, [t.rows, t.cols]))
+            if not 0 <= i < total:
+                raise SimError(f"RandomOffChipStore address {i} is outside `{tref}` "
+                               f"({total} tiles)", node.name)
+            _write_tile(written, tref, i, t)
+        if out is not None:
+            yield (SEND, out, True, ha[2])
+        yield (POP, waddr)
+        yield (POP, wdata)
+
+
+def bufferize(ctx, node, ins, outs, env, info):
+    b = node.attrs["rank"]
+    src, out = ins["in"], outs[0]
+    elems: list = []
+    nbytes = 0
+    while True:
+        head = yield (RECV, src)
+        if head is None:
+            if elems:
+                raise SimError("Bufferize: the stream ended inside a buffer", node.name)
+            return
+        _, p, s = head
+        ctx.work(ctx.t, 1, "store")
+        elems.append((p, min(s, b)))
+        nbytes += p.nbytes
+        if s >= b:
+            buf = BufferVal(elems, _buffer_shape(elems, b), nbytes)
+            env.peak_onchip = max(env.peak_onchip, nbytes)
+            elems, nbytes = [], 0
+            if out is not None:
+                yield (SEND, out, buf, s - b)
+
+
+def _buffer_shape(elems, b: int) -> tuple[int, ...]:
+    """The shape of a buffer from its elements' stops: dim k (from the innermost) counts
+    the sub-tensors closed at level k inside one level-(k+1) sub-tensor."""
+    closed = [0] * (b + 1)  # closed[k]: elements whose stop is >= k
+    for _, s in elems:
+        for k in range(b + 1):
+            if s >= k:
+                closed[k] += 1
+    return tuple(closed[k] // max(closed[k + 1], 1) if k < b else closed[k]
+                 for k in range(b - 1, -1, -1))
+
+
+def streamify(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    src, ref, out = ins["in"], ins.get("ref"), outs[0]
+    repeat = a["repeat"] or []
+    c = info["in"]["ref"].rank - info["in"]["in"].rank if ref is not None else 0
+
+    def emit(buf: BufferVal, extra: int):
+        """Stream one buffer (or its affine view); its last element closes rank + extra."""
+        if a["shape"] is not None:
+            shape = a["shape"]
+            stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
+            items = [(buf.elements[i][0], s) for i, s in
+                     zip(view_indices(shape, stride), stops_for_shape(shape))]
+            rank = len(shape)
+        else:
+            items, rank = buf.elements, len(buf.shape)
+        for k, (p, s) in enumerate(items):
+            if k:
+                ctx.t += 1  # one element per cycle
+            if out is not None:
+                yield (SEND, out, p, rank + extra if k == len(items) - 1 else s)
+
+    while True:
+        head = yield (PEEK, src)
+        if head is None:
+            return
+        buf, bstop = head[1], head[2]
+        if ref is not None:  # read the buffer once per element of its reference group
+            while True:
+                r = yield (PEEK, ref)
+                if r is None:
+                    raise SimError("Streamify: the reference stream ended before the "
+                                   "buffers", node.name)
+                yield from emit(buf, r[2])
+                yield (POP, ref)
+                if r[2] >= c:
+                    break
+        else:
+            rstops = stops_for_shape(list(repeat)) if repeat else [0]
+            for k, rs in enumerate(rstops):
+                last = k == len(rstops) - 1
+                yield from emit(buf, len(repeat) + bstop if last else rs)
+        yield (POP, src)

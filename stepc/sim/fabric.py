@@ -1,0 +1,62 @@
+"""Fabric timing: the roofline cost of one element on a compute unit, and the simulation
+environment behaviors share (configuration, tensors, traces, statistics).
+
+Per element: `max(load, compute, store)` cycles (paper Section 4.3), where
+`load = sum over input tiles sitting in an on-chip memory unit of ceil(bytes / onchip_bw)`,
+`compute = ceil(FLOPs / compute_bw)` (or a function's fixed cycle count), and
+`store = ceil(output bytes / onchip_bw)` when the operator writes back to a memory unit.
+Tiles read from off-chip arrive in a memory unit; a compute operator's output is in one
+only if it writes back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stepc.graph.program import OpNode
+from stepc.hw import HardwareConfig
+from stepc.ops.functions import FUNCTIONS
+from stepc.sim.tokens import TileVal, payload_bytes
+
+
+@dataclass
+class SimEnv:
+    """What behaviors read: hardware, data, and where results go."""
+
+    hw: HardwareConfig
+    functional: bool
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)  # off-chip contents
+    bases: dict[str, int] = field(default_factory=dict)  # byte address of each tensor
+    externals: dict[str, list] = field(default_factory=dict)  # name -> [(payload, stop)]
+    ports: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> HBM port
+    useful_bytes: dict[str, int] = field(default_factory=dict)  # node -> tile bytes moved
+    written: dict[str, np.ndarray] = field(default_factory=dict)  # output tensor contents
+    flops: dict[str, int] = field(default_factory=dict)  # node -> FLOPs performed
+    peak_onchip: int = 0
+
+    def compute_bw(self, node: OpNode) -> int:
+        return node.attrs.get("compute_bw") or self.hw.fabric.compute_bw
+
+    def cost(self, node: OpNode, args: list, out, flops: int, fixed: int | None) -> int:
+        """Roofline cycles of one element."""
+        bw = self.hw.fabric.onchip_bw
+        load = 0
+        for a in args:
+            if isinstance(a, TileVal) and a.in_mu:
+                load += -(-a.nbytes // bw)
+        compute = fixed if fixed is not None else -(-flops // self.compute_bw(node))
+        store = -(-payload_bytes(out) // bw) if node.attrs.get("write_back") and \
+            out is not None else 0
+        if flops:
+            self.flops[node.name] = self.flops.get(node.name, 0) + flops
+        return max(load, compute, store)
+
+
+def fn_flops(name: str, fn, args: list) -> tuple[int, int | None]:
+    """(FLOPs, fixed cycles) of applying a function to concrete tiles."""
+    spec = FUNCTIONS[name]
+    if spec.fixed_cycles is not None:
+        return 0, spec.fixed_cycles
+    return int(spec.flops(args, fn)), None

@@ -1,0 +1,156 @@
+"""Reporting a simulation: a one-screen text summary, JSON, and a Chrome/Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+
+import sympy
+from rich.console import Console
+from rich.table import Table
+
+from stepc.sim.run import SimResult
+
+
+def busiest(r: SimResult, n: int = 5):
+    return sorted((o for o in r.ops if o.busy), key=lambda o: (-o.busy, o.name))[:n]
+
+
+def render_text(r: SimResult, console: Console, analysis_totals: dict | None = None) -> None:
+    def line(text: str) -> None:
+        console.print(text, soft_wrap=True, highlight=False)
+    mode = "functional" if r.functional else "timing-only"
+    line(f"{r.program} on {r.hw.name} ({mode}, hbm model {r.hw.hbm.model})")
+    line(f"  cycles:             {r.cycles:,}")
+    peak = r.hw.hbm.peak_bw
+    line(f"  off-chip traffic:   {r.useful_bytes:,} B of tiles "
+         f"({r.request_bytes:,} B in {r.read_requests + r.write_requests:,} requests of "
+         f"{r.hw.hbm.request_bytes} B)")
+    line(f"  HBM bandwidth:      {r.achieved_bw:,.1f} B/cycle achieved of {peak:,.0f} peak "
+         f"({100 * r.achieved_bw / peak:.1f}%)")
+    if analysis_totals is not None:
+        alloc = analysis_totals.get("allocated_compute", 0)
+        if alloc and r.cycles:
+            util = r.flops / r.cycles / alloc
+            line(f"  compute:            {r.flops:,} FLOPs, {100 * util:.2f}% of {alloc:,} "
+                 "FLOP/cycle allocated")
+        for key, label in (("on_chip_bytes", "on-chip, allocated"),
+                           ("on_chip_bytes_on_demand", "on-chip, on demand")):
+            v = analysis_totals.get(key)
+            if v is not None:
+                line(f"  {label + ':':<20}{_fmt(v)} B")
+    if r.bindings:
+        shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in sorted(r.bindings.items())[:8])
+        more = f", ... ({len(r.bindings)} dims)" if len(r.bindings) > 8 else ""
+        line(f"  dims of this run:   {shown}{more}")
+    top = busiest(r)
+    if top:
+        table = Table(title="busiest operators", title_justify="left", box=None,
+                      pad_edge=False)
+        for col in ("operator", "op", "busy cycles", "busy"):
+            table.add_column(col, justify="left" if col in ("operator", "op") else "right")
+        for o in top:
+            table.add_row(o.name, o.op, f"{o.busy:,}", f"{100 * o.busy / max(r.cycles, 1):.1f}%")
+        console.print(table)
+    line(f"simulated in {r.wall_seconds:.2f} s")
+
+
+def _fmt(v) -> str:
+    v = sympy.sympify(v)
+    if v.is_Integer:
+        return f"{int(v):,}"
+    if v.is_number:
+        return f"{float(v):,.4g}"
+    return str(v)
+
+
+def _num(v):
+    v = sympy.sympify(v)
+    if v.is_Integer:
+        return int(v)
+    if v.is_number:
+        return float(v)
+    return sympy.sstr(v)
+
+
+def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
+    out = {
+        "schema": "stepc-sim/1",
+        "program": r.program,
+        "hw": r.hw.name,
+        "mode": "functional" if r.functional else "timing-only",
+        "cycles": r.cycles,
+        "off_chip": {"useful_bytes": r.useful_bytes, "request_bytes": r.request_bytes,
+                     "read_requests": r.read_requests, "write_requests": r.write_requests,
+                     "achieved_bw": r.achieved_bw, "peak_bw": r.hw.hbm.peak_bw,
+                     "model": r.hw.hbm.model},
+        "flops": r.flops,
+        "dims": {k: _num(v) for k, v in sorted(r.bindings.items())},
+        "ops": [{"name": o.name, "op": o.op, "busy_cycles": o.busy, "finish": o.finish,
+                 "busy_fraction": o.busy / r.cycles if r.cycles else 0.0}
+                for o in r.ops],
+        "heat": {o.name: {"fraction": o.busy / r.cycles if r.cycles else 0.0,
+                          "note": f"busy {100 * o.busy / max(r.cycles, 1):.1f}%"}
+                 for o in r.ops if o.busy},
+        "fifos": {name: {"high_water": hw, "capacity": cap, "elements": n}
+                  for name, (hw, cap, n) in sorted(r.fifo.items())},
+    }
+    if analysis_totals is not None:
+        out["analysis"] = {k: _num(v) for k, v in analysis_totals.items()}
+    return out
+
+
+def perfetto_trace(r: SimResult) -> dict:
+    """Chrome trace-event JSON (opens in ui.perfetto.dev): one track per operator, one
+    complete event per busy interval; time unit: cycles (shown as microseconds)."""
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": r.program}}]
+    for tid, o in enumerate(r.ops, start=1):
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
+                       "args": {"name": f"{o.name} ({o.op})"}})
+        for start, dur, label in r.trace.get(o.name, []):
+            events.append({"ph": "X", "pid": 1, "tid": tid, "ts": start, "dur": dur,
+                           "name": label or o.op})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"cycles": r.cycles, "hw": r.hw.name}}
+
+
+def write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+
+
+def deadlock_text(r: SimResult, nodes) -> str:
+    """Which operators are stuck, on which FIFOs, and the wait-for cycle (if one exists)."""
+    import networkx as nx
+
+    blocked = {b.ctx: b for b in r.deadlock}
+    g = nx.DiGraph()
+    for b in r.deadlock:
+        for partner in b.partner.split(", "):
+            if partner in blocked:
+                g.add_edge(b.ctx, partner)
+    lines = [f"deadlock: {len(blocked)} operators cannot finish (at cycle "
+             f"{max((o.finish for o in r.ops if o.name in blocked), default=0):,})"]
+    try:
+        cycle = [u for u, _ in nx.find_cycle(g)]
+    except nx.NetworkXNoCycle:
+        cycle = []
+    order = cycle + [b for b in blocked if b not in cycle]
+    if cycle:
+        lines.append("wait-for cycle: " + " -> ".join(cycle + cycle[:1]))
+    for name in order[:12]:
+        b = blocked[name]
+        span = nodes[name].span if name in nodes else None
+        where = f"{span}: " if span else ""
+        what = {"empty input": f"waits for input on `{b.channel}` (empty; producer "
+                               f"`{b.partner}`)",
+                "full output": f"waits to send on `{b.channel}` (full {b.occupancy}; "
+                               f"consumer `{b.partner}`)",
+                "empty inputs": f"waits for any of `{b.channel}`",
+                "memory": "waits for memory"}.get(b.waiting, b.waiting)
+        lines.append(f"  {where}`{name}` ({b.op}) {what}")
+    if len(order) > 12:
+        lines.append(f"  ... and {len(order) - 12} more")
+    lines.append("hint: a fan-out whose branches are consumed at different rates needs a "
+                 "deeper FIFO on the slow branch (`depth=` on the consumer) or a separate "
+                 "source stream")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,278 @@
+"""Building and running a simulation of a checked program.
+
+`simulate(typed, hw, ...)` materialises the data the run needs (tensor contents, external
+streams from traces or seeded generators), builds one context per operator and one FIFO
+per stream, runs the kernel, and collects the results: cycles, off-chip traffic (in
+requests and in useful bytes), per-operator busy time, the dims the run determined, and in
+functional mode the output tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from stepc.check.checker import TypedProgram
+from stepc.hw import HardwareConfig
+from stepc.ops import OPS
+from stepc.ops.base import STREAMS, VARSTREAMS
+from stepc.sim.behaviors import BEHAVIORS
+from stepc.sim.fabric import SimEnv
+from stepc.sim.hbm import make_memory
+from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
+from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
+from stepc.traces import TraceError, synthetic_kv_lengths, synthetic_routing
+from stepc.types import Select, StreamType, Tile
+
+MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
+              "RandomOffChipStore")
+
+
+@dataclass
+class OpStats:
+    name: str
+    op: str
+    busy: int
+    finish: int
+    mem_ops: int
+
+
+@dataclass
+class SimResult:
+    """Everything a run measured."""
+
+    program: str
+    hw: HardwareConfig
+    functional: bool
+    cycles: int
+    read_requests: int
+    write_requests: int
+    useful_bytes: int  # bytes of the tiles moved to and from HBM
+    flops: int
+    ops: list[OpStats]
+    bindings: dict[str, sympy.Expr]  # symbolic dims, as this run determined them
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    deadlock: list[Blocked] | None = None
+    wall_seconds: float = 0.0
+    trace: dict[str, list] = field(default_factory=dict)  # node -> [(start, dur, label)]
+    fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
+
+    @property
+    def request_bytes(self) -> int:
+        return (self.read_requests + self.write_requests) * self.hw.hbm.request_bytes
+
+    @property
+    def achieved_bw(self) -> float:
+        return self.request_bytes / self.cycles if self.cycles else 0.0
+
+
+# ---------------------------------------------------------------- data
+def tensor_values(t, functional: bool) -> np.ndarray | None:
+    """The contents of an off-chip tensor from its declared source."""
+    src = t.source
+    dtype = NP_DTYPES[t.dtype]
+    if src is None:
+        return np.zeros(t.shape, dtype=dtype)
+    name, kw = src.name, dict(src.kwargs)
+    if name == "zeros":
+        return np.zeros(t.shape, dtype=dtype)
+    if name == "ones":
+        return np.ones(t.shape, dtype=dtype)
+    if name == "arange":
+        return np.arange(math.prod(t.shape)).reshape(t.shape).astype(dtype)
+    if name == "file":
+        try:
+            arr = np.load(kw["path"], allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise SimError(f"tensor `{t.name}`: cannot load {kw['path']}: {e}") from None
+        if tuple(arr.shape) != tuple(t.shape):
+            raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
+                           f"{kw['path']} holds {list(arr.shape)}")
+        return arr.astype(dtype)
+    rng = np.random.default_rng(kw.get("seed", 0))
+    if t.dtype in ("i32", "u32", "u64"):
+        return rng.integers(0, kw.get("high", 2**15), size=t.shape).astype(dtype)
+    if t.dtype == "bool":
+        return rng.integers(0, 2, size=t.shape).astype(dtype)
+    return rng.standard_normal(t.shape).astype(dtype)
+
+
+def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: dict,
+                      seed: int) -> tuple[list, dict[str, int]]:
+    """The elements of an external stream and the dims the data fixes."""
+    dims: dict[str, int] = {}
+    if isinstance(st.elem, Select):
+        n = st.elem.n
+        if arr is None:
+            batch = _static_len(st.shape[0], name)
+            arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
+        if arr.size and (arr.min() < 0 or arr.max() >= n):
+            raise TraceError(f"trace for `{name}`: an id is out of range for {st.elem}")
+        if arr.ndim == len(st.shape) + 1:  # rows of ids -> one multi-hot selector per row
+            shape = list(arr.shape[:-1])
+            sels = [tuple(sorted({int(i) for i in row})) for row in
+                    arr.reshape(-1, arr.shape[-1])]
+        elif arr.ndim == len(st.shape):  # one one-hot selector per id
+            shape = list(arr.shape)
+            sels = [(int(i),) for i in arr.reshape(-1)]
+        else:
+            raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not "
+                             f"fit {st}")
+        values = sels
+    elif isinstance(st.elem, Tile):
+        if arr is None:
+            batch = _static_len(st.shape[0], name)
+            arr = synthetic_kv_lengths(batch, gen.get("mean", 1024), gen.get("std", 512),
+                                       gen.get("seed", seed))
+        if arr.ndim != len(st.shape):
+            raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not "
+                             f"fit {st}")
+        shape = list(arr.shape)
+        values = [int_tile(int(v), st.elem.dtype) for v in arr.reshape(-1)]
+    else:
+        raise TraceError(f"`{name}` has type {st}; external streams carry selectors or "
+                         "integer tiles")
+    for d, actual in zip(st.shape, shape):
+        if d.is_Symbol:
+            dims[d.name] = actual
+        elif d.is_Integer and int(d) != actual:
+            raise TraceError(f"trace for `{name}` has {actual} where {st} expects {int(d)}")
+    return list(zip(values, stops_for_shape(shape))), dims
+
+
+def _static_len(d, name: str) -> int:
+    if not d.is_Integer:
+        raise TraceError(f"external stream `{name}` has a symbolic length {d}: give it a "
+                         f"trace (--trace {name}=PATH) so the run knows its data")
+    return int(d)
+
+
+# ---------------------------------------------------------------- build and run
+def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
+             functional: bool = True, trace_ops: bool = False) -> SimResult:
+    """Run a checked program on the given hardware."""
+    prog = typed.program
+    traces = traces or {}
+    env = SimEnv(hw, functional)
+    kernel = Kernel()
+    kernel.memory = make_memory(kernel, hw.hbm)
+    bindings: dict[str, int] = {}
+
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
+              if n.op in ("SelectGen", "MetadataGen")}
+    for t in prog.tensors.values():
+        if t.role == "output":
+            if functional:
+                env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
+        elif functional or t.name in needed:
+            env.tensors[t.name] = tensor_values(t, functional)
+    externals = [n for n in prog.nodes.values() if n.op == "External"]
+    for name in traces:
+        if name not in {n.attrs["name"] for n in externals}:
+            raise TraceError(f"--trace {name}: the program has no external stream `{name}`")
+    for node in externals:
+        name = node.attrs["name"]
+        st = typed.types[(node.name, 0)]
+        seed = zlib.crc32(name.encode()) % 2**31
+        elems, dims = external_elements(name, st, traces.get(name), node.attrs.get("gen", {}),
+                                        seed)
+        env.externals[node.name] = elems
+        bindings.update(dims)
+
+    # channels: one per stream edge, depth from the consumer's `depth` or the fabric default
+    outs: dict[str, list] = {n: [None] * len(node.outputs) for n, node in prog.nodes.items()}
+    ins: dict[str, dict] = {n: {} for n in prog.nodes}
+    chans = {}
+    default_depth = hw.fabric.fifo_depth
+    for e in prog.edges:
+        node = prog.nodes[e.dst]
+        depth = node.attrs.get("depth")
+        if isinstance(depth, list):
+            depth = depth[e.slot] if e.slot < len(depth) else None
+        ch = kernel.channel(f"{prog.nodes[e.src].port_label(e.port)} -> {e.dst}",
+                            depth or default_depth, e.src, e.dst)
+        chans[(e.src, e.port, e.dst, e.slot)] = ch
+        outs[e.src][e.port] = ch
+        pname, idx = node.inputs[e.slot]
+        if idx is None:
+            ins[e.dst][pname] = ch
+        else:
+            ins[e.dst].setdefault(pname, []).append((idx, ch))
+    for n, node in prog.nodes.items():
+        spec = OPS[node.op]
+        for p in spec.stream_params:
+            if p.kind in (STREAMS, VARSTREAMS):
+                ins[n][p.name] = [ch for _, ch in sorted(ins[n].get(p.name, []),
+                                                         key=lambda x: x[0])]
+    reads = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Load" in node.op]
+    writes = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Store" in node.op]
+    env.ports = {n: (0, i) for i, n in enumerate(reads)}
+    env.ports.update({n: (1, i) for i, n in enumerate(writes)})
+
+    contexts = {}
+    for n, node in prog.nodes.items():
+        ctx = Ctx(n, node.op)
+        ctx.outs = [ch for ch in outs[n] if ch is not None]
+        if trace_ops:
+            ctx.trace = []
+        info = {"in": typed.input_types(n),
+                "out": [typed.types.get((n, p)) for p in range(len(node.outputs))]}
+        kernel.add(ctx, BEHAVIORS[node.op](ctx, node, ins[n], outs[n], env, info))
+        contexts[n] = ctx
+
+    start = time.perf_counter()
+    try:
+        kernel.run()
+    except SimError as e:
+        if e.node is None:
+            raise
+        raise SimError(str(e), e.node) from None
+    wall = time.perf_counter() - start
+
+    blocked = kernel.blocked()
+    mem_clock = max((c.t for c in kernel.contexts if c.op in MEMORY_OPS), default=None)
+    cycles = max((c.t for c in kernel.contexts), default=0)
+    if mem_clock is not None:
+        cycles = max(cycles, mem_clock + 2)  # the HBM node's closing handshake (reference)
+    stats = kernel.memory.stats
+    while True:  # each pass can fix dims that the next pass needs
+        known = len(bindings)
+        for (src, port, _dst, _slot), ch in chans.items():
+            _bind_from_count(typed, src, port, ch.count, bindings)
+        if len(bindings) == known:
+            break
+    result = SimResult(
+        prog.name, hw, functional, cycles, stats.read_requests, stats.write_requests,
+        sum(env.useful_bytes.values()), sum(env.flops.values()),
+        [OpStats(c.name, c.op, c.busy, c.t, c.mem_ops) for c in kernel.contexts],
+        {k: sympy.sympify(v) for k, v in bindings.items()},
+        dict(env.written) if functional else {},
+        blocked or None, wall,
+        {c.name: c.trace for c in kernel.contexts if c.trace},
+        {ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels})
+    return result
+
+
+def _bind_from_count(typed: TypedProgram, node: str, port: int, count: int,
+                     bindings: dict) -> None:
+    """A stream whose shape has one unknown symbol as a dim: its element count fixes it
+    (to the mean, for a ragged dim, which keeps cardinalities exact)."""
+    st = typed.types.get((node, port))
+    if st is None:
+        return
+    unknown = [d for d in st.shape if d.free_symbols and not
+               (d.free_symbols <= {sympy.Symbol(k, integer=True, nonnegative=True)
+                                   for k in bindings})]
+    if len(unknown) != 1 or not unknown[0].is_Symbol:
+        return
+    sym = unknown[0]
+    others = sympy.Mul(*[d for d in st.shape if d is not sym]).xreplace(
+        {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()})
+    if others.free_symbols or others == 0:
+        return
+    bindings.setdefault(sym.name, sympy.Rational(count, int(others)))

@@ -1,0 +1,225 @@
+"""What each library function does to tiles at run time, keyed by the same names as
+`stepc.ops.functions.FUNCTIONS` (a test keeps the two complete).
+
+Every function computes its result's shape, element type and valid-row count in both
+modes; values (numpy arrays) only in functional mode, where a tile's `data` is set. bf16
+values are computed in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepc.sim.kernel import SimError
+from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile
+
+
+def _arr(t: TileVal) -> np.ndarray:
+    return t.data
+
+
+def _out(rows: int, cols: int, dtype: str, valid: int, data, functional: bool) -> TileVal:
+    if functional and data is not None:
+        data = np.asarray(data, dtype=NP_DTYPES[dtype]).reshape(rows, cols)
+    return TileVal(rows, cols, dtype, valid, False, data if functional else None)
+
+
+def _func(ts) -> bool:
+    return all(isinstance(t, TileVal) and t.data is not None for t in ts)
+
+
+# ------------------------------------------------------------------ map functions
+def _matmul(args, fn, dtype):
+    a, b = args
+    tr = bool(fn.get("transpose", False))
+    n = b.rows if tr else b.cols
+    data = None
+    if _func(args):
+        data = _arr(a).astype(np.float32) @ (_arr(b).astype(np.float32).T if tr
+                                           else _arr(b).astype(np.float32))
+    return _out(a.rows, n, dtype, a.valid, data, data is not None)
+
+
+def _binary(op):
+    def f(args, fn, dtype):
+        a, b = args
+        rows = b.rows if a.rows == 1 else a.rows
+        cols = b.cols if a.cols == 1 else a.cols
+        data = op(_arr(a).astype(np.float32), _arr(b).astype(np.float32)) if _func(args) \
+            else None
+        return _out(rows, cols, dtype, a.valid if a.rows == rows else b.valid, data,
+                    data is not None)
+    return f
+
+
+def _unary(op):
+    def f(args, fn, dtype):
+        (a,) = args
+        data = op(_arr(a).astype(np.float32)) if _func(args) else None
+        return _out(a.rows, a.cols, dtype, a.valid, data, data is not None)
+    return f
+
+
+def _rowwise(op):
+    def f(args, fn, dtype):
+        (a,) = args
+        data = op(_arr(a).astype(np.float32), axis=1, keepdims=True) if _func(args) else None
+        return _out(a.rows, 1, dtype, a.valid, data, data is not None)
+    return f
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _set_offset(args, fn, dtype):
+    t, off = args
+    n = off.scalar() if off.data is not None else t.valid
+    return TileVal(t.rows, t.cols, t.dtype, n, False, t.data)
+
+
+def _row_append(args, fn, dtype):
+    t, new = args
+    data = None
+    if _func(args):
+        data = _arr(t).copy()
+        k = min(new.rows, t.rows - t.valid)
+        data[t.valid:t.valid + k] = _arr(new)[:k]
+    return TileVal(t.rows, t.cols, t.dtype, min(t.rows, t.valid + new.rows), False, data)
+
+
+def _cache_write_addr(args, fn, dtype):
+    idx, length = args
+    if idx.data is None or length.data is None:
+        return TileVal(1, 1, "u64")
+    return int_tile(idx.scalar() * fn.get("row_offset") + length.scalar())
+
+
+MAP = {
+    "matmul": _matmul,
+    "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
+    "div": _binary(np.divide), "max": _binary(np.maximum),
+    "silu": _unary(_silu), "exp": _unary(np.exp),
+    "sigmoid": _unary(lambda x: 1.0 / (1.0 + np.exp(-x))), "tanh": _unary(np.tanh),
+    "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
+    "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
+    "set_offset": _set_offset, "row_append": _row_append,
+    "cache_write_addr": _cache_write_addr,
+}
+
+
+# ------------------------------------------------------------------ accumulators
+INIT_VALUES = {"zero": 0.0, "one": 1.0, "neg_inf": -np.inf}
+
+
+def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functional: bool):
+    """The accumulator before the first element of a group (shape from the first element)."""
+    if name in ("retile_row", "retile_col", "signal_req_all_read"):
+        return None  # grows from the first element
+    if name == "matmul":
+        a, b = first
+        cols = b.rows if fn.get("transpose", False) else b.cols
+        rows = a.rows
+    else:
+        rows, cols = first[0].rows, first[0].cols
+    fill = INIT_VALUES.get(init or {"mul": "one", "max": "neg_inf"}.get(name, "zero"), 0.0)
+    data = np.full((rows, cols), fill, dtype=np.float32) if functional else None
+    return TileVal(rows, cols, dtype, rows, False, data)
+
+
+def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
+    """acc' = fn(acc, element)."""
+    if name == "matmul":
+        prod = _matmul(args, fn, dtype)
+        if functional and acc.data is not None and prod.data is not None:
+            acc.data = acc.data + prod.data
+        acc.valid = prod.valid
+        return acc
+    if name in ("add", "mul", "max"):
+        (x,) = args
+        if functional and acc.data is not None and x.data is not None:
+            op = {"add": np.add, "mul": np.multiply, "max": np.maximum}[name]
+            acc.data = op(acc.data, x.data.astype(np.float32))
+        acc.valid = x.valid
+        return acc
+    if name == "retile_row":
+        (x,) = args
+        if acc is None:
+            return TileVal(x.rows, x.cols, dtype, x.valid, x.in_mu,
+                           None if x.data is None else x.data.astype(NP_DTYPES[dtype]))
+        data = None
+        if acc.data is not None and x.data is not None:
+            data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)], axis=0)
+        return TileVal(acc.rows + x.rows, acc.cols, dtype, acc.valid + x.valid, acc.in_mu,
+                       data)
+    if name == "retile_col":
+        (x,) = args
+        if acc is None:
+            return TileVal(x.rows, x.cols, dtype, x.valid, x.in_mu,
+                           None if x.data is None else x.data.astype(NP_DTYPES[dtype]))
+        data = None
+        if acc.data is not None and x.data is not None:
+            data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)], axis=1)
+        return TileVal(acc.rows, acc.cols + x.cols, dtype, acc.valid, acc.in_mu, data)
+    if name == "signal_req_all_read":
+        return int_tile(1)
+    raise SimError(f"function `{name}` cannot accumulate")  # pragma: no cover
+
+
+ACCUM = ("matmul", "add", "mul", "max", "retile_row", "retile_col", "signal_req_all_read")
+
+
+# ------------------------------------------------------------------ flatmap functions
+def _rank_stops(n_outer: int, dims: list[int]) -> list[int]:
+    """Stops of a rank-b inner stream [n_outer, dims...] (its last element closes b dims)."""
+    from stepc.sim.tokens import stops_for_shape
+    stops = stops_for_shape([n_outer] + dims)
+    if stops:
+        stops[-1] = len(dims)
+    return stops
+
+
+def _retile_streamify(x: TileVal, fn, functional: bool):
+    split = fn.get("split", "row")
+    if split == "row":
+        n = x.valid if fn.get("filter", False) else x.rows
+        pieces = [TileVal(1, x.cols, x.dtype, 1, x.in_mu,
+                          None if x.data is None else x.data[i:i + 1]) for i in range(n)]
+    else:
+        pieces = [TileVal(x.rows, 1, x.dtype, x.valid, x.in_mu,
+                          None if x.data is None else x.data[:, i:i + 1]) for i in range(x.cols)]
+    return [(p, 0) for p in pieces]
+
+
+def _expert_addr(sel, fn, functional: bool):
+    if len(sel) != 1:
+        raise SimError(f"expert_addr needs a one-hot selector, found {list(sel)}")
+    n, base = fn.get("tiles"), fn.get("base", 0) or 0
+    e = sel[0]
+    stops = _rank_stops(1, [n, 1])
+    return [(int_tile(base + e * n + i), s) for i, s in zip(range(n), stops)]
+
+
+def _cache_read_addr(pair, fn, functional: bool):
+    idx, length = pair
+    i, n = idx.scalar(), length.scalar()
+    stops = _rank_stops(1, [n]) if n else []
+    return [(int_tile(i * fn.get("row_offset") + k), s) for k, s in zip(range(n), stops)]
+
+
+def _filter_last_tile(length, fn, functional: bool):
+    n = length.scalar()
+    stops = _rank_stops(1, [n]) if n else []
+    return [((1,) if k < n - 1 else (0,), s) for k, s in zip(range(n), stops)]
+
+
+FLATMAP = {
+    "retile_streamify": _retile_streamify,
+    "expert_addr": _expert_addr,
+    "cache_read_addr": _cache_read_addr,
+    "filter_last_tile": _filter_last_tile,
+}
+
+
+def all_functions() -> set[str]:
+    return set(MAP) | set(ACCUM) | set(FLATMAP)
