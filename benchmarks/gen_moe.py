@@ -24,18 +24,22 @@ param TILE_F = {tile_f}
 param NF = F // TILE_F
 
 tensor X      : bf16[B, D]     input  = random(seed=1)
-tensor IDS    : i32[B, K]      input  = random(seed=2)
 tensor RW     : bf16[B, K]     input  = random(seed=3)
 tensor W_up   : bf16[E, D, F]  weight = random(seed=4)
 tensor W_gate : bf16[E, D, F]  weight = random(seed=5)
 tensor W_down : bf16[E, F, D]  weight = random(seed=6)
 tensor Y      : f32[B, D]      output
 
+# Top-K expert ids per token (--trace routing=ids.npy), read as three selector streams:
+# multi-hot per token for the Partition and for the merge, one-hot per (token, k) for the
+# routing weights.
+stream route  : Strm<MultiHot<E>, 0>[B]    = external("routing", topk=K)
+stream wsel   : Strm<MultiHot<E>, 1>[B, K] = external("routing", topk=K)
+stream route2 : Strm<MultiHot<E>, 0>[B]    = external("routing", topk=K)
+
 tok   = LinearOffChipLoad(X, tile=[1, D])                       # [B, 1] of [1, D]
-route = SelectGen(IDS, n=E)                                     # [B] multi-hot
 p     = Partition(tok, route, rank=1, consumers=E, dim="n")     # p[e]: [n_e, 1]
 wts   = LinearOffChipLoad(RW, tile=[1, 1])                      # [B, K] of [1, 1]
-wsel  = SelectGen(IDS, n=E, onehot=true)                        # [B, K] one-hot
 pw    = Partition(wts, wsel, rank=0, consumers=E, dim="m")      # pw[e]: [m_e]
 
 for e in 0..E {{
@@ -58,7 +62,6 @@ for e in 0..E {{
     y[e]      = Map(pw[e], out, fn=mul, dtype=f32, compute_bw=4096)
 }}
 
-route2 = SelectGen(IDS, n=E)
 merged = Reassemble(y, route2, rank=0)                          # [B, k_b]
 summed = Accum(merged, fn=add, rank=1, compute_bw=4096)         # [B] of [1, D]
 LinearOffChipStore(summed, Y)

@@ -280,8 +280,10 @@ EXIT_DEADLOCK = 3
               show_default=True)
 @click.option("--print-config", is_flag=True, help="Print the effective hardware config "
               "as TOML and exit.")
+@click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop with an error if the run passes cycle N.")
 def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fmt,
-            print_config):
+            print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
     import os
 
@@ -308,8 +310,10 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fm
             raise click.UsageError(f"--out {path}: not a directory")
     try:
         arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
-        run = simulate(result.typed, config, arrays, functional=not timing_only,
-                       trace_ops=trace_out is not None)
+        with _progress() as progress:
+            run = simulate(result.typed, config, arrays, functional=not timing_only,
+                           trace_ops=trace_out is not None, max_cycles=max_cycles,
+                           progress=progress)
     except TraceError as e:
         raise click.UsageError(str(e)) from None
     except SimError as e:
@@ -325,8 +329,11 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fm
     if out_dir and run.outputs and not run.deadlock:
         os.makedirs(out_dir, exist_ok=True)
         import numpy as np
+
+        from stepc.sim.report import write_atomic
         for name, arr in sorted(run.outputs.items()):
-            np.save(os.path.join(out_dir, f"{name}.npy"), arr)
+            write_atomic(os.path.join(out_dir, f"{name}.npy"),
+                         lambda f, a=arr: np.save(f, a))
     if fmt == "json":
         doc = to_json(run, totals)
         doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
@@ -339,6 +346,28 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fm
         click.echo(deadlock_text(run, result.typed.program.nodes), err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+class _progress:
+    """A spinner with the simulated cycle on stderr, only on a terminal."""
+
+    def __enter__(self):
+        self.live = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            self.live = Progress(SpinnerColumn(), TextColumn("simulating: cycle {task.fields[c]:,}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+            self.live.__enter__()
+            self.task = self.live.add_task("sim", total=None, c=0)
+            return lambda t: self.live.update(self.task, c=t)
+        return None
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+        return False
 
 
 def types_text(result: Compiled) -> str:

@@ -31,7 +31,8 @@ from stepc.source import SourceFile, Span
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ROLES = ("input", "weight", "output", "scratch")
-TENSOR_SOURCES = {"random": ("seed",), "zeros": (), "ones": (), "arange": (), "file": ("path",)}
+TENSOR_SOURCES = {"random": ("seed", "high"), "zeros": (), "ones": (), "arange": (),
+                  "file": ("path",)}
 ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
 EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std")  # default data of externals
 MAX_LOOP = 1_000_000  # iterations of one `for` loop

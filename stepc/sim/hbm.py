@@ -52,15 +52,13 @@ class MemoryStats:
 class RefHbm:
     """Exact emulation of the reference simulator's channel-pool HBM node."""
 
-    def __init__(self, kernel, cfg: Hbm, startup_every_request: bool = True):
+    def __init__(self, kernel, cfg: Hbm):
         self.kernel, self.cfg = kernel, cfg
         self.free = [0] * cfg.channels
         self.offset = 0
         self.active: list[Burst] = []
         self.pending_at: int | None = None  # the cycle of the scheduled activation
         self.stats = MemoryStats(per_channel=[0] * cfg.channels)
-        self.startup_every_request = startup_every_request
-        self.served: set[int] = set()
 
     def issue(self, ctx, port, messages: int, per_message: int, write: bool) -> None:
         requests = messages
@@ -80,56 +78,64 @@ class RefHbm:
             self.kernel.at(cycle, 2, self)
 
     def activate(self, t: int) -> None:
+        """Serve cycles from `t` until the next event another context could react to."""
         if self.pending_at != t:
             return  # superseded by an earlier activation
         self.pending_at = None
         cfg, free, stats = self.cfg, self.free, self.stats
         n, ii = cfg.channels, cfg.request_interval
-        extra = cfg.startup + cfg.latency + 1
+        extra = cfg.startup + cfg.latency + 1  # service start -> visible at the loader
         per_channel = stats.per_channel
         limit = self.kernel.next_event_time()
-        cycle = t
-        while self.active:
-            cycle = max(cycle, min(b.next_cycle for b in self.active))
+        active = self.active
+        cycle = max(t, min(b.next_cycle for b in active)) if active else t
+        while active:
             if limit is not None and cycle > limit:
                 break
             o, count = self.offset, 0
-            finished = []
-            for b in self.active:
+            arrive = cycle + 1
+            finished = None
+            for b in active:
                 if b.next_cycle != cycle:
                     continue
                 k = b.last_requests if b.messages == 1 else b.per_message
+                latest = b.completion
                 for _ in range(k):
                     o = (o + count) % n
                     count += 1
-                    start = free[o] if free[o] > cycle + 1 else cycle + 1
+                    f = free[o]
+                    start = f if f > arrive else arrive
                     free[o] = start + ii
                     per_channel[o] += 1
-                    done = start + extra if self.startup_every_request or o not in \
-                        self.served else start + cfg.latency + 1
-                    self.served.add(o)
-                    if done > b.completion:
-                        b.completion = done
+                    if start + extra > latest:
+                        latest = start + extra
+                b.completion = latest
                 if b.write:
                     stats.write_requests += k
                 else:
                     stats.read_requests += k
                 b.messages -= 1
-                b.next_cycle = cycle + 1
+                b.next_cycle = arrive
                 if b.messages == 0:
+                    finished = finished or []
                     finished.append(b)
             if count:
                 self.offset = (o + count) % n
                 stats.note(cycle)
-            for b in finished:
-                self.active.remove(b)
-                self.kernel.at(b.completion, 1, b.ctx, b.completion)
-                stats.note(b.completion)
-                if limit is None or b.completion < limit:
-                    limit = b.completion
+            if finished:
+                for b in finished:
+                    active.remove(b)
+                    self.kernel.at(b.completion, 1, b.ctx, b.completion)
+                    stats.note(b.completion)
+                    if limit is None or b.completion < limit:
+                        limit = b.completion
+                if not active:
+                    break
             cycle += 1
-        if self.active:
-            self._schedule(max(cycle, min(b.next_cycle for b in self.active)))
+            if count == 0:  # nothing issued this cycle: jump to the next pickup
+                cycle = max(cycle, min(b.next_cycle for b in active))
+        if active:
+            self._schedule(max(cycle, min(b.next_cycle for b in active)))
 
 
 class FluidHbm:

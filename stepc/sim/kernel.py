@@ -20,6 +20,8 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+from stepc.sim.tokens import TileVal
+
 PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM = range(7)
 
 
@@ -35,7 +37,7 @@ class Channel:
     """A bounded single-producer single-consumer FIFO."""
 
     __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
-                 "send_waiter", "src", "dst", "high_water", "count")
+                 "send_waiter", "src", "dst", "high_water", "count", "elem_bytes")
 
     def __init__(self, name: str, cap: int, src: str, dst: str):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
@@ -47,6 +49,7 @@ class Channel:
         self.send_waiter: Ctx | None = None
         self.high_water = 0
         self.count = 0
+        self.elem_bytes = 0  # bytes of the largest element sent
 
 
 class Ctx:
@@ -99,6 +102,10 @@ class Kernel:
     heap: list = field(default_factory=list)
     seq: int = 0
     memory: object = None  # the HBM model: .issue(ctx, port, messages, per_message, write)
+    hop: int = 1  # cycles from a send to the element being visible
+    max_cycles: int | None = None  # stop with an error past this cycle
+    progress: object = None  # called now and then with the latest simulated cycle
+    steps: int = 0
 
     # ------------------------------------------------------------ construction
     def channel(self, name: str, cap: int, src: str, dst: str) -> Channel:
@@ -123,9 +130,15 @@ class Kernel:
         while True:
             while ready:
                 self._step(ready.popleft())
+                self.steps += 1
+                if self.progress is not None and self.steps % 4096 == 0:
+                    self.progress(max(c.t for c in self.contexts))
             if not heap:
                 return
             t, kind, _, obj, value = heapq.heappop(heap)
+            if self.max_cycles is not None and t > self.max_cycles:
+                raise SimError(f"the run passed --max-cycles {self.max_cycles:,} (cycle "
+                               f"{t:,})", getattr(obj, "name", None))
             if kind == 2:
                 obj.activate(t)
             elif kind == 1:
@@ -196,7 +209,10 @@ class Kernel:
                         ch.outstanding -= 1
                         if c > ctx.t:
                             ctx.t = c
-                    vis = ctx.t + 1
+                    vis = ctx.t + self.hop
+                    if self.max_cycles is not None and vis > self.max_cycles:
+                        raise SimError(f"the run passed --max-cycles {self.max_cycles:,} "
+                                       f"(cycle {vis:,})", ctx.name)
                     if code == SEND_AT and op[4] > vis:
                         vis = op[4]
                     ch.q.append((vis, op[2], op[3]))
@@ -204,6 +220,9 @@ class Kernel:
                     ch.count += 1
                     if len(ch.q) > ch.high_water:
                         ch.high_water = len(ch.q)
+                        nb = op[2].nbytes if type(op[2]) is TileVal else 8
+                        if nb > ch.elem_bytes:
+                            ch.elem_bytes = nb
                     if ch.recv_waiter is not None:
                         w, ch.recv_waiter = ch.recv_waiter, None
                         self._wake(w)

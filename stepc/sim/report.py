@@ -27,6 +27,7 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
          f"{r.hw.hbm.request_bytes} B)")
     line(f"  HBM bandwidth:      {r.achieved_bw:,.1f} B/cycle achieved of {peak:,.0f} peak "
          f"({100 * r.achieved_bw / peak:.1f}%)")
+    alloc = 0
     if analysis_totals is not None:
         alloc = analysis_totals.get("allocated_compute", 0)
         if alloc and r.cycles:
@@ -38,6 +39,15 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
             v = analysis_totals.get(key)
             if v is not None:
                 line(f"  {label + ':':<20}{_fmt(v)} B")
+        line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
+        fabric = r.hw.fabric
+        if fabric.compute_capacity and alloc > fabric.compute_capacity:
+            line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "
+                 f"{fabric.compute_capacity:,}")
+        need = sympy.sympify(analysis_totals.get("on_chip_bytes_on_demand", 0))
+        if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
+            line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
+                 f"{fabric.onchip_capacity:,}")
     if r.bindings:
         shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in sorted(r.bindings.items())[:8])
         more = f", ... ({len(r.bindings)} dims)" if len(r.bindings) > 8 else ""
@@ -83,7 +93,9 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
                      "read_requests": r.read_requests, "write_requests": r.write_requests,
                      "achieved_bw": r.achieved_bw, "peak_bw": r.hw.hbm.peak_bw,
                      "model": r.hw.hbm.model},
+        "off_chip_bytes": r.useful_bytes,
         "flops": r.flops,
+        "fifo_high_water_bytes": r.fifo_bytes,
         "dims": {k: _num(v) for k, v in sorted(r.bindings.items())},
         "ops": [{"name": o.name, "op": o.op, "busy_cycles": o.busy, "finish": o.finish,
                  "busy_fraction": o.busy / r.cycles if r.cycles else 0.0}
@@ -96,6 +108,9 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
     }
     if analysis_totals is not None:
         out["analysis"] = {k: _num(v) for k, v in analysis_totals.items()}
+        out["on_chip_peak_bytes"] = _num(analysis_totals["on_chip_bytes_on_demand"])
+        alloc = analysis_totals.get("allocated_compute") or 0
+        out["compute_utilization"] = r.flops / r.cycles / alloc if alloc and r.cycles else None
     return out
 
 
@@ -113,9 +128,24 @@ def perfetto_trace(r: SimResult) -> dict:
             "otherData": {"cycles": r.cycles, "hw": r.hw.name}}
 
 
+def write_atomic(path: str, write) -> None:
+    """Write a file through a temporary sibling and a rename: never a half-written file."""
+    import os
+    import tempfile
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".stepc-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write_json(path: str, doc: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
+    write_atomic(path, lambda f: f.write(json.dumps(doc, indent=1, sort_keys=True).encode()))
 
 
 def deadlock_text(r: SimResult, nodes) -> str:

@@ -61,6 +61,7 @@ class SimResult:
     wall_seconds: float = 0.0
     trace: dict[str, list] = field(default_factory=dict)  # node -> [(start, dur, label)]
     fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
+    fifo_bytes: int = 0  # sum over FIFOs of high-water elements x element bytes
 
     @property
     def request_bytes(self) -> int:
@@ -154,12 +155,13 @@ def _static_len(d, name: str) -> int:
 
 # ---------------------------------------------------------------- build and run
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
-             functional: bool = True, trace_ops: bool = False) -> SimResult:
+             functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
+             progress=None) -> SimResult:
     """Run a checked program on the given hardware."""
     prog = typed.program
     traces = traces or {}
     env = SimEnv(hw, functional)
-    kernel = Kernel()
+    kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
     kernel.memory = make_memory(kernel, hw.hbm)
     bindings: dict[str, int] = {}
 
@@ -240,10 +242,16 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     if mem_clock is not None:
         cycles = max(cycles, mem_clock + 2)  # the HBM node's closing handshake (reference)
     stats = kernel.memory.stats
+    counts = {}
+    for (src, port, _dst, _slot), ch in chans.items():
+        st = typed.types.get((src, port))
+        if st is not None and any(d.free_symbols for d in st.shape):
+            counts[(src, port)] = (st, ch.count)
     while True:  # each pass can fix dims that the next pass needs
         known = len(bindings)
-        for (src, port, _dst, _slot), ch in chans.items():
-            _bind_from_count(typed, src, port, ch.count, bindings)
+        values = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()}
+        for st, count in counts.values():
+            _bind_from_count(st, count, bindings, values)
         if len(bindings) == known:
             break
     result = SimResult(
@@ -254,25 +262,19 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         dict(env.written) if functional else {},
         blocked or None, wall,
         {c.name: c.trace for c in kernel.contexts if c.trace},
-        {ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels})
+        {ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
+        sum(ch.high_water * ch.elem_bytes for ch in kernel.channels))
     return result
 
 
-def _bind_from_count(typed: TypedProgram, node: str, port: int, count: int,
-                     bindings: dict) -> None:
+def _bind_from_count(st: StreamType, count: int, bindings: dict, values: dict) -> None:
     """A stream whose shape has one unknown symbol as a dim: its element count fixes it
     (to the mean, for a ragged dim, which keeps cardinalities exact)."""
-    st = typed.types.get((node, port))
-    if st is None:
-        return
-    unknown = [d for d in st.shape if d.free_symbols and not
-               (d.free_symbols <= {sympy.Symbol(k, integer=True, nonnegative=True)
-                                   for k in bindings})]
-    if len(unknown) != 1 or not unknown[0].is_Symbol:
+    unknown = [d for d in st.shape if d.free_symbols and not d.free_symbols <= values.keys()]
+    if len(unknown) != 1 or not unknown[0].is_Symbol or unknown[0].name in bindings:
         return
     sym = unknown[0]
-    others = sympy.Mul(*[d for d in st.shape if d is not sym]).xreplace(
-        {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()})
+    others = sympy.Mul(*[d for d in st.shape if d is not sym]).xreplace(values)
     if others.free_symbols or others == 0:
         return
-    bindings.setdefault(sym.name, sympy.Rational(count, int(others)))
+    bindings[sym.name] = sympy.Rational(count, int(others))
