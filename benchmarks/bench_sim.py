@@ -1,0 +1,74 @@
+"""Benchmarks of the simulator: the 15-point SwiGLU sweep (target: under 5 s in total) and
+throughput on a generated MoE layer (operator firings/s and 64-byte requests/s).
+
+    python benchmarks/bench_sim.py [--repeat 3] [--experts 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_moe import generate  # noqa: E402
+
+from stepc.frontend import compile_file  # noqa: E402
+from stepc.hw import load_config  # noqa: E402
+from stepc.sim.run import simulate  # noqa: E402
+
+SWEEP = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
+
+
+def swiglu_sweep(functional: bool) -> float:
+    hw = load_config("hdl-validation")
+    t0 = time.perf_counter()
+    for tb, ti in SWEEP:
+        typed = compile_file("programs/swiglu.step", {"TB": tb, "TI": ti}).typed
+        simulate(typed, hw, functional=functional)
+    return time.perf_counter() - t0
+
+
+def moe(experts: int, model: str):
+    hw = load_config(None, (f"hbm.model={model}",))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "moe.step")
+        with open(path, "w") as f:
+            f.write(generate(experts))
+        typed = compile_file(path).typed
+    t0 = time.perf_counter()
+    r = simulate(typed, hw, functional=False)
+    return time.perf_counter() - t0, r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--experts", type=int, default=128)
+    args = ap.parse_args()
+    for functional in (False, True):
+        runs = [swiglu_sweep(functional) for _ in range(args.repeat)]
+        mode = "functional" if functional else "timing-only"
+        print(f"swiglu 15-point sweep ({mode}, hdl-validation, ref): median "
+              f"{statistics.median(runs):.2f} s (min {min(runs):.2f}, n={args.repeat})")
+    for model in ("ref", "fluid"):
+        walls, last = [], None
+        for _ in range(args.repeat):
+            wall, r = moe(args.experts, model)
+            walls.append(wall)
+            last = r
+        r = last
+        wall = statistics.median(walls)
+        requests = r.read_requests + r.write_requests
+        elements = sum(n for _, _, n in r.fifo.values())
+        print(f"moe {args.experts} experts (B=64, timing-only, {model}): median {wall:.2f} s, "
+              f"{r.cycles:,} cycles, {requests:,} requests ({requests / wall / 1e6:.2f} M/s), "
+              f"{elements:,} stream elements ({elements / wall / 1e3:.0f} k/s), "
+              f"{r.cycles / wall / 1e3:.0f} k cycles/s")
+
+
+if __name__ == "__main__":
+    main()
