@@ -18,7 +18,7 @@ compiled programs through `stepc.sim.run.simulate`; a wrapper around the Sink be
 records what each Sink receives.
 
 Where stepc disagrees with the references the test is kept as written and marked
-`xfail(strict=True)` with a "BUG:" reason.
+`xfail(strict=True)` with a "BUG:" reason (none are open).
 """
 
 from __future__ import annotations
@@ -755,9 +755,6 @@ def test_accum_with_matmul_timing():
     assert times(outs[0]) == [2 * 256 + 1]
 
 
-@pytest.mark.xfail(reason="BUG: Accum sizes the store term from the accumulator before the "
-                          "update (3 packed rows = 768 B -> 12 cycles) instead of the "
-                          "re-initialised (Empty, 0-row) accumulator of errata 1", strict=True)
 def test_accum_retile_with_empty_init_has_no_store_term():
     """Errata 1: the store term is sized from the re-initialised accumulator; an Accum
     with an Empty init (retiling) has a zero dimension, so its store term is 0 (and
@@ -856,8 +853,6 @@ def test_flatmap_retile_streamify_pieces_are_sent_at_once():
     assert times(outs[0]) == [1, 1, 8, 8]
 
 
-@pytest.mark.xfail(reason="BUG: FlatMap sends every inner stream at one tick; 2.18 says "
-                          "CacheReadAddrGen emits its L addresses one per cycle", strict=True)
 def test_flatmap_cache_read_addr_one_address_per_cycle():
     pairs = [((int_tile(2), int_tile(3)), 0)]
     outs, _ = run_operator("FlatMap", {"fn": fn("cache_read_addr", row_offset=16)},
@@ -1000,9 +995,6 @@ def test_streamify_with_ref_two_extra_dims():
     assert show(out, names) == "x y S2 x y S3 u v S1 u v S3 D"
 
 
-@pytest.mark.xfail(reason="BUG: Streamify emits two elements in the same cycle at every "
-                          "copy boundary (no +1 before the first element of a copy); "
-                          "2.7/2.8 say 1 output element per cycle", strict=True)
 def test_streamify_emits_one_element_per_cycle():
     """2.7/2.8: 1 output element per cycle (no PMU cost)."""
     names = Names()
@@ -1242,10 +1234,6 @@ def test_broadcast_2_13_example():
     assert [times(o) for o in outs] == [[1, 1]] * 3
 
 
-@pytest.mark.xfail(reason="BUG: Broadcast sends its copies one after another, so a full "
-                          "output delays only the copies after it; errata 6: wait until "
-                          "every target has space, then send all copies with one stamp",
-                   strict=True)
 def test_broadcast_copies_share_one_stamp_under_back_pressure():
     """Errata 6: Broadcast dequeues, waits for a credit on every target (its clock becomes
     the max of their credit times), then sends all copies with that one stamp. Output 0
@@ -1310,9 +1298,6 @@ def test_external_values_and_timing(recorded):
     assert [first_value(p) for _, p, _ in lens] == [4, 5, 6, 7, 8, 9]
 
 
-@pytest.mark.xfail(reason="BUG: sources close the outermost dim with a stop token "
-                          "(stops_for_shape over the whole shape): a rank-N stream ends "
-                          "with S_(N+1) (rank 0 gets S1) instead of S_N (none)", strict=True)
 def test_external_stops_follow_the_declared_rank(recorded):
     """Semantics 0.2: a rank-0 stream carries no stops; a rank-1 [2, 3] stream ends with S1
     (the outermost dim is closed by Done, not by a stop)."""
@@ -1341,8 +1326,6 @@ def test_selectgen_values_and_timing(recorded):
     assert [p for _, p, _ in each] == [(0,), (1,), (2,), (3,), (4,), (5,)]
 
 
-@pytest.mark.xfail(reason="BUG: SelectGen closes the outermost dim with a stop token "
-                          "(rank-0 [3] ends with S1, rank-1 [3, 2] ends with S2)", strict=True)
 def test_selectgen_stops_follow_the_declared_rank(recorded):
     """2.25: element stop = highest dim ending there, below the outermost (paper shapes:
     [3] is rank 0, [3, 2] is rank 1)."""
@@ -1371,8 +1354,6 @@ def test_metadatagen_values_and_timing(recorded):
     assert [first_value(p) for _, p, _ in sunk(recorded, typed, "pages")] == list(range(6))
 
 
-@pytest.mark.xfail(reason="BUG: MetadataGen closes the outermost dim with a stop token "
-                          "(rank-0 [4] ends with S1, rank-1 [2, 3] ends with S2)", strict=True)
 def test_metadatagen_stops_follow_the_declared_rank(recorded):
     typed, _ = run_program(METADATAGEN)
     assert show(sunk(recorded, typed, "len")) == "0 1 2 3 D"
@@ -1420,9 +1401,6 @@ def test_linear_load_values_and_view_order(recorded):
     assert all(p.in_mu for _, p, _ in got)  # loaded tiles sit in a memory unit
 
 
-@pytest.mark.xfail(reason="BUG: a static LinearOffChipLoad closes the outermost view dim "
-                          "with a stop: view [2, 3] (rank 1) ends with S2, view [2, 2, 3] "
-                          "(rank 2) with S3", strict=True)
 def test_linear_load_stops_2_1_example(recorded):
     """2.1 with stepc's paper shapes: stride (3,1), out (2,3) is the rank-1 stream
     `t0 t1 t2 S1 t3 t4 t5 S1 D`; stride (0,3,1), out (2,2,3) (rank 2) reads the tensor
@@ -1434,9 +1412,6 @@ def test_linear_load_stops_2_1_example(recorded):
     assert show(_tile_tokens(sunk(recorded, typed, "cols"))) == "t0 t3 S1 t1 t4 S1 t2 t5 S1 D"
 
 
-@pytest.mark.xfail(reason="BUG: with the extra outermost stop of static loads, a well-typed "
-                          "program fails at run time: Map(load [4,1], EagerMerge output "
-                          "[4,1]) sees stop 2 against stop 1", strict=True)
 def test_load_and_merged_stream_of_equal_shape_zip_at_run_time():
     """Both Map inputs have type [4, 1] (rank 1): their elements must agree stop by stop
     (2.14), so the program runs."""

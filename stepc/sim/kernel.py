@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from stepc.sim.tokens import TileVal
 
-PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM = range(7)
+PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE = range(8)
 
 
 class SimError(Exception):
@@ -37,7 +37,7 @@ class Channel:
     """A bounded single-producer single-consumer FIFO."""
 
     __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
-                 "send_waiter", "src", "dst", "high_water", "count", "elem_bytes")
+                 "send_waiter", "src", "dst", "high_water", "count", "elem_bytes", "reserved")
 
     def __init__(self, name: str, cap: int, src: str, dst: str):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
@@ -50,6 +50,7 @@ class Channel:
         self.high_water = 0
         self.count = 0
         self.elem_bytes = 0  # bytes of the largest element sent
+        self.reserved = False  # a slot was claimed by RESERVE for the next SEND
 
 
 class Ctx:
@@ -198,9 +199,24 @@ class Kernel:
                         w, ch.send_waiter = ch.send_waiter, None
                         self._wake(w)
                     value, op = None, None
+                elif code == RESERVE:  # claim a slot now; the next SEND uses it
+                    ch = op[1]
+                    if not ch.reserved and ch.outstanding >= ch.cap:
+                        if not ch.credits:
+                            ch.send_waiter = ctx
+                            ctx.blocked = op
+                            return
+                        c = ch.credits.popleft()
+                        ch.outstanding -= 1
+                        if c > ctx.t:
+                            ctx.t = c
+                    ch.reserved = True
+                    value, op = None, None
                 elif code == SEND or code == SEND_AT:
                     ch = op[1]
-                    if ch.outstanding >= ch.cap:
+                    if ch.reserved:
+                        ch.reserved = False
+                    elif ch.outstanding >= ch.cap:
                         if not ch.credits:
                             ch.send_waiter = ctx
                             ctx.blocked = op
@@ -301,7 +317,7 @@ class Kernel:
                 ch = op[1]
                 out.append(Blocked(ctx.name, ctx.op, "empty input", ch.name, ch.src,
                                    f"0/{ch.cap}"))
-            elif op[0] in (SEND, SEND_AT):
+            elif op[0] in (SEND, SEND_AT, RESERVE):
                 ch = op[1]
                 out.append(Blocked(ctx.name, ctx.op, "full output", ch.name, ch.dst,
                                    f"{ch.outstanding}/{ch.cap}"))

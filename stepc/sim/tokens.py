@@ -78,8 +78,9 @@ def payload_bytes(p) -> int:
 
 
 def stops_for_shape(dims: list[int]) -> list[int]:
-    """Stop levels of a row-major walk over a static tensor of `dims` (outer first): each
-    element's stop is the number of trailing dims that are at their last index."""
+    """Stop levels of a row-major walk over a stream of shape `dims` (outer first): each
+    element's stop is the number of trailing dims at their last index, at most the stream's
+    rank len(dims) - 1 (the outermost dim is closed by the end of the stream, not a stop)."""
     n = 1
     for d in dims:
         n *= d
@@ -92,7 +93,7 @@ def stops_for_shape(dims: list[int]) -> list[int]:
                 k += 1
             else:
                 break
-        out.append(k)
+        out.append(min(k, len(dims) - 1))
         for j in range(len(dims) - 1, -1, -1):
             idx[j] += 1
             if idx[j] < dims[j]:

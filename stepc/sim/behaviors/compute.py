@@ -8,6 +8,11 @@ from stepc.sim.tokens import TileVal
 from stepc.sim.values import FLATMAP, MAP, accum_init, accum_update
 
 
+# address and selector generators emit one element per cycle (the reference's
+# CacheReadAddrGen); retiling sends all its pieces at once
+ONE_PER_CYCLE = ("cache_read_addr", "filter_last_tile", "expert_addr")
+
+
 def _inputs(ins) -> list:
     return ins["ins"]
 
@@ -90,8 +95,10 @@ def accum(ctx, node, ins, outs, env, info):
             fresh = False
         flops, fixed = fn_flops(name, fn, args)
         cycles = env.cost(node, args, None, flops, fixed)
-        if s >= b and wb and acc is not None:
-            cycles = max(cycles, -(-acc.nbytes // bw))  # the re-initialised accumulator
+        if s >= b and wb and acc is not None and not name.startswith("retile"):
+            # the reference sizes the store by the re-initialised accumulator: the declared
+            # tile for a zero-initialised one, nothing for an empty (retiling) one
+            cycles = max(cycles, -(-acc.nbytes // bw))
         ctx.work(ctx.t, cycles, name)
         for ch in chans:
             yield (POP, ch)
@@ -149,6 +156,7 @@ def flatmap(ctx, node, ins, outs, env, info):
         payload = args[0] if len(args) == 1 else tuple(args)
         pieces = expand(payload, fn, env.functional)
         s = heads[0][2]
+        spaced = fn.name in ONE_PER_CYCLE
         if not pieces and s:
             raise SimError(f"FlatMap `{fn.name}` produced nothing for an element that closes "
                            f"level {s}; the fused stop encoding cannot represent an empty "
@@ -156,5 +164,7 @@ def flatmap(ctx, node, ins, outs, env, info):
         for k, (p, ps) in enumerate(pieces):
             if out is not None:
                 yield (SEND, out, p, ps + s if k == len(pieces) - 1 else ps)
+            if spaced:
+                ctx.t += 1
         for ch in chans:
             yield (POP, ch)

@@ -232,10 +232,9 @@ def streamify(ctx, node, ins, outs, env, info):
         else:
             items, rank = buf.elements, len(buf.shape)
         for k, (p, s) in enumerate(items):
-            if k:
-                ctx.t += 1  # one element per cycle
             if out is not None:
                 yield (SEND, out, p, rank + extra if k == len(items) - 1 else s)
+            ctx.t += 1  # one element per cycle
 
     while True:
         head = yield (PEEK, src)

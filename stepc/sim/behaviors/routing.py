@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepc.sim.kernel import PEEK, POP, RECV, SELECT, SEND, SEND_AT, SimError
+from stepc.sim.kernel import PEEK, POP, RECV, RESERVE, SELECT, SEND, SEND_AT, SimError
 from stepc.sim.tokens import TileVal
 
 
@@ -160,7 +160,8 @@ def parallelize(ctx, node, ins, outs, env, info):
 
 
 def broadcast(ctx, node, ins, outs, env, info):
-    """Release the input on arrival, then send every copy with one stamp."""
+    """Release the input on arrival, wait until every output has room, then send every copy
+    with one stamp (the slowest consumer back-pressures all)."""
     src = ins["in"]
     targets = [o for o in outs if o is not None]
     while True:
@@ -168,5 +169,7 @@ def broadcast(ctx, node, ins, outs, env, info):
         if head is None:
             return
         _, val, s = head
+        for o in targets:
+            yield (RESERVE, o)
         for o in targets:
             yield (SEND, o, val, s)
