@@ -67,7 +67,9 @@ def _exit_code(result: Compiled, werror: bool) -> int:
              epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 3 simulation "
              "deadlock, 70 internal error.")
 @click.version_option(__version__, prog_name="stepc")
-def main() -> None:
+@click.option("--debug", is_flag=True, hidden=True, help="Show Python tracebacks of "
+              "internal errors.")
+def main(debug: bool) -> None:
     """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files)."""
 
 

@@ -37,7 +37,8 @@ class Channel:
     """A bounded single-producer single-consumer FIFO."""
 
     __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
-                 "send_waiter", "src", "dst", "high_water", "count", "elem_bytes", "reserved")
+                 "send_waiter", "src", "dst", "high_water", "count", "elem_bytes", "reserved",
+                 "log")
 
     def __init__(self, name: str, cap: int, src: str, dst: str):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
@@ -51,6 +52,7 @@ class Channel:
         self.count = 0
         self.elem_bytes = 0  # bytes of the largest element sent
         self.reserved = False  # a slot was claimed by RESERVE for the next SEND
+        self.log: list | None = None  # (time, +1 | -1) occupancy changes, when tracing
 
 
 class Ctx:
@@ -187,6 +189,8 @@ class Kernel:
                     if code == RECV:
                         q.popleft()
                         ch.credits.append(ctx.t + 1)
+                        if ch.log is not None:
+                            ch.log.append((ctx.t + 1, -1))
                         if ch.send_waiter is not None:
                             w, ch.send_waiter = ch.send_waiter, None
                             self._wake(w)
@@ -195,6 +199,8 @@ class Kernel:
                     ch = op[1]
                     ch.q.popleft()
                     ch.credits.append(ctx.t + 1)
+                    if ch.log is not None:
+                        ch.log.append((ctx.t + 1, -1))
                     if ch.send_waiter is not None:
                         w, ch.send_waiter = ch.send_waiter, None
                         self._wake(w)
@@ -232,6 +238,8 @@ class Kernel:
                     if code == SEND_AT and op[4] > vis:
                         vis = op[4]
                     ch.q.append((vis, op[2], op[3]))
+                    if ch.log is not None:
+                        ch.log.append((ctx.t, 1))
                     ch.outstanding += 1
                     ch.count += 1
                     if len(ch.q) > ch.high_water:

@@ -124,6 +124,15 @@ def perfetto_trace(r: SimResult) -> dict:
         for start, dur, label in r.trace.get(o.name, []):
             events.append({"ph": "X", "pid": 1, "tid": tid, "ts": start, "dur": dur,
                            "name": label or o.op})
+    for name, log in sorted(r.fifo_logs.items()):  # FIFO occupancy: back-pressure at a glance
+        level = 0
+        for t, delta in sorted(log):
+            level += delta
+            events.append({"ph": "C", "pid": 2, "ts": t, "name": f"fifo {name}",
+                           "args": {"elements": level}})
+    if r.fifo_logs:
+        events.append({"ph": "M", "name": "process_name", "pid": 2,
+                       "args": {"name": "FIFO occupancy"}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"cycles": r.cycles, "hw": r.hw.name}}
 

@@ -60,6 +60,7 @@ class SimResult:
     deadlock: list[Blocked] | None = None
     wall_seconds: float = 0.0
     trace: dict[str, list] = field(default_factory=dict)  # node -> [(start, dur, label)]
+    fifo_logs: dict[str, list] = field(default_factory=dict)  # FIFO -> occupancy changes
     fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
     fifo_bytes: int = 0  # sum over FIFOs of high-water elements x element bytes
 
@@ -198,6 +199,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             depth = depth[e.slot] if e.slot < len(depth) else None
         ch = kernel.channel(f"{prog.nodes[e.src].port_label(e.port)} -> {e.dst}",
                             depth or default_depth, e.src, e.dst)
+        if trace_ops:
+            ch.log = []
         chans[(e.src, e.port, e.dst, e.slot)] = ch
         outs[e.src][e.port] = ch
         pname, idx = node.inputs[e.slot]
@@ -259,11 +262,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         sum(env.useful_bytes.values()), sum(env.flops.values()),
         [OpStats(c.name, c.op, c.busy, c.t, c.mem_ops) for c in kernel.contexts],
         {k: sympy.sympify(v) for k, v in bindings.items()},
-        dict(env.written) if functional else {},
-        blocked or None, wall,
-        {c.name: c.trace for c in kernel.contexts if c.trace},
-        {ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
-        sum(ch.high_water * ch.elem_bytes for ch in kernel.channels))
+        outputs=dict(env.written) if functional else {},
+        deadlock=blocked or None, wall_seconds=wall,
+        trace={c.name: c.trace for c in kernel.contexts if c.trace},
+        fifo={ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
+        fifo_bytes=sum(ch.high_water * ch.elem_bytes for ch in kernel.channels),
+        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log})
     return result
 
 
