@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import sys
 import traceback
 
@@ -16,7 +17,7 @@ import click
 from stepc import __version__
 from stepc.diagnostics import Diagnostic, diagnostic_json, render_text, span_json
 from stepc.frontend import Compiled, compile_file
-from stepc.types import fmt_dim
+from stepc.types import DTYPE_BYTES, fmt_dim
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
 
@@ -153,7 +154,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     if fmt == "json":
         click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
     else:
-        console = Console(file=click.get_text_stream("stdout"), width=110,
+        console = Console(file=sys.stdout, width=110,
                           highlight=False, soft_wrap=False)
         render_text(a, console, show_all, config, roof)
         emit_diagnostics(result)
@@ -260,6 +261,7 @@ def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
 
 
 EXIT_DEADLOCK = 3
+FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
 
 
 @main.command("sim")
@@ -273,7 +275,9 @@ EXIT_DEADLOCK = 3
               help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
 @click.option("--timing-only", is_flag=True,
               help="Carry shapes, selectors and addresses but no tile values (faster; same "
-              "cycles).")
+              "cycles). The default for programs whose tensors exceed 256 MiB.")
+@click.option("--functional", is_flag=True,
+              help="Compute tile values even for programs with large tensors.")
 @click.option("--out", "out_dir", default=None, metavar="DIR",
               help="Write output tensors as DIR/<tensor>.npy (functional mode).")
 @click.option("--trace-out", default=None, metavar="FILE.json",
@@ -284,8 +288,8 @@ EXIT_DEADLOCK = 3
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
-def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fmt,
-            print_config, max_cycles):
+def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
+            fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
     import os
 
@@ -307,9 +311,16 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fm
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
-    for path in (out_dir, trace_out):
-        if path and os.path.exists(path) and not os.path.isdir(path) and path == out_dir:
-            raise click.UsageError(f"--out {path}: not a directory")
+    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise click.UsageError(f"--out {out_dir}: not a directory")
+    if timing_only and functional:
+        raise click.UsageError("--timing-only and --functional exclude each other")
+    tensor_bytes = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
+                       for t in result.typed.program.tensors.values())
+    if not timing_only and not functional and tensor_bytes > FUNCTIONAL_LIMIT:
+        timing_only = True
+        click.echo(f"note: timing-only run: the tensors hold {tensor_bytes / 2**20:,.0f} MiB "
+                   "(--functional computes values anyway)", err=True)
     try:
         arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
         with _progress() as progress:
@@ -341,7 +352,7 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, out_dir, trace_out, fm
         doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        console = Console(file=click.get_text_stream("stdout"), width=110, soft_wrap=False)
+        console = Console(file=sys.stdout, width=110, soft_wrap=False)
         render_text(run, console, totals)
     emit_diagnostics(result)
     if run.deadlock:

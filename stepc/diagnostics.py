@@ -48,9 +48,11 @@ class DiagnosticBag:
     """An ordered collection of diagnostics, deduplicated."""
 
     items: list[Diagnostic] = field(default_factory=list)
+    seen: set = field(default_factory=set)
 
     def add(self, d: Diagnostic) -> None:
-        if d not in self.items:
+        if d not in self.seen:
+            self.seen.add(d)
             self.items.append(d)
 
     def error(self, code: str, message: str, span: Span | None, notes=()) -> None:

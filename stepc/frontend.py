@@ -65,6 +65,8 @@ def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
         return Compiled(src.name, None, bag, sources, [])
     prog, ebag, used = elaborate(module, src, overrides, _load_import, path)
     bag.extend(ebag.items)
+    if prog is None:  # too large to check
+        return Compiled(src.name, None, bag, sources, sorted(set(overrides) - used))
     sources.update(prog.sources)
     typed = check(prog, bag)
     unknown = sorted(set(overrides) - used)

@@ -236,6 +236,8 @@ _NONLINEAR = (sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod, sympy.Min,
 
 @functools.lru_cache(maxsize=65536)
 def _equal_symbolic(a: Dim, b: Dim) -> bool | None:
+    if (a - b).has(sympy.Piecewise):
+        return _equal_by_cases(sympy.piecewise_fold(a - b))
     diff = sympy.expand(a - b)
     if not diff.is_number and diff.has(*_NONLINEAR):
         diff = sympy.simplify(diff)
@@ -246,6 +248,26 @@ def _equal_symbolic(a: Dim, b: Dim) -> bool | None:
     nz = diff.is_zero
     if nz is not None:
         return nz
+    return None
+
+
+def _equal_by_cases(diff) -> bool | None:
+    """diff == 0 for Promote's `(1 if D > 0 else 0)`: check each branch, knowing that in a
+    branch after `D > 0` failed, the nonnegative D is 0."""
+    if not isinstance(diff, sympy.Piecewise):
+        return _equal_symbolic(diff, sympy.Integer(0)) if diff.free_symbols else diff == 0
+    failed: dict = {}
+    verdicts = []
+    for expr, cond in diff.args:
+        expr = sympy.sympify(expr).xreplace(failed)
+        v = _equal_symbolic(expr, sympy.Integer(0)) if expr.free_symbols else expr == 0
+        verdicts.append(v)
+        if isinstance(cond, sympy.StrictGreaterThan) and cond.rhs == 0 and cond.lhs.is_Symbol:
+            failed[cond.lhs] = sympy.Integer(0)
+        elif cond is not sympy.true:
+            return None
+    if all(v is True for v in verdicts):
+        return True
     return None
 
 

@@ -511,10 +511,6 @@ def test_partition_with_different_selectors_gets_distinct_symbols():
     assert len(dims) == 4
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Partitions driven by the two outputs of an explicit Broadcast of one selector "
-    "stream get different symbols; an implicit fan-out shares them (source_of only looks "
-    "through implicit Broadcasts), so writing the Broadcast explicitly changes the types"))
 def test_partition_shares_symbols_through_explicit_broadcast():
     p = Prog("""
         sb = Broadcast(sel, consumers=2)
@@ -866,7 +862,6 @@ ERROR_CASES = [
     ("FlatMap-filter_last_tile-float", "y = FlatMap(ta, »fn=filter_last_tile)", "E0305"),
     # ---- Flatten
     ("Flatten-max-too-large", "y = Flatten(ta, min=0, »max=2)", "E0340"),
-    ("Flatten-min-equals-max", "y = Flatten(d3, »min=1, max=1)", "E0340"),
     ("Flatten-min-above-max", "y = Flatten(d3, »min=2, max=1)", "E0340"),
     ("Flatten-negative-min", "y = Flatten(d3, »min=-1, max=1)", "E0340"),
     # ---- Reshape
@@ -967,10 +962,7 @@ def test_errors_do_not_cascade_to_consumers():
     assert [d.code for d in p.errors] == ["E0310"], p.report()
 
 
-# ------------------------------------------------------------------ defects found (xfail)
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: require_shapes_equal returns at the first dim it cannot decide, so a provable "
-    "mismatch in a later dim ([P, 4] vs [Q, 5]) is only a W0301 warning instead of E0302"))
+# ------------------------------------------------------------------ defects found (fixed)
 @pytest.mark.parametrize("op", ["Zip(a, »b)", "Map(a, »b, fn=add)",
                                 "Accum(a, »b, fn=matmul, rank=1)"], ids=["Zip", "Map", "Accum"])
 def test_lockstep_mismatch_after_an_undecidable_dim_is_an_error(op):
@@ -981,24 +973,14 @@ def test_lockstep_mismatch_after_an_undecidable_dim_is_an_error(op):
     """, "E0302")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Reshape's `pad` initialiser is never validated: an unknown name is accepted "
-    "(Accum/Scan report E0103 for an unknown `init`)"))
 def test_reshape_unknown_pad_initialiser():
     expect_error("y = Reshape(r, chunk=4, »pad=banana)", "E0103")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: initialiser values accept arbitrary attributes (`init=zero(v=3)`) silently; "
-    "function attributes are checked (E0202) but initialiser attributes are not"))
 def test_initialiser_with_unknown_attribute():
     expect_error("y = Accum(ta, fn=add, rank=1, »init=zero(v=3))", "E0202")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEVIATION: Expand rejects a rank-0 single-element input; semantics.md 2.22 (rank-0 "
-    "input: the single value is repeated for every ref element) and errata 4 "
-    "(static Expand: [.., 1] -> [.., R]) allow it"))
 @pytest.mark.parametrize("call,shape", [("Expand(one, ref=r)", "[R]"),
                                         ("Expand(one, sizes=[5])", "[5]")], ids=["ref", "sizes"])
 def test_expand_of_a_single_element_stream(call, shape):
@@ -1009,10 +991,6 @@ def test_expand_of_a_single_element_stream(call, shape):
     p.expect_shape("y", shape)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a dim expression over a ragged symbol is not absorbed into a fresh ragged symbol: "
-    "Parallelize gives ceil((n - i)/P) and Promote gives (1 if n > 0 else 0) for a ragged "
-    "count n (the paper's absorbing rule; types.py: a ragged dim is always a bare symbol)"))
 @pytest.mark.parametrize("body,label", [
     ("o = Parallelize(kt, consumers=2, rank=0)", "o[1]"),
     ("y = Promote(Flatten(kt, min=0, max=2))", "y"),
@@ -1023,16 +1001,10 @@ def test_dims_over_ragged_symbols_are_absorbed(body, label):
     p.fresh_ragged(outer, not_in=[p.sym("L")])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a declared stream type with a negative dim is accepted (`[-3]`); Promote then "
-    "infers [0, -3]"))
 def test_declared_negative_dim_is_an_error():
     expect_error('stream e : »Strm<Tile<bf16, [1, 1]>, 0>[-3] = external("e")', "E0360")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: `p = Partition(..., consumers=0)` reports E0204 and also a cascading E0208 "
-    "'the call has no output stream to bind' at the binding"))
 def test_partition_zero_consumers_reports_one_error():
     p = expect_error("p = Partition(x, sel, rank=1, »consumers=0)", "E0204")
     assert [d.code for d in p.errors] == ["E0204"], p.report()

@@ -104,6 +104,10 @@ class Annotator:
             if self.symbols.get(name) is None:
                 self.symbols.fresh(name, "dynamic", origin or "", span,
                                    "dim of a declared stream")
+        for d in dims:
+            if d.is_number and d < 0:
+                raise AnnotationError("E0360", f"a stream dim cannot be negative, found "
+                                               f"{fmt_dim(d)}", ann.type.span)
         st = StreamType(self._build(elem, ann.type.span), tuple(dims))
         self.cache[ann] = st
         return st

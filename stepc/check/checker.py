@@ -148,7 +148,7 @@ class Checker:
     def source_of(self, node: str, port: int) -> tuple[str, int]:
         """The stream a (possibly Broadcast) port carries, traced back through fan-outs."""
         n = self.prog.nodes[node]
-        while n.op == "Broadcast" and n.implicit:
+        while n.op == "Broadcast" and self.prog.in_edges(n.name):
             e = self.prog.in_edges(n.name)[0]
             node, port = e.src, e.port
             n = self.prog.nodes[node]
@@ -390,7 +390,8 @@ class Checker:
             return True
         for old, new in ((x, y), (y, x)):
             if isinstance(old, sympy.Symbol) and self.symbols.get(old.name) is not None \
-                    and self.symbols.infos[old.name].kind != "param":
+                    and self.symbols.infos[old.name].kind != "param" \
+                    and old not in sympy.sympify(new).free_symbols:
                 self.substitute(old, new)
                 return True
         verdict = equal(x, y)

@@ -261,6 +261,10 @@ class _Lower:
         if kind == "Paren":
             return self.expr(e.value)
         if kind == "IntLit":
+            if len(e.value) > 30:
+                raise StepError([Diagnostic("E0001", Severity.ERROR, "syntax error: integer "
+                                            f"literal of {len(e.value)} digits is too large",
+                                            sp)])
             return ast.IntLit(int(e.value), sp)
         if kind == "StrLit":
             return ast.StrLit(e.value, sp)

@@ -35,14 +35,20 @@ TENSOR_SOURCES = {"random": ("seed", "high"), "zeros": (), "ones": (), "arange":
                   "file": ("path",)}
 ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
 EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std")  # default data of externals
-MAX_LOOP = 1_000_000  # iterations of one `for` loop
-MAX_NODES = 2_000_000  # operator instances of one program
+MAX_LOOP = 100_000  # iterations of one `for` loop
+MAX_NODES = 50_000  # operator instances of one program
+MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
+MAX_CONSUMERS = 65_536  # outputs of one Partition, Parallelize or Broadcast
 
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
 
 class _Abort(Exception):
     """Aborts evaluating one statement after its diagnostic was recorded."""
+
+
+class _Fatal(Exception):
+    """Stops elaboration altogether (a size limit was passed)."""
 
 
 @dataclass(frozen=True)
@@ -183,11 +189,16 @@ class Elaborator:
         self.global_scope = Scope(None)
         self.named: set[tuple[str, int]] = set()  # streams referenced by name
         self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
+        self.iterations = 0  # loop iterations unrolled so far
+        self.truncated = False  # a size limit stopped elaboration
 
     # ================================================================ driver
     def run(self) -> Program:
         self.import_stack.append(self.main_path or self.main.name)
-        self.block(self.main.statements, self.global_scope, top=True)
+        try:
+            self.block(self.main.statements, self.global_scope, top=True)
+        except _Fatal:
+            self.truncated = True
         self.finish_pendings()
         for name, e in self.global_scope.names.items():
             if e.kind == "param" and not e.used:
@@ -386,6 +397,11 @@ class Elaborator:
         if hi - lo > MAX_LOOP:
             raise self.error("E0114", f"loop of {hi - lo:,} iterations: stepc unrolls loops "
                              f"and allows at most {MAX_LOOP:,}", s.span)
+        self.iterations += max(hi - lo, 0)
+        if self.iterations > MAX_ITERATIONS:
+            self.error("E0114", f"the program's loops unroll to more than "
+                       f"{MAX_ITERATIONS:,} iterations", s.span)
+            raise _Fatal()
         exported: dict[str, list] = {}
         group = f"for@{s.span.file}:{s.span.line}:{s.span.col}"
         for i in range(lo, hi):
@@ -755,17 +771,20 @@ class Elaborator:
                 failed = True
         if failed:
             raise _Abort()
+        if isinstance(attrs.get("consumers"), int) and attrs["consumers"] > MAX_CONSUMERS:
+            raise self.error("E0114", f"{spec.name} with {attrs['consumers']:,} consumers: at "
+                             f"most {MAX_CONSUMERS:,} are allowed", arg_spans["consumers"])
         name = name_hint or self.anon_name(spec.name, e.span, scope)
         node = self.new_node(spec.name, name, scope, e.span, e.func_span, attrs,
                              [(pn, k) for pn, k, _, _ in stream_inputs], arg_spans)
         for slot, (_, _, v, sp) in enumerate(stream_inputs):
             self.edges.append((v, node.name, slot, sp))
         n_out = len(node.outputs)
-        if n_out == 0:
-            return None
         vals = [StreamVal(node.name, i, node.port_label(i)) for i in range(n_out)]
         if spec.name in ARRAY_OUTPUT_OPS:
             return vals
+        if n_out == 0:
+            return None
         return tuple(vals) if n_out > 1 else vals[0]
 
     def first_output(self, v: Any) -> Any:
@@ -791,8 +810,9 @@ class Elaborator:
                  attrs: dict, inputs: list, arg_spans: dict) -> OpNode:
         spec = OPS[op]
         if len(self.nodes) >= MAX_NODES:
-            raise self.error("E0114", f"the program has more than {MAX_NODES:,} operator "
-                             "instances", span)
+            self.error("E0114", f"the program has more than {MAX_NODES:,} operator "
+                       "instances", span)
+            raise _Fatal()
         while name in self.nodes:
             name += "'"
         node = OpNode(name, op, attrs, inputs, list(spec.outputs(attrs)), span, arg_spans,
@@ -999,10 +1019,11 @@ def _insert_after(nodes: dict[str, OpNode], after: str, node: OpNode) -> dict[st
 def elaborate(main: ast.Module, src: SourceFile, overrides: dict[str, int] | None = None,
               loader: Loader | None = None, main_path: str | None = None
               ) -> tuple[Program | None, DiagnosticBag, set[str]]:
-    """Elaborate a parsed module. Returns (program, diagnostics, -D names that matched)."""
+    """Elaborate a parsed module. Returns (program, diagnostics, -D names that matched);
+    the program is None when a size limit stopped elaboration."""
     el = Elaborator(main, src, overrides or {}, loader or _no_imports, main_path)
     prog = el.run()
-    return prog, el.bag, el.used_overrides
+    return (None if el.truncated else prog), el.bag, el.used_overrides
 
 
 def _no_imports(path: str, span: Span):

@@ -31,6 +31,25 @@ def dim_symbol(name: str) -> sympy.Symbol:
 Resolver = Callable[[str, Span], "int | sympy.Expr"]
 
 
+def _apply(e: ast.BinOp, a, b, symbolic: bool):
+    if e.op in ("//", "%", "/") and b == 0:
+        raise ExprError("E0502", "division by zero", e.rhs.span)
+    if e.op == "+":
+        return a + b
+    if e.op == "-":
+        return a - b
+    if e.op == "*":
+        return a * b
+    if e.op == "//":
+        return sympy.floor(sympy.sympify(a) / b) if symbolic else a // b
+    if e.op == "%":
+        return sympy.Mod(a, b) if symbolic else a % b
+    if not symbolic:
+        raise ExprError("E0503", "`/` is not integer division: use `//` or "
+                                 "`ceildiv(a, b)`", e.span)
+    return sympy.sympify(a) / b
+
+
 def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
     """Evaluate an expression; `resolve(name, span)` gives a name's value or raises ExprError."""
     if isinstance(e, ast.IntLit):
@@ -40,24 +59,15 @@ def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
     if isinstance(e, ast.Neg):
         return -evaluate(e.value, resolve, symbolic)
     if isinstance(e, ast.BinOp):
-        a = evaluate(e.lhs, resolve, symbolic)
-        b = evaluate(e.rhs, resolve, symbolic)
-        if e.op in ("//", "%", "/") and b == 0:
-            raise ExprError("E0502", "division by zero", e.rhs.span)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "//":
-            return sympy.floor(sympy.sympify(a) / b) if symbolic else a // b
-        if e.op == "%":
-            return sympy.Mod(a, b) if symbolic else a % b
-        if not symbolic:
-            raise ExprError("E0503", "`/` is not integer division: use `//` or "
-                                     "`ceildiv(a, b)`", e.span)
-        return sympy.sympify(a) / b
+        # walk the left spine iteratively: `1 + 1 + ... + 1` nests as deep as it is long
+        chain = []
+        while isinstance(e, ast.BinOp):
+            chain.append(e)
+            e = e.lhs
+        acc = evaluate(e, resolve, symbolic)
+        for node in reversed(chain):
+            acc = _apply(node, acc, evaluate(node.rhs, resolve, symbolic), symbolic)
+        return acc
     if isinstance(e, ast.Call) and e.func in INT_BUILTINS + DIM_BUILTINS:
         if any(a.name for a in e.args):
             raise ExprError("E0203", f"`{e.func}` takes positional arguments", e.span)

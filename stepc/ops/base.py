@@ -156,16 +156,14 @@ class InferCtx:
         if a.rank != b.rank:
             raise OpError("E0301", f"{what}: expected rank {a.rank} {fmt_shape(a.shape)}, "
                                    f"found rank {b.rank} {fmt_shape(b.shape)}", arg, index)
-        for da, db in zip(a.shape, b.shape, strict=True):
-            verdict = equal(da, db)
-            if verdict is False:
-                raise OpError("E0302", f"{what}: expected shape {fmt_shape(a.shape)}, "
-                                       f"found {fmt_shape(b.shape)}", arg, index)
-            if verdict is None:
-                self.warnings.append(OpError(
-                    "W0301", f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
-                             f"{fmt_shape(a.shape)}", arg, index))
-                return
+        verdicts = [equal(da, db) for da, db in zip(a.shape, b.shape, strict=True)]
+        if False in verdicts:
+            raise OpError("E0302", f"{what}: expected shape {fmt_shape(a.shape)}, "
+                                   f"found {fmt_shape(b.shape)}", arg, index)
+        if None in verdicts:
+            self.warnings.append(OpError(
+                "W0301", f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
+                         f"{fmt_shape(a.shape)}", arg, index))
 
 
 def sanitize(name: str) -> str:

@@ -56,14 +56,18 @@ def _retype(ctx: InferCtx, e):
     return e
 
 
-def _check_init(ctx: InferCtx, spec: FnSpec) -> None:
-    init = ctx.attrs.get("init")
+def check_init(ctx: InferCtx, param: str = "init") -> None:
+    """An initialiser (init=, pad=) must name one of INITS and takes no attributes."""
+    init = ctx.attrs.get(param)
     if init is None:
         return
     if init.name not in INITS:
         near = difflib.get_close_matches(init.name, list(INITS), n=1)
         hint = f" (did you mean `{near[0]}`?)" if near else ""
-        raise OpError("E0103", f"unknown initialiser `{init.name}`{hint}", "init")
+        raise OpError("E0103", f"unknown initialiser `{init.name}`{hint}", param)
+    if init.kwargs:
+        raise OpError("E0202", f"initialiser `{init.name}` takes no attributes, found "
+                               f"`{init.kwargs[0][0]}`", param)
 
 
 def _reduce_rank(ctx: InferCtx, st: StreamType) -> int:
@@ -83,7 +87,7 @@ def _map(ctx: InferCtx):
 def _accum(ctx: InferCtx):
     spec = lookup_fn(ctx, "accum")
     first, elems = _elements(ctx, spec, "accum")
-    _check_init(ctx, spec)
+    check_init(ctx)
     b = _reduce_rank(ctx, first)
     n = sympy.Mul(*first.shape[len(first.shape) - b:])
     acc = spec.accum(elems, n, ctx.attrs["fn"], fn_ctx(ctx))
@@ -93,7 +97,7 @@ def _accum(ctx: InferCtx):
 def _scan(ctx: InferCtx):
     spec = lookup_fn(ctx, "scan")
     first, elems = _elements(ctx, spec, "scan")
-    _check_init(ctx, spec)
+    check_init(ctx)
     _reduce_rank(ctx, first)
     acc = spec.accum(elems, sympy.Integer(1), ctx.attrs["fn"], fn_ctx(ctx))
     return [stream(_retype(ctx, acc), first.shape)]

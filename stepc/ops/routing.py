@@ -104,7 +104,8 @@ def _parallelize(ctx: InferCtx):
                                f"{st.rank}, found {p}", "rank")
     split = len(st.shape) - p
     chunks = ctx.absorb(sympy.Mul(*st.shape[:split]), "n", "chunks to distribute")
-    return [stream(st.elem, (sympy.ceiling((chunks - i) / n),) + st.shape[split:])
+    return [stream(st.elem, (ctx.absorb(sympy.ceiling((chunks - i) / n), f"{i}",
+                                         f"chunks dealt to output {i}"),) + st.shape[split:])
             for i in range(n)]
 
 

@@ -11,8 +11,10 @@ from stepc.types import Buffer, Scalar, StreamType, Tuple, divides, fmt_dim, fmt
 def _flatten(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     lo, hi = ctx.attrs["min"], ctx.attrs["max"]
+    if lo == hi and 0 <= lo <= st.rank:
+        return [st]  # merging one dim changes nothing
     if not 0 <= lo < hi <= st.rank:
-        raise OpError("E0340", f"Flatten needs 0 <= min < max <= {st.rank} (the input's "
+        raise OpError("E0340", f"Flatten needs 0 <= min <= max <= {st.rank} (the input's "
                                f"rank, input {fmt_shape(st.shape)}), found min={lo} max={hi}",
                       "max" if hi > st.rank else "min")
     n = len(st.shape)
@@ -28,6 +30,8 @@ def _reshape(ctx: InferCtx):
                                "operators, only Reshape is excluded between Bufferize and "
                                "Streamify)", "in")
     s, b = ctx.attrs["chunk"], ctx.attrs["rank"]
+    from stepc.ops.higher_order import check_init
+    check_init(ctx, "pad")
     if s < 1:
         raise OpError("E0204", f"`chunk` must be >= 1, found {s}", "chunk")
     if not 0 <= b <= st.rank:
@@ -60,7 +64,7 @@ def _promote(ctx: InferCtx):
         outer = st.shape[0]
         new = sympy.Integer(1 if outer > 0 else 0) if outer.is_Integer else \
             sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
-        return [stream(st.elem, (new,) + st.shape)]
+        return [stream(st.elem, (ctx.absorb(new, "p", "outer dim of Promote"),) + st.shape)]
     if not 0 <= p <= st.rank + 1:
         raise OpError("E0301", f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
                       "rank")
@@ -78,6 +82,10 @@ def _expand(ctx: InferCtx):
         raise OpError("E0201", "Expand needs a reference stream `ref=` or static `sizes=`",
                       None)
     k = len(sizes) if sizes is not None else ctx.attrs["rank"] + 1
+    if st.rank == 0:  # a single value, repeated for every reference element
+        ctx.require_equal(1, st.shape[0], "Expand of a rank-0 stream needs exactly one "
+                          "element", "in")
+        return [stream(st.elem, tuple(sizes) if sizes is not None else ref.shape)]
     if k < 1 or k > len(st.shape) - 1:
         raise OpError("E0301", f"Expand repeats {k} inner dim(s), but the input "
                                f"{fmt_shape(st.shape)} has rank {st.rank}",

@@ -69,7 +69,13 @@ def _rowwise(op):
 
 
 def _silu(x):
-    return x / (1.0 + np.exp(-x))
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: 0
+        return x / (1.0 + np.exp(-x))
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def _set_offset(args, fn, dtype):
@@ -100,7 +106,7 @@ MAP = {
     "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
     "div": _binary(np.divide), "max": _binary(np.maximum),
     "silu": _unary(_silu), "exp": _unary(np.exp),
-    "sigmoid": _unary(lambda x: 1.0 / (1.0 + np.exp(-x))), "tanh": _unary(np.tanh),
+    "sigmoid": _unary(_sigmoid), "tanh": _unary(np.tanh),
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
     "set_offset": _set_offset, "row_append": _row_append,

@@ -1,0 +1,1 @@
+dot programs/moe_static.step --collapse
