@@ -164,6 +164,13 @@ def _cache_write_addr(elems, fn, ctx):
     return Tile("u64", sympy.Integer(1), sympy.Integer(1))
 
 
+def _int_ceildiv(elems, fn, ctx):
+    _int_tile(elems[0], fn.name, "input")
+    if not isinstance(fn.get("by"), int) or fn.get("by") <= 0:
+        raise OpError("E0206", "`ceildiv_int` needs by=N with N > 0", "fn")
+    return elems[0]
+
+
 def _signal(elems, n, fn, ctx):
     return Tile("u64", sympy.Integer(1), sympy.Integer(1))
 
@@ -273,6 +280,12 @@ _register(
            apply=_cache_write_addr, fixed_cycles=1,
            attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
            example="a = Map(idx, len, fn=cache_write_addr(row_offset=202))"),
+    FnSpec("ceildiv_int", {"map": 1}, "Integer arithmetic on a `[1,1]` integer tile: "
+           "`ceil((x + plus) / by)`, for example KV-cache tiles from a length "
+           "(`by=32, plus=1`). Fixed 1 cycle.", _zero, apply=_int_ceildiv, fixed_cycles=1,
+           attrs=(Param("by", "int", FN_REQUIRED, "divisor"),
+                  Param("plus", "int", 0, "added before dividing")),
+           example="tiles = Map(lens, fn=ceildiv_int(by=32, plus=1))"),
     FnSpec("signal_req_all_read", {"accum": 1}, "Emits one `[1,1]` u64 token per reduced group "
            "(a request's KV cache has been read). Fixed 1 cycle.", _zero, accum=_signal,
            fixed_cycles=1, example="done = Accum(k, fn=signal_req_all_read, rank=1)"),

@@ -101,6 +101,13 @@ def _cache_write_addr(args, fn, dtype):
     return int_tile(idx.scalar() * fn.get("row_offset") + length.scalar())
 
 
+def _ceildiv_int(args, fn, dtype):
+    (x,) = args
+    if x.data is None:
+        return TileVal(1, 1, x.dtype)
+    return int_tile(-(-(x.scalar() + (fn.get("plus") or 0)) // fn.get("by")), x.dtype)
+
+
 MAP = {
     "matmul": _matmul,
     "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
@@ -110,7 +117,7 @@ MAP = {
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
     "set_offset": _set_offset, "row_append": _row_append,
-    "cache_write_addr": _cache_write_addr,
+    "cache_write_addr": _cache_write_addr, "ceildiv_int": _ceildiv_int,
 }
 
 
@@ -219,7 +226,14 @@ def _filter_last_tile(length, fn, functional: bool):
     return [((1,) if k < n - 1 else (0,), s) for k, s in zip(range(n), stops)]
 
 
-FLATMAP = {
+FLATdef _ceildiv_int(args, fn, dtype):
+    (x,) = args
+    if x.data is None:
+        return TileVal(1, 1, x.dtype)
+    return int_tile(-(-(x.scalar() + (fn.get("plus") or 0)) // fn.get("by")), x.dtype)
+
+
+MAP = {
     "retile_streamify": _retile_streamify,
     "expert_addr": _expert_addr,
     "cache_read_addr": _cache_read_addr,
