@@ -226,14 +226,7 @@ def _filter_last_tile(length, fn, functional: bool):
     return [((1,) if k < n - 1 else (0,), s) for k, s in zip(range(n), stops)]
 
 
-FLATdef _ceildiv_int(args, fn, dtype):
-    (x,) = args
-    if x.data is None:
-        return TileVal(1, 1, x.dtype)
-    return int_tile(-(-(x.scalar() + (fn.get("plus") or 0)) // fn.get("by")), x.dtype)
-
-
-MAP = {
+FLATMAP = {
     "retile_streamify": _retile_streamify,
     "expert_addr": _expert_addr,
     "cache_read_addr": _cache_read_addr,
