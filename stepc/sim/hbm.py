@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from stepc.hw.config import Hbm
 
 
@@ -78,64 +80,99 @@ class RefHbm:
             self.kernel.at(cycle, 2, self)
 
     def activate(self, t: int) -> None:
-        """Serve cycles from `t` until the next event another context could react to."""
+        """Serve cycles from `t` until the next event another context could react to.
+
+        Works window by window with numpy: a window ends before the earliest cycle at which
+        a burst could complete (a woken loader may post a new burst right after it) or
+        the next kernel event, so the set of bursts issuing in it is fixed. Within it the
+        reference's rules become array arithmetic: request i of a cycle with offset o goes
+        to channel o + i(i+1)/2 (mod N), the next cycle's offset grows by L(L+1)/2 for L
+        requests, and a channel serving requests that arrive at a_j starts them at
+        j*II + max(free, cummax(a_l - l*II))."""
         if self.pending_at != t:
             return  # superseded by an earlier activation
         self.pending_at = None
-        cfg, free, stats = self.cfg, self.free, self.stats
+        cfg, stats, active = self.cfg, self.stats, self.active
         n, ii = cfg.channels, cfg.request_interval
         extra = cfg.startup + cfg.latency + 1  # service start -> visible at the loader
-        per_channel = stats.per_channel
         limit = self.kernel.next_event_time()
-        active = self.active
-        cycle = max(t, min(b.next_cycle for b in active)) if active else t
+        cycle = t
         while active:
+            cycle = max(cycle, min(b.next_cycle for b in active))
             if limit is not None and cycle > limit:
                 break
-            o, count = self.offset, 0
-            arrive = cycle + 1
-            finished = None
-            for b in active:
-                if b.next_cycle != cycle:
-                    continue
-                k = b.last_requests if b.messages == 1 else b.per_message
-                latest = b.completion
-                for _ in range(k):
-                    o = (o + count) % n
-                    count += 1
-                    f = free[o]
-                    start = f if f > arrive else arrive
-                    free[o] = start + ii
-                    per_channel[o] += 1
-                    if start + extra > latest:
-                        latest = start + extra
-                b.completion = latest
-                if b.write:
-                    stats.write_requests += k
-                else:
-                    stats.read_requests += k
-                b.messages -= 1
-                b.next_cycle = arrive
-                if b.messages == 0:
-                    finished = finished or []
-                    finished.append(b)
-            if count:
-                self.offset = (o + count) % n
-                stats.note(cycle)
-            if finished:
-                for b in finished:
-                    active.remove(b)
-                    self.kernel.at(b.completion, 1, b.ctx, b.completion)
-                    stats.note(b.completion)
-                    if limit is None or b.completion < limit:
-                        limit = b.completion
-                if not active:
-                    break
-            cycle += 1
-            if count == 0:  # nothing issued this cycle: jump to the next pickup
-                cycle = max(cycle, min(b.next_cycle for b in active))
+            earliest_done = min(b.next_cycle + b.messages for b in active) + extra
+            last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
+            finished = self._serve(cycle, last, n, ii, extra, stats)
+            for b in finished:
+                active.remove(b)
+                self.kernel.at(b.completion, 1, b.ctx, b.completion)
+                stats.note(b.completion)
+                if limit is None or b.completion < limit:
+                    limit = b.completion
+            cycle = last + 1
         if active:
             self._schedule(max(cycle, min(b.next_cycle for b in active)))
+
+    def _serve(self, c0: int, c1: int, n: int, ii: int, extra: int, stats) -> list[Burst]:
+        """Serve every request picked up in cycles c0..c1; return the bursts that ended."""
+        cyc, bid, rank = [], [], []
+        issuing = []
+        for r, b in enumerate(self.active):
+            s = max(c0, b.next_cycle)
+            e = min(c1, b.next_cycle + b.messages - 1)
+            if e < s:
+                continue
+            msgs = e - s + 1
+            ends = e == b.next_cycle + b.messages - 1
+            counts = np.full(msgs, b.per_message, dtype=np.int64)
+            if ends:
+                counts[-1] = b.last_requests
+            cyc.append(np.repeat(np.arange(s, e + 1, dtype=np.int64), counts))
+            bid.append(np.full(int(counts.sum()), len(issuing), dtype=np.int64))
+            rank.append(np.full(int(counts.sum()), r, dtype=np.int64))
+            issuing.append((b, msgs, ends, int(counts.sum())))
+        if not issuing:
+            return []
+        cyc_a, bid_a, rank_a = np.concatenate(cyc), np.concatenate(bid), np.concatenate(rank)
+        order = np.lexsort((np.arange(len(cyc_a)), rank_a, cyc_a))  # cycle, port, request
+        cyc_a, bid_a = cyc_a[order], bid_a[order]
+        cycles, first, per_cycle = np.unique(cyc_a, return_index=True, return_counts=True)
+        i = np.arange(len(cyc_a)) - np.repeat(first, per_cycle)  # index within its cycle
+        jumps = per_cycle * (per_cycle + 1) // 2
+        offsets = (self.offset + np.concatenate(([0], np.cumsum(jumps)[:-1]))) % n
+        chan = (np.repeat(offsets, per_cycle) + i * (i + 1) // 2) % n
+        self.offset = int((self.offset + int(jumps.sum())) % n)
+        arrive = cyc_a + 1
+        done = np.empty_like(arrive)
+        by_chan = np.argsort(chan, kind="stable")
+        bounds = np.searchsorted(chan[by_chan], np.arange(n + 1))
+        for ch in range(n):
+            idx = by_chan[bounds[ch]:bounds[ch + 1]]
+            if not len(idx):
+                continue
+            j = np.arange(len(idx), dtype=np.int64)
+            base = np.maximum.accumulate(arrive[idx] - j * ii)
+            start = j * ii + np.maximum(base, self.free[ch])
+            self.free[ch] = int(start[-1]) + ii
+            done[idx] = start + extra
+            stats.per_channel[ch] += len(idx)
+        completion = np.full(len(issuing), -1, dtype=np.int64)
+        np.maximum.at(completion, bid_a, done)
+        stats.note(int(cycles[0]))
+        stats.note(int(cycles[-1]))
+        finished = []
+        for k, (b, msgs, ends, reqs) in enumerate(issuing):
+            b.completion = max(b.completion, int(completion[k]))
+            b.messages -= msgs
+            b.next_cycle += msgs
+            if b.write:
+                stats.write_requests += reqs
+            else:
+                stats.read_requests += reqs
+            if ends:
+                finished.append(b)
+        return finished
 
 
 class FluidHbm:
