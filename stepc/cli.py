@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import sys
 import traceback
 
@@ -381,6 +382,174 @@ class _progress:
         if self.live is not None:
             self.live.__exit__(*exc)
         return False
+
+
+@main.command("sweep")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--grid", "grids", multiple=True, metavar="NAME=V1,V2,...",
+              help="Values of a param to sweep (repeatable; the cross product is run).")
+@click.option("--hw", "hws", multiple=True, metavar="PRESET|PATH",
+              help="Hardware configurations to sweep (default: paper-eval).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a hardware setting for every point.")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH1,PATH2,...",
+              help="Trace files for an external stream (swept like a param).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: the number of cores).")
+@click.option("--out", default="results.jsonl", show_default=True,
+              help="Results, one JSON line per finished point.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out, "
+              "skipping the points it finished.")
+@click.option("--functional", is_flag=True, help="Compute tile values (default: timing-only).")
+@click.option("--pareto", default=None, metavar="M1,M2",
+              help="Print the Pareto-optimal points over these metrics (minimised), e.g. "
+              "cycles,on_chip_bytes.")
+@click.option("--baseline", "baselines", multiple=True, metavar="FIELD=VALUE",
+              help="Select the baseline points (e.g. program=programs/moe_static.step); "
+              "the others get their Pareto Improvement Distance to the baseline front.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True, help="Where points run: a local process pool or a Dask "
+              "cluster (--scheduler).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler address for --backend dask.")
+def sweep_cmd(files, grids, hws, sets, traces, jobs, out, resume, functional, pareto,
+              baselines, backend, scheduler):
+    """Run a grid of points (params x hardware x traces) and compare them."""
+    from rich.console import Console
+
+    from stepc.sweep.runner import Sweep, grid_points, read_results
+
+    grid: dict[str, list[int]] = {}
+    for name, values in _pairs(grids, "--grid"):
+        try:
+            grid[name] = [int(v, 0) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise click.UsageError(f"--grid {name}: expected integers, found {values!r}") \
+                from None
+    trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
+                  _pairs(traces, "--trace")}
+    for name, paths in trace_sets.items():
+        for path in paths:
+            if not os.path.exists(path):
+                raise click.UsageError(f"--trace {name}: no such file {path}")
+    for f in files:
+        result = compile_file(f, {})
+        if not result.ok:
+            emit_diagnostics(result)
+            sys.exit(EXIT_PROGRAM)
+        unknown = sorted(set(grid) - set(result.typed.program.params))
+        if unknown:
+            raise click.UsageError(f"--grid {unknown[0]}: {f} has no parameter "
+                                   f"`{unknown[0]}`")
+    for h in hws or ("paper-eval",):
+        _load_hw(h, sets)
+    points = grid_points(list(files), grid, list(hws or ("paper-eval",)), tuple(sets),
+                         trace_sets, not functional)
+    if os.path.exists(out) and not resume:
+        raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, "
+                               "or choose another file")
+    executor = None
+    if backend == "dask":
+        executor = _dask_executor(scheduler)
+    sweep = Sweep(points, out, jobs or (os.cpu_count() or 1), executor)
+    console = Console(stderr=True)
+    with _sweep_progress(console, len(points)) as progress:
+        sweep.run(resume=resume, progress=progress)
+    records = [r for r in read_results(out) if r.get("key") in {p.key for p in points}]
+    _sweep_summary(records, Console(file=sys.stdout, width=140))
+    if pareto:
+        _pareto_report(records, pareto.split(","), [b for b in _pairs(baselines,
+                                                                      "--baseline")])
+    sys.exit(EXIT_OK)
+
+
+def _dask_executor(scheduler):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise click.UsageError("--backend dask needs Dask distributed: pip install "
+                               "'stepc[dask]'") from None
+    if not scheduler:
+        raise click.UsageError("--backend dask needs --scheduler ADDRESS")
+    return Client(scheduler).get_executor()
+
+
+class _sweep_progress:
+    """A progress bar over points on stderr (only on a terminal)."""
+
+    def __init__(self, console, total: int):
+        self.console, self.total = console, total
+
+    def __enter__(self):
+        if not self.console.is_terminal:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        self.bar = Progress(BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=self.console, transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("sweep", total=self.total)
+        return lambda rec: self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        if self.console.is_terminal:
+            self.bar.__exit__(*exc)
+        return False
+
+
+def _label(rec: dict) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in sorted(rec["params"].items()))
+    traces = ", ".join(f"{k}={os.path.basename(v)}" for k, v in sorted(rec["traces"].items()))
+    parts = [os.path.basename(rec["program"]), params, traces,
+             rec["hw"] + ("+" + ",".join(rec["sets"]) if rec["sets"] else "")]
+    return " ".join(p for p in parts if p)
+
+
+def _sweep_summary(records: list[dict], console) -> None:
+    from rich.table import Table
+    table = Table(title=f"{len(records)} points", title_justify="left")
+    for col in ("point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"):
+        table.add_column(col, justify="left" if col in ("point", "status") else "right")
+    for rec in sorted(records, key=_label):
+        def f(key):
+            v = rec.get(key)
+            return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
+        table.add_row(_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
+                      f("on_chip_bytes"), f("on_chip_bytes_on_demand"))
+    console.print(table)
+    for rec in records:
+        if rec["status"] == "error":
+            click.echo(f"error in {_label(rec)}: {rec.get('error')}", err=True)
+
+
+def _matches(rec: dict, field: str, value: str) -> bool:
+    if field == "program":
+        return rec["program"] == value or os.path.basename(rec["program"]) in (
+            value, value + ".step")
+    if field in rec["params"]:
+        return str(rec["params"][field]) == value
+    return str(rec.get(field)) == value
+
+
+def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
+    from stepc.sweep.pareto import pareto_front, pid
+
+    ok = [r for r in records if r["status"] == "ok"]
+    for m in metrics:
+        if any(not isinstance(r.get(m), (int, float)) for r in ok):
+            raise click.UsageError(f"--pareto {m}: not a numeric metric of every point")
+    vals = [tuple(r[m] for m in metrics) for r in ok]
+    click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
+    for i in pareto_front(vals):
+        click.echo(f"  {_label(ok[i])}: " + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
+    if baselines:
+        base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
+        if not base:
+            raise click.UsageError("--baseline selects no point")
+        click.echo("Pareto Improvement Distance to the baseline front "
+                   "(> 1: beyond it, 1: on it, < 1: dominated):")
+        for i, r in enumerate(ok):
+            if i not in base:
+                click.echo(f"  {_label(r)}: PID {pid(vals[i], [vals[j] for j in base]):.3f}")
 
 
 def types_text(result: Compiled) -> str:
