@@ -116,3 +116,15 @@ def test_missing_graphviz_is_a_clear_error(tmp_path, monkeypatch):
 def test_unknown_format(tmp_path):
     r = CliRunner().invoke(main, ["dot", "programs/swiglu.step", "-o", str(tmp_path / "g.jpg")])
     assert r.exit_code == 1 and "unknown output format" in r.stderr
+
+
+@pytest.mark.parametrize("suffix", [".png", ".pdf"])
+def test_previous_binary_output_is_replaced(tmp_path, suffix):
+    need_graphviz()
+    out = tmp_path / f"g{suffix}"
+    assert run("dot", "programs/swiglu.step", "-o", str(out)).exit_code == 0
+    assert run("dot", "programs/moe_simple.step", "-o", str(out)).exit_code == 0
+    foreign = tmp_path / f"x{suffix}"
+    foreign.write_bytes(out.read_bytes()[:100])
+    r = CliRunner().invoke(main, ["dot", "programs/swiglu.step", "-o", str(foreign)])
+    assert r.exit_code == 1

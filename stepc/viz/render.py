@@ -4,7 +4,9 @@ file that stepc did not write before."""
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
@@ -16,16 +18,26 @@ class RenderError(Exception):
 
 
 def is_previous_output(path: Path) -> bool:
-    """Whether an existing file was written by `stepc dot` (safe to replace)."""
+    """Whether an existing file was written by `stepc dot` (safe to replace): DOT and PDF
+    outputs carry a marker comment, PNGs a text chunk, SVGs the graph's title."""
     try:
-        head = path.read_bytes()[:4096]
+        data = path.read_bytes()
     except OSError:
         return False
-    if MARKER.encode() in head:
-        return True
-    # Graphviz copies the graph name ("stepc <program>") into SVG and PDF outputs
-    return b"stepc " in head and (b"<svg" in head or head.startswith(b"%PDF")
-                                  or b"<!-- Title: stepc" in head)
+    ends = data[:4096] + data[-4096:]
+    return MARKER.encode() in ends or b"<!-- Title: stepc " in ends
+
+
+def _mark(fmt: str, data: bytes) -> bytes:
+    """Leave a marker in a rendered image so a later run knows the file is its own."""
+    if fmt == "png" and data.endswith(b"IEND\xaeB`\x82"):
+        body = b"Software\x00" + MARKER.encode()
+        chunk = struct.pack(">I", len(body)) + b"tEXt" + body
+        chunk += struct.pack(">I", zlib.crc32(b"tEXt" + body) & 0xFFFFFFFF)
+        return data[:-12] + chunk + data[-12:]
+    if fmt == "pdf":
+        return data + b"\n% " + MARKER.encode() + b"\n"
+    return data
 
 
 def write_output(dot_text: str, out: str, force: bool = False) -> None:
@@ -51,4 +63,4 @@ def write_output(dot_text: str, out: str, force: bool = False) -> None:
                           check=False)
     if proc.returncode != 0:
         raise RenderError(f"Graphviz failed: {proc.stderr.decode(errors='replace').strip()}")
-    path.write_bytes(proc.stdout)
+    path.write_bytes(_mark(fmt, proc.stdout))
