@@ -496,16 +496,10 @@ class _sweep_progress:
         return False
 
 
-def _label(rec: dict) -> str:
-    params = ", ".join(f"{k}={v}" for k, v in sorted(rec["params"].items()))
-    traces = ", ".join(f"{k}={os.path.basename(v)}" for k, v in sorted(rec["traces"].items()))
-    parts = [os.path.basename(rec["program"]), params, traces,
-             rec["hw"] + ("+" + ",".join(rec["sets"]) if rec["sets"] else "")]
-    return " ".join(p for p in parts if p)
-
-
 def _sweep_summary(records: list[dict], console) -> None:
     from rich.table import Table
+
+    from stepc.sweep.runner import point_label
     table = Table(title=f"{len(records)} points", title_justify="left")
     for col in ("point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"):
         table.add_column(col, justify="left" if col in ("point", "status") else "right")
@@ -513,12 +507,12 @@ def _sweep_summary(records: list[dict], console) -> None:
         def f(key):
             v = rec.get(key)
             return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
-        table.add_row(_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
+        table.add_row(point_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
                       f("on_chip_bytes"), f("on_chip_bytes_on_demand"))
     console.print(table)
     for rec in records:
         if rec["status"] == "error":
-            click.echo(f"error in {_label(rec)}: {rec.get('error')}", err=True)
+            click.echo(f"error in {point_label(rec)}: {rec.get('error')}", err=True)
 
 
 def _matches(rec: dict, field: str, value: str) -> bool:
@@ -532,6 +526,7 @@ def _matches(rec: dict, field: str, value: str) -> bool:
 
 def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
     from stepc.sweep.pareto import pareto_front, pid
+    from stepc.sweep.runner import point_label
 
     ok = [r for r in records if r["status"] == "ok"]
     for m in metrics:
@@ -540,7 +535,7 @@ def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
     vals = [tuple(r[m] for m in metrics) for r in ok]
     click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
     for i in pareto_front(vals):
-        click.echo(f"  {_label(ok[i])}: " + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
+        click.echo(f"  {point_label(ok[i])}: " + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
     if baselines:
         base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
         if not base:
@@ -549,7 +544,42 @@ def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
                    "(> 1: beyond it, 1: on it, < 1: dominated):")
         for i, r in enumerate(ok):
             if i not in base:
-                click.echo(f"  {_label(r)}: PID {pid(vals[i], [vals[j] for j in base]):.3f}")
+                click.echo(f"  {point_label(r)}: PID {pid(vals[i], [vals[j] for j in base]):.3f}")
+
+
+@main.command("plot")
+@click.argument("results", type=str)
+@click.option("--x", "x", default="on_chip_bytes", show_default=True, help="Metric on x.")
+@click.option("--y", "y", default="cycles", show_default=True, help="Metric on y.")
+@click.option("--label", default=None, metavar="PARAM", help="Label points with a param.")
+@click.option("--group", default="program", show_default=True, metavar="FIELD",
+              help="One series per value of this field or param.")
+@click.option("--logx", is_flag=True)
+@click.option("--logy", is_flag=True)
+@click.option("--bar", "bar_metric", default=None, metavar="METRIC",
+              help="A bar chart of this metric instead of a scatter plot.")
+@click.option("--relative-to", "relative", multiple=True, metavar="FIELD=VALUE",
+              help="With --bar: divide the selected baseline point's metric by each "
+              "point's (a speedup, for cycles).")
+@click.option("-o", "--output", "out", required=True, metavar="FILE.png|svg|pdf")
+@click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
+def plot_cmd(results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
+    """Plot sweep results: Pareto scatter plots (default) or bar charts."""
+    from stepc.sweep.plot import PlotError, bars, scatter
+    from stepc.sweep.runner import read_results
+
+    if not os.path.exists(results):
+        raise click.UsageError(f"no such results file: {results}")
+    records = read_results(results)
+    try:
+        if bar_metric:
+            bars(records, bar_metric, out, dict(_pairs(relative, "--relative-to")), force)
+        else:
+            scatter(records, x, y, out, label, group, logx, logy, True, force)
+    except PlotError as e:
+        click.echo(f"stepc: error: {e}", err=True)
+        sys.exit(EXIT_PROGRAM)
+    sys.exit(EXIT_OK)
 
 
 def types_text(result: Compiled) -> str:

@@ -89,3 +89,26 @@ def test_dask_backend_equals_local(tmp_path):
         ref = local[r["key"]]
         assert {k: v for k, v in r.items() if k != "wall_seconds"} == \
             {k: v for k, v in ref.items() if k != "wall_seconds"}
+
+
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    import xml.etree.ElementTree as ET
+    out = tmp_path / "r.jsonl"
+    points = small_points(tmp_path)
+    Sweep(points, str(out), jobs=2).run()
+    png, svg, bar = tmp_path / "p.png", tmp_path / "p.svg", tmp_path / "b.png"
+    r = CliRunner().invoke(main, ["plot", str(out), "--label", "TB", "--logy", "-o", str(png)])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert CliRunner().invoke(main, ["plot", str(out), "-o", str(svg)]).exit_code == 0
+    ET.fromstring(svg.read_bytes())
+    r = CliRunner().invoke(main, ["plot", str(out), "--bar", "cycles", "--relative-to",
+                                  "TB=32", "-o", str(bar)])
+    assert r.exit_code == 0, r.output
+    # a plot may replace its own earlier output, never someone else's file
+    assert CliRunner().invoke(main, ["plot", str(out), "-o", str(png)]).exit_code == 0
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"\x89PNG not a stepc plot")
+    r = CliRunner().invoke(main, ["plot", str(out), "-o", str(mine)])
+    assert r.exit_code == 1 and "--force" in r.stderr

@@ -113,6 +113,15 @@ def finished_keys(path: str) -> set[str]:
     return keys
 
 
+def point_label(rec: dict) -> str:
+    """A short readable name of a result: program, params, traces, hardware."""
+    params = ", ".join(f"{k}={v}" for k, v in sorted(rec["params"].items()))
+    traces = ", ".join(f"{k}={os.path.basename(v)}" for k, v in sorted(rec["traces"].items()))
+    parts = [os.path.basename(rec["program"]), params, traces,
+             rec["hw"] + ("+" + ",".join(rec["sets"]) if rec["sets"] else "")]
+    return " ".join(p for p in parts if p)
+
+
 def _drop_torn_line(path: str) -> None:
     """A sweep killed mid-write leaves a partial last line: cut it before appending."""
     if not os.path.exists(path):

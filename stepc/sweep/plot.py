@@ -1,0 +1,120 @@
+"""Plots of sweep results (matplotlib, headless): Pareto scatter plots and bar charts.
+
+Needs the optional `plot` extra (`pip install 'stepc[plot]'`). Files carry a
+"stepc plot" marker in their metadata so a later run may replace them; other files are
+never overwritten without `--force`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stepc.sweep.pareto import pareto_front
+from stepc.sweep.runner import point_label
+
+MARKER = "stepc plot"
+FORMATS = (".png", ".svg", ".pdf")
+
+
+class PlotError(Exception):
+    """A plotting problem the user can fix."""
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plots need matplotlib: pip install 'stepc[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _series_name(rec: dict, group: str) -> str:
+    if group == "program":
+        return os.path.basename(rec["program"]).removesuffix(".step")
+    return f"{group}={rec['params'].get(group, rec.get(group))}"
+
+
+def _check_out(out: str, force: bool) -> Path:
+    path = Path(out)
+    if path.suffix.lower() not in FORMATS:
+        raise PlotError(f"-o {out}: unknown format (use {', '.join(FORMATS)})")
+    if path.exists() and not force and MARKER.encode() not in path.read_bytes():
+        raise PlotError(f"-o {out}: the file exists and was not written by stepc plot; "
+                        "use --force to overwrite it")
+    return path
+
+
+def _save(fig, path: Path) -> None:
+    meta = {"Creator": MARKER} if path.suffix.lower() == ".pdf" else \
+        {"Software": MARKER} if path.suffix.lower() == ".png" else {"Creator": MARKER}
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    fig.savefig(tmp, metadata=meta, bbox_inches="tight", dpi=150)
+    os.replace(tmp, path)
+
+
+def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = None,
+            group: str = "program", logx: bool = False, logy: bool = False,
+            front: bool = True, force: bool = False) -> None:
+    """One series per `group`, points labeled with param `label`, Pareto fronts drawn."""
+    path = _check_out(out, force)
+    plt = _pyplot()
+    ok = [r for r in records if r.get("status") == "ok"]
+    for m in (x, y):
+        if any(not isinstance(r.get(m), (int, float)) for r in ok):
+            raise PlotError(f"`{m}` is not a numeric metric of every point")
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    series: dict[str, list[dict]] = {}
+    for r in ok:
+        series.setdefault(_series_name(r, group), []).append(r)
+    for name, recs in sorted(series.items()):
+        xs, ys = [r[x] for r in recs], [r[y] for r in recs]
+        ax.scatter(xs, ys, label=name, s=28)
+        if label:
+            for r in recs:
+                ax.annotate(str(r["params"].get(label, "")), (r[x], r[y]), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        if front and len(recs) > 1:
+            idx = sorted(pareto_front(list(zip(xs, ys))), key=lambda i: xs[i])
+            ax.plot([xs[i] for i in idx], [ys[i] for i in idx], linewidth=1, alpha=0.6)
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(y.replace("_", " "))
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = None,
+         force: bool = False) -> None:
+    """One bar per point; with `relative_to`, the baseline's metric divided by each point's
+    (a speedup for cycles)."""
+    path = _check_out(out, force)
+    plt = _pyplot()
+    ok = sorted((r for r in records if r.get("status") == "ok"), key=point_label)
+    if any(not isinstance(r.get(metric), (int, float)) for r in ok):
+        raise PlotError(f"`{metric}` is not a numeric metric of every point")
+    values = [r[metric] for r in ok]
+    ylabel = metric.replace("_", " ")
+    if relative_to:
+        base = [r for r in ok if all(str(r["params"].get(k, r.get(k))) == v or
+                                     (k == "program" and
+                                      os.path.basename(r["program"]).startswith(v))
+                                     for k, v in relative_to.items())]
+        if not base:
+            raise PlotError("--relative-to selects no point")
+        values = [base[0][metric] / v if v else 0 for v in values]
+        ylabel = f"{ylabel} of the baseline / {ylabel}"
+    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(ok)), 4))
+    ax.bar(range(len(ok)), values)
+    ax.set_xticks(range(len(ok)), [point_label(r) for r in ok], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
