@@ -503,7 +503,7 @@ def _sweep_summary(records: list[dict], console) -> None:
     table = Table(title=f"{len(records)} points", title_justify="left")
     for col in ("point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"):
         table.add_column(col, justify="left" if col in ("point", "status") else "right")
-    for rec in sorted(records, key=_label):
+    for rec in sorted(records, key=point_label):
         def f(key):
             v = rec.get(key)
             return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
@@ -535,7 +535,8 @@ def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
     vals = [tuple(r[m] for m in metrics) for r in ok]
     click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
     for i in pareto_front(vals):
-        click.echo(f"  {point_label(ok[i])}: " + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
+        click.echo(f"  {point_label(ok[i])}: "
+                   + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
     if baselines:
         base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
         if not base:
@@ -544,7 +545,8 @@ def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
                    "(> 1: beyond it, 1: on it, < 1: dominated):")
         for i, r in enumerate(ok):
             if i not in base:
-                click.echo(f"  {point_label(r)}: PID {pid(vals[i], [vals[j] for j in base]):.3f}")
+                distance = pid(vals[i], [vals[j] for j in base])
+                click.echo(f"  {point_label(r)}: PID {distance:.3f}")
 
 
 @main.command("plot")
