@@ -109,6 +109,6 @@ def test_plots(tmp_path):
     # a plot may replace its own earlier output, never someone else's file
     assert CliRunner().invoke(main, ["plot", str(out), "-o", str(png)]).exit_code == 0
     mine = tmp_path / "mine.png"
-    mine.write_bytes(b"\x89PNG not a stepc plot")
+    mine.write_bytes(b"\x89PNG someone else's picture")
     r = CliRunner().invoke(main, ["plot", str(out), "-o", str(mine)])
     assert r.exit_code == 1 and "--force" in r.stderr

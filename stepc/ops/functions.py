@@ -275,8 +275,9 @@ _register(
     FnSpec("row_append", {"map": 2}, "Writes the rows of the second tile after the valid rows of "
            "the first and advances its valid-row count. Fixed 1 cycle.", _zero,
            apply=_row_append, fixed_cycles=1, example="k2 = Map(t, knew, fn=row_append)"),
-    FnSpec("cache_write_addr", {"map": 2}, "Address of a request's last KV tile: "
-           "`idx * row_offset + len` as a `[1,1]` u64 tile. Fixed 1 cycle.", _zero,
+    FnSpec("cache_write_addr", {"map": 2}, "The address `idx * row_offset + n` of tile n of "
+           "request idx, as a `[1,1]` u64 tile (pass n = tiles - 1 for a request's last KV "
+           "tile). Fixed 1 cycle.", _zero,
            apply=_cache_write_addr, fixed_cycles=1,
            attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
            example="a = Map(idx, len, fn=cache_write_addr(row_offset=202))"),

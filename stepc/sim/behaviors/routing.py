@@ -26,12 +26,14 @@ def partition(ctx, node, ins, outs, env, info):
     switch = node.attrs["switch_cycles"]
     wb = node.attrs.get("write_back", False)
     while True:
+        # the data decides when the Partition is done: in a feedback loop (the paper's
+        # dynamic parallelization) the selector stream only ends after this operator does
+        head = yield (PEEK, src)
+        if head is None:
+            return
         hs = yield (RECV, sel)
         if hs is None:
-            head = yield (PEEK, src)
-            if head is not None:
-                raise SimError("Partition: data left over after the selector ended", node.name)
-            return
+            raise SimError("Partition: data left over after the selector ended", node.name)
         chosen, sstop = hs[1], hs[2]
         for i in chosen:
             if not 0 <= i < len(outs):

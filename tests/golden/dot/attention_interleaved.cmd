@@ -1,0 +1,1 @@
+dot programs/attention_interleaved.step --collapse
