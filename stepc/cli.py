@@ -584,6 +584,41 @@ def plot_cmd(results, x, y, label, group, logx, logy, bar_metric, relative, out,
     sys.exit(EXIT_OK)
 
 
+@main.command("reproduce")
+@click.argument("figure")
+@click.option("--data", default=None, metavar="DIR",
+              help="The paper's traces (expert_routing/, azure_kv_trace/); without it, "
+              "seeded synthetic traces.")
+@click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
+              help="Results, CSV, plot and report per figure (an existing run is resumed).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None)
+@click.option("--model", type=click.Choice(["ref", "fluid"]), default="ref",
+              show_default=True, help="HBM model.")
+def reproduce_cmd(figure, data, out_dir, jobs, model):
+    """Reproduce a figure of the paper's evaluation (or `all`): run its points, put stepc's
+    numbers beside the paper's claims in DIR/fig<N>/report.md."""
+    from rich.console import Console
+
+    from stepc.sweep.reproduce import SpecError, available_figures, reproduce
+
+    figures = available_figures() if figure == "all" else [figure.removeprefix("fig")]
+    if data and not os.path.isdir(data):
+        raise click.UsageError(f"--data {data}: not a directory")
+    failed = []
+    for fig in figures:
+        try:
+            with _sweep_progress(Console(stderr=True), 0) as progress:
+                report, ok = reproduce(fig, data, out_dir, jobs or (os.cpu_count() or 1),
+                                       model, progress)
+        except SpecError as e:
+            raise click.UsageError(str(e)) from None
+        verdict = "all claims reproduced" if ok else "some claims NOT reproduced"
+        click.echo(f"figure {fig}: {verdict}: {report}")
+        if not ok:
+            failed.append(fig)
+    sys.exit(EXIT_OK)
+
+
 def types_text(result: Compiled) -> str:
     """Every stream with its inferred type, then every symbol and where it came from."""
     typed = result.typed

@@ -112,3 +112,26 @@ def test_plots(tmp_path):
     mine.write_bytes(b"\x89PNG someone else's picture")
     r = CliRunner().invoke(main, ["plot", str(out), "-o", str(mine)])
     assert r.exit_code == 1 and "--force" in r.stderr
+
+
+def test_reproduce_figure_8(tmp_path, monkeypatch):
+    """A whole figure: its points run, its claims are checked against the paper's."""
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path), "-j", "2"])
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "fig8" / "report.md").read_text()
+    assert "NOT reproduced" not in report and report.count("| reproduced |") == 3
+    assert (tmp_path / "fig8" / "results.csv").read_text().count("\n") == 16
+
+
+def test_claim_expressions():
+    from stepc.sweep.reproduce import SpecError, evaluate_claim
+    recs = [{"tag": "a", "params": {"T": 8}, "status": "ok", "cycles": 200},
+            {"tag": "a", "params": {"T": 16}, "status": "ok", "cycles": 100},
+            {"tag": "b", "params": {}, "status": "ok", "cycles": 50}]
+    assert evaluate_claim("a[T=8].cycles / b.cycles", recs) == 4.0
+    with pytest.raises(SpecError):
+        evaluate_claim("a.cycles", recs)  # two points match
+    with pytest.raises(SpecError):
+        evaluate_claim("__import__('os')", recs)

@@ -34,6 +34,8 @@ def _pyplot():
 def _series_name(rec: dict, group: str) -> str:
     if group == "program":
         return os.path.basename(rec["program"]).removesuffix(".step")
+    if group == "tag":
+        return rec.get("tag") or os.path.basename(rec["program"]).removesuffix(".step")
     return f"{group}={rec['params'].get(group, rec.get(group))}"
 
 
@@ -86,7 +88,8 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if series:
+        ax.legend(fontsize=8)
     _save(fig, path)
     plt.close(fig)
 

@@ -23,13 +23,14 @@ class Point:
     sets: tuple[str, ...] = ()
     traces: tuple[tuple[str, str], ...] = ()
     timing_only: bool = True
+    tag: str = ""  # a name for the series this point belongs to
 
     @property
     def key(self) -> str:
         return json.dumps({"program": self.program, "params": dict(self.params),
                            "hw": self.hw, "sets": list(self.sets),
-                           "traces": dict(self.traces), "timing_only": self.timing_only},
-                          sort_keys=True)
+                           "traces": dict(self.traces), "timing_only": self.timing_only,
+                           "tag": self.tag}, sort_keys=True)
 
 
 def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str],
@@ -57,7 +58,8 @@ def run_point(point: Point) -> dict:
     from stepc.traces import load_array
 
     record = {"key": point.key, "program": point.program, "params": dict(point.params),
-              "hw": point.hw, "sets": list(point.sets), "traces": dict(point.traces)}
+              "hw": point.hw, "sets": list(point.sets), "traces": dict(point.traces),
+              "tag": point.tag}
     t0 = time.perf_counter()
     try:
         result = compile_file(point.program, dict(point.params))
