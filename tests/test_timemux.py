@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sympy
 
 from stepc.analyze import analyze
 from stepc.frontend import compile_file
@@ -56,25 +55,6 @@ def run(typed, ids, functional=True):
     return res
 
 
-def bindings(typed, res) -> dict:
-    """The run's dims; for the dynamic program also the anonymous counts of the declared
-    per-expert tile streams (1 if the expert is active), which no single stream of the run
-    determines (see the workaround note in programs/moe_timemux_dynamic.step)."""
-    out = dict(res.bindings)
-    prog = typed.program
-    G = prog.params["E"] // prog.params["R"]
-    for r in range(prog.params["R"]):
-        name = f"mx[{r}]"
-        if name not in prog.nodes:
-            continue
-        for g, st in enumerate(typed.input_types(name)["ins"]):
-            count = st.shape[0]
-            n = sympy.sympify(res.bindings[f"n_{r * G + g}"])
-            if isinstance(count, sympy.Symbol) and count.name not in out:
-                out[count.name] = 1 if n > 0 else 0
-    return out
-
-
 def numpy_moe(typed, ids) -> np.ndarray:
     t = {n: tensor_values(x, True) for n, x in typed.program.tensors.items()}
     x, rw = t["X"].astype(np.float64), t["RW"].astype(np.float64)
@@ -96,7 +76,7 @@ def test_functional_equals_numpy_and_traffic_equals_analysis(program, routing):
     res = run(typed, ids)
     ref = numpy_moe(typed, ids)
     np.testing.assert_allclose(res.outputs["Y"], ref, rtol=1e-4, atol=1e-5 * abs(ref).max())
-    bound = analyze(typed).bind(bindings(typed, res))
+    bound = analyze(typed).bind(dict(res.bindings))
     assert res.useful_bytes == bound.totals["off_chip_bytes"]
     timing = run(typed, ids, functional=False)
     assert timing.cycles == res.cycles and timing.useful_bytes == res.useful_bytes
@@ -113,7 +93,7 @@ def test_traffic_independent_of_regions_and_equal_to_the_baseline(program):
         for R in (E, 2, 1):
             typed = compile_(program, R=R)
             res = run(typed, ids, functional=False)
-            bound = analyze(typed).bind(bindings(typed, res))
+            bound = analyze(typed).bind(dict(res.bindings))
             assert res.useful_bytes == bound.totals["off_chip_bytes"]
             traffic[R] = res.useful_bytes
         assert traffic[E] == base
