@@ -81,8 +81,7 @@ class Analysis:
             "on_chip_bytes": self.total("on_chip"),
             "on_chip_bytes_on_demand": self.total("on_chip_on_demand"),
             "flops": flops,
-            "operational_intensity": sympy.simplify(flops / traffic) if traffic != 0
-            else sympy.nan,
+            "operational_intensity": _ratio(flops, traffic),
         }
 
     @property
@@ -110,6 +109,15 @@ class Analysis:
                         {**self.bindings, **values})
 
 
+def _ratio(flops, traffic) -> sympy.Expr:
+    """FLOPs per byte; simplified only when it is a number (large symbolic ratios are
+    left as they are: simplifying them can take minutes)."""
+    if traffic == 0:
+        return sympy.nan
+    r = sympy.sympify(flops) / traffic
+    return sympy.nsimplify(r) if r.is_number else r
+
+
 def _settle(e: sympy.Expr) -> sympy.Expr:
     """Evaluate ceilings and piecewise terms once all their symbols are bound."""
     if e.free_symbols:
@@ -118,23 +126,30 @@ def _settle(e: sympy.Expr) -> sympy.Expr:
 
 
 def _nonempty(activity: sympy.Expr | None) -> sympy.Basic:
-    """The condition "this stream has elements", simplified: ceil(D/k) > 0 iff D > 0, and a
-    product of nonnegative dims is positive iff each factor is."""
+    """The condition "this stream has elements", built structurally (linear in the size of
+    the expression): a sum of nonnegative counts is positive iff a term is, a product iff
+    every factor is, ceil(D/k) iff D is, Promote's (1 if D > 0 else 0) iff D > 0."""
     if activity is None:
         return sympy.true
-    factors = sympy.Mul.make_args(sympy.factor_terms(activity))
-    conds = []
-    for f in factors:
-        while isinstance(f, sympy.ceiling):
-            f = sympy.numer(sympy.together(f.args[0]))
-        if f.is_number:
-            if f <= 0:
-                return sympy.false
-            continue
-        if isinstance(f, sympy.Piecewise):
-            continue  # Promote's (1 if D > 0 else 0): D > 0 is implied by the other factors
-        conds.append(sympy.StrictGreaterThan(f, 0))
-    return sympy.And(*sorted(set(conds), key=sympy.sstr)) if conds else sympy.true
+    e = sympy.sympify(activity)
+    if e.is_number:
+        return sympy.true if e > 0 else sympy.false
+    if isinstance(e, sympy.Add):
+        conds = [_nonempty(t) for t in e.args]
+        if any(c is sympy.true for c in conds):
+            return sympy.true
+        return sympy.Or(*sorted(set(conds), key=sympy.sstr))
+    if isinstance(e, sympy.Mul):
+        conds = [_nonempty(f) for f in e.args]
+        if any(c is sympy.false for c in conds):
+            return sympy.false
+        return sympy.And(*sorted({c for c in conds if c is not sympy.true}, key=sympy.sstr))
+    if isinstance(e, sympy.ceiling):
+        return _nonempty(sympy.numer(sympy.together(e.args[0])))
+    if isinstance(e, sympy.Piecewise):
+        (value, cond), *_ = e.args
+        return cond if value != 0 else sympy.false
+    return sympy.StrictGreaterThan(e, 0)
 
 
 def _on_demand(cost: sympy.Expr, activity: sympy.Expr | None) -> sympy.Expr:
@@ -160,11 +175,14 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
         on_chip = sympy.sympify(spec.on_chip(ctx, mode))
         principal = ctx.first_input() or (outputs[0] if outputs else None)
         activity = principal.card if principal is not None else None
+        flops = sympy.sympify(spec.flops(ctx))
         bw = None
-        if spec.family == "higher_order":
-            bw = node.attrs.get("compute_bw") or default_bw
+        if spec.family == "higher_order":  # compute allocated to operators doing arithmetic
+            bw = node.attrs.get("compute_bw")
+            if bw is None and flops != 0:
+                bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
-                          on_chip, activity, sympy.sympify(spec.flops(ctx)), bw))
+                          on_chip, activity, flops, bw))
     used = set()
     for o in ops:
         for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):

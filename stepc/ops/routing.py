@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, stream
-from stepc.types import Select, StreamType, fmt_shape
+from stepc.types import Select, StreamType, Tile, equal, fmt_shape
 
 
 def _selector(ctx: InferCtx, name: str, n: int, what: str) -> StreamType:
@@ -52,11 +52,23 @@ def _partition(ctx: InferCtx):
     return outs
 
 
-def _same_inputs(ctx: InferCtx, ins: list[StreamType], name: str) -> None:
+def _same_inputs(ctx: InferCtx, ins: list[StreamType], name: str):
+    """Check that merged inputs agree; return the merged element type. Tiles that differ
+    only in a dynamic row count merge into tiles with a fresh ragged row count."""
     if not ins:
         raise OpError("E0201", f"{ctx.op} needs at least one input stream in `{name}`", name)
     first = ins[0]
+    elem = first.elem
     for i, st in enumerate(ins[1:], start=1):
+        if st.elem != first.elem and isinstance(st.elem, Tile) and \
+                isinstance(first.elem, Tile) and st.elem.dtype == first.elem.dtype and \
+                equal(st.elem.cols, first.elem.cols) is not False and \
+                not (st.elem.static and first.elem.static):
+            if elem == first.elem:
+                elem = Tile(first.elem.dtype, ctx.fresh("rows", "ragged", "rows of the "
+                                                        "merged dynamically sized tiles"),
+                            first.elem.cols)
+            continue
         if st.elem != first.elem:
             raise OpError("E0304", f"{ctx.op} inputs must share an element type: input 0 is "
                                    f"{first.elem}, input {i} is {st.elem}", name, i)
@@ -66,11 +78,12 @@ def _same_inputs(ctx: InferCtx, ins: list[StreamType], name: str) -> None:
         for a, b in zip(first.shape[1:], st.shape[1:], strict=True):
             ctx.require_equal(a, b, f"{ctx.op} input {i} inner dims must match input 0 "
                               f"{fmt_shape(first.shape[1:])}", name, i)
+    return elem
 
 
 def _reassemble(ctx: InferCtx):
     ins: list[StreamType] = ctx.inputs["ins"]
-    _same_inputs(ctx, ins, "ins")
+    elem = _same_inputs(ctx, ins, "ins")
     q = ctx.attrs["rank"]
     if ins[0].rank != q:
         raise OpError("E0301", f"Reassemble at rank {q} needs rank-{q} inputs (one chunk per "
@@ -78,18 +91,18 @@ def _reassemble(ctx: InferCtx):
                                f"{fmt_shape(ins[0].shape)}", "ins", 0)
     sel = _selector(ctx, "sel", len(ins), "inputs")
     n = ctx.fresh("n", "ragged", "chunks gathered per selector element by Reassemble")
-    return [stream(ins[0].elem, sel.shape + (n,) + ins[0].shape[1:])]
+    return [stream(elem, sel.shape + (n,) + ins[0].shape[1:])]
 
 
 def _eager_merge(ctx: InferCtx):
     ins: list[StreamType] = ctx.inputs["ins"]
-    _same_inputs(ctx, ins, "ins")
+    elem = _same_inputs(ctx, ins, "ins")
     a = ctx.attrs["rank"]
     if a is not None and ins[0].rank != a:
         raise OpError("E0301", f"EagerMerge at rank {a} needs rank-{a} inputs, found rank "
                                f"{ins[0].rank} {fmt_shape(ins[0].shape)}", "ins", 0)
     total = ctx.absorb(sympy.Add(*(st.shape[0] for st in ins)), "n", "chunks merged")
-    return [stream(ins[0].elem, (total,) + ins[0].shape[1:]),
+    return [stream(elem, (total,) + ins[0].shape[1:]),
             stream(Select(len(ins)), (total,))]
 
 
