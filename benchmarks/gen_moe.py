@@ -5,7 +5,7 @@ Flatten + Reshape + Accum(retile_row) build token tiles, three reference-driven 
 loads stream the expert's weights per token tile, matmuls/SiLU/mul compute the SwiGLU
 expert, and Reassemble gathers the routing-weighted rows.
 
-    python benchmarks/gen_moe.py --experts 128 > /tmp/moe128.step
+    python benchmarks/gen_moe.py --experts 128 > moe128.step
 """
 
 from __future__ import annotations
