@@ -8,6 +8,7 @@ import sympy
 from rich.console import Console
 from rich.table import Table
 
+from stepc.analyze.report import json_value
 from stepc.sim.run import SimResult
 
 
@@ -73,15 +74,6 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _num(v):
-    v = sympy.sympify(v)
-    if v.is_Integer:
-        return int(v)
-    if v.is_number:
-        return float(v)
-    return sympy.sstr(v)
-
-
 def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
     out = {
         "schema": "stepc-sim/1",
@@ -96,7 +88,7 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "off_chip_bytes": r.useful_bytes,
         "flops": r.flops,
         "fifo_high_water_bytes": r.fifo_bytes,
-        "dims": {k: _num(v) for k, v in sorted(r.bindings.items())},
+        "dims": {k: json_value(v) for k, v in sorted(r.bindings.items())},
         "ops": [{"name": o.name, "op": o.op, "busy_cycles": o.busy, "finish": o.finish,
                  "busy_fraction": o.busy / r.cycles if r.cycles else 0.0}
                 for o in r.ops],
@@ -107,8 +99,8 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
                   for name, (hw, cap, n) in sorted(r.fifo.items())},
     }
     if analysis_totals is not None:
-        out["analysis"] = {k: _num(v) for k, v in analysis_totals.items()}
-        out["on_chip_peak_bytes"] = _num(analysis_totals["on_chip_bytes_on_demand"])
+        out["analysis"] = {k: json_value(v) for k, v in analysis_totals.items()}
+        out["on_chip_peak_bytes"] = json_value(analysis_totals["on_chip_bytes_on_demand"])
         alloc = analysis_totals.get("allocated_compute") or 0
         out["compute_utilization"] = r.flops / r.cycles / alloc if alloc and r.cycles else None
     return out

@@ -52,6 +52,7 @@ def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str]
 def run_point(point: Point) -> dict:
     """Analyze and simulate one point (in a worker process); failures become records."""
     from stepc.analyze import analyze
+    from stepc.analyze.report import json_value
     from stepc.frontend import compile_file
     from stepc.hw import load_config
     from stepc.sim.run import simulate
@@ -76,8 +77,8 @@ def run_point(point: Point) -> dict:
             "status": "deadlock" if run.deadlock else "ok",
             "cycles": run.cycles,
             "off_chip_bytes": run.useful_bytes,
-            "on_chip_bytes": _num(t["on_chip_bytes"]),
-            "on_chip_bytes_on_demand": _num(t["on_chip_bytes_on_demand"]),
+            "on_chip_bytes": json_value(t["on_chip_bytes"]),
+            "on_chip_bytes_on_demand": json_value(t["on_chip_bytes_on_demand"]),
             "flops": run.flops,
             "allocated_compute": alloc,
             "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles
@@ -89,16 +90,6 @@ def run_point(point: Point) -> dict:
         record.update({"status": "error", "error": f"{type(e).__name__}: {e}"})
     record["wall_seconds"] = round(time.perf_counter() - t0, 3)
     return record
-
-
-def _num(v):
-    import sympy
-    v = sympy.sympify(v)
-    if v.is_Integer:
-        return int(v)
-    if v.is_number:
-        return float(v)
-    return str(v)
 
 
 def finished_keys(path: str) -> set[str]:
