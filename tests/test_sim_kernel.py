@@ -324,3 +324,13 @@ def test_accum_releases_input_before_sending():
     # b (depth 1) is never read: the op can send once, then blocks on its second output
     assert len(producer_second_send("Accum")) == 3  # inputs released before the send
     assert len(producer_second_send("Map")) == 2  # Map holds its input while blocked
+
+
+def test_every_function_has_a_run_time_behavior():
+    """The function library and the simulator's implementations stay complete together."""
+    from stepc.ops.functions import FUNCTIONS
+    from stepc.sim.values import ACCUM, FLATMAP, MAP
+    for name, spec in FUNCTIONS.items():
+        for use in spec.uses:
+            table = {"map": MAP, "accum": ACCUM, "scan": ACCUM, "flatmap": FLATMAP}[use]
+            assert name in table, f"`{name}` has no run-time behavior for {use}"
