@@ -85,6 +85,21 @@ class Ctx:
         self.t = start + cycles
 
 
+def _claim_slot(ch: Channel, ctx: Ctx, op: tuple) -> bool:
+    """Take a FIFO slot for a send: with the FIFO full, wait for the oldest credit (the
+    clock moves to it); without one, block on `op` and return False."""
+    if ch.outstanding >= ch.cap:
+        if not ch.credits:
+            ch.send_waiter = ctx
+            ctx.blocked = op
+            return False
+        c = ch.credits.popleft()
+        ch.outstanding -= 1
+        if c > ctx.t:
+            ctx.t = c
+    return True
+
+
 @dataclass
 class Blocked:
     """One context that could not finish (deadlock report)."""
@@ -207,30 +222,16 @@ class Kernel:
                     value, op = None, None
                 elif code == RESERVE:  # claim a slot now; the next SEND uses it
                     ch = op[1]
-                    if not ch.reserved and ch.outstanding >= ch.cap:
-                        if not ch.credits:
-                            ch.send_waiter = ctx
-                            ctx.blocked = op
-                            return
-                        c = ch.credits.popleft()
-                        ch.outstanding -= 1
-                        if c > ctx.t:
-                            ctx.t = c
+                    if not ch.reserved and not _claim_slot(ch, ctx, op):
+                        return
                     ch.reserved = True
                     value, op = None, None
                 elif code == SEND or code == SEND_AT:
                     ch = op[1]
                     if ch.reserved:
                         ch.reserved = False
-                    elif ch.outstanding >= ch.cap:
-                        if not ch.credits:
-                            ch.send_waiter = ctx
-                            ctx.blocked = op
-                            return
-                        c = ch.credits.popleft()
-                        ch.outstanding -= 1
-                        if c > ctx.t:
-                            ctx.t = c
+                    elif not _claim_slot(ch, ctx, op):
+                        return
                     vis = ctx.t + self.hop
                     if self.max_cycles is not None and vis > self.max_cycles:
                         raise SimError(f"the run passed --max-cycles {self.max_cycles:,} "

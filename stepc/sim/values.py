@@ -155,25 +155,19 @@ def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
             acc.data = op(acc.data, x.data.astype(np.float32))
         acc.valid = x.valid
         return acc
-    if name == "retile_row":
+    if name in ("retile_row", "retile_col"):
         (x,) = args
         if acc is None:
             return TileVal(x.rows, x.cols, dtype, x.valid, x.in_mu,
                            None if x.data is None else x.data.astype(NP_DTYPES[dtype]))
+        rows = name == "retile_row"  # rows stack (valid rows add up) or columns do
         data = None
         if acc.data is not None and x.data is not None:
-            data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)], axis=0)
-        return TileVal(acc.rows + x.rows, acc.cols, dtype, acc.valid + x.valid, acc.in_mu,
-                       data)
-    if name == "retile_col":
-        (x,) = args
-        if acc is None:
-            return TileVal(x.rows, x.cols, dtype, x.valid, x.in_mu,
-                           None if x.data is None else x.data.astype(NP_DTYPES[dtype]))
-        data = None
-        if acc.data is not None and x.data is not None:
-            data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)], axis=1)
-        return TileVal(acc.rows, acc.cols + x.cols, dtype, acc.valid, acc.in_mu, data)
+            data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)],
+                                  axis=0 if rows else 1)
+        return TileVal(acc.rows + x.rows if rows else acc.rows,
+                       acc.cols if rows else acc.cols + x.cols, dtype,
+                       acc.valid + x.valid if rows else acc.valid, acc.in_mu, data)
     if name == "signal_req_all_read":
         return int_tile(1)
     raise SimError(f"function `{name}` cannot accumulate")  # pragma: no cover
