@@ -161,7 +161,7 @@ def run_net(op: str, attrs: dict, inputs: dict, *, info_in=None, info_out=None,
     node = OpNode(op.lower(), op, full, [], outputs, Span("<test>", 1, 1, 1, 1), {})
     kernel = Kernel()
     hw = hw or load_config()
-    kernel.memory = make_memory(kernel, hw.hbm)
+    kernel.memory = make_memory(kernel, hw)
     env = SimEnv(hw, True)
     env.ports[node.name] = (0, 0)
     ins, in_chans = {}, {}

@@ -305,7 +305,7 @@ class Roofline:
 def roofline(a: Analysis, hw: HardwareConfig) -> Roofline:
     """Lower bound on cycles: traffic / off-chip bandwidth vs FLOPs / allocated compute."""
     t = a.totals
-    mem = t["off_chip_bytes"] / sympy.nsimplify(hw.hbm.peak_bw)
+    mem = t["off_chip_bytes"] / sympy.nsimplify(hw.peak_bw)
     alloc = a.allocated_compute
     comp = t["flops"] / alloc if alloc else sympy.Integer(0)
     if mem.free_symbols or comp.free_symbols:

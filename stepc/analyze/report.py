@@ -85,7 +85,7 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
             line(f"  {info.name}{value}: {KINDS[info.kind]}, {origin}: {info.reason}")
     if roof is not None and hw is not None:
         line(f"roofline ({hw.name}): memory {fmt_value(roof.memory_cycles)} cycles "
-                      f"({fmt_value(sympy.nsimplify(hw.hbm.peak_bw))} B/cycle), compute "
+                      f"({fmt_value(sympy.nsimplify(hw.peak_bw))} B/cycle), compute "
                       f"{fmt_value(roof.compute_cycles)} cycles "
                       f"({a.allocated_compute:,} FLOP/cycle allocated); "
                       + (f"{roof.bound}-bound" if roof.bound != "unknown" else
@@ -126,5 +126,5 @@ def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None
         out["roofline"] = {"hw": hw.name, "memory_cycles": json_value(roof.memory_cycles),
                            "compute_cycles": json_value(roof.compute_cycles),
                            "allocated_compute": a.allocated_compute, "bound": roof.bound,
-                           "offchip_bw": hw.hbm.peak_bw}
+                           "offchip_bw": hw.peak_bw}
     return out

@@ -2,6 +2,9 @@
 
 `--hw NAME` selects a preset shipped in `stepc/hw/presets/`, `--hw PATH` reads a TOML file;
 `--set section.key=value` overrides single fields. The default preset is `paper-eval`.
+With `hbm.model = "dram"` the `[dram]` table describes the memory part: `part` names a
+shipped part (`stepc/hw/parts/`: hbm2, hbm3) or a TOML file of the same keys, and any other
+key overrides the part's value.
 """
 
 from __future__ import annotations
@@ -40,14 +43,68 @@ class Hbm:
     par_dispatch: int = 1
 
     @property
-    def peak_bw(self) -> float:
-        """Peak off-chip bandwidth in bytes/cycle."""
+    def pool_bw(self) -> float:
+        """Bandwidth of the ref/fluid channel pool in bytes/cycle."""
         return self.channels * self.request_bytes / self.request_interval
 
 
-HBM_MODELS = ("ref", "fluid")
+@dataclass(frozen=True)
+class Dram:
+    """A DRAM part and its controller for `hbm.model = "dram"`: organization per channel
+    (the channel count is `hbm.channels`), timings in memory clock cycles of `tck_ps`,
+    the address mapping (fields from most to least significant bit), the tensor layout
+    and the accelerator clock."""
+
+    part: str = "hbm2"
+    mapping: str = "RoBaRaCoCh"
+    layout: str = "row-major"
+    accel_clock_mhz: int = 1000
+    queue_depth: int = 32
+    tck_ps: int = 1000
+    pseudo_channels: int = 2
+    bank_groups: int = 4
+    banks: int = 4
+    rows: int = 32768
+    page_bytes: int = 1024
+    access_bytes: int = 64
+    nBL: int = 4
+    nCL: int = 7
+    nCWL: int = 2
+    nRCDRD: int = 7
+    nRCDWR: int = 7
+    nRP: int = 7
+    nRAS: int = 17
+    nRC: int = 19
+    nWR: int = 8
+    nRTP: int = 3
+    nCCDS: int = 1
+    nCCDL: int = 2
+    nRRDS: int = 2
+    nRRDL: int = 3
+    nFAW: int = 15
+    nWTRS: int = 3
+    nWTRL: int = 4
+    nRTW: int = 3
+    nREFI: int = 3900
+    nRFC: int = 350
+
+    @property
+    def clock_ratio(self) -> float:
+        """Memory clock cycles per accelerator cycle."""
+        return 1e6 / self.accel_clock_mhz / self.tck_ps
+
+    def peak_bw(self, channels: int) -> float:
+        """Peak data-bus bandwidth in bytes per accelerator cycle."""
+        return channels * self.pseudo_channels * self.access_bytes / self.nBL * \
+            self.clock_ratio
+
+
+HBM_MODELS = ("ref", "fluid", "dram")
+MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
+LAYOUTS = ("row-major", "tiled")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
-        "latency": 0, "startup": 0}
+        "latency": 0, "startup": 0, "nREFI": 0, "nRFC": 0, "nRTW": 0}
+_POW2 = ("pseudo_channels", "bank_groups", "banks", "rows", "page_bytes", "access_bytes")
 
 
 @dataclass(frozen=True)
@@ -56,11 +113,20 @@ class HardwareConfig:
     description: str
     fabric: Fabric
     hbm: Hbm
+    dram: Dram = Dram()
+
+    @property
+    def peak_bw(self) -> float:
+        """Peak off-chip bandwidth of the selected memory model, bytes per cycle."""
+        if self.hbm.model == "dram":
+            return self.dram.peak_bw(self.hbm.channels)
+        return self.hbm.pool_bw
 
     def to_toml(self) -> str:
         """The effective configuration as TOML (for --print-config)."""
         lines = [f'name = "{self.name}"', f'description = "{self.description}"']
-        for section in ("fabric", "hbm"):
+        sections = ("fabric", "hbm", "dram") if self.hbm.model == "dram" else ("fabric", "hbm")
+        for section in sections:
             lines.append(f"\n[{section}]")
             for k, v in asdict(getattr(self, section)).items():
                 lines.append(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}")
@@ -77,15 +143,22 @@ def _suggest(name: str, options) -> str:
     return f' (did you mean "{near[0]}"?)' if near else ""
 
 
-def _read(spec: str) -> tuple[str, dict]:
-    if spec in preset_names():
-        text = resources.files("stepc.hw").joinpath("presets", spec + ".toml").read_text()
-        where = f"preset {spec}"
+def part_names() -> list[str]:
+    files = resources.files("stepc.hw").joinpath("parts").iterdir()
+    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+
+
+def _read(spec: str, kind: str = "presets") -> tuple[str, dict]:
+    names = preset_names() if kind == "presets" else part_names()
+    if spec in names:
+        text = resources.files("stepc.hw").joinpath(kind, spec + ".toml").read_text()
+        where = f"{kind[:-1]} {spec}"
     else:
         path = Path(spec)
         if not path.exists():
-            raise ConfigError(f"--hw {spec}: no such preset or file (presets: "
-                              f"{', '.join(preset_names())}){_suggest(spec, preset_names())}")
+            flag = "--hw" if kind == "presets" else "dram.part"
+            raise ConfigError(f"{flag} {spec}: no such {kind[:-1]} or file ({kind}: "
+                              f"{', '.join(names)}){_suggest(spec, names)}")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -113,6 +186,9 @@ def _section(cls, data: dict, where: str, section: str):
             if value < _MIN.get(key, 1):
                 raise ConfigError(f'{where}: "{section}.{key}" must be >= {_MIN.get(key, 1)}, '
                                   f"found {value}")
+            if key in _POW2 and value & (value - 1):
+                raise ConfigError(f'{where}: "{section}.{key}" must be a power of two (the '
+                                  f"address mapping slices bits), found {value}")
         elif not isinstance(value, str):
             raise ConfigError(f'{where}: "{section}.{key}" must be a string, found {value!r}')
         values[key] = value
@@ -120,7 +196,7 @@ def _section(cls, data: dict, where: str, section: str):
 
 
 def _build(where: str, data: dict) -> HardwareConfig:
-    allowed = {"name", "description", "fabric", "hbm"}
+    allowed = {"name", "description", "fabric", "hbm", "dram"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f'{where}: unknown key "{key}"{_suggest(key, allowed)}')
@@ -128,8 +204,50 @@ def _build(where: str, data: dict) -> HardwareConfig:
     if hbm.model not in HBM_MODELS:
         raise ConfigError(f'{where}: "hbm.model" must be one of {", ".join(HBM_MODELS)}, '
                           f'found "{hbm.model}"{_suggest(hbm.model, HBM_MODELS)}')
+    dram = _dram(data.get("dram", {}), where)
+    if hbm.model == "dram" and hbm.channels & (hbm.channels - 1):
+        raise ConfigError(f'{where}: "hbm.channels" must be a power of two with the dram '
+                          f"model (the address mapping slices bits), found {hbm.channels}")
     return HardwareConfig(str(data.get("name", where)), str(data.get("description", "")),
-                          _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm)
+                          _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm, dram)
+
+
+def _dram(data: dict, where: str) -> Dram:
+    """The [dram] table: the named part's values, then the table's own keys."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: [dram] must be a table")
+    part = data.get("part", Dram.part)
+    if not isinstance(part, str):
+        raise ConfigError(f'{where}: "dram.part" must be a string, found {part!r}')
+    part_where, values = _read(part, "parts")
+    _section(Dram, values, part_where, "dram")  # the part file alone must be valid
+    dram = _section(Dram, {**values, **data, "part": part}, where, "dram")
+    try:
+        mapping_fields(dram.mapping)
+    except ValueError as e:
+        raise ConfigError(f'{where}: "dram.mapping" {e}') from None
+    if dram.layout not in LAYOUTS:
+        raise ConfigError(f'{where}: "dram.layout" must be one of {", ".join(LAYOUTS)}, '
+                          f'found "{dram.layout}"{_suggest(dram.layout, LAYOUTS)}')
+    if dram.page_bytes < dram.access_bytes:
+        raise ConfigError(f'{where}: "dram.page_bytes" ({dram.page_bytes}) is smaller than '
+                          f'"dram.access_bytes" ({dram.access_bytes})')
+    return dram
+
+
+_MAPPING_FIELDS = ("Ro", "Ba", "Ra", "Co", "Ch")
+
+
+def mapping_fields(mapping: str) -> list[str]:
+    """The fields of an address mapping from least to most significant bit: a permutation
+    of Ro (row), Ba (bank group, then bank), Ra (pseudo-channel), Co (column), Ch
+    (channel), written most significant first as in Ramulator ("RoBaRaCoCh")."""
+    parts = [mapping[i:i + 2] for i in range(0, len(mapping), 2)]
+    if sorted(parts) != sorted(_MAPPING_FIELDS) or len(mapping) != 10:
+        raise ValueError(f"must order the fields Ro, Ba, Ra, Co, Ch from the most "
+                         f'significant bit, e.g. {", ".join(MAPPINGS_EXAMPLES)}; '
+                         f'found "{mapping}"')
+    return parts[::-1]
 
 
 def _apply_set(cfg: HardwareConfig, item: str) -> HardwareConfig:
@@ -137,14 +255,17 @@ def _apply_set(cfg: HardwareConfig, item: str) -> HardwareConfig:
     section, dot, field = key.strip().partition(".")
     if not sep or not dot:
         raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. hbm.channels=16")
-    if section not in ("fabric", "hbm"):
+    if section not in ("fabric", "hbm", "dram"):
         raise ConfigError(f'--set: unknown section "{section}"'
-                          f"{_suggest(section, ['fabric', 'hbm'])}")
+                          f"{_suggest(section, ['fabric', 'hbm', 'dram'])}")
     raw = raw.strip()
     value: object = int(raw) if raw.lstrip("-").isdigit() else raw.strip('"')
     merged = asdict(getattr(cfg, section))
+    if section == "dram" and field == "part":  # a new part: its values, not the old ones
+        merged = {}
     merged[field] = value
-    sub = _build("--set", {section: {k: v for k, v in merged.items()}})
+    data = {"hbm": asdict(cfg.hbm), "dram": asdict(cfg.dram), section: merged}
+    sub = _build("--set", data)
     return replace(cfg, **{section: getattr(sub, section)})
 
 

@@ -28,7 +28,7 @@ class SimEnv:
     hw: HardwareConfig
     functional: bool
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # off-chip contents
-    bases: dict[str, int] = field(default_factory=dict)  # byte address of each tensor
+    layout: dict[str, tuple] = field(default_factory=dict)  # tensor -> (byte address, shape)
     externals: dict[str, list] = field(default_factory=dict)  # name -> [(payload, stop)]
     ports: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> HBM port
     useful_bytes: dict[str, int] = field(default_factory=dict)  # node -> tile bytes moved

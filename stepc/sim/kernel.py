@@ -260,7 +260,7 @@ class Kernel:
                 elif code == MEM:
                     ctx.blocked = op
                     ctx.mem_ops += 1
-                    self.memory.issue(ctx, op[1], op[2], op[3], op[4])
+                    self.memory.issue(ctx, *op[1:])
                     return
                 else:  # pragma: no cover - a behavior bug
                     raise SimError(f"unknown kernel operation {op!r}", ctx.name)

@@ -22,12 +22,24 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
     mode = "functional" if r.functional else "timing-only"
     line(f"{r.program} on {r.hw.name} ({mode}, hbm model {r.hw.hbm.model})")
     line(f"  cycles:             {r.cycles:,}")
-    peak = r.hw.hbm.peak_bw
+    peak = r.hw.peak_bw
     line(f"  off-chip traffic:   {r.useful_bytes:,} B of tiles "
          f"({r.request_bytes:,} B in {r.read_requests + r.write_requests:,} requests of "
          f"{r.hw.hbm.request_bytes} B)")
     line(f"  HBM bandwidth:      {r.achieved_bw:,.1f} B/cycle achieved of {peak:,.0f} peak "
          f"({100 * r.achieved_bw / peak:.1f}%)")
+    requests = r.read_requests + r.write_requests
+    if requests:
+        bw = r.channel_bw()  # the fluid model has no channels
+        spread = f"; per channel {min(bw):,.1f} .. {max(bw):,.1f} B/cycle over {len(bw)} " \
+            "channels" if bw else ""
+        line(f"  requests:           {100 * r.read_requests / requests:.1f}% reads, "
+             f"{100 * r.write_requests / requests:.1f}% writes{spread}")
+    if r.row_hit_rate is not None:
+        m = r.memory
+        line(f"  DRAM rows:          {100 * r.row_hit_rate:.1f}% hits ({m.row_misses:,} "
+             f"misses on closed banks, {m.row_conflicts:,} conflicts), {m.refreshes:,} "
+             f"refreshes; {r.hw.dram.part}, {r.hw.dram.mapping}, {r.hw.dram.layout}")
     alloc = 0
     if analysis_totals is not None:
         alloc = analysis_totals.get("allocated_compute", 0)
@@ -83,8 +95,14 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "cycles": r.cycles,
         "off_chip": {"useful_bytes": r.useful_bytes, "request_bytes": r.request_bytes,
                      "read_requests": r.read_requests, "write_requests": r.write_requests,
-                     "achieved_bw": r.achieved_bw, "peak_bw": r.hw.hbm.peak_bw,
-                     "model": r.hw.hbm.model},
+                     "achieved_bw": r.achieved_bw, "peak_bw": r.hw.peak_bw,
+                     "model": r.hw.hbm.model, "channel_bw": r.channel_bw(),
+                     "read_fraction": (r.read_requests / (r.read_requests + r.write_requests)
+                                       if r.read_requests + r.write_requests else None),
+                     "row_hit_rate": r.row_hit_rate,
+                     "row_hits": r.memory.row_hits, "row_misses": r.memory.row_misses,
+                     "row_conflicts": r.memory.row_conflicts,
+                     "refreshes": r.memory.refreshes},
         "off_chip_bytes": r.useful_bytes,
         "flops": r.flops,
         "fifo_high_water_bytes": r.fifo_bytes,

@@ -22,8 +22,9 @@ from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
+from stepc.sim.behaviors.memory import tensor_layout
 from stepc.sim.fabric import SimEnv
-from stepc.sim.hbm import make_memory
+from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
 from stepc.traces import TraceError, synthetic_kv_lengths, synthetic_routing
@@ -63,6 +64,7 @@ class SimResult:
     fifo_logs: dict[str, list] = field(default_factory=dict)  # FIFO -> occupancy changes
     fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
     fifo_bytes: int = 0  # sum over FIFOs of high-water elements x element bytes
+    memory: MemoryStats = field(default_factory=MemoryStats)  # the memory model's counters
 
     @property
     def request_bytes(self) -> int:
@@ -71,6 +73,18 @@ class SimResult:
     @property
     def achieved_bw(self) -> float:
         return self.request_bytes / self.cycles if self.cycles else 0.0
+
+    @property
+    def row_hit_rate(self) -> float | None:
+        """Share of requests that found their row open (the `dram` model only)."""
+        m = self.memory
+        rows = m.row_hits + m.row_misses + m.row_conflicts
+        return m.row_hits / rows if rows else None
+
+    def channel_bw(self) -> list[float]:
+        """Bytes per cycle each channel moved over the whole run."""
+        size = self.hw.hbm.request_bytes
+        return [n * size / self.cycles if self.cycles else 0.0 for n in self.memory.per_channel]
 
 
 # ---------------------------------------------------------------- data
@@ -163,9 +177,10 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     traces = traces or {}
     env = SimEnv(hw, functional)
     kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
-    kernel.memory = make_memory(kernel, hw.hbm)
+    kernel.memory = make_memory(kernel, hw)
     bindings: dict[str, int] = {}
 
+    env.layout = tensor_layout(prog.tensors.values())
     needed = {n.attrs["tensor"].name for n in prog.nodes.values()
               if n.op in ("SelectGen", "MetadataGen")}
     for t in prog.tensors.values():
@@ -267,7 +282,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         trace={c.name: c.trace for c in kernel.contexts if c.trace},
         fifo={ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
         fifo_bytes=sum(ch.high_water * ch.elem_bytes for ch in kernel.channels),
-        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log})
+        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats)
     return result
 
 

@@ -83,8 +83,9 @@ def run_point(point: Point) -> dict:
             "allocated_compute": alloc,
             "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles
             else None,
-            "bw_utilization": run.achieved_bw / hw.hbm.peak_bw if run.cycles else None,
+            "bw_utilization": run.achieved_bw / hw.peak_bw if run.cycles else None,
             "hbm_model": hw.hbm.model,
+            "row_hit_rate": run.row_hit_rate,
         })
     except Exception as e:  # a bad point must not end the sweep
         record.update({"status": "error", "error": f"{type(e).__name__}: {e}"})

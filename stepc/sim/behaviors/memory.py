@@ -7,11 +7,42 @@ import math
 
 import numpy as np
 
+from stepc.sim.hbm import Addresses
 from stepc.sim.kernel import MEM, PEEK, POP, RECV, SEND, SimError
 from stepc.sim.tokens import NP_DTYPES, BufferVal, TileVal, stops_for_shape, view_indices
 from stepc.types import DTYPE_BYTES
 
-REQUEST_BYTES = 64
+TENSOR_ALIGN = 4096
+
+
+def tensor_layout(tensors) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Byte address and shape of each off-chip tensor: packed in declaration order, each
+    aligned to 4 KiB."""
+    layout, at = {}, 0
+    for t in tensors:
+        layout[t.name] = (at, tuple(t.shape))
+        at += -(-math.prod(t.shape) * DTYPE_BYTES[t.dtype] // TENSOR_ALIGN) * TENSOR_ALIGN
+    return layout
+
+
+def tile_addresses(env, tref, tile_index: int, rows: int, cols: int) -> Addresses | None:
+    """Where tile `tile_index` (row-major over the tiled view `tref`) lives, for the `dram`
+    model: in a row-major tensor its rows are a tensor row apart; in the `tiled` layout each
+    tile is stored contiguously, tile after tile."""
+    if env.hw.hbm.model != "dram":
+        return None
+    base, full = env.layout.get(tref.name, (0, tuple(tref.shape)))
+    size = DTYPE_BYTES[tref.dtype]
+    view = tuple(tref.shape)
+    offset = sum(i * math.prod(full[k + 1:]) for k, i in enumerate(tref.index))
+    per_row = -(-cols * size // env.hw.hbm.request_bytes)
+    if env.hw.dram.layout == "tiled":
+        return Addresses(base + (offset + tile_index * rows * cols) * size, cols * size,
+                         per_row)
+    *lead, r, c = np.unravel_index(tile_index, _tiled(view, [rows, cols]))
+    lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
+    elem = offset + lead_elems + int(r) * rows * view[-1] + int(c) * cols
+    return Addresses(base + elem * size, view[-1] * size, per_row)
 
 
 def requests_per_tile(rows: int, cols: int, dtype: str, request_bytes: int) -> int:
@@ -61,7 +92,7 @@ def linear_load(ctx, node, ins, outs, env, info):
         stops = _view_stops(shape, ref_stop) if ref is not None else stops_for_shape(shape)
         for i, s in zip(idx, stops):
             start = ctx.t
-            yield (MEM, port, reqs, pd, False)
+            yield (MEM, port, reqs, pd, False, tile_addresses(env, tref, i, *tile))
             ctx.work(start, ctx.t - start, "load")
             env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
             data = _tensor_tile(env, tref, i, tile)
@@ -94,7 +125,7 @@ def linear_store(ctx, node, ins, outs, env, info):
         t: TileVal = head[1]
         reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
         start = ctx.t
-        yield (MEM, port, reqs, pd, True)
+        yield (MEM, port, reqs, pd, True, tile_addresses(env, tref, count, t.rows, t.cols))
         ctx.work(start, ctx.t - start, "store")
         env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
         if written is not None and t.data is not None:
@@ -129,15 +160,16 @@ def random_load(ctx, node, ins, outs, env, info):
         if head is None:
             return
         a_t: TileVal = head[1]
-        data = None
+        data, where = None, None
         if a_t.data is not None:
             i = a_t.scalar()
             if not 0 <= i < total:
                 raise SimError(f"RandomOffChipLoad address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)
             data = _tensor_tile(env, tref, i, tile)
+            where = tile_addresses(env, tref, i, *tile)
         start = ctx.t
-        yield (MEM, port, reqs, pd, False)
+        yield (MEM, port, reqs, pd, False, where)
         ctx.work(start, ctx.t - start, "load")
         env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
         if out is not None:
@@ -162,8 +194,10 @@ def random_store(ctx, node, ins, outs, env, info):
             return
         t: TileVal = hd[1]
         reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
+        where = tile_addresses(env, tref, ha[1].scalar(), t.rows, t.cols) \
+            if ha[1].data is not None else None
         start = ctx.t
-        yield (MEM, port, reqs, pd, True)
+        yield (MEM, port, reqs, pd, True, where)
         ctx.work(start, ctx.t - start, "store")
         env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
         if written is not None and t.data is not None and ha[1].data is not None:

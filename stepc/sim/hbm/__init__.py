@@ -1,0 +1,27 @@
+"""Off-chip memory models behind one interface: `issue(ctx, port, requests, per_message,
+write, addr)` takes a tile's burst of requests and wakes `ctx` at the cycle its last response
+is visible. `addr` describes the burst's byte addresses (`Addresses`); only `dram` reads it.
+
+- `ref` (`ref.py`): the reference simulator's channel pool, request by request.
+- `fluid` (`fluid.py`): a bandwidth + latency server, O(1) per burst.
+- `dram` (`dram.py`): HBM2/HBM3 banks, rows and buses under an FR-FCFS controller.
+
+All run from the kernel's event heap only when no other context can run, so every burst
+that could start at a cycle is known before that cycle is served.
+"""
+
+from stepc.hw.config import HardwareConfig
+from stepc.sim.hbm.dram import DramHbm
+from stepc.sim.hbm.fluid import FluidHbm
+from stepc.sim.hbm.ref import RefHbm
+from stepc.sim.hbm.window import Addresses, MemoryStats
+
+__all__ = ["Addresses", "DramHbm", "FluidHbm", "MemoryStats", "RefHbm", "make_memory"]
+
+
+def make_memory(kernel, hw: HardwareConfig):
+    if hw.hbm.model == "fluid":
+        return FluidHbm(kernel, hw.hbm)
+    if hw.hbm.model == "dram":
+        return DramHbm(kernel, hw.hbm, hw.dram)
+    return RefHbm(kernel, hw.hbm)

@@ -1,0 +1,206 @@
+"""`dram`: an HBM2/HBM3 memory of channels, pseudo-channels, bank groups, banks and rows
+under an open-row FR-FCFS controller, timed in the memory clock and converted to the
+accelerator clock.
+
+Per window of picked-up requests (see `WindowedMemory`), all in numpy except one short
+loop over row runs:
+1. Each request's byte address (from its burst's `Addresses`) is sliced into channel,
+   pseudo-channel (PC), bank group, bank, row and column by the configured mapping
+   (Ramulator's notation, e.g. RoBaRaCoCh), after dropping the request-offset bits.
+2. FR-FCFS: each PC serves its requests in arrival order, except that within every
+   `queue_depth` consecutive requests (one controller queue), requests to a row already
+   wanted by an older request of that queue are served right after it (first ready: row
+   hits before older misses). Consecutive requests to one bank row form a run.
+3. Each run pays, on its bank: nothing on a row hit; ACT after `nRCD` on a closed bank;
+   PRE + ACT on a conflict (PRE no earlier than `nRAS` after the ACT, `nRTP` after a read,
+   write recovery after a write; ACT `nRP` later). ACTs respect `nRC` per bank and `nRRD`
+   and `nFAW` per PC. Column commands respect the PC's data bus (`nBL` per access),
+   `nCCDS`/`nCCDL` between bank groups/within one, and read-to-write (`nRTW`) and
+   write-to-read (`nCWL + nBL + nWTR`) turnarounds. Requests of a run stream at
+   `max(nBL, nCCDL)` per access, each no earlier than its arrival (a prefix maximum).
+   Activations of one bank overlap other banks' transfers (bank parallelism).
+4. All-bank refresh: every `nREFI` the PC closes its rows and stalls `nRP + nRFC`.
+5. A read completes `nCL + nBL` after its last column command, a write `nCWL + nBL`;
+   arrival is one accelerator cycle after pickup and the response is visible one cycle
+   after completion (hop latency), as in the reference.
+Not modelled: the command bus (one command per cycle), write buffering and drain modes,
+per-bank refresh, power-down; requests larger than one access take consecutive columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepc.hw.config import Dram, Hbm, mapping_fields
+from stepc.sim.hbm.window import WindowedMemory
+
+FAR_PAST = -(1 << 40)
+
+
+class DramHbm(WindowedMemory):
+    """The `dram` memory model."""
+
+    def __init__(self, kernel, cfg: Hbm, dram: Dram):
+        super().__init__(kernel, cfg.channels)
+        self.cfg, self.d = cfg, dram
+        self.ratio = dram.clock_ratio  # memory cycles per accelerator cycle
+        self.n_cas = max(1, cfg.request_bytes // dram.access_bytes)
+        self.step = max(dram.nBL, dram.nCCDL)  # per access within one bank's row
+        self.sizes = {"Ch": cfg.channels, "Ra": dram.pseudo_channels,
+                      "Ba": dram.bank_groups * dram.banks, "Ro": dram.rows,
+                      "Co": max(1, dram.page_bytes // cfg.request_bytes)}
+        self.fields = mapping_fields(dram.mapping)
+        n_pc = cfg.channels * dram.pseudo_channels
+        n_bank = n_pc * self.sizes["Ba"]
+        self.bus_cas = [FAR_PAST] * n_pc  # last column command
+        self.bus_bg = [-1] * n_pc
+        self.bus_write = [False] * n_pc
+        self.last_act = [FAR_PAST] * n_pc
+        self.last_act_bg = [-1] * n_pc
+        self.faw = [[] for _ in range(n_pc)]  # the last four ACTs
+        self.next_ref = [dram.nREFI] * n_pc
+        self.open_row = [-1] * n_bank
+        self.act_at = [FAR_PAST] * n_bank
+        self.pre_ready = [0] * n_bank  # earliest PRE
+        self.act_ready = [0] * n_bank  # earliest ACT of a closed bank (after refresh)
+        self.cas_ready = [0] * n_bank  # earliest column command to the open row
+        # a lower bound of pickup -> visible, in accelerator cycles (window boundaries)
+        self.min_latency = 1 + int((min(dram.nCL, dram.nCWL) + dram.nBL) / self.ratio)
+
+    def decode(self, addr: np.ndarray) -> dict[str, np.ndarray]:
+        """Slice byte addresses into the mapping's fields (least significant first)."""
+        q = addr // self.cfg.request_bytes
+        out = {}
+        for name in self.fields:
+            size = self.sizes[name]
+            out[name] = q % size
+            q = q // size
+        return out
+
+    def _serve(self, cycles, burst, request, bursts):
+        d, cfg = self.d, self.cfg
+        n = len(cycles)
+        base = np.array([b.addr.base if b.addr else 0 for b in bursts], dtype=np.int64)
+        stride = np.array([b.addr.row_stride if b.addr else cfg.request_bytes
+                           for b in bursts], dtype=np.int64)
+        per_row = np.array([b.addr.per_row if b.addr else 1 for b in bursts], dtype=np.int64)
+        writes = np.array([b.write for b in bursts], dtype=bool)[burst]
+        pr = per_row[burst]
+        addr = base[burst] + (request // pr) * stride[burst] + (request % pr) * cfg.request_bytes
+        f = self.decode(addr)
+        pc = f["Ch"] * d.pseudo_channels + f["Ra"]
+        bank, row = f["Ba"], f["Ro"]
+        arrival = np.ceil((cycles + 1) * self.ratio - 1e-9).astype(np.int64)
+
+        # per PC in arrival order; FR-FCFS groups rows within each queue-sized chunk
+        idx = np.arange(n)
+        order = np.lexsort((idx, arrival, pc))
+        pc_s = pc[order]
+        starts = np.flatnonzero(np.r_[True, pc_s[1:] != pc_s[:-1]])
+        pos = idx - np.repeat(starts, np.diff(np.r_[starts, n]))
+        chunk = pos // d.queue_depth
+        key = (((pc_s * (int(chunk.max()) + 1) + chunk) * self.sizes["Ba"] + bank[order])
+               * d.rows + row[order]) * 2 + writes[order]
+        _, inv = np.unique(key, return_inverse=True)
+        first = np.full(int(inv.max()) + 1, n, dtype=np.int64)
+        np.minimum.at(first, inv, idx)
+        order = order[np.lexsort((idx, first[inv]))]
+        key = key[np.lexsort((idx, first[inv]))]
+
+        run_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        run_len = np.diff(np.r_[run_start, n])
+        run_of = np.repeat(np.arange(len(run_start)), run_len)
+        within = idx - run_start[run_of]
+        tb = self.n_cas * self.step
+        a = arrival[order]
+        lo = int(a.min())
+        span = int(a.max()) - lo + tb * n + 1
+        m = np.maximum.accumulate(a - lo - within * tb + run_of * span) - run_of * span + lo
+        last_m = m[run_start + run_len - 1]
+
+        heads = order[run_start]
+        t0 = self._runs(pc[heads].tolist(), bank[heads].tolist(), row[heads].tolist(),
+                        writes[heads].tolist(), a[run_start].tolist(), run_len.tolist(),
+                        last_m.tolist())
+        cas = within * tb + np.maximum(np.asarray(t0, dtype=np.int64)[run_of], m)
+        w = writes[order]
+        done_mem = cas + (self.n_cas - 1) * self.step + d.nBL + np.where(w, d.nCWL, d.nCL)
+        done = np.empty(n, dtype=np.int64)
+        done[order] = np.ceil(done_mem / self.ratio - 1e-9).astype(np.int64) + 1
+        per_channel = np.bincount(f["Ch"], minlength=cfg.channels)
+        for ch, count in enumerate(per_channel.tolist()):
+            self.stats.per_channel[ch] += count
+        return done
+
+    def _runs(self, pcs, banks, rows, writes, firsts, lengths, last_ms) -> list[int]:
+        """The first column command of each run, in service order; updates bank state."""
+        d, stats = self.d, self.stats
+        n_bg_banks = self.sizes["Ba"]
+        n_bgs = d.bank_groups
+        tb, step, extra = self.n_cas * self.step, self.step, (self.n_cas - 1) * self.step
+        nRP, nRC, nRAS = d.nRP, d.nRC, d.nRAS
+        nRRDS, nRRDL, nFAW = d.nRRDS, d.nRRDL, d.nFAW
+        nREFI, ref_stall = d.nREFI, d.nRP + d.nRFC
+        w_recovery = d.nCWL + d.nBL + d.nWR
+        bus_cas, bus_bg, bus_write = self.bus_cas, self.bus_bg, self.bus_write
+        open_row, pre_ready, act_ready, cas_ready = (self.open_row, self.pre_ready,
+                                                     self.act_ready, self.cas_ready)
+        act_at, last_act, last_act_bg, faw = self.act_at, self.last_act, self.last_act_bg, \
+            self.faw
+        next_ref = self.next_ref
+        hits = misses = conflicts = refreshes = 0
+        out = []
+        for g, bk, row, w, first, length, last_m in zip(pcs, banks, rows, writes, firsts,
+                                                        lengths, last_ms):
+            bg = bk % n_bgs
+            lc = bus_cas[g]
+            if w == bus_write[g]:
+                nxt = lc + max(d.nBL, d.nCCDL if bus_bg[g] == bg else d.nCCDS)
+            elif w:  # read -> write
+                nxt = lc + d.nRTW
+            else:  # write -> read
+                nxt = lc + d.nCWL + d.nBL + (d.nWTRL if bus_bg[g] == bg else d.nWTRS)
+            if nREFI and max(first, nxt) >= next_ref[g]:
+                periods = (max(first, nxt) - next_ref[g]) // nREFI
+                ref_end = next_ref[g] + periods * nREFI + ref_stall
+                lo = g * n_bg_banks
+                for b in range(lo, lo + n_bg_banks):
+                    open_row[b] = -1
+                    act_ready[b] = ref_end
+                next_ref[g] += (periods + 1) * nREFI
+                refreshes += periods + 1
+            b = g * n_bg_banks + bk
+            if open_row[b] == row:
+                ready = cas_ready[b]
+                hits += length
+            else:
+                if open_row[b] >= 0:
+                    act = max(first, pre_ready[b]) + nRP
+                    conflicts += 1
+                else:
+                    act = max(first, act_ready[b])
+                    misses += 1
+                hits += length - 1
+                act = max(act, act_at[b] + nRC,
+                          last_act[g] + (nRRDL if last_act_bg[g] == bg else nRRDS))
+                window = faw[g]
+                if len(window) == 4:
+                    act = max(act, window.pop(0) + nFAW)
+                window.append(act)
+                last_act[g], last_act_bg[g], act_at[b] = act, bg, act
+                open_row[b] = row
+                pre_ready[b] = act + nRAS
+                ready = cas_ready[b] = act + (d.nRCDWR if w else d.nRCDRD)
+            t0 = max(ready, nxt, first)
+            last = (length - 1) * tb + max(t0, last_m) + extra
+            bus_cas[g], bus_bg[g], bus_write[g] = last, bg, w
+            after = last + (w_recovery if w else d.nRTP)
+            if after > pre_ready[b]:
+                pre_ready[b] = after
+            out.append(t0)
+        stats.row_hits += hits
+        stats.row_misses += misses
+        stats.row_conflicts += conflicts
+        stats.refreshes += refreshes
+        return out
+
