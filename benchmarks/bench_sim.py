@@ -1,5 +1,6 @@
-"""Benchmarks of the simulator: the 15-point SwiGLU sweep (target: under 5 s in total) and
-throughput on a generated MoE layer (operator firings/s and 64-byte requests/s).
+"""Benchmarks of the simulator: the 15-point SwiGLU sweep (target: under 5 s in total; the
+`dram` memory model at most 3x the time of `ref`) and throughput on a generated MoE layer
+(operator firings/s and 64-byte requests/s).
 
     python benchmarks/bench_sim.py [--repeat 3] [--experts 128]
 """
@@ -23,8 +24,9 @@ from stepc.sim.run import simulate  # noqa: E402
 SWEEP = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
 
 
-def swiglu_sweep(functional: bool) -> float:
-    hw = load_config("hdl-validation")
+def swiglu_sweep(functional: bool, model: str = "ref") -> float:
+    hw = load_config("hdl-validation-dram" if model == "dram" else "hdl-validation",
+                     () if model == "dram" else (f"hbm.model={model}",))
     t0 = time.perf_counter()
     for tb, ti in SWEEP:
         typed = compile_file("programs/swiglu.step", {"TB": tb, "TI": ti}).typed
@@ -49,12 +51,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--experts", type=int, default=128)
     args = ap.parse_args()
-    for functional in (False, True):
-        runs = [swiglu_sweep(functional) for _ in range(args.repeat)]
+    medians = {}
+    for functional, model in ((False, "ref"), (False, "fluid"), (False, "dram"),
+                              (True, "ref")):
+        runs = [swiglu_sweep(functional, model) for _ in range(args.repeat)]
         mode = "functional" if functional else "timing-only"
-        print(f"swiglu 15-point sweep ({mode}, hdl-validation, ref): median "
+        medians[(functional, model)] = statistics.median(runs)
+        print(f"swiglu 15-point sweep ({mode}, hdl-validation, {model}): median "
               f"{statistics.median(runs):.2f} s (min {min(runs):.2f}, n={args.repeat})")
-    for model in ("ref", "fluid"):
+    print(f"dram / ref wall time on the sweep: "
+          f"{medians[(False, 'dram')] / medians[(False, 'ref')]:.2f}x (target: at most 3x)")
+    for model in ("ref", "fluid", "dram"):
         walls, last = [], None
         for _ in range(args.repeat):
             wall, r = moe(args.experts, model)

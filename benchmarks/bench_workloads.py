@@ -2,7 +2,7 @@
 at B=64 under 10 s, at B=1024 under 60 s; Mixtral-8x7B at B=64 under 30 s). Uses the
 paper's routing traces from ../shared/data when present, seeded synthetic routing otherwise.
 
-    python benchmarks/bench_workloads.py [--model ref|fluid] [--repeat 1]
+    python benchmarks/bench_workloads.py [--model ref|fluid|dram] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def routing(name: str, batch: int, experts: int, k: int) -> tuple[np.ndarray, st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="ref", choices=["ref", "fluid"])
+    ap.add_argument("--model", default="ref", choices=["ref", "fluid", "dram"])
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     for model, trace, program, overrides in POINTS:

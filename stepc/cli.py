@@ -592,8 +592,9 @@ def plot_cmd(results, x, y, label, group, logx, logy, bar_metric, relative, out,
 @click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
               help="Results, CSV, plot and report per figure (an existing run is resumed).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None)
-@click.option("--model", type=click.Choice(["ref", "fluid"]), default="ref",
-              show_default=True, help="HBM model.")
+@click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
+              show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "
+              "channels, see docs/dram.md).")
 def reproduce_cmd(figure, data, out_dir, jobs, model):
     """Reproduce a figure of the paper's evaluation (or `all`): run its points, put stepc's
     numbers beside the paper's claims in DIR/fig<N>/report.md."""

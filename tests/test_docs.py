@@ -9,7 +9,9 @@
   (fragments are written as ```text);
 - every `stepc check --types` output shown in docs/language.md is what stepc prints;
 - docs/diagnostics.md documents exactly the codes stepc's source can emit, and each
-  documented mistake produces its code with the message shown.
+  documented mistake produces its code with the message shown;
+- the memory-model fidelity table in docs/dram.md is what the simulator measures
+  (`python -m stepc.fidelity` regenerates it).
 """
 
 from __future__ import annotations
@@ -157,3 +159,11 @@ def test_documented_mistake_produces_its_code(code, tmp_path, monkeypatch):
     for line in expected.splitlines():
         assert line in report(result).splitlines(), f"{code}: message changed:\n" + \
             report(result)
+
+
+def test_dram_fidelity_table_is_current():
+    """docs/dram.md's SwiGLU table under ref, fluid and dram equals a fresh run."""
+    from stepc import fidelity
+    doc = DOCS / "dram.md"
+    assert fidelity.main(["--check", "--doc", str(doc)]) == 0, \
+        "docs/dram.md is stale: run `python -m stepc.fidelity`"

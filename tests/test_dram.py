@@ -39,13 +39,15 @@ def memory(hw=HW):
     return k
 
 
-def run(hw, loaders):
+def run(hw, loaders, starts=None):
     """`loaders`: per port, in port order, a list of bursts (requests, per_message, write,
-    Addresses); returns each port's completion cycle of every burst."""
+    Addresses), issued from cycle `starts[i]` (default 0); returns each port's completion
+    cycle of every burst."""
     k = memory(hw)
     done = {i: [] for i in range(len(loaders))}
 
     def loader(ctx, i, bursts):
+        ctx.t = (starts or {}).get(i, 0)
         for requests, per_message, write, addr in bursts:
             yield (MEM, (0, i), requests, per_message, write, addr)
             done[i].append(ctx.t)
@@ -106,6 +108,14 @@ def test_fr_fcfs_groups_rows_within_a_queue():
     _, stats = run(HW, loaders)
     assert (stats.row_misses, stats.row_conflicts) == (1, 1)
     assert stats.row_hits == n - 2
+
+
+def test_fr_fcfs_does_not_wait_for_a_late_row_hit():
+    """A request to an open row that arrives long after an older request to another row
+    of the bank does not jump ahead of it: the older one is served first."""
+    done, stats = run(HW, [[one(0)], [one(ROW)], [one(64 * 8)]], starts={2: 200})
+    assert done[1][0] < 200  # the conflict is served before the late hit arrives
+    assert stats.row_conflicts == 2  # row 0 -> row 1 -> row 0
 
 
 def test_read_write_turnaround():

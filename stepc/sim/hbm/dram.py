@@ -8,9 +8,12 @@ loop over row runs:
    pseudo-channel (PC), bank group, bank, row and column by the configured mapping
    (Ramulator's notation, e.g. RoBaRaCoCh), after dropping the request-offset bits.
 2. FR-FCFS: each PC serves its requests in arrival order, except that within every
-   `queue_depth` consecutive requests (one controller queue), requests to a row already
-   wanted by an older request of that queue are served right after it (first ready: row
-   hits before older misses). Consecutive requests to one bank row form a run.
+   `queue_depth` consecutive requests (one controller queue), a request to a row already
+   wanted by an older request of that queue is served right after it (first ready: row
+   hits before older misses) if it can be in the queue by then: it arrived no later than
+   the older request plus the worst-case (row conflict) service time of the requests
+   between them.
+   Consecutive requests to one bank row form a run.
 3. Each run pays, on its bank: nothing on a row hit; ACT after `nRCD` on a closed bank;
    PRE + ACT on a conflict (PRE no earlier than `nRAS` after the ACT, `nRTP` after a read,
    write recovery after a write; ACT `nRP` later). ACTs respect `nRC` per bank and `nRRD`
@@ -28,6 +31,8 @@ per-bank refresh, power-down; requests larger than one access take consecutive c
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -57,7 +62,8 @@ class DramHbm(WindowedMemory):
         self.bus_write = [False] * n_pc
         self.last_act = [FAR_PAST] * n_pc
         self.last_act_bg = [-1] * n_pc
-        self.faw = [[] for _ in range(n_pc)]  # the last four ACTs
+        self.faw = [FAR_PAST] * (4 * n_pc)  # the last four ACTs of each PC, a ring
+        self.faw_next = [0] * n_pc
         self.next_ref = [dram.nREFI] * n_pc
         self.open_row = [-1] * n_bank
         self.act_at = [FAR_PAST] * n_bank
@@ -65,7 +71,28 @@ class DramHbm(WindowedMemory):
         self.act_ready = [0] * n_bank  # earliest ACT of a closed bank (after refresh)
         self.cas_ready = [0] * n_bank  # earliest column command to the open row
         # a lower bound of pickup -> visible, in accelerator cycles (window boundaries)
-        self.min_latency = 1 + int((min(dram.nCL, dram.nCWL) + dram.nBL) / self.ratio)
+        self.fastest = min(dram.nCL, dram.nCWL) + dram.nBL  # column command -> done
+        self.min_latency = 1 + int(self.fastest / self.ratio)
+        self.worst_service = self.n_cas * self.step + dram.nRP + max(dram.nRCDRD, dram.nRCDWR)
+
+    def _earliest_done(self, b) -> int:
+        """No earlier than the last request's pickup plus the unloaded latency, nor than a
+        column command after the last one its pseudo-channel has already committed (a
+        tighter bound while a PC is backlogged: longer windows, fuller FR-FCFS queues)."""
+        bound = b.next_cycle + b.messages + self.min_latency
+        if b.addr is None:
+            return bound
+        k = b.issued + (b.messages - 1) * b.per_message + b.last_requests - 1
+        a = b.addr
+        q = (a.base + (k // a.per_row) * a.row_stride + (k % a.per_row) *
+             self.cfg.request_bytes) // self.cfg.request_bytes
+        fields = {}
+        for name in self.fields:
+            fields[name] = q % self.sizes[name]
+            q //= self.sizes[name]
+        g = fields["Ch"] * self.d.pseudo_channels + fields["Ra"]
+        done = self.bus_cas[g] + 1 + self.fastest
+        return max(bound, math.ceil(done / self.ratio - 1e-9) + 1)
 
     def decode(self, addr: np.ndarray) -> dict[str, np.ndarray]:
         """Slice byte addresses into the mapping's fields (least significant first)."""
@@ -104,14 +131,20 @@ class DramHbm(WindowedMemory):
         _, inv = np.unique(key, return_inverse=True)
         first = np.full(int(inv.max()) + 1, n, dtype=np.int64)
         np.minimum.at(first, inv, idx)
-        order = order[np.lexsort((idx, first[inv]))]
-        key = key[np.lexsort((idx, first[inv]))]
+        head = first[inv]
+        # a request moves up behind an older one to its row only if it could be queued by
+        # then: it arrived within the worst-case (row conflict) service time of the
+        # requests between them
+        a_sorted = arrival[order]
+        tb = self.n_cas * self.step
+        joins = a_sorted - a_sorted[head] <= (idx - head) * self.worst_service
+        regroup = np.lexsort((idx, np.where(joins, head, idx)))
+        order, key = order[regroup], key[regroup]
 
         run_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         run_len = np.diff(np.r_[run_start, n])
         run_of = np.repeat(np.arange(len(run_start)), run_len)
         within = idx - run_start[run_of]
-        tb = self.n_cas * self.step
         a = arrival[order]
         lo = int(a.min())
         span = int(a.max()) - lo + tb * n + 1
@@ -133,35 +166,37 @@ class DramHbm(WindowedMemory):
         return done
 
     def _runs(self, pcs, banks, rows, writes, firsts, lengths, last_ms) -> list[int]:
-        """The first column command of each run, in service order; updates bank state."""
-        d, stats = self.d, self.stats
-        n_bg_banks = self.sizes["Ba"]
-        n_bgs = d.bank_groups
-        tb, step, extra = self.n_cas * self.step, self.step, (self.n_cas - 1) * self.step
-        nRP, nRC, nRAS = d.nRP, d.nRC, d.nRAS
-        nRRDS, nRRDL, nFAW = d.nRRDS, d.nRRDL, d.nFAW
+        """The first column command of each run, in service order; updates bank state.
+        (The hot loop: plain comparisons instead of max(), state in flat lists.)"""
+        d = self.d
+        n_bg_banks, n_bgs = self.sizes["Ba"], d.bank_groups
+        tb, extra = self.n_cas * self.step, (self.n_cas - 1) * self.step
+        nRP, nRC, nRAS, nFAW = d.nRP, d.nRC, d.nRAS, d.nFAW
+        nRRDS, nRRDL = d.nRRDS, d.nRRDL
+        same_bg, other_bg = max(d.nBL, d.nCCDL), max(d.nBL, d.nCCDS)
+        w2r_same, w2r_other = d.nCWL + d.nBL + d.nWTRL, d.nCWL + d.nBL + d.nWTRS
+        nRTW, nRTP, nRCDRD, nRCDWR = d.nRTW, d.nRTP, d.nRCDRD, d.nRCDWR
         nREFI, ref_stall = d.nREFI, d.nRP + d.nRFC
         w_recovery = d.nCWL + d.nBL + d.nWR
         bus_cas, bus_bg, bus_write = self.bus_cas, self.bus_bg, self.bus_write
         open_row, pre_ready, act_ready, cas_ready = (self.open_row, self.pre_ready,
                                                      self.act_ready, self.cas_ready)
-        act_at, last_act, last_act_bg, faw = self.act_at, self.last_act, self.last_act_bg, \
-            self.faw
-        next_ref = self.next_ref
+        act_at, last_act, last_act_bg = self.act_at, self.last_act, self.last_act_bg
+        faw, faw_next, next_ref = self.faw, self.faw_next, self.next_ref
         hits = misses = conflicts = refreshes = 0
         out = []
         for g, bk, row, w, first, length, last_m in zip(pcs, banks, rows, writes, firsts,
                                                         lengths, last_ms):
             bg = bk % n_bgs
-            lc = bus_cas[g]
             if w == bus_write[g]:
-                nxt = lc + max(d.nBL, d.nCCDL if bus_bg[g] == bg else d.nCCDS)
+                nxt = bus_cas[g] + (same_bg if bus_bg[g] == bg else other_bg)
             elif w:  # read -> write
-                nxt = lc + d.nRTW
+                nxt = bus_cas[g] + nRTW
             else:  # write -> read
-                nxt = lc + d.nCWL + d.nBL + (d.nWTRL if bus_bg[g] == bg else d.nWTRS)
-            if nREFI and max(first, nxt) >= next_ref[g]:
-                periods = (max(first, nxt) - next_ref[g]) // nREFI
+                nxt = bus_cas[g] + (w2r_same if bus_bg[g] == bg else w2r_other)
+            start = first if first > nxt else nxt
+            if nREFI and start >= next_ref[g]:
+                periods = (start - next_ref[g]) // nREFI
                 ref_end = next_ref[g] + periods * nREFI + ref_stall
                 lo = g * n_bg_banks
                 for b in range(lo, lo + n_bg_banks):
@@ -175,29 +210,36 @@ class DramHbm(WindowedMemory):
                 hits += length
             else:
                 if open_row[b] >= 0:
-                    act = max(first, pre_ready[b]) + nRP
+                    act = (first if first > pre_ready[b] else pre_ready[b]) + nRP
                     conflicts += 1
                 else:
-                    act = max(first, act_ready[b])
+                    act = first if first > act_ready[b] else act_ready[b]
                     misses += 1
                 hits += length - 1
-                act = max(act, act_at[b] + nRC,
-                          last_act[g] + (nRRDL if last_act_bg[g] == bg else nRRDS))
-                window = faw[g]
-                if len(window) == 4:
-                    act = max(act, window.pop(0) + nFAW)
-                window.append(act)
+                t = act_at[b] + nRC
+                if t > act:
+                    act = t
+                t = last_act[g] + (nRRDL if last_act_bg[g] == bg else nRRDS)
+                if t > act:
+                    act = t
+                slot = g * 4 + faw_next[g]  # the oldest of the PC's last four ACTs
+                t = faw[slot] + nFAW
+                if t > act:
+                    act = t
+                faw[slot] = act
+                faw_next[g] = (faw_next[g] + 1) & 3
                 last_act[g], last_act_bg[g], act_at[b] = act, bg, act
                 open_row[b] = row
                 pre_ready[b] = act + nRAS
-                ready = cas_ready[b] = act + (d.nRCDWR if w else d.nRCDRD)
-            t0 = max(ready, nxt, first)
-            last = (length - 1) * tb + max(t0, last_m) + extra
+                ready = cas_ready[b] = act + (nRCDWR if w else nRCDRD)
+            t0 = ready if ready > start else start
+            last = (length - 1) * tb + (t0 if t0 > last_m else last_m) + extra
             bus_cas[g], bus_bg[g], bus_write[g] = last, bg, w
-            after = last + (w_recovery if w else d.nRTP)
-            if after > pre_ready[b]:
-                pre_ready[b] = after
+            t = last + (w_recovery if w else nRTP)
+            if t > pre_ready[b]:
+                pre_ready[b] = t
             out.append(t0)
+        stats = self.stats
         stats.row_hits += hits
         stats.row_misses += misses
         stats.row_conflicts += conflicts

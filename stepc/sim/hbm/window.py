@@ -57,7 +57,8 @@ class WindowedMemory:
     """Serves requests window by window: a window ends before the earliest cycle at which
     a burst could complete (a woken loader may post a new burst right after it) or at the
     kernel's next event, so the set of bursts issuing in it is fixed. Subclasses set
-    `min_latency` (pickup to visible, a lower bound) and implement `_serve(requests)`."""
+    `min_latency` (pickup to visible, a lower bound; or override `_earliest_done`) and
+    implement `_serve(requests)`."""
 
     min_latency = 1
 
@@ -96,7 +97,7 @@ class WindowedMemory:
             cycle = max(cycle, min(b.next_cycle for b in active))
             if limit is not None and cycle > limit:
                 break
-            earliest_done = min(b.next_cycle + b.messages for b in active) + self.min_latency
+            earliest_done = min(self._earliest_done(b) for b in active)
             last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
             for b in self._window(cycle, last):
                 active.remove(b)
@@ -107,6 +108,10 @@ class WindowedMemory:
             cycle = last + 1
         if active:
             self._schedule(max(cycle, min(b.next_cycle for b in active)))
+
+    def _earliest_done(self, b: Burst) -> int:
+        """A lower bound of the cycle at which burst `b` completes."""
+        return b.next_cycle + b.messages + self.min_latency
 
     def _window(self, c0: int, c1: int) -> list[Burst]:
         """Serve every request picked up in cycles c0..c1; return the bursts that ended."""
