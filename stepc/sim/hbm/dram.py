@@ -83,19 +83,13 @@ class DramHbm(WindowedMemory):
         if b.addr is None:
             return bound
         k = b.issued + (b.messages - 1) * b.per_message + b.last_requests - 1
-        a = b.addr
-        q = (a.base + (k // a.per_row) * a.row_stride + (k % a.per_row) *
-             self.cfg.request_bytes) // self.cfg.request_bytes
-        fields = {}
-        for name in self.fields:
-            fields[name] = q % self.sizes[name]
-            q //= self.sizes[name]
-        g = fields["Ch"] * self.d.pseudo_channels + fields["Ra"]
+        f = self.decode(b.addr.at(k, self.cfg.request_bytes))
+        g = f["Ch"] * self.d.pseudo_channels + f["Ra"]
         done = self.bus_cas[g] + 1 + self.fastest
         return max(bound, math.ceil(done / self.ratio - 1e-9) + 1)
 
-    def decode(self, addr: np.ndarray) -> dict[str, np.ndarray]:
-        """Slice byte addresses into the mapping's fields (least significant first)."""
+    def decode(self, addr):
+        """Slice byte addresses (an int or an array) into the mapping's fields."""
         q = addr // self.cfg.request_bytes
         out = {}
         for name in self.fields:

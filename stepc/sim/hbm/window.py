@@ -19,6 +19,11 @@ class Addresses:
     row_stride: int
     per_row: int
 
+    def at(self, k: int, request_bytes: int) -> int:
+        """The byte address of request `k`."""
+        return self.base + (k // self.per_row) * self.row_stride + \
+            (k % self.per_row) * request_bytes
+
 
 @dataclass
 class Burst:
