@@ -173,6 +173,19 @@ def test_power_of_two_strides_camp_on_one_channel():
     assert done2[0][0] * 3 < done[0][0]
 
 
+def test_hbm3_streams_faster_when_bank_groups_interleave():
+    """HBM3's nCCDL is twice nBL: a row's columns in one bank group (RoBaRaCoCh) stream at
+    half the rate of requests that alternate bank groups (RoCoBaRaCh)."""
+    def bandwidth(mapping):
+        hw = load_config("hdl-validation-dram", ("dram.part=hbm3", f"dram.mapping={mapping}",
+                                                 "hbm.request_bytes=32"))
+        done, _ = run(hw, [[(65536, 32, False, Addresses(0, 32, 1))]])
+        return 65536 * 32 / done[0][0] / hw.peak_bw
+    same_group, interleaved = bandwidth("RoBaRaCoCh"), bandwidth("RoCoBaRaCh")
+    assert same_group == pytest.approx(0.5 * (1 - (586 / 6240)), rel=0.05)
+    assert interleaved > 1.5 * same_group
+
+
 def test_clock_ratio_converts_memory_cycles():
     hbm3 = load_config("hdl-validation-dram", ("dram.part=hbm3",))
     d3 = hbm3.dram

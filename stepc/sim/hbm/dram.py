@@ -8,9 +8,10 @@ loop over row runs:
    pseudo-channel (PC), bank group, bank, row and column by the configured mapping
    (Ramulator's notation, e.g. RoBaRaCoCh), after dropping the request-offset bits.
 2. FR-FCFS: each PC serves its requests in arrival order, except that within every
-   `queue_depth` consecutive requests (one controller queue), a request to a row already
-   wanted by an older request of that queue is served right after it (first ready: row
-   hits before older misses) if it can be in the queue by then: it arrived no later than
+   `queue_depth` consecutive requests (one controller queue) where two rows of a bank
+   compete, a request to a row already wanted by an older request of that queue is
+   served right after it (first ready: row hits before older misses) if it can be in the
+   queue by then: it arrived no later than
    the older request plus the worst-case (row conflict) service time of the requests
    between them.
    Consecutive requests to one bank row form a run.
@@ -122,16 +123,22 @@ class DramHbm(WindowedMemory):
         chunk = pos // d.queue_depth
         key = (((pc_s * (int(chunk.max()) + 1) + chunk) * self.sizes["Ba"] + bank[order])
                * d.rows + row[order]) * 2 + writes[order]
-        _, inv = np.unique(key, return_inverse=True)
-        first = np.full(int(inv.max()) + 1, n, dtype=np.int64)
+        uniq, inv = np.unique(key, return_inverse=True)
+        first = np.full(len(uniq), n, dtype=np.int64)
         np.minimum.at(first, inv, idx)
         head = first[inv]
+        # only rows that compete for a bank within the queue are regrouped (hits are
+        # otherwise served oldest first, which interleaves bank groups)
+        bank_of = uniq // (d.rows * 2)
+        _, bank_inv, rows_in_bank = np.unique(bank_of, return_inverse=True,
+                                              return_counts=True)
+        contested = (rows_in_bank[bank_inv] > 1)[inv]
         # a request moves up behind an older one to its row only if it could be queued by
         # then: it arrived within the worst-case (row conflict) service time of the
         # requests between them
         a_sorted = arrival[order]
         tb = self.n_cas * self.step
-        joins = a_sorted - a_sorted[head] <= (idx - head) * self.worst_service
+        joins = contested & (a_sorted - a_sorted[head] <= (idx - head) * self.worst_service)
         regroup = np.lexsort((idx, np.where(joins, head, idx)))
         order, key = order[regroup], key[regroup]
 
