@@ -59,8 +59,11 @@ def _save(fig, path: Path) -> None:
 
 def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = None,
             group: str = "program", logx: bool = False, logy: bool = False,
-            front: bool = True, force: bool = False) -> None:
-    """One series per `group`, points labeled with param `label`, Pareto fronts drawn."""
+            front: bool = True, force: bool = False, xlabel: str | None = None,
+            ylabel: str | None = None, title: str | None = None,
+            xticks: list[float] | None = None) -> None:
+    """One series per `group`, points labeled with param `label`, Pareto fronts drawn (or,
+    without `front`, each series' points joined in x order)."""
     path = _check_out(out, force)
     plt = _pyplot()
     ok = [r for r in records if r.get("status") == "ok"]
@@ -73,20 +76,27 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
         series.setdefault(_series_name(r, group), []).append(r)
     for name, recs in sorted(series.items()):
         xs, ys = [r[x] for r in recs], [r[y] for r in recs]
-        ax.scatter(xs, ys, label=name, s=28)
+        dots = ax.scatter(xs, ys, label=name, s=28)
         if label:
             for r in recs:
                 ax.annotate(str(r["params"].get(label, "")), (r[x], r[y]), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")
-        if front and len(recs) > 1:
-            idx = sorted(pareto_front(list(zip(xs, ys))), key=lambda i: xs[i])
-            ax.plot([xs[i] for i in idx], [ys[i] for i in idx], linewidth=1, alpha=0.6)
-    ax.set_xlabel(x.replace("_", " "))
-    ax.set_ylabel(y.replace("_", " "))
+        if len(recs) > 1:
+            idx = pareto_front(list(zip(xs, ys))) if front else range(len(xs))
+            idx = sorted(idx, key=lambda i: xs[i])
+            ax.plot([xs[i] for i in idx], [ys[i] for i in idx], linewidth=1, alpha=0.6,
+                    color=dots.get_facecolor()[0])  # the line in its series' colour
+    ax.set_xlabel(xlabel or x.replace("_", " "))
+    ax.set_ylabel(ylabel or y.replace("_", " "))
+    if title:
+        ax.set_title(title, fontsize=9)
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
+    if xticks:
+        ax.set_xticks(xticks, [f"{t:g}" for t in xticks])
+        ax.minorticks_off()
     ax.grid(True, alpha=0.3)
     if series:
         ax.legend(fontsize=8)
@@ -119,5 +129,33 @@ def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = 
     ax.set_xticks(range(len(ok)), [point_label(r) for r in ok], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def grouped_bars(groups: list[str], series: dict[str, list[float | None]], ylabel: str,
+                 out: str, hline: float | None = None, force: bool = False,
+                 title: str | None = None) -> None:
+    """Side-by-side bars: one group per entry of `groups`, one bar per series (a missing
+    value leaves a gap); an optional horizontal reference line (1.0 for ratios)."""
+    path = _check_out(out, force)
+    plt = _pyplot()
+    n = max(1, len(series))
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.3 * len(groups) * n + 1.5), 4))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (n - 1) / 2) * width for g, v in enumerate(values) if v is not None]
+        ax.bar(xs, [v for v in values if v is not None], width, label=name)
+    if hline is not None:
+        ax.axhline(hline, color="black", linewidth=0.8)
+    long = max((len(g) for g in groups), default=0) > 6
+    ax.set_xticks(range(len(groups)), groups, rotation=60 if long else 0,
+                  ha="right" if long else "center", fontsize=7)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
     _save(fig, path)
     plt.close(fig)
