@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 from stepc.hw.config import Hbm
-from stepc.sim.hbm.window import Burst, MemoryStats
+from stepc.sim.hbm.window import Burst, MemoryModel
 
 
-class FluidHbm:
+class FluidHbm(MemoryModel):
     """A fluid FIFO server: bursts offer `par_dispatch` requests per cycle while they issue;
     the pool drains `channels / request_interval` requests per cycle. The backlog W(t) is
     piecewise linear between burst starts and ends, and a burst's last request completes at
@@ -16,30 +16,21 @@ class FluidHbm:
     per burst start or end; no per-request work."""
 
     def __init__(self, kernel, cfg: Hbm):
-        self.kernel, self.cfg = kernel, cfg
+        super().__init__(kernel, 0)
+        self.cfg = cfg
         self.rate = cfg.channels / cfg.request_interval
         self.backlog = 0.0
         self.offered = 0.0  # requests per cycle offered by the bursts issuing now
         self.clock = 0
         self.waiting: list[Burst] = []  # posted, not started
         self.issuing: list[Burst] = []  # started, last message not yet picked up
-        self.pending_at: int | None = None
-        self.stats = MemoryStats()
 
     def issue(self, ctx, port, requests: int, per_message: int, write: bool,
               addr=None) -> None:
-        if requests == 0:
-            self.kernel.at(ctx.t, 1, ctx, ctx.t)
-            return
-        n_msgs = math.ceil(requests / per_message)
-        b = Burst(ctx, port, ctx.t + 1, n_msgs, per_message, requests, write)
-        self.waiting.append(b)
-        self._schedule(b.next_cycle)
-
-    def _schedule(self, cycle: int) -> None:
-        if self.pending_at is None or cycle < self.pending_at:
-            self.pending_at = cycle
-            self.kernel.at(cycle, 2, self)
+        b = self._burst(ctx, port, requests, per_message, write, addr)
+        if b is not None:
+            self.waiting.append(b)
+            self._schedule(b.next_cycle)
 
     def _advance(self, t: int) -> None:
         if t > self.clock:
@@ -56,16 +47,16 @@ class FluidHbm:
             self.waiting.remove(b)
             b.completion = t + b.messages - 1  # pickup cycle of its last message
             self.issuing.append(b)
-            self.offered += b.last_requests / b.messages
+            self.offered += b.requests / b.messages
             self.stats.note(t)
         for b in [b for b in self.issuing if b.completion == t]:
             self.issuing.remove(b)
-            self.offered -= b.last_requests / b.messages
+            self.offered -= b.requests / b.messages
             done = t + 1 + math.ceil(self.backlog / self.rate) + cfg.startup + cfg.latency + 1
             if b.write:
-                self.stats.write_requests += b.last_requests
+                self.stats.write_requests += b.requests
             else:
-                self.stats.read_requests += b.last_requests
+                self.stats.read_requests += b.requests
             self.stats.note(done)
             self.kernel.at(done, 1, b.ctx, done)
         events = [b.next_cycle for b in self.waiting] + [b.completion for b in self.issuing]

@@ -34,6 +34,7 @@ class Burst:
     per_message: int
     last_requests: int  # requests in the final message
     write: bool
+    requests: int  # in all
     addr: Addresses | None = None
     issued: int = 0  # requests picked up so far
     completion: int = 0
@@ -58,7 +59,33 @@ class MemoryStats:
             self.last_cycle = cycle
 
 
-class WindowedMemory:
+class MemoryModel:
+    """What every memory model does: turn a memory operation into a burst and schedule its
+    own activations on the kernel's event heap."""
+
+    def __init__(self, kernel, channels: int):
+        self.kernel = kernel
+        self.pending_at: int | None = None  # the cycle of the scheduled activation
+        self.stats = MemoryStats(per_channel=[0] * channels)
+
+    def _burst(self, ctx, port, requests: int, per_message: int, write: bool,
+               addr: Addresses | None) -> Burst | None:
+        """The burst of a memory operation picked up from the next cycle on, or None (and
+        `ctx` woken at once) when it has no requests."""
+        n_msgs = math.ceil(requests / per_message) if requests else 0
+        if n_msgs == 0:
+            self.kernel.at(ctx.t, 1, ctx, ctx.t)
+            return None
+        last = requests - (n_msgs - 1) * per_message
+        return Burst(ctx, port, ctx.t + 1, n_msgs, per_message, last, write, requests, addr)
+
+    def _schedule(self, cycle: int) -> None:
+        if self.pending_at is None or cycle < self.pending_at:
+            self.pending_at = cycle
+            self.kernel.at(cycle, 2, self)
+
+
+class WindowedMemory(MemoryModel):
     """Serves requests window by window: a window ends before the earliest cycle at which
     a burst could complete (a woken loader may post a new burst right after it) or at the
     kernel's next event, so the set of bursts issuing in it is fixed. Subclasses set
@@ -68,27 +95,16 @@ class WindowedMemory:
     min_latency = 1
 
     def __init__(self, kernel, channels: int):
-        self.kernel = kernel
+        super().__init__(kernel, channels)
         self.active: list[Burst] = []
-        self.pending_at: int | None = None  # the cycle of the scheduled activation
-        self.stats = MemoryStats(per_channel=[0] * channels)
 
     def issue(self, ctx, port, requests: int, per_message: int, write: bool,
               addr: Addresses | None = None) -> None:
-        n_msgs = math.ceil(requests / per_message) if requests else 0
-        if n_msgs == 0:
-            self.kernel.at(ctx.t, 1, ctx, ctx.t)
-            return
-        last = requests - (n_msgs - 1) * per_message
-        b = Burst(ctx, port, ctx.t + 1, n_msgs, per_message, last, write, addr)
-        self.active.append(b)
-        self.active.sort(key=lambda x: x.port)
-        self._schedule(b.next_cycle)
-
-    def _schedule(self, cycle: int) -> None:
-        if self.pending_at is None or cycle < self.pending_at:
-            self.pending_at = cycle
-            self.kernel.at(cycle, 2, self)
+        b = self._burst(ctx, port, requests, per_message, write, addr)
+        if b is not None:
+            self.active.append(b)
+            self.active.sort(key=lambda x: x.port)
+            self._schedule(b.next_cycle)
 
     def activate(self, t: int) -> None:
         """Serve cycles from `t` until the next event another context could react to."""
