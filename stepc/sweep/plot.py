@@ -57,6 +57,17 @@ def _save(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _log_axis(axis) -> None:
+    """A log axis labelled at 1, 2 and 5 per decade in compact units (200M, 1G): the default
+    scientific labels of every minor tick overlap on axes spanning about a decade."""
+    from matplotlib.ticker import EngFormatter, LogLocator
+    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    axis.set_major_locator(LogLocator(base=10))
+    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    axis.set_major_formatter(EngFormatter(sep=""))
+    axis.set_minor_formatter(EngFormatter(sep=""))
+
+
 def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = None,
             group: str = "program", logx: bool = False, logy: bool = False,
             front: bool = True, force: bool = False, xlabel: str | None = None,
@@ -90,10 +101,9 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     ax.set_ylabel(ylabel or y.replace("_", " "))
     if title:
         ax.set_title(title, fontsize=9)
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
+    for axis, log in ((ax.xaxis, logx), (ax.yaxis, logy)):
+        if log:
+            _log_axis(axis)
     if xticks:
         ax.set_xticks(xticks, [f"{t:g}" for t in xticks])
         ax.minorticks_off()

@@ -395,15 +395,15 @@ def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str
         try:
             ours = evaluate_claim(claim.value, records)
             ok = judge(claim, ours)
-            shown = f"{ours:.4g}"
+            shown = f"{ours:.7g}" if claim.tolerance == 0 else f"{ours:.4g}"  # exact claims
         except SpecError as e:
             ok, shown = False, f"n/a ({e})"
         all_ok &= ok
         if isinstance(claim.paper, str):
             paper = claim.paper
         else:
-            paper = f"{claim.paper:.4g}" + (f" ± {claim.tolerance:.0%}" if claim.tolerance
-                                             else "")
+            paper = f"{claim.paper:.4g} ± {claim.tolerance:.0%}" if claim.tolerance \
+                else f"{claim.paper:.7g} (exact)"
         mark = "reproduced" if ok else "NOT reproduced" + (
             " (synthetic data)" if notes else "")
         lines.append(f"| {claim.text} | {paper} | {shown} | {mark} |")
@@ -485,7 +485,9 @@ def _plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
         name = "figure.png" if i == 0 else f"figure-{i + 1}.png"
         try:
             if opts.get("kind", "scatter") == "ratio":
-                lines += _ratio_plot(opts, records, fig_dir / name)
+                table, draw = _ratio_bars(opts, records, fig_dir / name)
+                lines += table  # the bars' values, even without matplotlib
+                draw()
             else:
                 _scatter_plot(opts, records, x_of, fig_dir / name)
         except PlotError as e:
@@ -524,10 +526,10 @@ def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: P
             ylabel=opts.get("ylabel"), title=opts.get("title"), xticks=ticks)
 
 
-def _ratio_plot(opts: dict, records: list[dict], path: Path) -> list[str]:
+def _ratio_bars(opts: dict, records: list[dict], path: Path):
     """Bars of series[metric] / over[metric] for points matched on `match` keys, grouped by
-    `group` keys (reduced by a geometric mean when a group holds several points); a table of
-    the bars for the report."""
+    `group` keys (reduced by a geometric mean when a group holds several points): a table of
+    the bars for the report, and a function drawing them."""
     from stepc.sweep.plot import PlotError, grouped_bars
     metric = opts.get("metric", "cycles")
     over, series = opts["over"], opts["series"]
@@ -557,12 +559,14 @@ def _ratio_plot(opts: dict, records: list[dict], path: Path) -> list[str]:
                 raise PlotError(f"several `{s}` points per group; set reduce = \"geomean\"")
             cols[s].append(_geomean(*vals) if vals else None)
     ylabel = opts.get("ylabel", f"{metric} / {over} {metric}")
-    grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
-                 title=opts.get("title"))
     head = "geomean of " if reduce == "geomean" else ""
     out = ["| " + " ".join(group) + " | " + " | ".join(f"{head}{s} / {over}" for s in series)
            + " |", "|---|" + "---|" * len(series)]
     for i, n in enumerate(names):
         out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
                                             for s in series) + " |")
-    return out + [""]
+
+    def draw() -> None:
+        grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
+                     title=opts.get("title"))
+    return out + [""], draw
