@@ -508,6 +508,16 @@ def test_expand_static_sizes_keep_the_rank():
     assert show(_expand("x S1 y S2 D", {"sizes": [2]})) == "x x S1 y y S2 D"
 
 
+def test_expand_holds_its_element_until_the_last_copy():
+    """Like Repeat, Expand releases an input element only after its last copy is sent: the
+    upstream credit returns one cycle after the reference's last element of the group (the
+    interleaved attention's round-robin dealer cannot run ahead of the KV tiles)."""
+    _, _, ins, _ = run_net("Expand", {"rank": 0}, {"in": paper("x S1 y S1 D"),
+                                                   "ref": paper("r r r S1 r S1 D")},
+                           times_in={"ref": [0, 5, 9, 12]})
+    assert list(ins["in"].credits) == [9 + 1, 12 + 1]  # released at 9 and 12 (was 0, 9)
+
+
 def test_expand_output_is_timed_by_the_reference():
     """2.22: 0 cycles; the output is timed by the ref's arrival."""
     out = _expand("x S1 D", {"rank": 0}, ref="r r r S1 D", t_ref=[0, 5, 9])

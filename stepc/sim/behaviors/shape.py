@@ -101,12 +101,13 @@ def promote(ctx, node, ins, outs, env, info):
 
 
 def expand(ctx, node, ins, outs, env, info):
-    """Repeat each element over the reference's inner group (or static sizes)."""
+    """Repeat each element over the reference's inner group (or static sizes), holding the
+    element until its last copy is sent (like Repeat: its FIFO slot stays occupied)."""
     src, ref, out = ins["in"], ins.get("ref"), outs[0]
     sizes = node.attrs["sizes"]
     e = len(sizes) if sizes is not None else node.attrs["rank"] + 1
     while True:
-        head = yield (RECV, src)
+        head = yield (PEEK, src)
         if head is None:
             if ref is not None:
                 r = yield (PEEK, ref)
@@ -119,6 +120,7 @@ def expand(ctx, node, ins, outs, env, info):
             for k, cs in enumerate(copies):
                 if out is not None:
                     yield (SEND, out, val, s if k == len(copies) - 1 else cs)
+            yield (POP, src)
             continue
         while True:
             r = yield (RECV, ref)
@@ -128,6 +130,7 @@ def expand(ctx, node, ins, outs, env, info):
                 yield (SEND, out, val, r[2])
             if r[2] >= e:
                 break
+        yield (POP, src)
 
 
 def repeat(ctx, node, ins, outs, env, info):
