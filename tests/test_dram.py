@@ -259,6 +259,9 @@ def test_a_user_part_file(tmp_path):
     hw.write_text(f'[hbm]\nmodel = "dram"\nchannels = 8\n[dram]\npart = "{part}"\n')
     cfg = load_config(str(hw))
     assert cfg.dram.tck_ps == 625 and cfg.peak_bw == pytest.approx(256 * 1.6)
+    part.write_text("tck_ps = 625\nnCL = 9\n")  # a part is described whole
+    with pytest.raises(ConfigError, match="lacks pseudo_channels"):
+        load_config(str(hw))
 
 
 def test_sim_reports_dram_statistics():

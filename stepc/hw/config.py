@@ -100,6 +100,7 @@ class Dram:
 
 
 HBM_MODELS = ("ref", "fluid", "dram")
+SYSTEM_KEYS = ("part", "mapping", "layout", "accel_clock_mhz", "queue_depth")  # not the part's
 MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
 LAYOUTS = ("row-major", "tiled")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
@@ -221,6 +222,13 @@ def _dram(data: dict, where: str) -> Dram:
         raise ConfigError(f'{where}: "dram.part" must be a string, found {part!r}')
     part_where, values = _read(part, "parts")
     _section(Dram, values, part_where, "dram")  # the part file alone must be valid
+    part_keys = [f.name for f in fields(Dram) if f.name not in SYSTEM_KEYS]
+    missing = [k for k in part_keys if k not in values]
+    extra = [k for k in values if k in SYSTEM_KEYS]
+    if missing or extra:
+        problem = f"lacks {', '.join(missing)}" if missing else \
+            f"sets {', '.join(extra)}, which belong in the [dram] table, not in a part"
+        raise ConfigError(f"{part_where}: a part file describes the whole part; it {problem}")
     dram = _section(Dram, {**values, **data, "part": part}, where, "dram")
     try:
         mapping_fields(dram.mapping)
