@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stepc.sim.kernel import SimError
+
 
 @dataclass(frozen=True)
 class Addresses:
@@ -121,6 +123,10 @@ class WindowedMemory(MemoryModel):
             earliest_done = min(self._earliest_done(b) for b in active)
             last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
             for b in self._window(cycle, last):
+                if b.completion < last:  # a woken loader's next burst would be missed
+                    raise SimError(f"internal: the {type(self).__name__} memory model "
+                                   f"completed a burst at {b.completion}, inside its "
+                                   f"window ending at {last}")
                 active.remove(b)
                 self.kernel.at(b.completion, 1, b.ctx, b.completion)
                 stats.note(b.completion)
