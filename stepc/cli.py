@@ -501,14 +501,18 @@ def _sweep_summary(records: list[dict], console) -> None:
 
     from stepc.sweep.runner import point_label
     table = Table(title=f"{len(records)} points", title_justify="left")
-    for col in ("point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"):
+    dram = any(rec.get("row_hit_rate") is not None for rec in records)
+    cols = ["point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"]
+    for col in cols + (["row hits"] if dram else []):
         table.add_column(col, justify="left" if col in ("point", "status") else "right")
     for rec in sorted(records, key=point_label):
         def f(key):
             v = rec.get(key)
             return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
+        hits = rec.get("row_hit_rate")
         table.add_row(point_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
-                      f("on_chip_bytes"), f("on_chip_bytes_on_demand"))
+                      f("on_chip_bytes"), f("on_chip_bytes_on_demand"),
+                      *([f"{100 * hits:.1f}%" if hits is not None else "-"] if dram else []))
     console.print(table)
     for rec in records:
         if rec["status"] == "error":

@@ -284,3 +284,16 @@ def test_sim_reports_dram_statistics():
     printed = CliRunner().invoke(main, ["sim", "programs/swiglu.step", "--hw",
                                         "hdl-validation-dram", "--print-config"])
     assert "[dram]" in printed.stdout and "nRCDRD = 7" in printed.stdout
+
+
+def test_sweep_records_and_shows_row_hits(tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = CliRunner().invoke(main, ["sweep", "programs/swiglu.step", "--grid", "TI=64",
+                                  "--hw", "hdl-validation", "--hw", "hdl-validation-dram",
+                                  "-j", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "row hits" in r.stdout
+    recs = {rec["hw"]: rec for rec in map(json.loads, out.read_text().splitlines())}
+    assert recs["hdl-validation"]["row_hit_rate"] is None
+    assert 0 < recs["hdl-validation-dram"]["row_hit_rate"] < 1
+    assert recs["hdl-validation-dram"]["cycles"] > recs["hdl-validation"]["cycles"]
