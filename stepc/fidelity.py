@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.sim.run import simulate
@@ -59,6 +61,11 @@ def render(rows: list[dict] | None = None) -> str:
             f"{100 * r['dram']['hits']:.1f}%", f"{100 * r['dram, tiled']['hits']:.1f}%",
             f"{100 * r['dram']['bw']:.0f}%"]
         lines.append("| " + " | ".join(cells) + " |")
+    ref = np.array([r["ref"]["cycles"] for r in rows], dtype=float)
+    corr = ", ".join(f"{n} {np.corrcoef(ref, [r[n]['cycles'] for r in rows])[0, 1]:.3f}"
+                     for n in names[1:])
+    lines += ["", f"Pearson correlation of cycles with `ref` over the {len(rows)} points: "
+              f"{corr}."]
     return "\n".join(lines) + "\n"
 
 
