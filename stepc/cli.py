@@ -400,7 +400,8 @@ class _progress:
               help="Results, one JSON line per finished point.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out, "
               "skipping the points it finished.")
-@click.option("--functional", is_flag=True, help="Compute tile values (default: timing-only).")
+@click.option("--timing-only/--functional", "timing_only", default=True,
+              help="Carry no tile values (the default; same cycles) or compute them.")
 @click.option("--pareto", default=None, metavar="M1,M2",
               help="Print the Pareto-optimal points over these metrics (minimised), e.g. "
               "cycles,on_chip_bytes.")
@@ -412,9 +413,10 @@ class _progress:
               "cluster (--scheduler).")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Dask scheduler address for --backend dask.")
-def sweep_cmd(files, grids, hws, sets, traces, jobs, out, resume, functional, pareto,
+def sweep_cmd(files, grids, hws, sets, traces, jobs, out, resume, timing_only, pareto,
               baselines, backend, scheduler):
     """Run a grid of points (params x hardware x traces) and compare them."""
+    functional = not timing_only
     from rich.console import Console
 
     from stepc.sweep.runner import Sweep, grid_points, read_results

@@ -290,7 +290,7 @@ def test_sweep_records_and_shows_row_hits(tmp_path):
     out = tmp_path / "r.jsonl"
     r = CliRunner().invoke(main, ["sweep", "programs/swiglu.step", "--grid", "TI=64",
                                   "--hw", "hdl-validation", "--hw", "hdl-validation-dram",
-                                  "-j", "1", "--out", str(out)])
+                                  "-j", "1", "--timing-only", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "row hits" in r.stdout
     recs = {rec["hw"]: rec for rec in map(json.loads, out.read_text().splitlines())}
