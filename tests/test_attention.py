@@ -32,6 +32,8 @@ SMALL = {"HEAD_DIM": 16, "TILE_N": 8, "MAXN": 64}  # 8 KV tiles of 8 rows per re
 
 
 def compile_program(name: str, **params):
+    if name == "coarse":  # one block of NB = B / R consecutive requests per region by default
+        params.setdefault("NB", params.get("B", 64) // params.get("R", 4))
     c = compile_file(str(PROGRAMS[name]), params)
     assert c.ok, "\n".join(str(d) for d in c.diagnostics.items)
     return c.typed
@@ -49,15 +51,29 @@ def assert_finished(name: str, run) -> None:
                                                        if not b.waiting.startswith("empty")]
 
 
-def reference(typed, lens, B, D, TN, MAXN, whole_tiles=False) -> np.ndarray:
+def coarse_ids(B: int, R: int, NB: int) -> list[list[int]]:
+    """The global request ids of each coarse region, in its order: blocks of NB requests,
+    block b on region b mod R, a region's blocks back to back."""
+    return [[b * NB + j for b in range(r, B // NB, R) for j in range(NB)] for r in range(R)]
+
+
+def reference(typed, lens, B, D, TN, MAXN, whole_tiles=False, regions=None) -> np.ndarray:
     """out_i = (sum_j exp(q k_j^T) v_j) / (sum_j exp(q k_j^T)) over request i's L_i cached
     rows and its new row (which lands at row L_i of its slot). With `whole_tiles`, over every
     row of its ceil((L_i + 1) / TN) tiles: what the program computes when L_i + 1 is not a
-    multiple of TN, since padding rows are not masked."""
+    multiple of TN, since padding rows are not masked. With `regions` (coarse_ids), Q and the
+    new rows are per-region slices [R, ...] whose row i is the region's i-th request."""
     t = {n: tensor_values(x, True) for n, x in typed.program.tensors.items()}
-    q = t["Q"].reshape(B * QPK, D).astype(np.float64)
     k, v = t["K"].reshape(B * MAXN, D), t["V"].reshape(B * MAXN, D)
-    kn, vn = t["KNEW"].reshape(B, D), t["VNEW"].reshape(B, D)
+    if regions is None:
+        q = t["Q"].reshape(B * QPK, D).astype(np.float64)
+        kn, vn = t["KNEW"].reshape(B, D), t["VNEW"].reshape(B, D)
+    else:
+        q, kn, vn = np.zeros((B, QPK, D)), np.zeros((B, D)), np.zeros((B, D))
+        for r, ids in enumerate(regions):
+            q[ids] = t["Q"][r].reshape(-1, QPK, D)[:len(ids)]
+            kn[ids], vn[ids] = t["KNEW"][r][:len(ids)], t["VNEW"][r][:len(ids)]
+        q = q.reshape(B * QPK, D)
     out = np.zeros((B * QPK, D))
     for i, n in enumerate(lens):
         rows = math.ceil((n + 1) / TN) * TN if whole_tiles else n + 1
@@ -109,6 +125,60 @@ def test_unaligned_lengths_append_in_place_and_padding_is_unmasked(name):
     assert analyze(typed).bind(dict(run.bindings)).totals["off_chip_bytes"] == run.useful_bytes
 
 
+def region_metadata(typed, R: int) -> list[list[tuple[int, ...]]]:
+    """The IDX slices each coarse region's id MetadataGens read, in graph order."""
+    out = [[] for _ in range(R)]
+    for name, node in typed.program.nodes.items():
+        if node.op == "MetadataGen" and node.attrs["tensor"].name == "IDX":
+            out[int(name[len("idx["):name.index("]")])].append(node.attrs["tensor"].index)
+    return out
+
+
+@pytest.mark.parametrize("B,R,NB", [(10, 4, 2), (6, 2, 2), (20, 4, 2)])
+def test_coarse_uneven_blocks_equal_numpy(B, R, NB):
+    """Blocks of NB requests dealt round-robin over R regions when B / NB is not a multiple
+    of R (the artifact's B = 80 on 4 regions is 5 blocks: region 0 owns blocks 0 and 4):
+    a region runs its blocks back to back with its global ids, so every request's output
+    still equals numpy, and sim's traffic equals analyze's."""
+    typed = compile_program("coarse", B=B, R=R, NB=NB, **SMALL)
+    regions = coarse_ids(B, R, NB)
+    nblk = B // NB
+    for r in range(R):  # region r: blocks r, r + R, ...; one MetadataGen per block
+        blocks = list(range(r, nblk, R))
+        assert typed.types[(f"lens[{r}]", 0)].shape == (len(blocks) * NB,)
+        assert region_metadata(typed, R)[r] == [(k, r) for k in range(len(blocks))]
+    assert len(regions[0]) == NB * -(-nblk // R) > len(regions[-1])  # uneven
+    lens = np.resize(np.array([7, 63, 15, 31, 55, 7, 23, 47, 39]), B)
+    run = simulate(typed, load_config(), {"kv_lens": lens}, functional=True)
+    assert_finished("coarse", run)
+    ref = reference(typed, lens, B, 16, 8, 64, regions=regions)
+    got = run.outputs["O"].reshape(B * QPK, 16)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6 * np.abs(ref).max())
+    assert analyze(typed).bind(dict(run.bindings)).totals["off_chip_bytes"] == run.useful_bytes
+
+
+def test_coarse_one_block_per_region_is_the_contiguous_split():
+    """B = R * NB: region r owns the consecutive requests [NB r, NB (r + 1)), read by one
+    MetadataGen (no concatenation), as before blocks were introduced; with B = 5 NB region 0
+    also owns the last block: the artifact's B = 80 split (0-15 and 64-79)."""
+    typed = compile_program("coarse", B=64, R=4, NB=16)
+    assert not any(n.op == "Reassemble" and name.startswith("idx[")
+                   for name, n in typed.program.nodes.items())
+    ids = tensor_values(typed.program.tensors["IDX"], True)
+    for r, slices in enumerate(region_metadata(typed, 4)):
+        assert slices == [(0, r)]
+        np.testing.assert_array_equal(ids[slices[0]], np.arange(16 * r, 16 * r + 16))
+        assert typed.types[(f"lens[{r}]", 0)].shape == (16,)
+    assert coarse_ids(64, 4, 16) == [list(range(16 * r, 16 * r + 16)) for r in range(4)]
+    typed = compile_program("coarse", B=80, R=4, NB=16)
+    ids = tensor_values(typed.program.tensors["IDX"], True)
+    got = [np.concatenate([ids[s] for s in slices]).tolist()
+           for slices in region_metadata(typed, 4)]
+    assert got == coarse_ids(80, 4, 16)
+    assert got[0] == list(range(16)) + list(range(64, 80))
+    assert [len(g) for g in got] == [32, 16, 16, 16]
+
+
 def test_dynamic_beats_interleaved_on_high_variance_lengths():
     """Figure 14's direction at B=16: geomean over four seeded high-variance batches (the
     generator at the paper's high-class std 1456) of interleaved / dynamic cycles > 1."""
@@ -156,7 +226,8 @@ def test_cli_analyze_dot_and_sim(name, monkeypatch, tmp_path):
         assert result.exit_code == 0, (args, result.output)
     lens = tmp_path / "lens.npy"
     np.save(lens, np.array([100, 2000, 35, 700, 64, 1023, 5, 300]))
-    result = runner.invoke(main, ["sim", rel, "-D", "B=8", "-D", "MAXN=2048",
+    blocks = ["-D", "NB=2"] if name == "coarse" else []  # 8 requests on 4 regions
+    result = runner.invoke(main, ["sim", rel, "-D", "B=8", "-D", "MAXN=2048", *blocks,
                                   "--trace", f"kv_lens={lens}", "--timing-only"])
     # exit 3 for the dynamic program: its loop cannot end (test_dynamic_loop_terminates)
     assert result.exit_code in ((0, 3) if name == "dynamic" else (0,)), result.output

@@ -1,1 +1,1 @@
-analyze programs/attention_coarse.step -D B=8 -D R=2 --onchip-model paper --format json
+analyze programs/attention_coarse.step -D B=8 -D R=2 -D NB=4 --onchip-model paper --format json
