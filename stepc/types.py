@@ -38,7 +38,7 @@ class _DimPrinter(StrPrinter):
         return f"floor({self._print(e.args[0])})"
 
     def _print_Piecewise(self, e):
-        (v1, c1), (v2, _c2) = e.args[0], e.args[-1]
+        (v1, c1), (v2, _) = e.args[0], e.args[-1]
         return f"({self._print(v1)} if {self._print(c1)} else {self._print(v2)})"
 
     def _print_StrictGreaterThan(self, e):

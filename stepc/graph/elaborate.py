@@ -25,7 +25,7 @@ from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
 from stepc.graph.program import (Assumption, Cluster, Edge, OpNode, Program, StreamRefTerm,
                                  Tensor, TypeAnnotation)
 from stepc.ops import OPS
-from stepc.ops.base import (COMMON_PARAMS, REQUIRED, STREAM, STREAMS, VARSTREAMS, FnValue,
+from stepc.ops.base import (COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue,
                             TensorRef)
 from stepc.source import SourceFile, Span
 from stepc.types import DTYPE_BYTES
@@ -884,9 +884,8 @@ class Elaborator:
         for p in d.params:
             if p.name in args:
                 v = self.value(args[p.name][0], scope)
-                span = args[p.name][1]
             elif p.default is not None:
-                v, span = self.value(p.default, g.scope), p.span
+                v = self.value(p.default, g.scope)
             else:
                 raise self.error("E0201", f"graph `{d.name}` needs argument `{p.name}`", e.span)
             if p.type is not None and isinstance(v, StreamVal):

@@ -9,7 +9,7 @@ import numpy as np
 
 from stepc.sim.hbm import Addresses
 from stepc.sim.kernel import MEM, PEEK, POP, RECV, SEND, SimError
-from stepc.sim.tokens import NP_DTYPES, BufferVal, TileVal, stops_for_shape, view_indices
+from stepc.sim.tokens import BufferVal, TileVal, stops_for_shape, view_indices
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ALIGN = 4096
