@@ -18,56 +18,18 @@ from pathlib import Path
 import pytest
 import sympy
 
-from stepc.diagnostics import Severity
 from stepc.frontend import compile_file, compile_source
 from stepc.source import SourceFile
 from stepc.types import Buffer, Tile, equal, fmt_shape
+from typed_lookup import Compiled
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 MOE = PROGRAMS / "moe_simple.step"
 SWIGLU = PROGRAMS / "swiglu.step"
 
 
-class Typed:
+class Typed(Compiled):
     """Lookups of inferred types by stream label in a compiled program."""
-
-    def __init__(self, compiled):
-        self.c = compiled
-        assert compiled.typed is not None, self.report()
-
-    def report(self) -> str:
-        return "\n".join(f"{d.span}: {d.severity.value}[{d.code}] {d.message}"
-                         for d in self.c.diagnostics.items) or "(no diagnostics)"
-
-    @property
-    def errors(self):
-        return [d for d in self.c.diagnostics.items if d.severity is Severity.ERROR]
-
-    def ok(self) -> Typed:
-        assert not self.errors, self.report()
-        return self
-
-    def type(self, label: str):
-        for node in self.c.typed.program.nodes.values():
-            if node.implicit:
-                continue
-            for port in range(len(node.outputs)):
-                if node.port_label(port) == label:
-                    t = self.c.typed.types.get((node.name, port))
-                    assert t is not None, f"`{label}` is untyped\n{self.report()}"
-                    return t
-        raise KeyError(label)
-
-    def shape(self, label: str):
-        return self.type(label).shape
-
-    def sym(self, name: str) -> sympy.Symbol:
-        s = self.c.typed.symbols.get(name)
-        assert s is not None, f"no symbol {name}: {list(self.c.typed.symbols.infos)}"
-        return s
-
-    def kind(self, d) -> str:
-        return self.c.typed.symbols.kind_of(sympy.sympify(d))
 
     def expect(self, label: str, shape, tile=None) -> None:
         got = self.shape(label)
@@ -368,7 +330,7 @@ def test_swiglu_shapes(tb, ti):
     t.expect("wd", [mt, 1, nt], tile=[ti, 256])
     t.expect("down", [mt, 1], tile=[tb, 256])
     assert all(t.type(s).elem.dtype == "f32" for s in ("x", "gate", "down"))
-    assert not [d for d in t.c.diagnostics.items if d.severity is Severity.WARNING]
+    assert not t.warnings
 
 
 def test_swiglu_default_params():

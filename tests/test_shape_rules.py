@@ -19,11 +19,11 @@ import textwrap
 import pytest
 import sympy
 
-from stepc.diagnostics import Severity
 from stepc.frontend import compile_source
 from stepc.ops import FUNCTIONS, OPS
 from stepc.source import SourceFile
 from stepc.types import Buffer, Scalar, Select, Tile, equal, fmt_shape
+from typed_lookup import Compiled
 
 MARK = "»"
 
@@ -63,7 +63,7 @@ kt = RandomOffChipLoad(ka, K, tile=[16, 16])
 
 
 # ------------------------------------------------------------------ helpers
-class Prog:
+class Prog(Compiled):
     """A compiled test program, with lookups by stream label."""
 
     def __init__(self, body: str, overrides: dict | None = None, prelude: bool = True):
@@ -77,54 +77,7 @@ class Prog:
             self.mark = (line, col)
             text = text.replace(MARK, "")
         self.text = text
-        self.c = compile_source(SourceFile("t.step", text), overrides or {})
-        assert self.c.typed is not None, self.report()
-
-    # ---- diagnostics
-    @property
-    def errors(self):
-        return [d for d in self.c.diagnostics.items if d.severity is Severity.ERROR]
-
-    @property
-    def warnings(self):
-        return [d for d in self.c.diagnostics.items if d.severity is Severity.WARNING]
-
-    def report(self) -> str:
-        return "\n".join(f"{d.span}: {d.severity.value}[{d.code}] {d.message}"
-                         for d in self.c.diagnostics.items) or "(no diagnostics)"
-
-    def ok(self) -> Prog:
-        assert not self.errors, self.report()
-        return self
-
-    # ---- types
-    def node_port(self, label: str):
-        for node in self.c.typed.program.nodes.values():
-            if node.implicit:
-                continue
-            for port in range(len(node.outputs)):
-                if node.port_label(port) == label:
-                    return node, port
-        labels = [nd.port_label(i) for nd in self.c.typed.program.nodes.values()
-                  for i in range(len(nd.outputs))]
-        raise KeyError(f"no stream `{label}`; streams: {', '.join(labels)}")
-
-    def type(self, label: str):
-        node, port = self.node_port(label)
-        t = self.c.typed.types.get((node.name, port))
-        assert t is not None, f"stream `{label}` has no type\n{self.report()}"
-        return t
-
-    def shape(self, label: str):
-        return self.type(label).shape
-
-    def sym(self, name: str) -> sympy.Symbol:
-        s = self.c.typed.symbols.get(name)
-        assert s is not None, f"no symbol {name}: {list(self.c.typed.symbols.infos)}"
-        return s
-
-    def kind(self, dim) -> str:
-        return self.c.typed.symbols.kind_of(sympy.sympify(dim))
+        super().__init__(compile_source(SourceFile("t.step", text), overrides or {}))
 
     def parse(self, expr: str):
         """A shape/dim written in sympy syntax over this program's symbols."""

@@ -170,6 +170,16 @@ class Kernel:
     def next_event_time(self) -> int | None:
         return self.heap[0][0] if self.heap else None
 
+    def _release(self, ch: Channel, t: int) -> None:
+        """Dequeue the head of `ch` at clock `t`: its credit returns at t + 1."""
+        ch.q.popleft()
+        ch.credits.append(t + 1)
+        if ch.log is not None:
+            ch.log.append((t + 1, -1))
+        if ch.send_waiter is not None:
+            w, ch.send_waiter = ch.send_waiter, None
+            self._wake(w)
+
     def _wake(self, ctx: Ctx | None) -> None:
         """A blocked context can retry its operation (a select re-enters the heap)."""
         if ctx is not None and ctx.blocked is not None:
@@ -202,23 +212,10 @@ class Kernel:
                     if head[0] > ctx.t:
                         ctx.t = head[0]
                     if code == RECV:
-                        q.popleft()
-                        ch.credits.append(ctx.t + 1)
-                        if ch.log is not None:
-                            ch.log.append((ctx.t + 1, -1))
-                        if ch.send_waiter is not None:
-                            w, ch.send_waiter = ch.send_waiter, None
-                            self._wake(w)
+                        self._release(ch, ctx.t)
                     value, op = head, None
                 elif code == POP:
-                    ch = op[1]
-                    ch.q.popleft()
-                    ch.credits.append(ctx.t + 1)
-                    if ch.log is not None:
-                        ch.log.append((ctx.t + 1, -1))
-                    if ch.send_waiter is not None:
-                        w, ch.send_waiter = ch.send_waiter, None
-                        self._wake(w)
+                    self._release(op[1], ctx.t)
                     value, op = None, None
                 elif code == RESERVE:  # claim a slot now; the next SEND uses it
                     ch = op[1]
