@@ -53,40 +53,41 @@ class Dram:
     """A DRAM part and its controller for `hbm.model = "dram"`: organization per channel
     (the channel count is `hbm.channels`), timings in memory clock cycles of `tck_ps`,
     the address mapping (fields from most to least significant bit), the tensor layout
-    and the accelerator clock."""
+    and the accelerator clock. The part's values come from its part file
+    (`stepc/hw/parts/`), the others from `SYSTEM_DEFAULTS`."""
 
-    part: str = "hbm2"
-    mapping: str = "RoBaRaCoCh"
-    layout: str = "row-major"
-    accel_clock_mhz: int = 1000
-    queue_depth: int = 32
-    tck_ps: int = 1000
-    pseudo_channels: int = 2
-    bank_groups: int = 4
-    banks: int = 4
-    rows: int = 32768
-    page_bytes: int = 1024
-    access_bytes: int = 64
-    nBL: int = 4
-    nCL: int = 7
-    nCWL: int = 2
-    nRCDRD: int = 7
-    nRCDWR: int = 7
-    nRP: int = 7
-    nRAS: int = 17
-    nRC: int = 19
-    nWR: int = 8
-    nRTP: int = 3
-    nCCDS: int = 1
-    nCCDL: int = 2
-    nRRDS: int = 2
-    nRRDL: int = 3
-    nFAW: int = 15
-    nWTRS: int = 3
-    nWTRL: int = 4
-    nRTW: int = 3
-    nREFI: int = 3900
-    nRFC: int = 350
+    part: str
+    mapping: str
+    layout: str
+    accel_clock_mhz: int
+    queue_depth: int
+    tck_ps: int
+    pseudo_channels: int
+    bank_groups: int
+    banks: int
+    rows: int
+    page_bytes: int
+    access_bytes: int
+    nBL: int
+    nCL: int
+    nCWL: int
+    nRCDRD: int
+    nRCDWR: int
+    nRP: int
+    nRAS: int
+    nRC: int
+    nWR: int
+    nRTP: int
+    nCCDS: int
+    nCCDL: int
+    nRRDS: int
+    nRRDL: int
+    nFAW: int
+    nWTRS: int
+    nWTRL: int
+    nRTW: int
+    nREFI: int
+    nRFC: int
 
     @property
     def clock_ratio(self) -> float:
@@ -100,7 +101,8 @@ class Dram:
 
 
 HBM_MODELS = ("ref", "fluid", "dram")
-SYSTEM_KEYS = ("part", "mapping", "layout", "accel_clock_mhz", "queue_depth")  # not the part's
+SYSTEM_DEFAULTS = {"part": "hbm2", "mapping": "RoBaRaCoCh", "layout": "row-major",
+                   "accel_clock_mhz": 1000, "queue_depth": 32}  # [dram] keys not of the part
 MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
 LAYOUTS = ("row-major", "tiled")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
@@ -114,7 +116,7 @@ class HardwareConfig:
     description: str
     fabric: Fabric
     hbm: Hbm
-    dram: Dram = Dram()
+    dram: Dram
 
     @property
     def peak_bw(self) -> float:
@@ -217,19 +219,20 @@ def _dram(data: dict, where: str) -> Dram:
     """The [dram] table: the named part's values, then the table's own keys."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: [dram] must be a table")
-    part = data.get("part", Dram.part)
+    part = data.get("part", SYSTEM_DEFAULTS["part"])
     if not isinstance(part, str):
         raise ConfigError(f'{where}: "dram.part" must be a string, found {part!r}')
     part_where, values = _read(part, "parts")
-    _section(Dram, values, part_where, "dram")  # the part file alone must be valid
-    part_keys = [f.name for f in fields(Dram) if f.name not in SYSTEM_KEYS]
+    part_keys = [f.name for f in fields(Dram) if f.name not in SYSTEM_DEFAULTS]
     missing = [k for k in part_keys if k not in values]
-    extra = [k for k in values if k in SYSTEM_KEYS]
+    extra = [k for k in values if k in SYSTEM_DEFAULTS]
     if missing or extra:
         problem = f"lacks {', '.join(missing)}" if missing else \
             f"sets {', '.join(extra)}, which belong in the [dram] table, not in a part"
         raise ConfigError(f"{part_where}: a part file describes the whole part; it {problem}")
-    dram = _section(Dram, {**values, **data, "part": part}, where, "dram")
+    _section(Dram, {**SYSTEM_DEFAULTS, **values}, part_where, "dram")  # the part alone
+    dram = _section(Dram, {**SYSTEM_DEFAULTS, **values, **data, "part": part}, where,
+                    "dram")
     try:
         mapping_fields(dram.mapping)
     except ValueError as e:
