@@ -45,6 +45,8 @@ def cell(text: str) -> str:
 def default_text(p: Param) -> str:
     if p.default is REQUIRED or p.default is FN_REQUIRED:
         return "required"
+    if p.default is None and p.hw is not None:
+        return f"the hardware's `{p.hw}`"
     if p.default is None:
         return "optional" if p.is_stream else "unset"
     return f"`{fmt_attr(p.default)}`"

@@ -851,6 +851,11 @@ class Elaborator:
         if not ok:
             raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
                              f"{_kind_word(v)}", span)
+        low = getattr(p, "minimum", None)
+        if low is not None and any(i < low for i in (v if isinstance(v, list) else [v])):
+            raise self.error("E0204", f"{op} `{p.name}` must be >= {low}, found {v}"
+                             + (f" (leave it out to take the hardware's {p.hw})" if p.hw else ""),
+                             span)
         return v
 
     def fn_value(self, e: ast.Call, scope: Scope, allowed=None) -> FnValue:

@@ -118,6 +118,11 @@ class HardwareConfig:
     hbm: Hbm
     dram: Dram
 
+    def value(self, key: str):
+        """The value of a dotted key such as `hbm.par_dispatch`."""
+        section, _, name = key.partition(".")
+        return getattr(getattr(self, section), name)
+
     @property
     def peak_bw(self) -> float:
         """Peak off-chip bandwidth of the selected memory model, bytes per cycle."""

@@ -34,6 +34,8 @@ class Param:
     kind: str
     default: Any = REQUIRED
     doc: str = ""
+    hw: str | None = None  # the hardware key ("fabric.compute_bw") an unset value takes
+    minimum: int | None = None  # smallest allowed integer value
 
     @property
     def is_stream(self) -> bool:
@@ -46,7 +48,8 @@ class Param:
 
 # Attributes every operator accepts (hardware knobs that do not change types).
 COMMON_PARAMS = (
-    Param("depth", "int_or_ints", None, "FIFO depth of the inputs (one value, or one per input)"),
+    Param("depth", "int_or_ints", None, "FIFO depth of the inputs (one value, or one per input)",
+          hw="fabric.fifo_depth", minimum=1),
 )
 
 

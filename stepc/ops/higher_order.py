@@ -147,7 +147,8 @@ def _accum_onchip(c, mode):
 
 _INS = Param("ins", VARSTREAMS, doc="input stream(s), consumed in lockstep")
 _FN = Param("fn", "fn", doc="function from the library (see Functions)")
-_BW = Param("compute_bw", "int", None, "FLOPs per cycle allocated to this operator")
+_BW = Param("compute_bw", "int", None, "FLOPs per cycle allocated to this operator",
+            hw="fabric.compute_bw", minimum=1)
 _WB = Param("write_back", "bool", False, "output is written to an on-chip memory unit")
 _DTYPE = Param("dtype", "dtype", None, "element type of the output tiles (e.g. f32 accumulators)")
 _INIT = Param("init", "init", None, "accumulator initialiser (default: the function's)")

@@ -116,7 +116,8 @@ def _tile_buffers(tile_bytes, artifact_factor=lambda c: 1):
 
 
 _TILE = Param("tile", "ints", doc="tile shape [rows, cols] in elements")
-_PAR = Param("par_dispatch", "int", 1, "HBM requests issued per cycle")
+_PAR = Param("par_dispatch", "int", None, "HBM requests issued per cycle", hw="hbm.par_dispatch",
+             minimum=1)
 
 OFFCHIP_OPS = [
     OpSpec(
@@ -175,7 +176,7 @@ OFFCHIP_OPS = [
         (Param("waddr", STREAM, doc="tile indices ([1,1] integer tiles)"),
          Param("wdata", STREAM, doc="tiles to write"),
          Param("tensor", "tensor", doc="destination tensor"),
-         Param("buffer_depth", "int", 1, "write buffer depth (tiles)"),
+         Param("buffer_depth", "int", 1, "write buffer depth (tiles)", minimum=1),
          _PAR),
         _random_store,
         off_chip=lambda c: c.inputs["waddr"].card * c.inputs["wdata"].elem.bytes,

@@ -139,7 +139,7 @@ def _reassemble_onchip(c, mode):
     return sympy.Mul(*dims) * out.elem.bytes
 
 
-_SWITCH = Param("switch_cycles", "int", 1, "extra cycles per routed element")
+_SWITCH = Param("switch_cycles", "int", 1, "extra cycles per routed element", minimum=0)
 _WB = Param("write_back", "bool", False, "routed elements are written to an on-chip memory unit")
 _DIM = Param("dim", "str", None, "name for the dims this operator introduces")
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from stepc.graph.program import OpNode
 from stepc.hw import HardwareConfig
+from stepc.ops import OPS
 from stepc.ops.functions import FUNCTIONS
 from stepc.sim.tokens import TileVal, payload_bytes
 
@@ -36,8 +37,14 @@ class SimEnv:
     flops: dict[str, int] = field(default_factory=dict)  # node -> FLOPs performed
     peak_onchip: int = 0
 
+    def setting(self, node: OpNode, name: str):
+        """An operator attribute that mirrors a hardware key: its own value when the
+        program sets it, else the hardware's."""
+        value = node.attrs.get(name)
+        return value if value is not None else self.hw.value(OPS[node.op].param(name).hw)
+
     def compute_bw(self, node: OpNode) -> int:
-        return node.attrs.get("compute_bw") or self.hw.fabric.compute_bw
+        return self.setting(node, "compute_bw")
 
     def cost(self, node: OpNode, args: list, out, flops: int, fixed: int | None) -> int:
         """Roofline cycles of one element."""
@@ -52,6 +59,31 @@ class SimEnv:
         if flops:
             self.flops[node.name] = self.flops.get(node.name, 0) + flops
         return max(load, compute, store)
+
+
+@dataclass(frozen=True)
+class Override:
+    """Operators that set an attribute mirroring a hardware key to their own value."""
+
+    attr: str
+    value: object
+    key: str  # the hardware key, e.g. "fabric.compute_bw"
+    hw_value: object
+    nodes: tuple[str, ...]
+
+
+def hardware_overrides(nodes, hw: HardwareConfig) -> list[Override]:
+    """Which operators override which hardware keys, grouped by (attribute, value)."""
+    groups: dict[tuple, list[str]] = {}
+    for node in nodes:
+        for p in OPS[node.op].all_params:
+            value = node.attrs.get(p.name)
+            if p.hw is not None and value is not None:
+                key = (p.name, tuple(value) if isinstance(value, list) else value, p.hw)
+                groups.setdefault(key, []).append(node.name)
+    return [Override(attr, list(v) if isinstance(v, tuple) else v, key, hw.value(key),
+                     tuple(names)) for (attr, v, key), names in sorted(
+                         groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
 
 
 def fn_flops(name: str, fn, args: list) -> tuple[int, int | None]:

@@ -61,6 +61,10 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
         if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
             line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
                  f"{fabric.onchip_capacity:,}")
+    for o in r.overrides:
+        names = ", ".join(o.nodes[:4]) + (f", ... ({len(o.nodes)} operators)"
+                                          if len(o.nodes) > 4 else "")
+        line(f"  program overrides:  {o.attr}={o.value} over {o.key} = {o.hw_value} on {names}")
     if r.bindings:
         shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in sorted(r.bindings.items())[:8])
         more = f", ... ({len(r.bindings)} dims)" if len(r.bindings) > 8 else ""
@@ -106,6 +110,9 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "off_chip_bytes": r.useful_bytes,
         "flops": r.flops,
         "fifo_high_water_bytes": r.fifo_bytes,
+        "overrides": [{"attr": o.attr, "value": o.value, "hw_key": o.key,
+                       "hw_value": o.hw_value, "operators": list(o.nodes)}
+                      for o in r.overrides],
         "dims": {k: json_value(v) for k, v in sorted(r.bindings.items())},
         "ops": [{"name": o.name, "op": o.op, "busy_cycles": o.busy, "finish": o.finish,
                  "busy_fraction": o.busy / r.cycles if r.cycles else 0.0}

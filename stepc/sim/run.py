@@ -23,7 +23,7 @@ from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.behaviors.memory import tensor_layout
-from stepc.sim.fabric import SimEnv
+from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
@@ -65,6 +65,7 @@ class SimResult:
     fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
     fifo_bytes: int = 0  # sum over FIFOs of high-water elements x element bytes
     memory: MemoryStats = field(default_factory=MemoryStats)  # the memory model's counters
+    overrides: list[Override] = field(default_factory=list)  # attributes shadowing hw keys
 
     @property
     def request_bytes(self) -> int:
@@ -282,7 +283,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         trace={c.name: c.trace for c in kernel.contexts if c.trace},
         fifo={ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
         fifo_bytes=sum(ch.high_water * ch.elem_bytes for ch in kernel.channels),
-        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats)
+        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats,
+        overrides=hardware_overrides(prog.nodes.values(), hw))
     return result
 
 

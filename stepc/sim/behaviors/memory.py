@@ -82,7 +82,7 @@ def linear_load(ctx, node, ins, outs, env, info):
     shape = a["shape"] or list(tiled)
     stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
     idx = view_indices(shape, stride)
-    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
@@ -115,7 +115,7 @@ def linear_store(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref = a["tensor"]
     src = ins["in"]
-    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     written = env.written.get(tref.name)
     count = 0
     while True:
@@ -150,7 +150,7 @@ def random_load(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
     addr = ins["raddr"]
-    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     total = math.prod(_tiled(tref.shape, tile))
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
@@ -181,7 +181,7 @@ def random_store(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref = a["tensor"]
     waddr, wdata = ins["waddr"], ins["wdata"]
-    port, pd = env.ports[node.name], a["par_dispatch"] or env.hw.hbm.par_dispatch
+    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     written = env.written.get(tref.name)
     out = outs[0]
     while True:
