@@ -111,12 +111,16 @@ def _pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def _load_hw(hw: str | None, sets: tuple[str, ...]):
-    from stepc.hw import ConfigError, load_config
+def _load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
+    """The hardware configuration; warns about each `--set` the run will not read."""
+    from stepc.hw.config import ConfigError, load_config, roofline_unused, set_warnings
     try:
-        return load_config(hw, sets)
+        config = load_config(hw, sets)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
+    for warning in set_warnings(config, sets, roofline_unused(config) if roofline else None):
+        click.echo(f"warning: {warning}", err=True)
+    return config
 
 
 @main.command("analyze")
@@ -146,7 +150,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
 
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
-    config = _load_hw(hw, sets) if (hw or sets) else None
+    config = _load_hw(hw, sets, roofline=True) if (hw or sets) else None
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)

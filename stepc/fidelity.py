@@ -1,17 +1,24 @@
-"""The memory-model fidelity table of docs/dram.md: the paper's SwiGLU sweep (Figure 8) on
-the HDL-validation fabric under each off-chip memory model.
+"""How close each hardware model comes to the paper's measurements: the SwiGLU sweep of
+Figure 8 under every model, against the reference simulator's published cycles (15
+points) and the HDL's (the 5 public points), and the calibration of the `hdl-like`
+preset. The measurements are read from the paper's data directory (`fig8/`), never copied
+into stepc.
 
-Only the region between the BEGIN/END GENERATED markers of docs/dram.md is rewritten.
+    python -m stepc.fidelity                  rewrite the generated tables of docs/dram.md
+    python -m stepc.fidelity --check          exit 1 if they are stale
+    python -m stepc.fidelity --print          print the fidelity tables
+    python -m stepc.fidelity --calibrate      print the calibration of hdl-like
+    --data DIR                                the paper's data (default ../shared/data)
 
-    python -m stepc.fidelity            rewrite the generated table
-    python -m stepc.fidelity --check    exit 1 if the table is stale (CI)
-    python -m stepc.fidelity --print    print the table
+Only the regions between the BEGIN/END GENERATED markers of docs/dram.md are rewritten.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,84 +27,160 @@ from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 
-BEGIN = "<!-- BEGIN GENERATED: fidelity -->"
-END = "<!-- END GENERATED: fidelity -->"
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "dram.md"
+DATA = ROOT.parent / "shared" / "data"
 POINTS = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
 MODELS = {  # column -> (preset, overrides)
     "ref": ("hdl-validation", ()),
     "fluid": ("hdl-validation", ("hbm.model=fluid",)),
     "dram": ("hdl-validation-dram", ()),
-    "dram, tiled": ("hdl-validation-dram", ("dram.layout=tiled",)),
+    "hdl-like": ("hdl-like", ()),
+}
+FITTED = "hbm.outstanding"  # the one fitted parameter of hdl-like, and its grid
+GRID = (64, 128, 192, 256, 288, 320, 352, 384, 448, 512, 0)
+SENSITIVITY = {  # hdl-like with one choice changed -> the overrides
+    "whole tiles (no streaming)": ("fabric.stream_tile=0",),
+    "single-buffered ports": ("hbm.tile_buffers=1",),
+    "no arbiter": ("hbm.arbiter_grants=0",),
+    "no outstanding limit": ("hbm.outstanding=0",),
+    "blocked layout (16 x 16 blocks)": ("dram.layout=blocked",),
+    "row-major layout": ("dram.layout=row-major",),
+    "packed placement": ("dram.placement=packed",),
+    "16 channels, 64 B mapper": ("hbm.channels=16", "dram.mapper_bytes=64"),
+    "4 Gb dies (nRFC 260 ns)": ("dram.nRFC=260",),
+    "2 Gb dies (nRFC 160 ns)": ("dram.nRFC=160",),
 }
 
 
-def measure() -> list[dict]:
-    """Cycles, row-hit rate and bandwidth of every point under every model."""
-    configs = {name: load_config(p, sets) for name, (p, sets) in MODELS.items()}
-    rows = []
-    for tb, ti in POINTS:
+@dataclass
+class Measured:
+    """The paper's numbers for the sweep: reference-simulator and HDL cycles by point."""
+
+    sim: dict[tuple[int, int], int]
+    hdl: dict[tuple[int, int], int]
+
+
+def load_measured(data: Path) -> Measured | None:
+    """The published Figure 8 cycles under `data/fig8/`, or None without them."""
+    def read(name: str, column: str) -> dict[tuple[int, int], int]:
+        with open(data / "fig8" / name, newline="", encoding="utf-8") as f:
+            return {(int(r["tile_b"]), int(r["tile_i"])): int(r[column])
+                    for r in csv.DictReader(f)}
+    try:
+        return Measured(read("swiglu_paper_sim.csv", "sim_cycles"),
+                        read("swiglu_hdl.csv", "hdl_cycles"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def measure(model: str | tuple, points=POINTS) -> dict[tuple[int, int], int]:
+    """Cycles of the sweep's points under a model (a MODELS key or (preset, sets))."""
+    preset, sets = MODELS[model] if isinstance(model, str) else model
+    hw = load_config(preset, tuple(sets))
+    out = {}
+    for tb, ti in points:
         typed = compile_file(str(ROOT / "programs" / "swiglu.step"), {"TB": tb, "TI": ti}).typed
-        row = {"TB": tb, "TI": ti}
-        for name, hw in configs.items():
-            r = simulate(typed, hw, functional=False)
-            row[name] = {"cycles": r.cycles, "hits": r.row_hit_rate,
-                         "bw": r.achieved_bw / hw.peak_bw}
-        rows.append(row)
-    return rows
+        out[(tb, ti)] = simulate(typed, hw, functional=False).cycles
+    return out
 
 
-def render(rows: list[dict] | None = None) -> str:
-    rows = rows if rows is not None else measure()
+def agreement(ours: dict, theirs: dict) -> dict:
+    """MAPE, largest error, Pearson correlation and fastest point over their points."""
+    pts = sorted(theirs)
+    a = np.array([ours[p] for p in pts], dtype=float)
+    b = np.array([theirs[p] for p in pts], dtype=float)
+    err = (a - b) / b
+    return {"mape": float(np.mean(np.abs(err))), "max": float(np.max(np.abs(err))),
+            "pearson": float(np.corrcoef(a, b)[0, 1]), "fastest": min(pts, key=ours.get),
+            "their_fastest": min(pts, key=theirs.get)}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def render(measured: Measured) -> str:
+    """Per-point cycles and errors, then one agreement line per model and reference."""
+    runs = {name: measure(name) for name in MODELS}
     names = list(MODELS)
-    head = ["TB", "TI"] + [f"{n} cycles" for n in names] + \
-        ["dram / ref", "tiled / ref", "dram row hits", "tiled row hits", "dram BW"]
+    head = ["TB", "TI"] + [f"{n}" for n in names] + [f"{n} vs sim" for n in names] + \
+        ["hdl-like vs HDL"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        ref = r["ref"]["cycles"]
-        cells = [str(r["TB"]), str(r["TI"])] + [f"{r[n]['cycles']:,}" for n in names] + [
-            f"{r['dram']['cycles'] / ref:.2f}", f"{r['dram, tiled']['cycles'] / ref:.2f}",
-            f"{100 * r['dram']['hits']:.1f}%", f"{100 * r['dram, tiled']['hits']:.1f}%",
-            f"{100 * r['dram']['bw']:.0f}%"]
+    for p in POINTS:
+        sim = measured.sim[p]
+        cells = [str(p[0]), str(p[1])] + [f"{runs[n][p]:,}" for n in names] + \
+            [_pct(runs[n][p] / sim - 1) for n in names]
+        cells.append(_pct(runs["hdl-like"][p] / measured.hdl[p] - 1) if p in measured.hdl
+                     else "")
         lines.append("| " + " | ".join(cells) + " |")
-    ref = np.array([r["ref"]["cycles"] for r in rows], dtype=float)
-    corr = ", ".join(f"{n} {np.corrcoef(ref, [r[n]['cycles'] for r in rows])[0, 1]:.3f}"
-                     for n in names[1:])
-    lines += ["", f"Pearson correlation of cycles with `ref` over the {len(rows)} points: "
-              f"{corr}."]
+    lines += ["", "| model | vs | points | MAPE | max error | Pearson | fastest point "
+              "(theirs) |", "|---|---|---|---|---|---|---|"]
+    for ref_name, ref in (("reference simulator", measured.sim), ("HDL", measured.hdl)):
+        for n in names:
+            g = agreement(runs[n], ref)
+            lines.append(f"| {n} | {ref_name} | {len(ref)} | {100 * g['mape']:.2f}% | "
+                         f"{100 * g['max']:.2f}% | {g['pearson']:.4f} | "
+                         f"TB={g['fastest'][0]}, TI={g['fastest'][1]} "
+                         f"(TB={g['their_fastest'][0]}, TI={g['their_fastest'][1]}) |")
     return "\n".join(lines) + "\n"
 
 
-def splice(text: str, generated: str) -> str:
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{generated}{END}{tail}"
+def calibrate(measured: Measured) -> str:
+    """The fit of hdl-like's one free parameter on the HDL points, and how the fit moves
+    when each structural choice of the preset is changed."""
+    pts = sorted(measured.hdl)
+    lines = [f"| `{FITTED}` | MAPE | max error | Pearson |", "|---|---|---|---|"]
+    for value in GRID:
+        g = agreement(measure(("hdl-like", (f"{FITTED}={value}",)), pts), measured.hdl)
+        lines.append(f"| {value or 'no limit'} | {100 * g['mape']:.2f}% | "
+                     f"{100 * g['max']:.2f}% | {g['pearson']:.4f} |")
+    lines += ["", "| hdl-like with | MAPE | max error | Pearson |", "|---|---|---|---|"]
+    for label, sets in {"(as shipped)": (), **SENSITIVITY}.items():
+        g = agreement(measure(("hdl-like", sets), pts), measured.hdl)
+        lines.append(f"| {label} | {100 * g['mape']:.2f}% | {100 * g['max']:.2f}% | "
+                     f"{g['pearson']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, region: str, generated: str) -> str:
+    begin, end = f"<!-- BEGIN GENERATED: {region} -->", f"<!-- END GENERATED: {region} -->"
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{generated}{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stepc.fidelity",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the table is stale")
-    ap.add_argument("--print", action="store_true", help="print the table")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the tables are stale")
+    ap.add_argument("--print", action="store_true", help="print the fidelity tables")
+    ap.add_argument("--calibrate", action="store_true", help="print the calibration")
+    ap.add_argument("--data", default=str(DATA), help="the paper's data directory")
     ap.add_argument("--doc", default=str(DOC), help="the document to update")
     args = ap.parse_args(argv)
-    table = render()
-    if args.print:
-        sys.stdout.write(table)
+    measured = load_measured(Path(args.data))
+    if measured is None:
+        print(f"{args.data}: no fig8/swiglu_paper_sim.csv and fig8/swiglu_hdl.csv (the "
+              "paper's data); give --data DIR", file=sys.stderr)
+        return 2
+    if args.print or args.calibrate:
+        sys.stdout.write(calibrate(measured) if args.calibrate else render(measured))
         return 0
     doc = Path(args.doc)
-    text = doc.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"{doc}: no generated-region markers", file=sys.stderr)
-        return 1
-    new = splice(text, table)
+    text = doc.read_text(encoding="utf-8")
+    new = text
+    for region, make in (("fidelity", render), ("calibration", calibrate)):
+        if f"<!-- BEGIN GENERATED: {region} -->" not in text:
+            print(f"{doc}: no generated-region markers for {region}", file=sys.stderr)
+            return 1
+        new = splice(new, region, make(measured))
     if args.check:
         if new != text:
             print(f"{doc} is stale: run `python -m stepc.fidelity`", file=sys.stderr)
             return 1
         return 0
-    doc.write_text(new)
+    doc.write_text(new, encoding="utf-8")
     return 0
 
 

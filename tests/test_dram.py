@@ -15,12 +15,13 @@ from click.testing import CliRunner
 from stepc.cli import main
 from stepc.frontend import compile_file
 from stepc.hw import load_config
-from stepc.hw.config import ConfigError
+from stepc.hw.config import SYSTEM_DEFAULTS, ConfigError
 from stepc.sim.hbm import Addresses, DramHbm, RefHbm
 from stepc.sim.kernel import MEM, Ctx, Kernel
 from stepc.sim.run import simulate, tensor_values
 
-HW = load_config("hdl-validation-dram")
+ROW_MAJOR = ("dram.layout=row-major", "dram.placement=packed")
+HW = load_config("hdl-validation-dram", ROW_MAJOR)
 D = HW.dram  # HBM2, 8 channels, RoBaRaCoCh, 1 GHz: one memory cycle per accelerator cycle
 # RoBaRaCoCh on 8 channels of HBM2 with 64-byte requests, from the least significant bit:
 # 6 offset bits, 3 channel, 4 column (16 requests per 1 KiB row), 1 pseudo-channel,
@@ -35,7 +36,7 @@ ARRIVAL = 2  # a request issued at cycle 0 reaches the controller at cycle 2
 
 def memory(hw=HW):
     k = Kernel()
-    k.memory = DramHbm(k, hw.hbm, hw.dram) if hw.hbm.model == "dram" else RefHbm(k, hw.hbm)
+    k.memory = DramHbm(k, hw) if hw.hbm.model == "dram" else RefHbm(k, hw.hbm)
     return k
 
 
@@ -230,7 +231,8 @@ def test_tiled_layout_streams_narrow_tiles():
     they stream, and the run gets faster."""
     r = compile_file("programs/swiglu.step", {"TB": 16, "TI": 16})
     row_major = simulate(r.typed, HW, functional=False)
-    tiled = simulate(r.typed, load_config("hdl-validation-dram", ("dram.layout=tiled",)),
+    tiled = simulate(r.typed, load_config("hdl-validation-dram", ("dram.layout=tiled",
+                                                                  "dram.placement=packed")),
                      functional=False)
     assert tiled.cycles < row_major.cycles
     assert tiled.row_hit_rate > row_major.row_hit_rate
@@ -252,8 +254,7 @@ def test_dram_config_errors():
 def test_a_user_part_file(tmp_path):
     part = tmp_path / "hbm2e.toml"
     text = (load_config("hdl-validation-dram").to_toml().split("[dram]\n")[1])
-    lines = [ln for ln in text.splitlines() if ln.split(" = ")[0] not in
-             ("part", "mapping", "layout", "accel_clock_mhz", "queue_depth")]
+    lines = [ln for ln in text.splitlines() if ln.split(" = ")[0] not in SYSTEM_DEFAULTS]
     part.write_text("\n".join(lines).replace("tck_ps = 1000", "tck_ps = 625") + "\n")
     hw = tmp_path / "hw.toml"
     hw.write_text(f'[hbm]\nmodel = "dram"\nchannels = 8\n[dram]\npart = "{part}"\n')

@@ -30,6 +30,7 @@ class Fabric:
     hop_latency: int = 1
     compute_capacity: int = 0
     onchip_capacity: int = 0
+    stream_tile: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Hbm:
     latency: int = 2
     startup: int = 14
     par_dispatch: int = 1
+    arbiter_grants: int = 0
+    tile_buffers: int = 1
+    outstanding: int = 0
 
     @property
     def pool_bw(self) -> float:
@@ -61,6 +65,9 @@ class Dram:
     layout: str
     accel_clock_mhz: int
     queue_depth: int
+    mapper_bytes: int
+    block: int
+    placement: str
     tck_ps: int
     pseudo_channels: int
     bank_groups: int
@@ -101,13 +108,20 @@ class Dram:
 
 
 HBM_MODELS = ("ref", "fluid", "dram")
-SYSTEM_DEFAULTS = {"part": "hbm2", "mapping": "RoBaRaCoCh", "layout": "row-major",
-                   "accel_clock_mhz": 1000, "queue_depth": 32}  # [dram] keys not of the part
+SYSTEM_DEFAULTS = {"part": "hbm2", "mapping": "RoBaRaCoCh", "layout": "tiled",
+                   "accel_clock_mhz": 1000, "queue_depth": 32,
+                   "mapper_bytes": 0, "block": 16,
+                   "placement": "staggered"}  # [dram] keys not of the part
 MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
-LAYOUTS = ("row-major", "tiled")
+LAYOUTS = ("row-major", "tiled", "blocked", "reference")
+PLACEMENTS = ("packed", "staggered")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
-        "latency": 0, "startup": 0, "nREFI": 0, "nRFC": 0, "nRTW": 0}
-_POW2 = ("pseudo_channels", "bank_groups", "banks", "rows", "page_bytes", "access_bytes")
+        "latency": 0, "startup": 0, "nREFI": 0, "nRFC": 0, "nRTW": 0, "arbiter_grants": 0, "outstanding": 0, "mapper_bytes": 0,
+        "stream_tile": 0}
+_MAX = {"compute_capacity": 2**62, "onchip_capacity": 2**62}
+INT_LIMIT = 2**31 - 1  # any other integer key: keeps cycle arithmetic exact in int64
+_POW2 = ("pseudo_channels", "bank_groups", "banks", "rows", "page_bytes", "access_bytes",
+         "mapper_bytes")
 
 
 @dataclass(frozen=True)
@@ -125,10 +139,33 @@ class HardwareConfig:
 
     @property
     def peak_bw(self) -> float:
-        """Peak off-chip bandwidth of the selected memory model, bytes per cycle."""
+        """Peak off-chip bandwidth in bytes per cycle: the memory's (for `dram`, over the
+        channels the address mapping can reach with requests of `hbm.request_bytes`), and
+        no more than an arbiter passes (`arbiter_grants` x `par_dispatch` requests)."""
         if self.hbm.model == "dram":
-            return self.dram.peak_bw(self.hbm.channels)
-        return self.hbm.pool_bw
+            bw = self.dram.peak_bw(self.reachable_channels)
+        else:
+            bw = self.hbm.pool_bw
+        if self.hbm.arbiter_grants:
+            bw = min(bw, self.hbm.arbiter_grants * self.hbm.par_dispatch *
+                     self.hbm.request_bytes)
+        return bw
+
+    @property
+    def mapper_bytes(self) -> int:
+        """The address mapper's transaction size: `dram.mapper_bytes`, or (0) the request
+        size, a mapper matched to the requests."""
+        return self.dram.mapper_bytes or self.hbm.request_bytes
+
+    @property
+    def reachable_channels(self) -> int:
+        """Channels a stream of aligned `request_bytes` requests can reach: with the
+        channel bits lowest and a mapper transaction smaller than a request (Ramulator
+        2.0's HBM2 mapper assumes 16 B), the low channel bits of every request are 0."""
+        ch, step = self.hbm.channels, self.hbm.request_bytes // self.mapper_bytes
+        if self.hbm.model != "dram" or step <= 1 or mapping_fields(self.dram.mapping)[0] != "Ch":
+            return ch
+        return max(1, ch // step)
 
     def to_toml(self) -> str:
         """The effective configuration as TOML (for --print-config)."""
@@ -194,6 +231,9 @@ def _section(cls, data: dict, where: str, section: str):
             if value < _MIN.get(key, 1):
                 raise ConfigError(f'{where}: "{section}.{key}" must be >= {_MIN.get(key, 1)}, '
                                   f"found {value}")
+            if value > _MAX.get(key, INT_LIMIT):
+                raise ConfigError(f'{where}: "{section}.{key}" must be <= '
+                                  f"{_MAX.get(key, INT_LIMIT):,}, found {value:,}")
             if key in _POW2 and value & (value - 1):
                 raise ConfigError(f'{where}: "{section}.{key}" must be a power of two (the '
                                   f"address mapping slices bits), found {value}")
@@ -242,6 +282,9 @@ def _dram(data: dict, where: str) -> Dram:
         mapping_fields(dram.mapping)
     except ValueError as e:
         raise ConfigError(f'{where}: "dram.mapping" {e}') from None
+    if dram.placement not in PLACEMENTS:
+        raise ConfigError(f'{where}: "dram.placement" must be one of {", ".join(PLACEMENTS)}, '
+                          f'found "{dram.placement}"{_suggest(dram.placement, PLACEMENTS)}')
     if dram.layout not in LAYOUTS:
         raise ConfigError(f'{where}: "dram.layout" must be one of {", ".join(LAYOUTS)}, '
                           f'found "{dram.layout}"{_suggest(dram.layout, LAYOUTS)}')
@@ -266,29 +309,79 @@ def mapping_fields(mapping: str) -> list[str]:
     return parts[::-1]
 
 
-def _apply_set(cfg: HardwareConfig, item: str) -> HardwareConfig:
+def _parse_set(item: str) -> tuple[str, str, object]:
+    """`SECTION.KEY=VALUE` -> (section, key, int or string value)."""
     key, sep, raw = item.partition("=")
-    section, dot, field = key.strip().partition(".")
-    if not sep or not dot:
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not name:
         raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. hbm.channels=16")
     if section not in ("fabric", "hbm", "dram"):
         raise ConfigError(f'--set: unknown section "{section}"'
                           f"{_suggest(section, ['fabric', 'hbm', 'dram'])}")
     raw = raw.strip()
     value: object = int(raw) if raw.lstrip("-").isdigit() else raw.strip('"')
-    merged = asdict(getattr(cfg, section))
-    if section == "dram" and field == "part":  # a new part: its values, not the old ones
-        merged = {}
-    merged[field] = value
-    data = {"hbm": asdict(cfg.hbm), "dram": asdict(cfg.dram), section: merged}
-    sub = _build("--set", data)
-    return replace(cfg, **{section: getattr(sub, section)})
+    return section, name, value
 
 
 def load_config(spec: str | None = None, sets: tuple[str, ...] = ()) -> HardwareConfig:
-    """Load a preset by name or a TOML file by path, then apply `--set` overrides."""
+    """Load a preset by name or a TOML file by path, then apply `--set` overrides. Every
+    key the file or a `--set` names keeps its value whatever the order: a `--set
+    dram.part=...` changes the part's values, not the file's own `[dram]` settings."""
     where, data = _read(spec or DEFAULT_PRESET)
     cfg = _build(where, data)
     for item in sets:
-        cfg = _apply_set(cfg, item)
+        section, name, value = _parse_set(item)
+        table = data.get(section, {})
+        data = {**data, section: {**(table if isinstance(table, dict) else {}), name: value}}
+        cfg = replace(_build("--set", data), name=cfg.name, description=cfg.description)
     return cfg
+
+
+def unused_keys(cfg: HardwareConfig) -> dict[str, str]:
+    """The keys the configured memory model does not read, each with the reason."""
+    model = cfg.hbm.model
+    out = {}
+    if model != "dram":
+        out.update({f"dram.{f.name}": f'only hbm.model = "dram" reads [dram]; this '
+                    f'configuration uses "{model}"' for f in fields(Dram)})
+    else:
+        out.update({f"hbm.{k}": "the dram model times each request from the part's timings"
+                    for k in ("request_interval", "latency", "startup")})
+        if cfg.dram.layout != "blocked":
+            out["dram.block"] = f'only dram.layout = "blocked" reads it (layout is ' \
+                f'"{cfg.dram.layout}")'
+    if model == "fluid":
+        out["hbm.outstanding"] = "the fluid model serves whole bursts, not requests"
+    return out
+
+
+def roofline_unused(cfg: HardwareConfig) -> dict[str, str]:
+    """The keys the roofline bound of `stepc analyze` does not read: it uses only the
+    peak off-chip bandwidth (`peak_bw`) and the default compute bandwidth."""
+    read = {"hbm.model", "fabric.compute_bw"}
+    if cfg.hbm.model == "dram":
+        read |= {"hbm.channels", "hbm.request_bytes", "dram.part", "dram.tck_ps",
+                 "dram.accel_clock_mhz", "dram.pseudo_channels", "dram.access_bytes",
+                 "dram.nBL", "dram.mapper_bytes", "dram.mapping"}
+    else:
+        read |= {"hbm.channels", "hbm.request_bytes", "hbm.request_interval"}
+    if cfg.hbm.arbiter_grants:
+        read |= {"hbm.par_dispatch", "hbm.request_bytes"}
+    read.add("hbm.arbiter_grants")
+    return {f"{section}.{f.name}": "the roofline bound reads only the peak bandwidth and "
+            "the compute bandwidth (`stepc sim` uses it)"
+            for section, cls in (("fabric", Fabric), ("hbm", Hbm), ("dram", Dram))
+            for f in fields(cls) if f"{section}.{f.name}" not in read}
+
+
+def set_warnings(cfg: HardwareConfig, sets: tuple[str, ...],
+                 unused: dict[str, str] | None = None) -> list[str]:
+    """A warning for each `--set` of a key that this configuration (or the reader given
+    by `unused`) does not read."""
+    unused = {**unused_keys(cfg), **(unused or {})}
+    out = []
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key in unused:
+            out.append(f"--set {item}: no effect: {unused[key]}")
+    return out

@@ -46,6 +46,30 @@ class SimEnv:
     def compute_bw(self, node: OpNode) -> int:
         return self.setting(node, "compute_bw")
 
+    def run_element(self, ctx, free: int, heads: list, cycles: int, label: str) -> int | None:
+        """Occupy a compute unit for one element of `cycles` roofline cycles. Its inputs
+        (stream `heads`) arrived by now; the unit was free from `free`. With whole tiles the
+        element starts when the unit has all of them. With streamed tiles
+        (`fabric.stream_tile = P`: tiles move as P x P physical tiles) it starts with the
+        first physical tiles of its inputs and ends no earlier than the last one's share of
+        the work after the last input is complete. Returns the cycle the first physical
+        tile of a streamed output is visible downstream (None: not streamed)."""
+        p = self.hw.fabric.stream_tile
+        firsts = [h[1].first for h in heads if type(h[1]) is TileVal]
+        if not p or not any(f is not None for f in firsts):
+            start, finish = ctx.t, ctx.t + cycles
+            first = None
+        else:
+            start = max([free] + [h[1].first if type(h[1]) is TileVal and
+                                  h[1].first is not None else h[0] for h in heads])
+            pieces = max(-(-h[1].rows // p) * -(-h[1].cols // p) for h in heads
+                         if type(h[1]) is TileVal)
+            share = -(-cycles // pieces)
+            finish = max(start + cycles, ctx.t + share)
+            first = start + share + 1
+        ctx.work(finish - cycles, cycles, label)  # the unit's work, packed before its end
+        return first if first is not None and first < finish else None
+
     def cost(self, node: OpNode, args: list, out, flops: int, fixed: int | None) -> int:
         """Roofline cycles of one element."""
         bw = self.hw.fabric.onchip_bw

@@ -1,7 +1,8 @@
 """The discrete-event kernel: contexts with private clocks, bounded FIFOs with credits.
 
 Each operator instance is a Python generator (a *context*) with its own integer clock. It
-yields small tuples to the kernel (`PEEK`, `POP`, `SEND`, `SELECT`, `MEM`, ...); delays
+yields small tuples to the kernel (`PEEK`, `POP`, `SEND`, `SELECT`, `MEM`, `ISSUE`,
+`AWAIT`, ...); delays
 are plain additions to `ctx.t`. A FIFO holds `(visible_time, payload, stop)` entries and a
 deque of credit (slot-free) times, following the DAM channel rules: an element sent at
 clock c is visible at `max(stamp, c + 1)`; a dequeue at clock c frees its slot at c + 1;
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 from stepc.sim.tokens import TileVal
 
-PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE = range(8)
+PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE, ISSUE, AWAIT = range(10)
 
 
 class SimError(Exception):
@@ -74,7 +75,7 @@ class Ctx:
         self.trace: list | None = None
         self.fired = 0
         self.mem_ops = 0
-        self.last_mem = -1
+        self.last_mem = 0  # end of the last interval it waited on memory
 
     def work(self, start: int, cycles: int, label: str = "") -> None:
         """Record `cycles` of work starting at `start` (clock moves to start + cycles)."""
@@ -119,7 +120,8 @@ class Kernel:
     ready: deque = field(default_factory=deque)
     heap: list = field(default_factory=list)
     seq: int = 0
-    memory: object = None  # the HBM model: .issue(ctx, port, messages, per_message, write)
+    memory: object = None  # the HBM model: .issue(ctx, port, requests, per_message, write,
+    #                        addr, wait) -> Burst
     hop: int = 1  # cycles from a send to the element being visible
     max_cycles: int | None = None  # stop with an error past this cycle
     progress: object = None  # called now and then with the latest simulated cycle
@@ -254,11 +256,23 @@ class Kernel:
                     ctx.blocked = op
                     self._try_select(ctx)
                     return
-                elif code == MEM:
+                elif code == MEM:  # issue a burst and wait for its last response
                     ctx.blocked = op
                     ctx.mem_ops += 1
                     self.memory.issue(ctx, *op[1:])
                     return
+                elif code == ISSUE:  # post a burst and go on; the value is its handle
+                    ctx.mem_ops += 1
+                    value, op = self.memory.issue(ctx, *op[1:], wait=False), None
+                elif code == AWAIT:  # wait for a posted burst's last response
+                    b = op[1]
+                    if not b.done:
+                        b.waiter = ctx
+                        ctx.blocked = op
+                        return
+                    if b.completion > ctx.t:
+                        ctx.t = b.completion
+                    value, op = None, None
                 else:  # pragma: no cover - a behavior bug
                     raise SimError(f"unknown kernel operation {op!r}", ctx.name)
         except StopIteration:

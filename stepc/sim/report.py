@@ -31,8 +31,13 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
     requests = r.read_requests + r.write_requests
     if requests:
         bw = r.channel_bw()  # the fluid model has no channels
-        spread = f"; per channel {min(bw):,.1f} .. {max(bw):,.1f} B/cycle over {len(bw)} " \
-            "channels" if bw else ""
+        reach = r.hw.reachable_channels
+        if reach < len(bw):  # the mapper reaches every (len / reach)-th channel
+            bw = bw[::len(bw) // reach]
+        over = f"{len(bw)} channels" if reach == r.hw.hbm.channels else \
+            f"the {reach} of {r.hw.hbm.channels} channels the address mapping reaches"
+        spread = f"; per channel {min(bw):,.1f} .. {max(bw):,.1f} B/cycle over {over}" \
+            if bw else ""
         line(f"  requests:           {100 * r.read_requests / requests:.1f}% reads, "
              f"{100 * r.write_requests / requests:.1f}% writes{spread}")
     if r.row_hit_rate is not None:

@@ -181,7 +181,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     kernel.memory = make_memory(kernel, hw)
     bindings: dict[str, int] = {}
 
-    env.layout = tensor_layout(prog.tensors.values())
+    env.layout = tensor_layout(prog.tensors.values(), hw)
     needed = {n.attrs["tensor"].name for n in prog.nodes.values()
               if n.op in ("SelectGen", "MetadataGen")}
     for t in prog.tensors.values():

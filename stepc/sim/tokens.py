@@ -24,15 +24,18 @@ NP_DTYPES = {"bf16": np.float32, "f16": np.float16, "f32": np.float32, "i32": np
 
 class TileVal:
     """One tile: its shape, element type, valid (non-padding) rows, whether it sits in an
-    on-chip memory unit (its consumer pays a read), and its values (functional mode)."""
+    on-chip memory unit (its consumer pays a read), its values (functional mode), and with
+    streamed tiles (`fabric.stream_tile`) the cycle its first physical tile was visible
+    (`first`; its stream entry's time is when the last one is)."""
 
-    __slots__ = ("rows", "cols", "dtype", "valid", "in_mu", "data")
+    __slots__ = ("rows", "cols", "dtype", "valid", "in_mu", "data", "first")
 
     def __init__(self, rows: int, cols: int, dtype: str, valid: int | None = None,
-                 in_mu: bool = False, data: np.ndarray | None = None):
+                 in_mu: bool = False, data: np.ndarray | None = None,
+                 first: int | None = None):
         self.rows, self.cols, self.dtype = rows, cols, dtype
         self.valid = rows if valid is None else valid
-        self.in_mu, self.data = in_mu, data
+        self.in_mu, self.data, self.first = in_mu, data, first
 
     @property
     def nbytes(self) -> int:
@@ -41,7 +44,8 @@ class TileVal:
     def with_mu(self, in_mu: bool) -> TileVal:
         if in_mu == self.in_mu:
             return self
-        return TileVal(self.rows, self.cols, self.dtype, self.valid, in_mu, self.data)
+        return TileVal(self.rows, self.cols, self.dtype, self.valid, in_mu, self.data,
+                       self.first)
 
     def scalar(self) -> int:
         """The integer held by a [1, 1] tile (addresses, lengths, indices)."""

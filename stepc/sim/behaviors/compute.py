@@ -56,6 +56,7 @@ def map_(ctx, node, ins, outs, env, info):
     dtype = _dtype(node, info, None) if info["out"] else None
     wb = node.attrs.get("write_back", False)
     while True:
+        free = ctx.t
         heads = yield from _peek_all(chans, node)
         if heads is None:
             return
@@ -64,7 +65,9 @@ def map_(ctx, node, ins, outs, env, info):
         if isinstance(res, TileVal) and wb:
             res.in_mu = True
         flops, fixed = fn_flops(name, fn, args)
-        ctx.work(ctx.t, env.cost(node, args, res, flops, fixed), name)
+        first = env.run_element(ctx, free, heads, env.cost(node, args, res, flops, fixed), name)
+        if isinstance(res, TileVal):
+            res.first = first
         if out is not None:
             yield (SEND, out, res, heads[0][2])
         for ch in chans:
@@ -83,6 +86,7 @@ def accum(ctx, node, ins, outs, env, info):
     fresh = True
     bw = env.hw.fabric.onchip_bw
     while True:
+        free = ctx.t
         heads = yield from _peek_all(chans, node)
         if heads is None:
             if not fresh:
@@ -99,12 +103,13 @@ def accum(ctx, node, ins, outs, env, info):
             # the reference sizes the store by the re-initialised accumulator: the declared
             # tile for a zero-initialised one, nothing for an empty (retiling) one
             cycles = max(cycles, -(-acc.nbytes // bw))
-        ctx.work(ctx.t, cycles, name)
+        first = env.run_element(ctx, free, heads, cycles, name)
         for ch in chans:
             yield (POP, ch)
         acc = accum_update(name, acc, args, fn, dtype, env.functional)
         if s >= b:
             if isinstance(acc, TileVal):
+                acc.first = first
                 acc.in_mu = wb or (acc.in_mu if name.startswith("retile") else False)
                 env.peak_onchip = max(env.peak_onchip, acc.nbytes)
             if out is not None:
@@ -121,6 +126,7 @@ def scan(ctx, node, ins, outs, env, info):
     acc = None
     fresh = True
     while True:
+        free = ctx.t
         heads = yield from _peek_all(chans, node)
         if heads is None:
             return
@@ -131,10 +137,11 @@ def scan(ctx, node, ins, outs, env, info):
                              env.functional)
             fresh = False
         flops, fixed = fn_flops(name, fn, args)
-        ctx.work(ctx.t, env.cost(node, args, acc, flops, fixed), name)
+        first = env.run_element(ctx, free, heads, env.cost(node, args, acc, flops, fixed),
+                                name)
         acc = accum_update(name, acc, args, fn, dtype, env.functional)
         emitted = TileVal(acc.rows, acc.cols, acc.dtype, acc.valid, False,
-                          None if acc.data is None else acc.data.copy())
+                          None if acc.data is None else acc.data.copy(), first)
         if out is not None:
             yield (SEND, out, emitted, s)
         for ch in chans:

@@ -4,22 +4,28 @@ Bufferize/Streamify pair."""
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
-from stepc.sim.hbm import Addresses
-from stepc.sim.kernel import MEM, PEEK, POP, RECV, SEND, SimError
+from stepc.sim.hbm import Addresses, bank_geometry
+from stepc.sim.kernel import AWAIT, ISSUE, PEEK, POP, RECV, SEND, SimError
 from stepc.sim.tokens import BufferVal, TileVal, stops_for_shape, view_indices
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ALIGN = 4096
 
 
-def tensor_layout(tensors) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """Byte address and shape of each off-chip tensor: packed in declaration order, each
-    aligned to 4 KiB."""
+def tensor_layout(tensors, hw=None) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Byte address and shape of each off-chip tensor, in declaration order, each aligned
+    to 4 KiB. With `dram.placement = "staggered"` tensor k also starts in bank k (mod the
+    banks): tensors streamed side by side then never walk the same banks in step."""
+    span, banks = bank_geometry(hw) if hw is not None and hw.hbm.model == "dram" and \
+        hw.dram.placement == "staggered" else (0, 1)
     layout, at = {}, 0
-    for t in tensors:
+    for k, t in enumerate(tensors):
+        if span:
+            at = -(-at // (span * banks)) * span * banks + (k % banks) * span
         layout[t.name] = (at, tuple(t.shape))
         at += -(-math.prod(t.shape) * DTYPE_BYTES[t.dtype] // TENSOR_ALIGN) * TENSOR_ALIGN
     return layout
@@ -39,6 +45,19 @@ def tile_addresses(env, tref, tile_index: int, rows: int, cols: int) -> Addresse
     if env.hw.dram.layout == "tiled":
         return Addresses(base + (offset + tile_index * rows * cols) * size, cols * size,
                          per_row)
+    if env.hw.dram.layout == "reference":  # the artifact's formula: every tensor at 0
+        return Addresses((offset + tile_index * rows * cols) * size, view[-1] * size,
+                         per_row)
+    blk = env.hw.dram.block
+    if env.hw.dram.layout == "blocked" and rows % blk == 0 and cols % blk == 0 and \
+            view[-1] % blk == 0:
+        # blk x blk blocks, row-major over blocks: each block row of the tile is one run
+        *lead, r, c = np.unravel_index(tile_index, _tiled(view, [rows, cols]))
+        lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
+        first = offset + lead_elems + (int(r) * rows * view[-1] + int(c) * cols * blk)
+        run = cols * blk * size
+        return Addresses(base + first * size, view[-1] * blk * size,
+                         -(-run // env.hw.hbm.request_bytes))
     *lead, r, c = np.unravel_index(tile_index, _tiled(view, [rows, cols]))
     lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
     elem = offset + lead_elems + int(r) * rows * view[-1] + int(c) * cols
@@ -74,6 +93,56 @@ def _view_stops(shape: list[int], last_extra: int | None) -> list[int]:
     return stops
 
 
+def streamed(env, b) -> int | None:
+    """With streamed tiles, a loaded tile's first physical tile is visible with the first
+    response (one hop later)."""
+    if not env.hw.fabric.stream_tile or b.first is None or b.first >= b.completion:
+        return None
+    return b.first + env.hw.fabric.hop_latency
+
+
+class InFlight:
+    """The tiles a memory operator has issued but not finished, oldest first.
+
+    With `hbm.tile_buffers = B` an operator may have B tiles in flight: it issues a tile's
+    requests as soon as a buffer is free and finishes tiles in order (a load sends the
+    tile on, a store acknowledges it). B = 1 is the reference simulator's loader: issue a
+    tile, wait for every response, send it, then issue the next. Busy time is the union of
+    the intervals during which the operator waits on memory."""
+
+    def __init__(self, ctx, node, env, write: bool):
+        self.ctx, self.node, self.env, self.write = ctx, node, env, write
+        self.port = env.ports[node.name]
+        self.pd = env.setting(node, "par_dispatch")
+        self.buffers = env.hw.hbm.tile_buffers
+        self.tiles: deque = deque()  # (burst, clock at issue, what to finish it with)
+
+    @property
+    def full(self) -> bool:
+        return len(self.tiles) >= self.buffers
+
+    def issue(self, requests: int, where, finish):
+        """Post a tile's burst (after finishing the oldest tile if every buffer is busy);
+        `finish` is a generator function run when the tile is complete."""
+        if self.full:
+            yield from self.finish_oldest()
+        b = yield (ISSUE, self.port, requests, self.pd, self.write, where)
+        self.tiles.append((b, self.ctx.t, finish))
+
+    def finish_oldest(self):
+        b, issued, finish = self.tiles.popleft()
+        ctx = self.ctx
+        yield (AWAIT, b)
+        start = max(issued, ctx.last_mem)
+        ctx.work(start, ctx.t - start, "store" if self.write else "load")
+        ctx.last_mem = ctx.t
+        yield from finish(b)
+
+    def drain(self):
+        while self.tiles:
+            yield from self.finish_oldest()
+
+
 def linear_load(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
@@ -82,55 +151,68 @@ def linear_load(ctx, node, ins, outs, env, info):
     shape = a["shape"] or list(tiled)
     stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
     idx = view_indices(shape, stride)
-    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
     ref = ins.get("ref")
+    flight = InFlight(ctx, node, env, False)
+
+    def send(i, s):
+        def finish(b):
+            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+            data = _tensor_tile(env, tref, i, tile)
+            if out is not None:
+                yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
+                                          streamed(env, b)), s)
+        return finish
 
     def stream(ref_stop):
         stops = _view_stops(shape, ref_stop) if ref is not None else stops_for_shape(shape)
         for i, s in zip(idx, stops):
-            start = ctx.t
-            yield (MEM, port, reqs, pd, False, tile_addresses(env, tref, i, *tile))
-            ctx.work(start, ctx.t - start, "load")
-            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
-            data = _tensor_tile(env, tref, i, tile)
-            t = TileVal(tile[0], tile[1], tref.dtype, None, True, data)
-            if out is not None:
-                yield (SEND, out, t, s)
+            yield from flight.issue(reqs, tile_addresses(env, tref, i, *tile), send(i, s))
 
     if ref is None:
         yield from stream(None)
+        yield from flight.drain()
         return
     while True:
         head = yield (PEEK, ref)
         if head is None:
+            yield from flight.drain()
             return
         yield from stream(head[2])
+        if flight.buffers == 1:  # the reference holds its ref element until the last send
+            yield from flight.drain()
         yield (POP, ref)
 
 
 def linear_store(ctx, node, ins, outs, env, info):
-    a = node.attrs
-    tref = a["tensor"]
+    tref = node.attrs["tensor"]
     src = ins["in"]
-    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     written = env.written.get(tref.name)
+    flight = InFlight(ctx, node, env, True)
     count = 0
+
+    def done(t: TileVal):
+        def finish(b):
+            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
+            yield from ()
+        return finish
+
     while True:
         head = yield (PEEK, src)
         if head is None:
+            yield from flight.drain()
             return
         t: TileVal = head[1]
         reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
-        start = ctx.t
-        yield (MEM, port, reqs, pd, True, tile_addresses(env, tref, count, t.rows, t.cols))
-        ctx.work(start, ctx.t - start, "store")
-        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
+        yield from flight.issue(reqs, tile_addresses(env, tref, count, t.rows, t.cols),
+                                done(t))
         if written is not None and t.data is not None:
             _write_tile(written, tref, count, t)
         count += 1
+        if flight.buffers == 1:  # the reference releases its input after the last ack
+            yield from flight.drain()
         yield (POP, src)
 
 
@@ -150,14 +232,24 @@ def random_load(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
     addr = ins["raddr"]
-    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     total = math.prod(_tiled(tref.shape, tile))
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
+    flight = InFlight(ctx, node, env, False)
+
+    def send(data, stop):
+        def finish(b):
+            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+            if out is not None:
+                yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
+                                          streamed(env, b)), stop)
+        return finish
+
     while True:
         head = yield (PEEK, addr)
         if head is None:
+            yield from flight.drain()
             return
         a_t: TileVal = head[1]
         data, where = None, None
@@ -168,22 +260,26 @@ def random_load(ctx, node, ins, outs, env, info):
                                f"({total} tiles)", node.name)
             data = _tensor_tile(env, tref, i, tile)
             where = tile_addresses(env, tref, i, *tile)
-        start = ctx.t
-        yield (MEM, port, reqs, pd, False, where)
-        ctx.work(start, ctx.t - start, "load")
-        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
-        if out is not None:
-            yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data), head[2])
+        yield from flight.issue(reqs, where, send(data, head[2]))
+        if flight.buffers == 1:  # the reference holds the address until the tile is sent
+            yield from flight.drain()
         yield (POP, addr)
 
 
 def random_store(ctx, node, ins, outs, env, info):
-    a = node.attrs
-    tref = a["tensor"]
+    tref = node.attrs["tensor"]
     waddr, wdata = ins["waddr"], ins["wdata"]
-    port, pd = env.ports[node.name], env.setting(node, "par_dispatch")
     written = env.written.get(tref.name)
     out = outs[0]
+    flight = InFlight(ctx, node, env, True)
+
+    def ack(t: TileVal, stop):
+        def finish(b):
+            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
+            if out is not None:
+                yield (SEND, out, True, stop)
+        return finish
+
     while True:
         ha = yield (PEEK, waddr)
         hd = yield (PEEK, wdata)
@@ -191,15 +287,12 @@ def random_store(ctx, node, ins, outs, env, info):
             if (ha is None) != (hd is None):
                 raise SimError("RandomOffChipStore: `waddr` and `wdata` end at different "
                                "elements", node.name)
+            yield from flight.drain()
             return
         t: TileVal = hd[1]
         reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
         where = tile_addresses(env, tref, ha[1].scalar(), t.rows, t.cols) \
             if ha[1].data is not None else None
-        start = ctx.t
-        yield (MEM, port, reqs, pd, True, where)
-        ctx.work(start, ctx.t - start, "store")
-        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
         if written is not None and t.data is not None and ha[1].data is not None:
             i = ha[1].scalar()
             view = written[tuple(tref.index)] if tref.index else written
@@ -208,8 +301,9 @@ def random_store(ctx, node, ins, outs, env, info):
                 raise SimError(f"RandomOffChipStore address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)
             _write_tile(written, tref, i, t)
-        if out is not None:
-            yield (SEND, out, True, ha[2])
+        yield from flight.issue(reqs, where, ack(t, ha[2]))
+        if flight.buffers == 1:  # the reference releases its inputs after the ack
+            yield from flight.drain()
         yield (POP, waddr)
         yield (POP, wdata)
 

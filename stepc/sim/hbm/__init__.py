@@ -11,17 +11,17 @@ that could start at a cycle is known before that cycle is served.
 """
 
 from stepc.hw.config import HardwareConfig
-from stepc.sim.hbm.dram import DramHbm
+from stepc.sim.hbm.dram import DramHbm, bank_geometry
 from stepc.sim.hbm.fluid import FluidHbm
 from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.hbm.window import Addresses, MemoryStats
 
-__all__ = ["Addresses", "DramHbm", "FluidHbm", "MemoryStats", "RefHbm", "make_memory"]
+__all__ = ["Addresses", "DramHbm", "bank_geometry", "FluidHbm", "MemoryStats", "RefHbm", "make_memory"]
 
 
 def make_memory(kernel, hw: HardwareConfig):
     if hw.hbm.model == "fluid":
         return FluidHbm(kernel, hw.hbm)
     if hw.hbm.model == "dram":
-        return DramHbm(kernel, hw.hbm, hw.dram)
+        return DramHbm(kernel, hw)
     return RefHbm(kernel, hw.hbm)

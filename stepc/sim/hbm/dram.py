@@ -43,18 +43,38 @@ from stepc.sim.hbm.window import WindowedMemory
 FAR_PAST = -(1 << 40)
 
 
+def field_sizes(hw) -> dict[str, int]:
+    """How many values each field of the address mapping takes (columns of a page in
+    units of the larger of the mapper transaction and the column access)."""
+    d = hw.dram
+    return {"Ch": hw.hbm.channels, "Ra": d.pseudo_channels, "Ba": d.bank_groups * d.banks,
+            "Ro": d.rows, "Co": max(1, d.page_bytes // max(hw.mapper_bytes, d.access_bytes))}
+
+
+def bank_geometry(hw) -> tuple[int, int]:
+    """(bytes between consecutive banks in the address space, banks per pseudo-channel)
+    under the configured mapping."""
+    sizes = field_sizes(hw)
+    span = hw.mapper_bytes
+    for name in mapping_fields(hw.dram.mapping):
+        if name == "Ba":
+            break
+        span *= sizes[name]
+    return span, sizes["Ba"]
+
+
 class DramHbm(WindowedMemory):
     """The `dram` memory model."""
 
-    def __init__(self, kernel, cfg: Hbm, dram: Dram):
-        super().__init__(kernel, cfg.channels)
+    def __init__(self, kernel, hw):
+        cfg, dram = hw.hbm, hw.dram
+        super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg, self.d = cfg, dram
         self.ratio = dram.clock_ratio  # memory cycles per accelerator cycle
         self.n_cas = max(1, cfg.request_bytes // dram.access_bytes)
         self.step = max(dram.nBL, dram.nCCDL)  # per access within one bank's row
-        self.sizes = {"Ch": cfg.channels, "Ra": dram.pseudo_channels,
-                      "Ba": dram.bank_groups * dram.banks, "Ro": dram.rows,
-                      "Co": max(1, dram.page_bytes // cfg.request_bytes)}
+        self.sizes = field_sizes(hw)
+        self.mapper_bytes = hw.mapper_bytes
         self.fields = mapping_fields(dram.mapping)
         n_pc = cfg.channels * dram.pseudo_channels
         n_bank = n_pc * self.sizes["Ba"]
@@ -76,11 +96,11 @@ class DramHbm(WindowedMemory):
         self.min_latency = 1 + int(self.fastest / self.ratio)
         self.worst_service = self.n_cas * self.step + dram.nRP + max(dram.nRCDRD, dram.nRCDWR)
 
-    def _earliest_done(self, b) -> int:
+    def _earliest_done(self, b, cycle: int) -> int:
         """No earlier than the last request's pickup plus the unloaded latency, nor than a
         column command after the last one its pseudo-channel has already committed (a
         tighter bound while a PC is backlogged: longer windows, fuller FR-FCFS queues)."""
-        bound = b.next_cycle + b.messages + self.min_latency
+        bound = max(b.next_cycle, cycle) + b.messages + self.min_latency
         if b.addr is None:
             return bound
         k = b.issued + (b.messages - 1) * b.per_message + b.last_requests - 1
@@ -91,7 +111,7 @@ class DramHbm(WindowedMemory):
 
     def decode(self, addr):
         """Slice byte addresses (an int or an array) into the mapping's fields."""
-        q = addr // self.cfg.request_bytes
+        q = addr // self.mapper_bytes
         out = {}
         for name in self.fields:
             size = self.sizes[name]

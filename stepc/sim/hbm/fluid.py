@@ -19,18 +19,24 @@ class FluidHbm(MemoryModel):
         super().__init__(kernel, 0)
         self.cfg = cfg
         self.rate = cfg.channels / cfg.request_interval
+        if cfg.arbiter_grants:  # the arbiter passes at most this many requests per cycle
+            self.rate = min(self.rate, cfg.arbiter_grants * cfg.par_dispatch)
         self.backlog = 0.0
         self.offered = 0.0  # requests per cycle offered by the bursts issuing now
         self.clock = 0
         self.waiting: list[Burst] = []  # posted, not started
         self.issuing: list[Burst] = []  # started, last message not yet picked up
+        self.port_free: dict[tuple[int, int], int] = {}  # first cycle after a port's bursts
 
     def issue(self, ctx, port, requests: int, per_message: int, write: bool,
-              addr=None) -> None:
-        b = self._burst(ctx, port, requests, per_message, write, addr)
-        if b is not None:
+              addr=None, wait: bool = True) -> Burst:
+        b = self._burst(ctx, port, requests, per_message, write, addr, wait)
+        if not b.done:  # a port issues its bursts one after another
+            b.next_cycle = max(b.next_cycle, self.port_free.get(port, 0))
+            self.port_free[port] = b.next_cycle + b.messages
             self.waiting.append(b)
             self._schedule(b.next_cycle)
+        return b
 
     def _advance(self, t: int) -> None:
         if t > self.clock:
@@ -46,6 +52,8 @@ class FluidHbm(MemoryModel):
         for b in [b for b in self.waiting if b.next_cycle == t]:
             self.waiting.remove(b)
             b.completion = t + b.messages - 1  # pickup cycle of its last message
+            b.first = t + 1 + math.ceil(self.backlog / self.rate) + self.cfg.startup + \
+                self.cfg.latency + 1
             self.issuing.append(b)
             self.offered += b.requests / b.messages
             self.stats.note(t)
@@ -58,7 +66,7 @@ class FluidHbm(MemoryModel):
             else:
                 self.stats.read_requests += b.requests
             self.stats.note(done)
-            self.kernel.at(done, 1, b.ctx, done)
+            self._complete(b, done)
         events = [b.next_cycle for b in self.waiting] + [b.completion for b in self.issuing]
         if events:
             self._schedule(min(events))

@@ -15,7 +15,7 @@ class RefHbm(WindowedMemory):
     """Exact emulation of the reference simulator's channel-pool HBM node."""
 
     def __init__(self, kernel, cfg: Hbm):
-        super().__init__(kernel, cfg.channels)
+        super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
         self.free = [0] * cfg.channels
         self.offset = 0

@@ -1,9 +1,18 @@
 """What the memory models share: a burst of requests, statistics, and window-by-window
-service for the request-level models (`ref`, `dram`)."""
+service for the request-level models (`ref`, `dram`).
+
+A memory operator posts one burst per tile on its port. A port issues its bursts in order,
+one message of `par_dispatch` requests per cycle. Without an arbiter every port issues in
+every cycle (the reference's HBM node collects one message from each port per cycle); with
+`hbm.arbiter_grants = G` a round-robin arbiter grants G ports per cycle, as the HDL's
+memory ports share one arbiter in front of the memory controller.
+"""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,11 +36,13 @@ class Addresses:
             (k % self.per_row) * request_bytes
 
 
-@dataclass
+@dataclass(eq=False)
 class Burst:
-    ctx: object
+    """The requests of one tile, posted on a port at `ready - 1`."""
+
+    waiter: object  # the context to wake at completion (None: it will AWAIT the burst)
     port: tuple[int, int]  # (0 read / 1 write, registration index)
-    next_cycle: int  # pickup cycle of its next message
+    next_cycle: int  # earliest pickup cycle of its next message
     messages: int  # messages left
     per_message: int
     last_requests: int  # requests in the final message
@@ -39,7 +50,9 @@ class Burst:
     requests: int  # in all
     addr: Addresses | None = None
     issued: int = 0  # requests picked up so far
-    completion: int = 0
+    completion: int = 0  # cycle its last response is visible (once done)
+    first: int | None = None  # cycle its first response is visible
+    done: bool = False
 
 
 @dataclass
@@ -62,8 +75,8 @@ class MemoryStats:
 
 
 class MemoryModel:
-    """What every memory model does: turn a memory operation into a burst and schedule its
-    own activations on the kernel's event heap."""
+    """What every memory model does: turn a memory operation into a burst, complete it,
+    and schedule its own activations on the kernel's event heap."""
 
     def __init__(self, kernel, channels: int):
         self.kernel = kernel
@@ -71,15 +84,22 @@ class MemoryModel:
         self.stats = MemoryStats(per_channel=[0] * channels)
 
     def _burst(self, ctx, port, requests: int, per_message: int, write: bool,
-               addr: Addresses | None) -> Burst | None:
-        """The burst of a memory operation picked up from the next cycle on, or None (and
-        `ctx` woken at once) when it has no requests."""
+               addr: Addresses | None, wait: bool) -> Burst:
+        """The burst of a memory operation posted at `ctx.t`; one without requests is
+        complete at once."""
         n_msgs = math.ceil(requests / per_message) if requests else 0
+        last = requests - (n_msgs - 1) * per_message if n_msgs else 0
+        b = Burst(ctx if wait else None, port, ctx.t + 1, n_msgs, per_message, last, write,
+                  requests, addr)
         if n_msgs == 0:
-            self.kernel.at(ctx.t, 1, ctx, ctx.t)
-            return None
-        last = requests - (n_msgs - 1) * per_message
-        return Burst(ctx, port, ctx.t + 1, n_msgs, per_message, last, write, requests, addr)
+            self._complete(b, ctx.t)
+        return b
+
+    def _complete(self, b: Burst, cycle: int) -> None:
+        """Burst `b`'s last response is visible at `cycle`: wake whoever waits on it."""
+        b.done, b.completion = True, cycle
+        if b.waiter is not None:
+            self.kernel.at(cycle, 1, b.waiter, cycle)
 
     def _schedule(self, cycle: int) -> None:
         if self.pending_at is None or cycle < self.pending_at:
@@ -89,99 +109,235 @@ class MemoryModel:
 
 class WindowedMemory(MemoryModel):
     """Serves requests window by window: a window ends before the earliest cycle at which
-    a burst could complete (a woken loader may post a new burst right after it) or at the
+    a burst could complete (a woken operator may post a new burst right after it) or at the
     kernel's next event, so the set of bursts issuing in it is fixed. Subclasses set
     `min_latency` (pickup to visible, a lower bound; or override `_earliest_done`) and
     implement `_serve(requests)`."""
 
     min_latency = 1
 
-    def __init__(self, kernel, channels: int):
+    def __init__(self, kernel, channels: int, arbiter_grants: int = 0, outstanding: int = 0):
         super().__init__(kernel, channels)
-        self.active: list[Burst] = []
+        self.active: list[Burst] = []  # bursts with messages to issue, in posting order
+        self.queues: dict[tuple[int, int], deque[Burst]] = {}  # per port, in order
+        self.grants = arbiter_grants  # ports granted per cycle (0: every port, every cycle)
+        self.last_granted: tuple[int, int] | None = None  # the arbiter's round-robin pointer
+        self.outstanding = outstanding  # requests a port may have in flight (0: no limit)
+        self.in_flight: dict[tuple[int, int], list[int]] = {}  # port -> completions, sorted
 
     def issue(self, ctx, port, requests: int, per_message: int, write: bool,
-              addr: Addresses | None = None) -> None:
-        b = self._burst(ctx, port, requests, per_message, write, addr)
-        if b is not None:
+              addr: Addresses | None = None, wait: bool = True) -> Burst:
+        b = self._burst(ctx, port, requests, per_message, write, addr, wait)
+        if not b.done:
             self.active.append(b)
-            self.active.sort(key=lambda x: x.port)
+            self.queues.setdefault(port, deque()).append(b)
             self._schedule(b.next_cycle)
+        return b
 
     def activate(self, t: int) -> None:
         """Serve cycles from `t` until the next event another context could react to."""
         if self.pending_at != t:
             return  # superseded by an earlier activation
         self.pending_at = None
-        stats, active = self.stats, self.active
+        active = self.active
         limit = self.kernel.next_event_time()
         cycle = t
         while active:
             cycle = max(cycle, min(b.next_cycle for b in active))
             if limit is not None and cycle > limit:
                 break
-            earliest_done = min(self._earliest_done(b) for b in active)
+            earliest_done = min(self._earliest_done(b, cycle) for b in active)
             last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
+            if self.outstanding:  # no request picked up in the window returns inside it
+                last = min(last, cycle + self.min_latency - 1)
             for b in self._window(cycle, last):
-                if b.completion < last:  # a woken loader's next burst would be missed
+                if b.completion < last:  # a woken operator's next burst would be missed
                     raise SimError(f"internal: the {type(self).__name__} memory model "
                                    f"completed a burst at {b.completion}, inside its "
                                    f"window ending at {last}")
-                active.remove(b)
-                self.kernel.at(b.completion, 1, b.ctx, b.completion)
-                stats.note(b.completion)
+                self._complete(b, b.completion)
+                self.stats.note(b.completion)
                 if limit is None or b.completion < limit:
                     limit = b.completion
             cycle = last + 1
         if active:
             self._schedule(max(cycle, min(b.next_cycle for b in active)))
 
-    def _earliest_done(self, b: Burst) -> int:
-        """A lower bound of the cycle at which burst `b` completes."""
-        return b.next_cycle + b.messages + self.min_latency
+    def _earliest_done(self, b: Burst, cycle: int) -> int:
+        """A lower bound of the cycle at which burst `b` completes, serving from `cycle`."""
+        return max(b.next_cycle, cycle) + b.messages + self.min_latency
 
+    # ------------------------------------------------------------ issuing
+    def _pickups(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+        """The pickup cycles, within c0..c1, of each burst's messages; advances the
+        bursts and the port queues."""
+        if self.outstanding:
+            picked = self._limited(c0, c1)
+        else:
+            picked = self._arbitrate(c0, c1) if self.grants else self._every_port(c0, c1)
+        for b, cyc in picked:
+            b.messages -= len(cyc)
+            b.next_cycle = int(cyc[-1]) + 1
+            if b.messages == 0:
+                queue = self.queues[b.port]
+                queue.popleft()
+                if queue:  # the port's next burst starts after this one's last message
+                    queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
+        return picked
+
+    def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+        """No arbiter: each port issues one message per cycle."""
+        out = []
+        for queue in self.queues.values():
+            c = c0
+            for b in queue:
+                s = max(c, b.next_cycle)
+                if s > c1:
+                    break
+                e = min(c1, s + b.messages - 1)
+                out.append((b, np.arange(s, e + 1, dtype=np.int64)))
+                if e < s + b.messages - 1:
+                    break
+                c = e + 1
+        return out
+
+    def _arbitrate(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+        """A round-robin arbiter granting `grants` ports (one message each) per cycle,
+        in closed form between the cycles at which a port starts or ends a burst: with k
+        ports waiting and g = min(grants, k) grants per cycle, the s-th grant goes to the
+        (s mod k)-th waiting port after the last one granted, in cycle c + s // g."""
+        # per port: its bursts, the head's index, messages left and first possible cycle
+        state = {p: [list(q), 0, q[0].messages, q[0].next_cycle]
+                 for p, q in self.queues.items() if q}
+        picked: dict[int, tuple[Burst, list[np.ndarray]]] = {}
+        c = c0
+        while c <= c1 and state:
+            waiting = sorted(p for p, st in state.items() if st[3] <= c)
+            future = min((st[3] for st in state.values() if st[3] > c), default=c1 + 1)
+            if not waiting:
+                c = future
+                continue
+            if self.last_granted is not None:  # start after the last granted port
+                k0 = next((i for i, p in enumerate(waiting) if p > self.last_granted), 0)
+                waiting = waiting[k0:] + waiting[:k0]
+            k = len(waiting)
+            g = min(self.grants, k)
+            end = min(c + (j + k * (state[p][2] - 1)) // g for j, p in enumerate(waiting))
+            end = min(end, c1, future - 1)
+            slots = (end - c + 1) * g
+            for j, p in enumerate(waiting[:slots]):
+                st = state[p]
+                b = st[0][st[1]]
+                cyc = c + (j + k * np.arange((slots - 1 - j) // k + 1, dtype=np.int64)) // g
+                picked.setdefault(id(b), (b, []))[1].append(cyc)
+                st[2] -= len(cyc)
+                if st[2] == 0:  # the port moves on to its next burst, if any
+                    st[1] += 1
+                    if st[1] == len(st[0]):
+                        del state[p]
+                    else:
+                        nxt = st[0][st[1]]
+                        st[2], st[3] = nxt.messages, max(nxt.next_cycle, int(cyc[-1]) + 1)
+            self.last_granted = waiting[(slots - 1) % k]
+            c = end + 1
+        return [(b, np.concatenate(parts)) for b, parts in picked.values()]
+
+    def _limited(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+        """Cycle by cycle: a port may issue a message only while its requests in flight
+        stay within `outstanding`; the arbiter (if any) grants round robin among them.
+        (Requests picked up in the window return after it, so only earlier ones free
+        slots.)"""
+        state = {p: [list(q), 0, q[0].messages, q[0].next_cycle, 0]
+                 for p, q in self.queues.items() if q}
+        order = sorted(state)
+        picked: dict[int, tuple[Burst, list[int]]] = {}
+        for c in range(c0, c1 + 1):
+            ready = []
+            for p in order:
+                st = state.get(p)
+                if st is None or st[3] > c:
+                    continue
+                b = st[0][st[1]]
+                size = b.last_requests if st[2] == 1 else b.per_message
+                done = self.in_flight.get(p, ())
+                busy = len(done) - bisect_right(done, c) + st[4]
+                if busy + size <= self.outstanding:
+                    ready.append(p)
+            if not ready:
+                continue
+            if self.grants:  # round robin from the port after the last one granted
+                k0 = 0 if self.last_granted is None else \
+                    next((i for i, p in enumerate(ready) if p > self.last_granted), 0)
+                ready = (ready[k0:] + ready[:k0])[:self.grants]
+                self.last_granted = ready[-1]
+            for p in ready:
+                st = state[p]
+                b = st[0][st[1]]
+                st[4] += b.last_requests if st[2] == 1 else b.per_message
+                picked.setdefault(id(b), (b, []))[1].append(c)
+                st[2] -= 1
+                if st[2] == 0:
+                    st[1] += 1
+                    if st[1] == len(st[0]):
+                        del state[p]
+                    else:
+                        nxt = st[0][st[1]]
+                        st[2], st[3] = nxt.messages, max(nxt.next_cycle, c + 1)
+        return [(b, np.array(cyc, dtype=np.int64)) for b, cyc in picked.values()]
+
+    def _track(self, bursts: list[Burst], burst: np.ndarray, done: np.ndarray,
+               now: int) -> None:
+        """Remember when each port's requests of this window return (for `outstanding`);
+        forget those already back by cycle `now`."""
+        for k, b in enumerate(bursts):
+            back = done[burst == k]
+            old = self.in_flight.get(b.port, [])
+            merged = sorted(old[bisect_right(old, now):] + back.tolist())
+            self.in_flight[b.port] = merged
+
+    # ------------------------------------------------------------ serving
     def _window(self, c0: int, c1: int) -> list[Burst]:
         """Serve every request picked up in cycles c0..c1; return the bursts that ended."""
+        picked = self._pickups(c0, c1)
+        if not picked:
+            return []
         cyc, bid, rank, req = [], [], [], []
-        issuing = []
-        for r, b in enumerate(self.active):
-            s = max(c0, b.next_cycle)
-            e = min(c1, b.next_cycle + b.messages - 1)
-            if e < s:
-                continue
-            msgs = e - s + 1
-            ends = e == b.next_cycle + b.messages - 1
-            counts = np.full(msgs, b.per_message, dtype=np.int64)
-            if ends:
+        ends = []
+        for k, (b, msgs) in enumerate(picked):
+            counts = np.full(len(msgs), b.per_message, dtype=np.int64)
+            ended = b.messages == 0
+            if ended:
                 counts[-1] = b.last_requests
             n = int(counts.sum())
-            cyc.append(np.repeat(np.arange(s, e + 1, dtype=np.int64), counts))
-            bid.append(np.full(n, len(issuing), dtype=np.int64))
-            rank.append(np.full(n, r, dtype=np.int64))
+            cyc.append(np.repeat(msgs, counts))
+            bid.append(np.full(n, k, dtype=np.int64))
+            rank.append(np.full(n, b.port[0] * (1 << 32) + b.port[1], dtype=np.int64))
             req.append(np.arange(b.issued, b.issued + n, dtype=np.int64))
-            issuing.append((b, msgs, ends, n))
-        if not issuing:
-            return []
-        cyc_a, bid_a, rank_a = np.concatenate(cyc), np.concatenate(bid), np.concatenate(rank)
-        order = np.lexsort((np.arange(len(cyc_a)), rank_a, cyc_a))  # cycle, port, request
-        cyc_a, bid_a, req_a = cyc_a[order], bid_a[order], np.concatenate(req)[order]
-        bursts = [b for b, *_ in issuing]
-        done = self._serve(cyc_a, bid_a, req_a, bursts)
-        completion = np.full(len(issuing), -1, dtype=np.int64)
-        np.maximum.at(completion, bid_a, done)
-        self.stats.note(int(cyc_a[0]))
-        self.stats.note(int(cyc_a[-1]))
-        finished = []
-        for k, (b, msgs, ends, n) in enumerate(issuing):
-            b.completion = max(b.completion, int(completion[k]))
-            b.messages -= msgs
-            b.next_cycle += msgs
             b.issued += n
             if b.write:
                 self.stats.write_requests += n
             else:
                 self.stats.read_requests += n
-            if ends:
+            ends.append(ended)
+        cyc_a, bid_a, rank_a = np.concatenate(cyc), np.concatenate(bid), np.concatenate(rank)
+        order = np.lexsort((np.arange(len(cyc_a)), rank_a, cyc_a))  # cycle, port, request
+        cyc_a, bid_a, req_a = cyc_a[order], bid_a[order], np.concatenate(req)[order]
+        bursts = [b for b, _ in picked]
+        done = self._serve(cyc_a, bid_a, req_a, bursts)
+        if self.outstanding:
+            self._track(bursts, bid_a, done, c1)
+        completion = np.full(len(picked), -1, dtype=np.int64)
+        np.maximum.at(completion, bid_a, done)
+        first = np.full(len(picked), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, bid_a, done)
+        self.stats.note(int(cyc_a[0]))
+        self.stats.note(int(cyc_a[-1]))
+        finished = []
+        for k, b in enumerate(bursts):
+            b.completion = max(b.completion, int(completion[k]))
+            b.first = int(first[k]) if b.first is None else min(b.first, int(first[k]))
+            if ends[k]:
+                self.active.remove(b)
                 finished.append(b)
         return finished
 
