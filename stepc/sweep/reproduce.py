@@ -353,15 +353,16 @@ def _run_lines(spec: dict, records: list[dict], outcome, notes: list[str], model
            if sw.get("own_model")]
     models = f"`{model}`" + (f" (own preset model: {', '.join(own)})" if own else "")
     lines.append(f"Points: {len(records)} ({sum(r['status'] == 'ok' for r in records)} ok). "
-                 f"HBM model: {models}. Data: {source}"
-                 + ("" if data or not spec.get("reference") else
-                    "; no reference data (--data)") + ".")
+                 f"HBM model: {models}. Data: {source}.")
     why = ", ".join(f"{n} {reason}" for reason, n in sorted(outcome.why_run.items()))
     lines.append(f"Reused {outcome.reused} point(s) from an earlier run in this directory "
                  f"(same program and imports, traces, hardware and stepc); simulated "
                  f"{outcome.ran} now" + (f" ({why})" if why else "") +
                  f". stepc {code_digest()}.")
     lines += [f"- {n}" for n in notes]
+    for name, ref in spec.get("reference", {}).items():
+        where = f"`{ref['file']}` under {data}" if data else "not at hand (no --data)"
+        lines.append(f"- reference `{name}`: {ref.get('about', ref['file'])}; {where}")
     return lines
 
 
