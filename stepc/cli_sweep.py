@@ -134,6 +134,10 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
 
     from stepc.sweep.runner import Interrupted, Sweep, grid_points
 
+    if scheduler and backend != "dask":
+        raise click.UsageError("--scheduler needs --backend dask")
+    if baselines and not pareto:
+        raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
     fixed = parse_defines(defines)
     grid: dict[str, list[int]] = {n: grid_values(n, v) for n, v in _pairs(grids, "--grid")}
     both = sorted(set(fixed) & set(grid))

@@ -181,6 +181,10 @@ def test_cli_sweep_ranges_and_fixed_params(tmp_path):
     r = CliRunner().invoke(main, ["sweep", "programs/swiglu.step", "-D", "TX=1", "--out",
                                   str(tmp_path / "x.jsonl")])
     assert r.exit_code == 2 and "no parameter `TX`" in r.stderr
+    for ignored, why in ((["--scheduler", "tcp://h:1"], "needs --backend dask"),
+                         (["--baseline", "TB=16"], "needs --pareto")):
+        r = CliRunner().invoke(main, ["sweep", "programs/swiglu.step", *ignored])
+        assert r.exit_code == 2 and why in r.stderr
 
 
 def test_cli_sweep_with_failing_points_exits_nonzero_and_resume_retries_them(tmp_path):
