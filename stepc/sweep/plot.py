@@ -90,8 +90,8 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
         xs, ys = [r[x] for r in recs], [r[y] for r in recs]
         dots = ax.scatter(xs, ys, label=name, s=28, marker="os^Dv<>p*h"[i % 10])
         if label:
-            marks += [(r[x], r[y], str(r["params"].get(label, r.get(label, ""))))
-                      for r in recs]
+            marks += [(r[x], r[y], str(r["params"].get(label, r.get(label))))
+                      for r in recs if label in r["params"] or label in r]
         if len(recs) > 1:
             idx = pareto_front(list(zip(xs, ys))) if front else range(len(xs))
             idx = sorted(idx, key=lambda i: xs[i])
