@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from stepc.check.checker import TypedProgram, check
 from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
+from stepc.grammar import ast
 from stepc.grammar.parse import decode_source, parse
-from stepc.graph.elaborate import elaborate
+from stepc.graph.elaborate import elaborate, import_path
 from stepc.source import SourceFile, Span
 
 
@@ -52,9 +53,50 @@ def _load_import(path: str, span: Span):
     return src, parse(src)
 
 
+def program_files(path: str) -> dict[str, bytes]:
+    """The bytes of a program file and of every file it imports, transitively, keyed by the
+    paths the elaborator asks for. A file that is missing or does not parse ends the walk
+    there (compiling reports it)."""
+    files: dict[str, bytes] = {}
+    todo = [os.path.normpath(path)]
+    while todo:
+        name = todo.pop()
+        if name in files:
+            continue
+        try:
+            with open(name, "rb") as f:
+                files[name] = f.read()
+            module = parse(decode_source(name, files[name]))
+        except (OSError, StepError):
+            continue
+        todo += [import_path(name, s.path) for s in module.statements
+                 if isinstance(s, ast.Import)]
+    return files
+
+
+def compile_files(files: dict[str, bytes], path: str,
+                  overrides: dict[str, int] | None = None) -> Compiled:
+    """Compile a program from contents read earlier (`program_files`), not from disk."""
+    def load(name: str, span: Span | None):
+        if name not in files:
+            raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {name}",
+                                        span)])
+        src = decode_source(name, files[name])
+        return src, parse(src)
+
+    path = os.path.normpath(path)
+    try:
+        src, _ = load(path, None)
+    except StepError as e:
+        bag = DiagnosticBag()
+        bag.extend(e.diagnostics)
+        return Compiled(path, None, bag, {}, [])
+    return compile_source(src, overrides, path, load)
+
+
 def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
-                   path: str | None = None) -> Compiled:
-    """Parse, elaborate and check one source file."""
+                   path: str | None = None, loader=_load_import) -> Compiled:
+    """Parse, elaborate and check one source file (imports are read by `loader`)."""
     bag = DiagnosticBag()
     sources = {src.name: src}
     overrides = overrides or {}
@@ -63,7 +105,7 @@ def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
     except StepError as e:
         bag.extend(e.diagnostics)
         return Compiled(src.name, None, bag, sources, [])
-    prog, ebag, used = elaborate(module, src, overrides, _load_import, path)
+    prog, ebag, used = elaborate(module, src, overrides, loader, path)
     bag.extend(ebag.items)
     if prog is None:  # too large to check
         return Compiled(src.name, None, bag, sources, sorted(set(overrides) - used))

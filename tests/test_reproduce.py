@@ -1,12 +1,15 @@
-"""`stepc reproduce` specs (experiments/fig*.toml): every spec parses and every claim term
-selects exactly one point (a static check, no simulation); trace sets sweep over windows,
-cut prefixes and fall back to seeded synthetic stand-ins; a shrunken Figure 14 runs end to
-end on synthetic traces; a claim that is not reproduced shows its quirk note in the report.
-The real traces, when ../shared/data is present, are all found by the specs."""
+"""`stepc reproduce` specs (stepc/experiments/fig*.toml): every spec parses, every claim term
+selects exactly one point and every claim has a tolerance with a stated reason (a static
+check, no simulation); trace sets sweep over windows, cut prefixes and fall back to seeded
+synthetic stand-ins; a shrunken Figure 14 runs end to end on synthetic traces; a claim that
+is not reproduced shows its quirk note in the report; claims compare series with reference
+tables read at run time; a rerun reuses only records whose inputs are unchanged and that
+nobody edited. The real data, when ../shared/data is present, is all found by the specs."""
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
@@ -14,6 +17,12 @@ import numpy as np
 import pytest
 
 from stepc.sweep import reproduce as rp
+from stepc.sweep.figure_plots import spec_plots
+from click.testing import CliRunner
+
+from stepc.cli import main
+from stepc.sweep.claims import (Claim, NeedsData, Reference, claim_problems, claim_terms,
+                                load_references)
 from stepc.sweep.reproduce import (SpecError, available_figures, check_claims, evaluate_claim,
                                    expand_spec, load_spec, spec_points)
 
@@ -116,7 +125,7 @@ def test_trace_sets_sweep_windows_cut_prefixes_and_fall_back_to_synthetic(tmp_pa
     spec = _set_spec("programs/attention_dynamic.step")
     exp = expand_spec(spec, str(data), "ref", tmp_path / "traces")
     assert len(exp.points) == 3
-    labels = [exp.labels[p.key] for p in exp.points]
+    labels = [exp.labels[p.ident] for p in exp.points]
     assert labels == [{"kv_lens": "a", "kv_lens.group": "g"}, {"kv_lens": "a4"},
                       {"kv_lens": "b", "kv_lens.group": "g"}]
     paths = [dict(p.traces)["kv_lens"] for p in exp.points]
@@ -133,6 +142,14 @@ def test_trace_sets_sweep_windows_cut_prefixes_and_fall_back_to_synthetic(tmp_pa
     with pytest.raises(SpecError, match="no trace set"):
         expand_spec({**spec, "sweep": [{**spec["sweep"][0], "trace": {"kv_lens": "@t"}}]},
                     None, "ref")
+
+
+def claim_rows(report: str) -> list[list[str]]:
+    """The cells of the claims table of a report: #, claim, paper, accepted, stepc, verdict."""
+    lines = report.splitlines()
+    start = lines.index("| # | claim | paper | accepted | stepc | |") + 2
+    return [[c.strip() for c in r.strip("|").split(" | ")]
+            for r in lines[start:lines.index("", start)]]
 
 
 def _small_fig14() -> dict:
@@ -157,18 +174,17 @@ def _small_fig14() -> dict:
 def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypatch):
     spec = _small_fig14()
     monkeypatch.setattr(rp, "load_spec", lambda fig: spec)
-    report_path, ok = rp.reproduce("14", None, str(tmp_path), jobs=2)
-    assert not ok  # the impossible claim
-    report = Path(report_path).read_text()
+    done = rp.reproduce("14", None, str(tmp_path), jobs=2)
+    assert not done.ok and done.not_reproduced >= 1  # the impossible claim
+    report = Path(done.report).read_text()
     assert "Points: 18 (18 ok)" in report
+    assert "Reused 0 point(s)" in report and "simulated 18 now (18 new)" in report
     assert "Data: synthetic where noted" in report and "seeded synthetic KV lengths" in report
     # every claim evaluated to a number (its terms found their windows)
-    lines = report.splitlines()
-    start = lines.index("| claim | paper | stepc | |") + 2
-    rows = lines[start:lines.index("", start)]
-    assert [r.split(" | ")[0][2:] for r in rows] == [c["text"] for c in spec["claim"]]
+    rows = claim_rows(report)
+    assert [r[1] for r in rows] == [c["text"] for c in spec["claim"]]
     for r in rows:
-        float(r.split(" | ")[2])
+        float(r[4])
     # the failing claim's reason, and the figure's known quirks, are in the report
     why = report.split("Why these claims are not reproduced")[1]
     assert "impossible: interleaved takes negative time" in why and "QUIRK-MARKER" in why
@@ -181,10 +197,11 @@ def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypat
     fig = tmp_path / "fig14"
     assert (fig / "figure.png").exists() and (fig / "results.csv").exists()
     assert len(list((fig / "traces").glob("*.synthetic.npy"))) == 9
-    # resumed: nothing re-runs, the same report comes out
-    monkeypatch.setattr(rp.Sweep, "run", lambda self, **kw: [])
-    rp.reproduce("14", None, str(tmp_path), jobs=1)
-    assert (fig / "report.md").read_text() == report
+    # resumed: nothing re-runs, the same claims come out
+    again = rp.reproduce("14", None, str(tmp_path), jobs=1)
+    assert (again.reused, again.simulated) == (18, 0)
+    report2 = (fig / "report.md").read_text()
+    assert claim_rows(report2) == rows and "Reused 18 point(s)" in report2
 
 
 def test_per_sweep_x_metric_in_plots(monkeypatch, tmp_path):
@@ -198,7 +215,7 @@ def test_per_sweep_x_metric_in_plots(monkeypatch, tmp_path):
     monkeypatch.setattr(plot, "scatter", fake_scatter)
     recs = [{"tag": t, "params": {}, "status": "ok", "cycles": 1, "on_chip_bytes": 10,
              "on_chip_bytes_on_demand": 4} for t in ("qwen_static", "qwen_dynamic")]
-    rp._plots(load_spec("9"), recs, tmp_path)
+    spec_plots(load_spec("9"), recs, tmp_path)
     assert seen["qwen_static"] == 10 and seen["qwen_dynamic"] == 4
     assert "on demand" in seen["xlabel"]
 
@@ -210,3 +227,177 @@ def test_specs_find_every_trace_of_the_paper():
     for fig in ALL:
         exp = expand_spec(load_spec(fig), str(DATA), "ref")
         assert exp.notes == [], (fig, exp.notes)
+
+
+# ---------------------------------------------------------------- tolerances
+def test_tolerances_judge_the_effect_or_an_absolute_band():
+    speedup = Claim("s", "v", 1.12, ("effect", 0.10))
+    assert speedup.band() == pytest.approx((1.108, 1.132))
+    assert speedup.holds(1.11) and not speedup.holds(1.085)  # a ±10 % ratio band took 1.085
+    parity = Claim("p", "v", 1.0026, ("abs", 0.01))
+    assert parity.holds(0.995) and not parity.holds(1.03)
+    exact = Claim("e", "v", 8.454144, ("rel", 0))
+    assert exact.holds(8.454144) and not exact.holds(8.4541441)
+    assert Claim("b", "v", "< 1.01").holds(1.009) and not Claim("b", "v", "< 1.01").holds(1.015)
+    assert Claim("b", "v", "> 1").holds(1.001) and not Claim("b", "v", "> 1").holds(0.9)
+    assert "1.108 to 1.132" in speedup.accepted() and "effect" in speedup.accepted()
+
+
+def test_claims_without_a_sound_tolerance_are_refused():
+    def problems(**c):
+        return " ".join(claim_problems({"text": "t", "value": "v", **c}))
+    assert problems(paper=1.5, tolerance={"effect": 0.1}, tolerance_reason="why") == ""
+    assert "tolerance_reason" in problems(paper=1.5, tolerance={"effect": 0.1})
+    assert "needs `tolerance" in problems(paper=1.5, tolerance_reason="why")
+    assert "needs `tolerance" in problems(paper=1.5, tolerance=0.1, tolerance_reason="why")
+    assert "accepts no effect" in problems(paper=1.5, tolerance={"effect": 1},
+                                           tolerance_reason="why")
+    assert "contains 1" in problems(paper=1.0026, tolerance={"rel": 0.05},
+                                    tolerance_reason="why")
+    assert "takes no tolerance" in problems(paper="> 1", tolerance={"abs": 0.1},
+                                            tolerance_reason="why")
+
+
+def test_every_claim_states_why_its_tolerance():
+    for fig in ALL:
+        for c in load_spec(fig)["claim"]:
+            assert claim_problems(c) == [], (fig, c["text"])
+
+
+def test_the_same_ratio_is_judged_the_same_way_in_every_figure():
+    """Two claims over the same expression (Figure 12's overhead and Figure 13's comparable
+    performance) must not give one number two verdicts."""
+    seen: dict[tuple, tuple] = {}
+    for fig in ALL:
+        spec = load_spec(fig)
+        exp = expand_spec(spec, None, "ref")
+        recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.ident, {}),
+                 "ident": p.ident.replace(str(rp.program_root()), "")} for p in exp.points]
+        for c in spec["claim"]:  # the same expression over the same points
+            points = tuple(rp.select(recs, tag, want)[0]["ident"]
+                           for _, tag, want, _ in claim_terms(c["value"]))
+            value = (" ".join(c["value"].split()), points)
+            judged = (c["paper"], str(c.get("tolerance")))
+            assert seen.setdefault(value, (fig, *judged))[1:] == judged, (fig, c["text"])
+    assert len(seen) < sum(len(load_spec(f)["claim"]) for f in ALL)  # some are shared
+
+
+def test_figure_21_judges_each_batch_size_on_its_own():
+    spec = load_spec("21")
+    for c in spec["claim"]:
+        sizes = {sel["B"] for *_, sel, _ in claim_terms(c["value"]) if "B" in sel}
+        if c["text"].startswith("larger batches"):
+            assert len(sizes) == 1, c["text"]
+    assert sum(c["text"].startswith("larger batches") for c in spec["claim"]) == 2
+
+
+# ---------------------------------------------------------------- reference data
+def _swiglu_records(cycles: dict[tuple[int, int], int]) -> list[dict]:
+    return [{"tag": "s", "params": {"TB": tb, "TI": ti}, "status": "ok", "cycles": c}
+            for (tb, ti), c in cycles.items()]
+
+
+def test_series_claims_against_a_reference_table(tmp_path):
+    cycles = {(16, 16): 1000, (16, 32): 800, (32, 16): 500, (32, 32): 400}
+    (tmp_path / "ref").mkdir()
+    with open(tmp_path / "ref" / "t.csv", "w") as f:  # 10 % above stepc on 3 of 4 points
+        f.write("tile_b,tile_i,cycles\n16,16,1100\n16,32,880.0\n32,16,550\n")
+    spec = {"reference": {"t": {"file": "ref/t.csv", "match": {"TB": "tile_b", "TI": "tile_i"},
+                                "value": "cycles"}}}
+    refs = load_references(spec, str(tmp_path))
+    recs = _swiglu_records(cycles)
+    assert evaluate_claim("max_rel_error(s.cycles, t)", recs, refs) == pytest.approx(1 / 11)
+    assert evaluate_claim("mape(s.cycles, t) * 100", recs, refs) == pytest.approx(100 / 11)
+    assert evaluate_claim("pearson(s.cycles, t)", recs, refs) == pytest.approx(1.0)
+    one_row = {"t": Reference("t", [{"tile_b": "16", "tile_i": "16", "cycles": "500"}],
+                              {"TB": "tile_b", "TI": "tile_i"}, "cycles")}
+    assert evaluate_claim("mape(s[TB=16].cycles, t)", recs, one_row) == 1.0
+    with pytest.raises(SpecError, match="matches 0 points"):  # a row without its point
+        evaluate_claim("mape(s.cycles, t)", recs[1:], refs)
+    missing = load_references(spec, None)
+    with pytest.raises(NeedsData, match="needs the paper's data"):
+        evaluate_claim("mape(s.cycles, t)", recs, missing)
+    assert "no `ref/t.csv`" in load_references(spec, str(tmp_path / "elsewhere"))["t"]
+
+
+def test_claims_on_reference_data_wait_for_the_data(tmp_path, monkeypatch):
+    """Without --data a claim on reference data is neither passed nor failed."""
+    monkeypatch.chdir(tmp_path)  # and from outside the repository
+    r = CliRunner().invoke(main, ["reproduce", "8", "--out", "out", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    assert "need the paper's data" in r.stdout
+    rows = claim_rows((tmp_path / "out" / "fig8" / "report.md").read_text())
+    waiting = [row for row in rows if row[5].startswith("needs the paper's data")]
+    assert len(waiting) == sum("(" in c["value"] for c in load_spec("8")["claim"]) > 0
+    assert all(row[5] == "reproduced" for row in rows if row not in waiting)
+
+
+def test_figure_8_cycles_against_the_published_reference(tmp_path):
+    """stepc's `ref` model against the reference simulator's 15 published cycle counts and
+    the HDL's 5 (read from ../shared/data at run time)."""
+    if not (DATA / "fig8").is_dir():
+        pytest.skip(f"no Figure 8 reference data under {DATA} (../shared/data is absent)")
+    done = rp.reproduce("8", str(DATA), str(tmp_path), jobs=2)
+    rows = claim_rows(Path(done.report).read_text())
+    assert done.needs_data == 0 and done.ok, rows
+    assert any("mape(" in c["value"] for c in load_spec("8")["claim"])
+
+
+# ---------------------------------------------------------------- reuse of earlier runs
+def _edit_record(path: Path, index: int, **fields) -> None:
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[index])
+    rec.update(fields)
+    lines[index] = json.dumps(rec, sort_keys=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_an_edited_result_is_simulated_again(tmp_path):
+    done = rp.reproduce("8", None, str(tmp_path), jobs=2)
+    results = tmp_path / "fig8" / "results.jsonl"
+    true_cycles = json.loads(results.read_text().splitlines()[3])["cycles"]
+    _edit_record(results, 3, cycles=99_999)
+    again = rp.reproduce("8", None, str(tmp_path), jobs=1)
+    assert (again.reused, again.simulated) == (14, 1)
+    report = Path(again.report).read_text()
+    assert "simulated 1 now (1 record altered)" in report
+    assert "99,999" not in report and f"{true_cycles:,}" in report
+    assert done.report == again.report
+
+
+def test_fresh_simulates_everything_again(tmp_path):
+    rp.reproduce("8", None, str(tmp_path), jobs=2)
+    r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path), "--fresh",
+                                  "-j", "2"])
+    assert r.exit_code == 0 and "0 points reused, 15 simulated" in r.stdout, r.output
+
+
+def test_reproduce_refuses_an_unknown_figure(tmp_path):
+    r = CliRunner().invoke(main, ["reproduce", "7", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "have: 8, 9, 10" in r.stderr
+    r = CliRunner().invoke(main, ["reproduce", "--help"])
+    assert "FIGURE is one of 8, 9, 10, 12, 13, 14, 15, 21" in r.stdout
+
+
+def test_the_specs_and_programs_ship_inside_the_package():
+    from importlib import resources
+    assert sorted(p.name for p in (resources.files("stepc") / "experiments").iterdir()
+                  if p.name.endswith(".toml")) == sorted(f"fig{f}.toml" for f in ALL)
+    for fig in ALL:
+        for sw in load_spec(fig)["sweep"]:
+            assert (rp.program_root() / sw["program"]).is_file()
+    import tomllib
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"]["wheel"]
+    assert wheel["force-include"]["programs"] == "stepc/programs"
+
+
+def test_reproduce_interrupted_says_what_it_kept(tmp_path, monkeypatch):
+    from stepc.sweep.runner import Interrupted
+
+    def stopped(*args, **kw):
+        raise Interrupted(3, 15)
+    monkeypatch.setattr(rp, "reproduce", stopped)
+    r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path)])
+    assert r.exit_code == 130
+    assert "3 of 15 points finished" in r.stderr and "run the same command again" in r.stderr

@@ -277,9 +277,7 @@ class Elaborator:
         scope.names[name] = Entry(value, kind, span)
 
     def do_import(self, s: ast.Import, scope: Scope) -> None:
-        importer = self.import_stack[-1]
-        base = os.path.dirname(importer) if importer and not importer.startswith("<") else ""
-        path = os.path.normpath(os.path.join(base, s.path))
+        path = import_path(self.import_stack[-1], s.path)
         if path in self.import_stack:
             chain = " -> ".join(self.import_stack[self.import_stack.index(path):] + [path])
             raise self.error("E0004", f"import cycle: {chain}", s.span)
@@ -1030,10 +1028,16 @@ def elaborate(main: ast.Module, src: SourceFile, overrides: dict[str, int] | Non
     return (None if el.truncated else prog), el.bag, el.used_overrides
 
 
+def import_path(importer: str | None, path: str) -> str:
+    """The file an `import "path"` names: relative to the importing file's directory."""
+    base = os.path.dirname(importer) if importer and not importer.startswith("<") else ""
+    return os.path.normpath(os.path.join(base, path))
+
+
 def _no_imports(path: str, span: Span):
     from stepc.diagnostics import Diagnostic, Severity
     raise StepError([Diagnostic("E0002", Severity.ERROR, f"cannot import `{path}` here",
                                 span)])
 
 
-__all__ = ["elaborate", "Program"]
+__all__ = ["elaborate", "import_path", "Program"]

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from stepc.sweep.pareto import pareto_front
-from stepc.sweep.runner import point_label
+from stepc.sweep.runner import natural_key, point_label, point_order
 
 MARKER = "stepc plot"
 FORMATS = (".png", ".svg", ".pdf")
@@ -85,13 +85,13 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     series: dict[str, list[dict]] = {}
     for r in ok:
         series.setdefault(_series_name(r, group), []).append(r)
-    for name, recs in sorted(series.items()):
+    marks: list[tuple[float, float, str]] = []
+    for i, (name, recs) in enumerate(sorted(series.items(), key=lambda s: natural_key(s[0]))):
         xs, ys = [r[x] for r in recs], [r[y] for r in recs]
-        dots = ax.scatter(xs, ys, label=name, s=28)
+        dots = ax.scatter(xs, ys, label=name, s=28, marker="os^Dv<>p*h"[i % 10])
         if label:
-            for r in recs:
-                ax.annotate(str(r["params"].get(label, "")), (r[x], r[y]), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+            marks += [(r[x], r[y], str(r["params"].get(label, r.get(label))))
+                      for r in recs if label in r["params"] or label in r]
         if len(recs) > 1:
             idx = pareto_front(list(zip(xs, ys))) if front else range(len(xs))
             idx = sorted(idx, key=lambda i: xs[i])
@@ -107,6 +107,7 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     if xticks:
         ax.set_xticks(xticks, [f"{t:g}" for t in xticks])
         ax.minorticks_off()
+    _annotate(ax, merged_labels(ax, marks))
     ax.grid(True, alpha=0.3)
     if series:
         ax.legend(fontsize=8)
@@ -114,13 +115,60 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     plt.close(fig)
 
 
+def merged_labels(ax, marks: list[tuple[float, float, str]], pixels: float = 3.0
+                  ) -> list[tuple[tuple[float, float], str]]:
+    """Point labels, those of points drawn within `pixels` of each other (coinciding) joined
+    into one (`16, 32`)."""
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits before reading positions
+    out: list[tuple[tuple[float, float], tuple[float, float], list[str]]] = []
+    for px, py, text in marks:
+        sx, sy = ax.transData.transform((px, py))
+        for (ox, oy), _, texts in out:
+            if abs(sx - ox) <= pixels and abs(sy - oy) <= pixels:
+                if text not in texts:
+                    texts.append(text)
+                break
+        else:
+            out.append(((sx, sy), (px, py), [text]))
+    return [(at, ", ".join(sorted(texts, key=natural_key))) for _, at, texts in out]
+
+
+LABEL_OFFSETS = ((3, 3), (3, -10), (-3, 3), (-3, -10))  # points: right/left, above/below
+
+
+def _annotate(ax, labels: list[tuple[tuple[float, float], str]]) -> None:
+    """Label points beside them, each on the first side where it overlaps no earlier label."""
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    for at, text in labels:
+        for dx, dy in LABEL_OFFSETS:
+            ann = ax.annotate(text, at, fontsize=7, xytext=(dx, dy), textcoords="offset points",
+                              ha="left" if dx > 0 else "right")
+            box = ann.get_window_extent(renderer)
+            if not any(box.overlaps(b) for b in placed):
+                break
+            ann.remove()
+        else:  # crowded on every side: the first one
+            ann = ax.annotate(text, at, fontsize=7, xytext=LABEL_OFFSETS[0],
+                              textcoords="offset points")
+            box = ann.get_window_extent(renderer)
+        placed.append(box)
+
+
 def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = None,
-         force: bool = False) -> None:
+         force: bool = False, logy: bool = False, label: str | None = None,
+         group: str | None = None) -> None:
     """One bar per point; with `relative_to`, the baseline's metric divided by each point's
-    (a speedup for cycles)."""
+    (a speedup for cycles). `label` names the bars by one param (else by the whole point),
+    `group` colours them by a field or param (with a legend), `logy` makes the value axis
+    logarithmic."""
     path = _check_out(out, force)
     plt = _pyplot()
-    ok = sorted((r for r in records if r.get("status") == "ok"), key=point_label)
+    ok = sorted((r for r in records if r.get("status") == "ok"),
+                key=lambda r: (natural_key(_series_name(r, group)) if group else (),
+                               point_order(r)))
+    if label and any(label not in r["params"] and label not in r for r in ok):
+        raise PlotError(f"--label {label}: not a param or field of every point")
     if any(not isinstance(r.get(metric), (int, float)) for r in ok):
         raise PlotError(f"`{metric}` is not a numeric metric of every point")
     values = [r[metric] for r in ok]
@@ -135,9 +183,18 @@ def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = 
         values = [base[0][metric] / v if v else 0 for v in values]
         ylabel = f"{ylabel} of the baseline / {ylabel}"
     fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(ok)), 4))
-    ax.bar(range(len(ok)), values)
-    ax.set_xticks(range(len(ok)), [point_label(r) for r in ok], rotation=60, ha="right", fontsize=7)
+    names = [_series_name(r, group) for r in ok] if group else [None] * len(ok)
+    for name in dict.fromkeys(names):
+        idx = [i for i, n in enumerate(names) if n == name]
+        ax.bar(idx, [values[i] for i in idx], label=name)
+    ticks = [f"{label}={r['params'].get(label, r.get(label))}" if label else point_label(r)
+             for r in ok]
+    ax.set_xticks(range(len(ok)), ticks, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
+    if logy:
+        _log_axis(ax.yaxis)
+    if group:
+        ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     _save(fig, path)
     plt.close(fig)

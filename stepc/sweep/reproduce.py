@@ -1,94 +1,88 @@
 """Reproducing a figure of the paper: run its spec's points, check its claims, write a report.
 
-A spec (`experiments/fig<N>.toml`) lists sweeps (program, fixed params, a grid, hardware,
-trace globs relative to the data directory) and claims: an expression over point metrics
-(`qwen_static[TILE_N=8].on_chip_bytes / qwen_dynamic.on_chip_bytes_on_demand`), the paper's
-value and a relative tolerance. Without the paper's traces the points use stepc's seeded
-synthetic traces, and the report says so.
+A spec (`stepc/experiments/fig<N>.toml`, shipped with the package) lists sweeps (program,
+fixed params, a grid, hardware, trace globs relative to the data directory), reference
+tables (CSV files under the data directory) and claims (`stepc.sweep.claims`). Without the
+paper's traces the points use stepc's seeded synthetic traces, and the report says so;
+claims that compare with reference data then say they need it.
 
 A spec may also name sets of trace windows (`[trace_set.NAME]`, e.g. the nine KV-length
 batches of one batch size); a sweep whose trace is `"@NAME"` runs once per window, and
-claims select a window by its label (`dynamic[B=64,kv_lens=high_0961].cycles`). Claims may
+claims select a window by its label (`dynamic[B=64,kv_lens=high_0961].cycles`). Claims
 carry a `quirk` (the likely reason when they are not reproduced) and the figure a list of
 `quirks` (known differences between the paper's artifact and a faithful run); the report
-prints both.
+prints both, with every claim's accepted values and the reason for its tolerance.
 """
 
 from __future__ import annotations
 
-import ast
 import csv
 import glob
 import itertools
-import math
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
-from stepc.sweep.runner import Point, Sweep, read_results
+import stepc
+from stepc.sweep.claims import (METRICS, Claim, NeedsData, SpecError, claim_problems,
+                                claim_terms, evaluate_claim, load_references, select,
+                                series_terms, validate_references)
+from stepc.sweep.runner import Point, Sweep, code_digest
 
-
-def _root() -> Path:
-    """The checkout holding experiments/ and programs/: the working directory, else the
-    source tree this module was loaded from."""
-    cwd = Path.cwd()
-    return cwd if (cwd / "experiments").is_dir() else Path(__file__).resolve().parents[2]
-
-
-METRICS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops",
-           "compute_utilization", "bw_utilization", "allocated_compute")
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
 COLUMN_NAMES = {"cycles": "cycles", "off_chip_bytes": "off-chip bytes",
                 "on_chip_bytes": "on-chip bytes", "on_chip_bytes_on_demand": "on demand",
                 "flops": "FLOPs", "compute_utilization": "compute util.",
                 "bw_utilization": "BW util.", "allocated_compute": "allocated FLOPs/cycle"}
 
-SPEC_KEYS = {"figure", "title", "plot", "note", "sets", "sweep", "claim", "quirks",
-             "trace_set", "columns"}
-SWEEP_KEYS = {"program", "name", "params", "grid", "hw", "sets", "trace", "plot_x"}
-CLAIM_KEYS = {"text", "value", "paper", "tolerance", "quirk"}
+SPEC_KEYS = {"figure", "title", "plot", "note", "sets", "sweep", "claim", "measure", "quirks",
+             "trace_set", "columns", "reference"}
+SWEEP_KEYS = {"program", "name", "params", "grid", "hw", "sets", "trace", "plot_x",
+              "own_model"}
+CLAIM_KEYS = {"text", "value", "paper", "tolerance", "tolerance_reason", "quirk"}
+MEASURE_KEYS = {"text", "value", "note"}
+PLOT_KEYS = {"scatter": {"kind", "title", "tags", "x", "y", "label", "series_by", "xlabel",
+                         "ylabel", "logx", "logy", "front"},
+             "ratio": {"kind", "title", "metric", "over", "series", "match", "group", "reduce",
+                       "ylabel"}}
 TRACE_SET_KEYS = {"batch", "synthetic", "windows"}
 WINDOW_KEYS = {"label", "file", "group", "first", "std", "seed"}
 
-
-class SpecError(Exception):
-    """A bad experiment spec or claim expression."""
-
-
-@dataclass
-class Claim:
-    text: str
-    value: str
-    paper: float | str
-    tolerance: float
-    quirk: str = ""
+__all__ = ["SpecError", "available_figures", "load_spec", "expand_spec", "spec_points",
+           "check_claims", "evaluate_claim", "reproduce", "Reproduced"]
 
 
-@dataclass
-class Expanded:
-    """A spec's points, each point's selector labels (trace windows), notes on synthetic
-    stand-ins, and the trace files the points read that must be written first."""
-    points: list[Point]
-    labels: dict[str, dict[str, str]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    writes: list[tuple[Path, object]] = field(default_factory=list)
+def _specs():
+    return resources.files("stepc") / "experiments"
+
+
+def program_root() -> Path:
+    """The directory holding `programs/`, which the specs' program paths start with: the
+    copy installed with the package, else the source checkout this module belongs to."""
+    package = Path(stepc.__file__).resolve().parent
+    for root in (package, package.parent):
+        if (root / "programs").is_dir():
+            return root
+    raise SpecError(f"the bundled programs are missing: looked for {package / 'programs'} "
+                    f"and {package.parent / 'programs'} (reinstall stepc)")
 
 
 def available_figures() -> list[str]:
-    return sorted((p.stem.removeprefix("fig") for p in (_root() / "experiments").glob(
-        "fig*.toml")),
+    return sorted((p.name.removeprefix("fig").removesuffix(".toml") for p in _specs().iterdir()
+                   if p.name.startswith("fig") and p.name.endswith(".toml")),
                   key=lambda s: (len(s), s))
 
 
 def load_spec(figure: str) -> dict:
-    path = _root() / "experiments" / f"fig{figure}.toml"
-    if not path.exists():
+    spec_file = _specs() / f"fig{figure}.toml"
+    if not spec_file.is_file():
         raise SpecError(f"no experiment spec for figure {figure} (have: "
-                        f"{', '.join(available_figures())})")
-    spec = tomllib.loads(path.read_text())
-    validate_spec(spec, path.name)
+                        f"{', '.join(available_figures()) or 'none'}; the specs ship in "
+                        f"{_specs()})")
+    spec = tomllib.loads(spec_file.read_text(encoding="utf-8"))
+    validate_spec(spec, spec_file.name)
     return spec
 
 
@@ -104,11 +98,19 @@ def validate_spec(spec: dict, where: str = "spec") -> None:
         unknown(sw, SWEEP_KEYS, f"sweep {i + 1}")
         if "program" not in sw:
             raise SpecError(f"{where}: sweep {i + 1} has no `program`")
-    for i, c in enumerate(spec.get("claim", [])):
-        unknown(c, CLAIM_KEYS, f"claim {i + 1}")
-        missing = {"text", "value", "paper"} - set(c)
-        if missing:
-            raise SpecError(f"{where}: claim {i + 1} lacks {', '.join(sorted(missing))}")
+    for kind, keys in (("claim", CLAIM_KEYS), ("measure", MEASURE_KEYS)):
+        for i, c in enumerate(spec.get(kind, [])):
+            unknown(c, keys, f"{kind} {i + 1}")
+            missing = {"text", "value", "paper"} & keys - set(c)
+            if missing:
+                raise SpecError(f"{where}: {kind} {i + 1} lacks {', '.join(sorted(missing))}")
+    validate_references(spec, where)
+    plots = spec.get("plot", [])
+    for i, opts in enumerate([plots] if isinstance(plots, dict) else plots):
+        kind = opts.get("kind", "scatter")
+        if kind not in PLOT_KEYS:
+            raise SpecError(f"{where}: plot {i + 1} has unknown kind `{kind}` (scatter, ratio)")
+        unknown(opts, PLOT_KEYS[kind], f"plot {i + 1}")
     for name, ts in spec.get("trace_set", {}).items():
         unknown(ts, TRACE_SET_KEYS, f"trace set `{name}`")
         for w in ts.get("windows", []):
@@ -119,6 +121,16 @@ def validate_spec(spec: dict, where: str = "spec") -> None:
 
 
 # ---------------------------------------------------------------- points
+@dataclass
+class Expanded:
+    """A spec's points, each point's selector labels (trace windows), notes on synthetic
+    stand-ins, and the trace files the points read that must be written first."""
+    points: list[Point]
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # by Point.ident
+    notes: list[str] = field(default_factory=list)
+    writes: list[tuple[Path, object]] = field(default_factory=list)
+
+
 def _window_trace(set_name: str, ts: dict, index: int, w: dict, data: str | None,
                   trace_dir: Path | None, exp: Expanded, synthetic: list[str]) -> str:
     """The trace file of one window: the data file itself, its first N values (written to
@@ -160,6 +172,7 @@ def expand_spec(spec: dict, data: str | None, model: str,
     exp = Expanded([])
     sets = spec.get("trace_set", {})
     stand_ins: dict[str, list[str]] = {}  # trace set -> windows replaced by synthetic data
+    root = program_root()
     for sw in spec.get("sweep", []):
         name = sw.get("name") or Path(sw["program"]).stem
         fixed: dict[str, str] = {}
@@ -195,7 +208,7 @@ def expand_spec(spec: dict, data: str | None, model: str,
         grid = sw.get("grid", {})
         names = sorted(grid)
         sets_ = tuple(spec.get("sets", [])) + tuple(sw.get("sets", [])) + \
-            (f"hbm.model={model}",)
+            (() if sw.get("own_model") else (f"hbm.model={model}",))
         for values in itertools.product(*(grid[n] for n in names)):
             params = {**sw.get("params", {}), **dict(zip(names, values))}
             for chosen in itertools.product(*(items for _, items in axes)):
@@ -204,12 +217,12 @@ def expand_spec(spec: dict, data: str | None, model: str,
                 for (stream, _), (path, lab) in zip(axes, chosen):
                     traces[stream] = path
                     labels.update(lab)
-                p = Point(str(_root() / sw["program"]), tuple(sorted(params.items())),
+                p = Point(str(root / sw["program"]), tuple(sorted(params.items())),
                           sw.get("hw", "paper-eval"), sets_, tuple(sorted(traces.items())),
                           True, name)
                 exp.points.append(p)
                 if labels:
-                    exp.labels[p.key] = labels
+                    exp.labels[p.ident] = labels
     for set_name, synthetic in stand_ins.items():
         if synthetic:
             replaced = list(dict.fromkeys(synthetic))
@@ -228,106 +241,18 @@ def spec_points(spec: dict, data: str | None, model: str,
     return exp.points, exp.notes
 
 
-# ---------------------------------------------------------------- claims
-_TERM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[([^\]]*)\])?\.([a-z_]+)")
-
-
-def _geomean(*xs: float) -> float:
-    if not xs or any(x <= 0 for x in xs):
-        raise SpecError("geomean() needs positive values")
-    return math.prod(xs) ** (1 / len(xs))
-
-
-FUNCTIONS = {"geomean": _geomean, "min": min, "max": max}
-
-
-def _selector(sel: str | None) -> dict[str, str]:
-    if not sel:
-        return {}
-    try:
-        return {k.strip(): v.strip() for k, v in (kv.split("=") for kv in sel.split(","))}
-    except ValueError:
-        raise SpecError(f"bad selector `[{sel}]` (want KEY=VALUE,...)") from None
-
-
-def _field(rec: dict, key: str) -> str | None:
-    """A selector key names a param of the point, else a label (a trace window)."""
-    if key in rec.get("params", {}):
-        return str(rec["params"][key])
-    return rec.get("labels", {}).get(key)
-
-
-def select(records: list[dict], tag: str, want: dict[str, str]) -> list[dict]:
-    return [r for r in records if r.get("tag") == tag and
-            all(_field(r, k) == v for k, v in want.items())]
-
-
-def claim_terms(expr: str) -> list[tuple[str, str, dict[str, str], str]]:
-    """The `tag[K=V,...].metric` terms of a claim: (text, tag, selector, metric)."""
-    return [(m.group(0), m.group(1), _selector(m.group(3)), m.group(4))
-            for m in _TERM.finditer(expr)]
-
-
-def _arith(expr: str, text: str) -> ast.Expression:
-    try:
-        tree = ast.parse(" ".join(text.split()), mode="eval")  # a claim may span lines
-    except SyntaxError as e:
-        raise SpecError(f"claim expression `{expr}` does not parse: {e.msg}") from None
-    allowed = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Load, ast.Div, ast.Mult,
-               ast.Add, ast.Sub, ast.Pow, ast.USub, ast.UnaryOp, ast.Call)
-    for n in ast.walk(tree):
-        ok = isinstance(n, allowed)
-        if isinstance(n, ast.Call):
-            ok = isinstance(n.func, ast.Name) and n.func.id in FUNCTIONS and not n.keywords
-        elif isinstance(n, ast.Name):
-            ok = n.id in FUNCTIONS or re.fullmatch(r"v\d+", n.id) is not None
-        elif isinstance(n, ast.Constant):
-            ok = isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
-        if not ok:
-            raise SpecError(f"claim expression `{expr}` is not arithmetic over point metrics "
-                            f"(allowed functions: {', '.join(FUNCTIONS)})")
-    return tree
-
-
-def evaluate_claim(expr: str, records: list[dict]) -> float:
-    """Evaluate `tag[K=V,...].metric` terms combined with + - * / **, numbers and
-    geomean/min/max. K is a param of the point or the stream of a trace window."""
-    values = []
-
-    def term(m: re.Match) -> str:
-        tag, want, metric = m.group(1), _selector(m.group(3)), m.group(4)
-        if metric not in METRICS:
-            raise SpecError(f"unknown metric `{metric}`")
-        hits = select(records, tag, want)
-        if len(hits) != 1:
-            raise SpecError(f"`{m.group(0)}` selects {len(hits)} points, not one")
-        if hits[0].get("status") != "ok":
-            raise SpecError(f"`{m.group(0)}` did not finish ({hits[0].get('status')})")
-        value = hits[0].get(metric)
-        if not isinstance(value, (int, float)):
-            raise SpecError(f"`{m.group(0)}` is not a number ({value})")
-        values.append(float(value))
-        return f"v{len(values) - 1}"
-
-    tree = _arith(expr, _TERM.sub(term, expr))
-    try:
-        return float(eval(compile(tree, "<claim>", "eval"),  # noqa: S307 - checked AST
-                          {"__builtins__": {}, **FUNCTIONS},
-                          {f"v{i}": v for i, v in enumerate(values)}))
-    except ZeroDivisionError:
-        raise SpecError(f"claim expression `{expr}` divides by zero") from None
-
-
 def check_claims(spec: dict) -> list[str]:
-    """Without running anything: every claim parses, and each of its terms names a known
-    metric and selects exactly one point of the spec's sweeps."""
+    """Without running anything: every claim parses, has a tolerance with a stated reason,
+    and each of its terms names a known metric and selects exactly one point (a series:
+    at least one) of the spec's sweeps; every reference it names is in the spec."""
+    from stepc.sweep.claims import _SERIES, _TERM, arith
     exp = expand_spec(spec, None, "ref")
-    recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.key, {})}
+    recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.ident, {})}
             for p in exp.points]
     problems = []
-    for c in spec.get("claim", []):
-        terms = claim_terms(c["value"])
-        if not terms:
+    for c in [*spec.get("claim", []), *spec.get("measure", [])]:
+        terms, series = claim_terms(c["value"]), series_terms(c["value"])
+        if not terms and not series:
             problems.append(f"{c['text']}: no `tag.metric` term")
         for text, tag, want, metric in terms:
             if metric not in METRICS:
@@ -335,27 +260,42 @@ def check_claims(spec: dict) -> list[str]:
             n = len(select(recs, tag, want))
             if n != 1:
                 problems.append(f"{c['text']}: `{text}` selects {n} points, not one")
+        for text, tag, want, metric, ref in series:
+            if metric not in METRICS:
+                problems.append(f"{c['text']}: `{text}`: unknown metric `{metric}`")
+            if not select(recs, tag, want):
+                problems.append(f"{c['text']}: `{text}` selects no point")
+            if ref not in spec.get("reference", {}):
+                problems.append(f"{c['text']}: `{text}`: no reference `{ref}` in the spec")
         try:
-            _arith(c["value"], _TERM.sub("v0", c["value"]))
+            arith(c["value"], _TERM.sub("v0", _SERIES.sub("v0", c["value"])))
         except SpecError as e:
             problems.append(f"{c['text']}: {e}")
-        if isinstance(c["paper"], str) and not re.fullmatch(r"[<>] -?[0-9.]+(e-?\d+)?",
-                                                              c["paper"]):
-            problems.append(f"{c['text']}: paper `{c['paper']}` is not `< N` or `> N`")
+        if "paper" in c:
+            problems += [f"{c['text']}: {p}" for p in claim_problems(c)]
     return problems
 
 
-def judge(claim: Claim, ours: float) -> bool:
-    if isinstance(claim.paper, str):
-        op, num = claim.paper.split()
-        return {"<": ours < float(num), ">": ours > float(num)}[op]
-    return abs(ours - claim.paper) <= claim.tolerance * abs(claim.paper) + 1e-12
-
-
 # ---------------------------------------------------------------- running and reporting
-def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
-              progress=None) -> tuple[str, bool]:
-    """Run a figure's spec; write results, CSV, plot and report; return (report path, ok)."""
+@dataclass
+class Reproduced:
+    """One figure's run: where its report is and what it found."""
+    report: str
+    reproduced: int = 0
+    not_reproduced: int = 0
+    needs_data: int = 0
+    failed_points: int = 0
+    reused: int = 0
+    simulated: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.not_reproduced and not self.failed_points
+
+
+def make_sweep(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
+               fresh: bool = False) -> tuple[dict, Expanded, Sweep, Path]:
+    """A figure's spec, points and sweep (its inputs read, synthetic traces written)."""
     spec = load_spec(figure)
     fig_dir = Path(out_dir) / f"fig{figure}"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -365,80 +305,133 @@ def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str
         (fig_dir / "traces").mkdir(exist_ok=True)
         for path, arr in dict(exp.writes).items():  # a set used by several sweeps: once
             np.save(path, arr)
-    points, notes = exp.points, exp.notes
     results = fig_dir / "results.jsonl"
-    Sweep(points, str(results), jobs).run(resume=True, progress=progress)
-    order = {p.key: i for i, p in enumerate(points)}
-    latest = {r["key"]: r for r in read_results(str(results)) if r.get("key") in order}
-    records = sorted(latest.values(), key=lambda r: order[r["key"]])
-    for r in records:
-        r["labels"] = exp.labels.get(r["key"], {})
+    if fresh and results.exists():
+        results.unlink()
+    return spec, exp, Sweep(exp.points, str(results), jobs), fig_dir
+
+
+def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
+              progress=None, fresh: bool = False) -> Reproduced:
+    """Run a figure's spec (reusing records of an earlier run whose inputs are unchanged,
+    unless `fresh`); write results, CSV, plots and report."""
+    spec, exp, sweep, fig_dir = make_sweep(figure, data, out_dir, jobs, model, fresh)
+    outcome = sweep.run(resume=True, progress=progress)
+    records = [{**r, "labels": exp.labels.get(p.ident, {})}
+               for p, r in zip(sweep.points, outcome.records)]
     _write_csv(records, fig_dir / "results.csv")
-    plot_lines = _plots(spec, records, fig_dir)
-    errors = sorted({r.get("error", "") for r in records if r.get("status") == "error"})
+    from stepc.sweep.figure_plots import spec_plots
+    plot_lines = spec_plots(spec, records, fig_dir)
+    done = Reproduced(str(fig_dir / "report.md"), reused=outcome.reused,
+                      simulated=outcome.ran,
+                      failed_points=sum(r.get("status") != "ok" for r in records))
     lines = [f"# Figure {figure}: {spec['title']}", ""]
-    lines += [f"- error: {e}" for e in errors[:3]]
+    lines += _run_lines(spec, records, outcome, exp.notes, model, data)
+    if spec.get("note"):
+        lines += ["", " ".join(spec["note"].split())]
+    references = load_references(spec, data)
+    lines += _claim_lines(spec, records, references, done, bool(exp.notes))
+    if spec.get("quirks"):
+        lines += ["", "Known quirks of the paper's artifact that this figure touches:", ""]
+        lines += [f"- {' '.join(q.split())}" for q in spec["quirks"]]
+    lines += _point_lines(spec, records, figure)
+    if plot_lines:
+        lines += [""] + plot_lines
+    Path(done.report).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return done
+
+
+def _run_lines(spec: dict, records: list[dict], outcome, notes: list[str], model: str,
+               data: str | None) -> list[str]:
+    """What ran: points, reused and simulated, memory model, data, stepc's code."""
+    errors = sorted({r.get("error", "") for r in records if r.get("status") == "error"})
+    lines = [f"- error: {e}" for e in errors[:3]]
     uses_traces = any(sw.get("trace") for sw in spec.get("sweep", []))
     source = ("synthetic where noted" if notes else "the paper's traces") if uses_traces \
         else "no traces needed"
+    own = [sw.get("name") or Path(sw["program"]).stem for sw in spec.get("sweep", [])
+           if sw.get("own_model")]
+    models = f"`{model}`" + (f" (own preset model: {', '.join(own)})" if own else "")
     lines.append(f"Points: {len(records)} ({sum(r['status'] == 'ok' for r in records)} ok). "
-                 f"HBM model: `{model}`. Data: {source}.")
+                 f"HBM model: {models}. Data: {source}.")
+    why = ", ".join(f"{n} {reason}" for reason, n in sorted(outcome.why_run.items()))
+    lines.append(f"Reused {outcome.reused} point(s) from an earlier run in this directory "
+                 f"(same program and imports, traces, hardware and stepc); simulated "
+                 f"{outcome.ran} now" + (f" ({why})" if why else "") +
+                 f". stepc {code_digest()}.")
     lines += [f"- {n}" for n in notes]
-    if spec.get("note"):
-        lines += ["", " ".join(spec["note"].split())]
-    lines += ["", "| claim | paper | stepc | |", "|---|---|---|---|"]
-    all_ok = True
+    for name, ref in spec.get("reference", {}).items():
+        where = f"`{ref['file']}` under {data}" if data else "not at hand (no --data)"
+        lines.append(f"- reference `{name}`: {ref.get('about', ref['file'])}; {where}")
+    return lines
+
+
+def _claim_lines(spec: dict, records: list[dict], references: dict, done: Reproduced,
+                 synthetic: bool) -> list[str]:
+    """The claims table, why the tolerances are what they are, why claims failed, and
+    measurements without a paper claim."""
+    lines = ["", "| # | claim | paper | accepted | stepc | |", "|---|---|---|---|---|---|"]
     failed: list[tuple[Claim, str]] = []
-    for c in spec.get("claim", []):
-        claim = Claim(c["text"], c["value"], c["paper"], c.get("tolerance", 0.05),
-                      c.get("quirk", ""))
+    reasons = []
+    for i, c in enumerate(spec.get("claim", []), 1):
+        claim = Claim.from_spec(c)
         try:
-            ours = evaluate_claim(claim.value, records)
-            ok = judge(claim, ours)
-            shown = f"{ours:.7g}" if claim.tolerance == 0 else f"{ours:.4g}"  # exact claims
+            ours = evaluate_claim(claim.value, records, references)
+            shown = claim.shown(ours)
+            verdict = "reproduced" if claim.holds(ours) else "NOT reproduced"
+        except NeedsData as e:
+            shown, verdict = "-", str(e)
         except SpecError as e:
-            ok, shown = False, f"n/a ({e})"
-        all_ok &= ok
-        if isinstance(claim.paper, str):
-            paper = claim.paper
-        else:
-            paper = f"{claim.paper:.4g} ± {claim.tolerance:.0%}" if claim.tolerance \
-                else f"{claim.paper:.7g} (exact)"
-        mark = "reproduced" if ok else "NOT reproduced" + (
-            " (synthetic data)" if notes else "")
-        lines.append(f"| {claim.text} | {paper} | {shown} | {mark} |")
-        if not ok:
+            shown, verdict = f"n/a ({e})", "NOT reproduced"
+        if verdict == "NOT reproduced":
+            done.not_reproduced += 1
             failed.append((claim, shown))
+            verdict += " (synthetic data)" if synthetic else ""
+        elif verdict == "reproduced":
+            done.reproduced += 1
+        else:
+            done.needs_data += 1
+        paper = claim.paper if isinstance(claim.paper, str) else f"{claim.paper:.7g}"
+        lines.append(f"| {i} | {claim.text} | {paper} | {claim.accepted()} | {shown} | "
+                     f"{verdict} |")
+        reasons.append(f"{i}. {claim.reason}")
+    lines += ["", "Why each claim's accepted values are what they are:", "", *reasons]
     if failed:
         lines += ["", "Why these claims are not reproduced (likely reasons):", ""]
-        reasons: dict[str, list[str]] = {}  # claims sharing a reason are listed together
+        why_of: dict[str, list[str]] = {}  # claims sharing a reason are listed together
         for claim, shown in failed:
             why = " ".join(claim.quirk.split()) or "no known artifact quirk explains it: " \
                 "a difference between stepc and the artifact to investigate"
             why += "" if why.endswith((".", "!", "?", ")")) else "."
-            reasons.setdefault(why, []).append(f"**{claim.text}** (stepc {shown})")
-        for why, claims in reasons.items():
-            if notes:
+            why_of.setdefault(why, []).append(f"**{claim.text}** (stepc {shown})")
+        for why, claims in why_of.items():
+            if synthetic:
                 why += " This run also used synthetic stand-ins for the paper's traces."
             lines.append(f"- {'; '.join(claims)}: {why}")
-    if spec.get("quirks"):
-        lines += ["", "Known quirks of the paper's artifact that this figure touches:", ""]
-        lines += [f"- {' '.join(q.split())}" for q in spec["quirks"]]
+    if spec.get("measure"):
+        lines += ["", "Measured, with no claim of the paper to compare:", "",
+                  "| measure | stepc | note |", "|---|---|---|"]
+        for m in spec["measure"]:
+            try:
+                shown = f"{evaluate_claim(m['value'], records, references):.4g}"
+            except (NeedsData, SpecError) as e:
+                shown = f"- ({e})"
+            lines.append(f"| {m['text']} | {shown} | {' '.join(m.get('note', '').split())} |")
+    return lines
+
+
+def _point_lines(spec: dict, records: list[dict], figure: str) -> list[str]:
     columns = spec.get("columns", DEFAULT_COLUMNS)
     bad = [c for c in columns if c not in METRICS]
     if bad:
         raise SpecError(f"figure {figure}: unknown report column(s) {', '.join(bad)}")
-    lines += ["", "| series | point | " + " | ".join(COLUMN_NAMES[c] for c in columns) + " |",
-              "|---|---|" + "---|" * len(columns)]
+    lines = ["", "| series | point | " + " | ".join(COLUMN_NAMES[c] for c in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
     for r in records:
         lines.append(f"| {r.get('tag')} | {_point_name(r)} | " +
                      " | ".join(_fmt(r.get(c)) if r.get("status") == "ok" else
                                 str(r.get("status")) for c in columns) + " |")
-    if plot_lines:
-        lines += [""] + plot_lines
-    report = fig_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return str(report), all_ok
+    return lines
 
 
 def _fmt(v) -> str:
@@ -466,107 +459,8 @@ def _write_csv(records: list[dict], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(fields)
+        root = program_root()
         for r in records:
+            r = {**r, "program": os.path.relpath(r["program"], root)}
             w.writerow([r.get(k) if not isinstance(r.get(k), dict) else
                         " ".join(f"{a}={b}" for a, b in sorted(r[k].items())) for k in fields])
-
-
-def _plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
-    """Every plot of the spec (`plot` is a table or a list of tables): figure.png,
-    figure-2.png, ...; report lines that show them (or say why one could not be drawn)."""
-    opts_list = spec.get("plot") or []
-    if isinstance(opts_list, dict):
-        opts_list = [opts_list]
-    x_of = {sw.get("name") or Path(sw["program"]).stem: sw["plot_x"]
-            for sw in spec.get("sweep", []) if "plot_x" in sw}
-    from stepc.sweep.plot import PlotError
-    lines = []
-    for i, opts in enumerate(opts_list):
-        name = "figure.png" if i == 0 else f"figure-{i + 1}.png"
-        try:
-            if opts.get("kind", "scatter") == "ratio":
-                table, draw = _ratio_bars(opts, records, fig_dir / name)
-                lines += table  # the bars' values, even without matplotlib
-                draw()
-            else:
-                _scatter_plot(opts, records, x_of, fig_dir / name)
-        except PlotError as e:
-            lines.append(f"(no plot {name}: {e})")
-            continue
-        lines.append(f"![{opts.get('title', 'figure')}]({name})")
-    return lines
-
-
-def _value(rec: dict, name: str):
-    """A metric of a record, else one of its params (e.g. the region count R)."""
-    if name in METRICS or name in rec:
-        return rec.get(name)
-    return rec["params"].get(name)
-
-
-def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: Path) -> None:
-    from stepc.sweep.plot import scatter
-    x, y = opts["x"], opts["y"]
-    tags = opts.get("tags")
-    recs = []
-    for r in records:
-        if r.get("status") != "ok" or (tags and r.get("tag") not in tags):
-            continue
-        recs.append({**r, x: _value(r, x_of.get(r.get("tag"), x)), y: _value(r, y)})
-    xlabel = opts.get("xlabel")
-    shown = sorted(t for t in x_of if any(r.get("tag") == t for r in recs))
-    if xlabel is None and shown:
-        xlabel = f"{x.replace('_', ' ')}; {', '.join(shown)}: " + \
-            ", ".join(sorted({x_of[t].replace('_', ' ') for t in shown}))
-    # a param on x (regions R, batch B): tick exactly its values
-    ticks = sorted({r[x] for r in recs if isinstance(r[x], (int, float))}) \
-        if x not in METRICS and x_of.keys().isdisjoint({r.get("tag") for r in recs}) else None
-    scatter(recs, x, y, str(path), opts.get("label"), "tag", opts.get("logx", False),
-            opts.get("logy", False), opts.get("front", True), force=True, xlabel=xlabel,
-            ylabel=opts.get("ylabel"), title=opts.get("title"), xticks=ticks)
-
-
-def _ratio_bars(opts: dict, records: list[dict], path: Path):
-    """Bars of series[metric] / over[metric] for points matched on `match` keys, grouped by
-    `group` keys (reduced by a geometric mean when a group holds several points): a table of
-    the bars for the report, and a function drawing them."""
-    from stepc.sweep.plot import PlotError, grouped_bars
-    metric = opts.get("metric", "cycles")
-    over, series = opts["over"], opts["series"]
-    match = opts["match"]
-    group = opts.get("group", match)
-    ok = [r for r in records if r.get("status") == "ok"]
-    base = {tuple(_field(r, k) for k in match): r for r in ok if r.get("tag") == over}
-    groups: dict[tuple, dict[str, list[float]]] = {}
-    for r in ok:  # records are in spec order, so groups keep it
-        if r.get("tag") not in series:
-            continue
-        b = base.get(tuple(_field(r, k) for k in match))
-        if b is None or not isinstance(r.get(metric), (int, float)) or not b.get(metric):
-            continue
-        gkey = tuple(_field(r, k) for k in group)
-        groups.setdefault(gkey, {}).setdefault(r["tag"], []).append(r[metric] / b[metric])
-    if not groups:
-        raise PlotError(f"no `{over}` point matches a point of {', '.join(series)}")
-    reduce = opts.get("reduce")
-    names = [" ".join(f"{k}={v}" if k in ("B", "R") else str(v) for k, v in zip(group, g))
-             for g in groups]
-    cols: dict[str, list[float | None]] = {s: [] for s in series}
-    for g in groups.values():
-        for s in series:
-            vals = g.get(s, [])
-            if len(vals) > 1 and reduce != "geomean":
-                raise PlotError(f"several `{s}` points per group; set reduce = \"geomean\"")
-            cols[s].append(_geomean(*vals) if vals else None)
-    ylabel = opts.get("ylabel", f"{metric} / {over} {metric}")
-    head = "geomean of " if reduce == "geomean" else ""
-    out = ["| " + " ".join(group) + " | " + " | ".join(f"{head}{s} / {over}" for s in series)
-           + " |", "|---|" + "---|" * len(series)]
-    for i, n in enumerate(names):
-        out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
-                                            for s in series) + " |")
-
-    def draw() -> None:
-        grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
-                     title=opts.get("title"))
-    return out + [""], draw

@@ -1,18 +1,59 @@
-"""Running the points of a sweep: one process per point, results appended as JSON lines.
+"""Running the points of a sweep: one worker process per point, records appended as JSON lines.
 
 A point is a program file, its `-D` overrides, a hardware spec (preset name or TOML path,
-plus `--set` items) and trace files for external streams. Its key (sorted JSON of those)
-lets `--resume` skip points an earlier, interrupted sweep already finished.
+plus `--set` items) and trace files for external streams. Before anything runs, the
+submitting process reads every input: the program with each file it imports, the traces,
+the hardware configuration. Workers get those contents, never paths, so a worker in another
+directory or on another machine runs exactly what was read.
+
+A point's key holds its settings and digests of those inputs and of stepc's own code, so
+`--resume` reuses a record only while the program (with its imports), the traces, the
+hardware and stepc are what they were. Every record is sealed with a digest of its fields:
+a record edited after it was written is not reused either. Failed points are retried.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import json
 import os
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import stepc
+
+DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
+# Files of the package that only present results: editing them leaves records valid.
+PRESENTATION = ("cli.py", "cli_sweep.py", "docgen.py", "fidelity.py", "viz/", "experiments/",
+                "ops/examples/", "sweep/plot.py", "sweep/pareto.py", "sweep/reproduce.py",
+                "sweep/claims.py", "sweep/figure_plots.py")
+
+
+@functools.cache
+def code_digest() -> str:
+    """stepc's version and a digest of every package file a record depends on (all code,
+    grammar and hardware files except the presentation modules)."""
+    root = Path(stepc.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix in (".py", ".tx", ".toml") and not rel.startswith(PRESENTATION) \
+                and "__pycache__" not in rel:
+            h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{stepc.__version__}+{h.hexdigest()[:12]}"
+
+
+def _sha(*chunks: bytes) -> str:
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(len(c).to_bytes(8, "little") + c)
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -24,13 +65,65 @@ class Point:
     traces: tuple[tuple[str, str], ...] = ()
     timing_only: bool = True
     tag: str = ""  # a name for the series this point belongs to
+    digests: tuple[tuple[str, str], ...] = ()  # of its inputs and of stepc (see `prepare`)
+
+    def settings(self) -> dict:
+        return {"program": self.program, "params": dict(self.params), "hw": self.hw,
+                "sets": list(self.sets), "traces": dict(self.traces),
+                "timing_only": self.timing_only, "tag": self.tag}
+
+    @property
+    def ident(self) -> str:
+        """The point's settings: the same across edits of its files."""
+        return json.dumps(self.settings(), sort_keys=True)
 
     @property
     def key(self) -> str:
-        return json.dumps({"program": self.program, "params": dict(self.params),
-                           "hw": self.hw, "sets": list(self.sets),
-                           "traces": dict(self.traces), "timing_only": self.timing_only,
-                           "tag": self.tag}, sort_keys=True)
+        """Settings and input digests: a record with this key ran on these very inputs."""
+        return json.dumps({**self.settings(), "digests": dict(self.digests)}, sort_keys=True)
+
+
+@dataclass
+class Inputs:
+    """What a worker needs, read by the submitting process: no worker opens a file."""
+    files: dict[str, bytes] = field(default_factory=dict)  # the program and its imports
+    arrays: dict = field(default_factory=dict)  # stream -> trace array
+    hw: object = None  # the hardware configuration
+    error: str = ""  # why an input could not be read (the point then fails without running)
+
+
+def prepare(point: Point, traces: dict | None = None) -> tuple[Point, Inputs]:
+    """Read a point's inputs; return the point with their digests, and the inputs.
+    `traces` caches trace files shared by several points."""
+    from stepc.frontend import program_files
+    from stepc.hw import ConfigError, load_config
+    from stepc.traces import TraceError, load_array
+
+    traces = {} if traces is None else traces
+    inputs = Inputs(files=program_files(point.program))
+    digests = {"program": _sha(*(c for name in sorted(inputs.files)
+                                 for c in (name.encode(), inputs.files[name])))}
+    for stream, path in point.traces:
+        if path not in traces:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                traces[path] = (_sha(data), load_array(path), "")
+            except (OSError, TraceError) as e:
+                msg = f"no such file: {path}" if isinstance(e, FileNotFoundError) else str(e)
+                traces[path] = ("unreadable", None, f"trace {stream}: {msg}")
+        digest, array, error = traces[path]
+        digests[f"trace {stream}"] = digest
+        inputs.arrays[stream] = array
+        inputs.error = inputs.error or error
+    try:
+        inputs.hw = load_config(point.hw, point.sets)
+        digests["hw"] = _sha(inputs.hw.to_toml().encode())
+    except ConfigError as e:
+        digests["hw"] = "unreadable"
+        inputs.error = inputs.error or str(e)
+    digests["stepc"] = code_digest()
+    return replace(point, digests=tuple(sorted(digests.items()))), inputs
 
 
 def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str],
@@ -49,27 +142,36 @@ def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str]
     return out
 
 
-def run_point(point: Point) -> dict:
+def seal(record: dict) -> str:
+    """A digest of a record's fields (without its seal)."""
+    body = json.dumps({k: v for k, v in record.items() if k != "seal"}, sort_keys=True)
+    return _sha(body.encode())
+
+
+def _diagnostic_text(d) -> str:
+    return f"{d.span}: {d.message}" if d.span else d.message
+
+
+def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     """Analyze and simulate one point (in a worker process); failures become records."""
     from stepc.analyze import analyze
     from stepc.analyze.report import json_value
-    from stepc.frontend import compile_file
-    from stepc.hw import load_config
+    from stepc.frontend import compile_files
     from stepc.sim.run import simulate
-    from stepc.traces import load_array
 
-    record = {"key": point.key, "program": point.program, "params": dict(point.params),
-              "hw": point.hw, "sets": list(point.sets), "traces": dict(point.traces),
-              "tag": point.tag}
+    if inputs is None:
+        point, inputs = prepare(point)
+    record = {**point.settings(), "key": point.key, "digests": dict(point.digests)}
     t0 = time.perf_counter()
     try:
-        result = compile_file(point.program, dict(point.params))
+        if inputs.error:
+            raise _InputError(inputs.error)
+        result = compile_files(inputs.files, point.program, dict(point.params))
         if not result.ok:
-            errors = [f"{d.span}: {d.message}" for d in result.diagnostics.errors[:3]]
-            return {**record, "status": "error", "error": "; ".join(errors)}
-        hw = load_config(point.hw, point.sets)
-        arrays = {name: load_array(path) for name, path in point.traces}
-        run = simulate(result.typed, hw, arrays, functional=not point.timing_only)
+            errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
+            raise _InputError("; ".join(errors))
+        hw = inputs.hw
+        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
         a = analyze(result.typed, "artifact", hw).bind(dict(run.bindings))
         t = a.totals
         alloc = a.allocated_compute
@@ -87,24 +189,17 @@ def run_point(point: Point) -> dict:
             "hbm_model": hw.hbm.model,
             "row_hit_rate": run.row_hit_rate,
         })
+    except _InputError as e:
+        record.update({"status": "error", "error": str(e)})
     except Exception as e:  # a bad point must not end the sweep
         record.update({"status": "error", "error": f"{type(e).__name__}: {e}"})
     record["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    record["seal"] = seal(record)
     return record
 
 
-def finished_keys(path: str) -> set[str]:
-    """Keys of the points an existing results file holds (a torn last line is ignored)."""
-    keys = set()
-    if not os.path.exists(path):
-        return keys
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                keys.add(json.loads(line)["key"])
-            except (json.JSONDecodeError, KeyError):
-                continue
-    return keys
+class _InputError(Exception):
+    """A point whose program or inputs are wrong: reported without a Python type name."""
 
 
 def point_label(rec: dict) -> str:
@@ -114,6 +209,22 @@ def point_label(rec: dict) -> str:
     parts = [os.path.basename(rec["program"]), params, traces,
              rec["hw"] + ("+" + ",".join(rec["sets"]) if rec["sets"] else "")]
     return " ".join(p for p in parts if p)
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key under which `B=256` comes before `B=1024` (digit runs compare as numbers)."""
+    import re
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t)
+                 for t in re.split(r"(\d+)", text) if t)
+
+
+def point_order(rec: dict) -> tuple:
+    """Sort key of records: program, then params and traces by value, then hardware."""
+    return (os.path.basename(rec["program"]),
+            tuple((k, natural_key(str(v))) for k, v in sorted(rec["params"].items())),
+            tuple((k, natural_key(os.path.basename(v)))
+                  for k, v in sorted(rec["traces"].items())),
+            natural_key(rec["hw"]), tuple(rec["sets"]))
 
 
 def _drop_torn_line(path: str) -> None:
@@ -127,14 +238,142 @@ def _drop_torn_line(path: str) -> None:
 
 
 def read_results(path: str) -> list[dict]:
+    """Every record of a results file, in file order (a torn line is skipped)."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(rec, dict) and "key" in rec:
+                out.append(rec)
     return out
+
+
+def _ident(rec: dict) -> str:
+    try:
+        settings = json.loads(rec["key"])
+    except (TypeError, ValueError):
+        return ""
+    settings.pop("digests", None)
+    return json.dumps(settings, sort_keys=True)
+
+
+def latest_records(records: list[dict]) -> list[dict]:
+    """The last record of each point (by its settings), in order of first appearance: a
+    resumed sweep appends re-runs after the records they replace."""
+    latest: dict[str, dict] = {}
+    for rec in records:
+        latest[_ident(rec)] = rec
+    return list(latest.values())
+
+
+def _why_changed(old: dict, point: Point) -> str:
+    """Which input of a point changed since an earlier record was made."""
+    new = dict(point.digests)
+    was = old.get("digests", {})
+    for name, what in (("stepc", "stepc changed"), ("program", "program changed"),
+                       ("hw", "hardware changed")):
+        if was.get(name) != new.get(name):
+            return what
+    return "trace changed"
+
+
+@dataclass
+class Earlier:
+    """What a results file already holds for a list of points."""
+    reusable: dict[str, dict] = field(default_factory=dict)  # key -> record
+    why_rerun: dict[str, str] = field(default_factory=dict)  # key -> reason
+
+
+def earlier_results(path: str, points: list[Point]) -> Earlier:
+    """The records a resumed sweep may reuse, and for every other point why it runs: new,
+    failed before, its record altered since it was written, or an input changed."""
+    out = Earlier()
+    if not os.path.exists(path):
+        return out
+    by_key = {p.key: p for p in points}
+    by_ident = {p.ident: p for p in points}
+    last: dict[str, tuple[str, dict]] = {}  # point key -> (verdict, record) of its last record
+    for rec in read_results(path):
+        p = by_key.get(rec["key"]) or by_ident.get(_ident(rec))
+        if p is None:
+            continue
+        if "seal" not in rec or "digests" not in rec:
+            verdict = "stepc changed"  # a record of a stepc that did not seal records
+        elif rec["seal"] != seal(rec):
+            verdict = "record altered"
+        elif rec["key"] != p.key:
+            verdict = _why_changed(rec, p)
+        elif rec.get("status") not in DONE:
+            verdict = "failed before"
+        else:
+            verdict = "reuse"
+        if verdict == "reuse" or last.get(p.key, ("",))[0] != "reuse":
+            last[p.key] = (verdict, rec)
+    for key, (verdict, rec) in last.items():
+        if verdict == "reuse":
+            out.reusable[key] = rec
+        else:
+            out.why_rerun[key] = verdict
+    return out
+
+
+@dataclass
+class Outcome:
+    """A finished sweep: one record per point (in point order), and what was reused."""
+    records: list[dict]
+    reused: int
+    ran: int
+    why_run: Counter  # reason -> points (re)run for it ("new" for points never run)
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a sweep; the records finished so far are in the results file."""
+
+    def __init__(self, finished: int, total: int):
+        super().__init__(f"{finished} of {total} points finished")
+        self.finished, self.total = finished, total
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the main process, which stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalPool:
+    """A local process pool with the Executor methods a sweep uses, whose workers ignore
+    Ctrl-C and can all be ended at once (`terminate`)."""
+
+    def __init__(self, jobs: int):
+        import multiprocessing
+        self._pool = multiprocessing.Pool(max(1, jobs), initializer=_ignore_sigint)
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        fut.set_running_or_notify_cancel()
+        self._pool.apply_async(fn, args, callback=fut.set_result,
+                               error_callback=fut.set_exception)
+        return fut
+
+    def terminate(self) -> None:
+        self._pool.terminate()
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.close()
+        if wait:
+            self._pool.join()
+
+
+def _stop(executor, futures) -> None:
+    """End a sweep now: a local pool's workers at once, else the futures not started."""
+    if isinstance(executor, LocalPool):
+        executor.terminate()
+        return
+    for fut in futures:
+        fut.cancel()
+    executor.shutdown(wait=False)
 
 
 @dataclass
@@ -144,30 +383,55 @@ class Sweep:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     executor: object = None  # a concurrent.futures.Executor; a local process pool by default
 
-    def run(self, resume: bool = False, progress=None) -> list[dict]:
-        """Run the points not finished yet; append each record as soon as it arrives."""
-        done = finished_keys(self.out) if resume else set()
+    def __post_init__(self) -> None:
+        """Read every point's inputs now: `points` then carry their digests (and keys)."""
+        cache: dict = {}
+        prepared = [prepare(p, cache) for p in self.points]
+        self.points = [p for p, _ in prepared]
+        self.inputs = [i for _, i in prepared]
+
+    def earlier(self) -> Earlier:
+        return earlier_results(self.out, self.points)
+
+    def run(self, resume: bool = False, progress=None) -> Outcome:
+        """Run the points without a reusable record; append each record as it arrives."""
         if not resume and os.path.exists(self.out):
             raise FileExistsError(self.out)
+        earlier = self.earlier() if resume else Earlier()
         if resume:
             _drop_torn_line(self.out)
-        todo = [p for p in self.points if p.key not in done]
-        records = []
-        executor = self.executor or ProcessPoolExecutor(max_workers=max(1, self.jobs))
-        try:
-            with open(self.out, "a", encoding="utf-8") as f:
-                futures = [executor.submit(run_point, p) for p in todo]
+        records: list[dict | None] = [earlier.reusable.get(p.key) for p in self.points]
+        todo = [i for i, r in enumerate(records) if r is None]
+        why = Counter(earlier.why_rerun.get(self.points[i].key, "new") for i in todo)
+        executor = self.executor or LocalPool(self.jobs)
+        futures: dict = {}
+        interrupted = False
+        with open(self.out, "a", encoding="utf-8") as f:
+            def keep(i: int, rec: dict) -> None:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
+                f.flush()
+                records[i] = rec
+                if progress is not None:
+                    progress(rec)
+            try:
+                for i in todo:
+                    if self.inputs[i].error:  # nothing to run: record the reason
+                        keep(i, run_point(self.points[i], self.inputs[i]))
+                    else:
+                        futures[executor.submit(run_point, self.points[i],
+                                                self.inputs[i])] = i
                 for fut in as_completed(futures):
-                    rec = fut.result()
-                    f.write(json.dumps(rec, sort_keys=True) + "\n")
-                    f.flush()
-                    records.append(rec)
-                    if progress is not None:
-                        progress(rec)
-        finally:
-            if self.executor is None:
-                executor.shutdown(cancel_futures=True)
-        return records
+                    keep(futures[fut], fut.result())
+            except KeyboardInterrupt:
+                interrupted = True
+                _stop(executor, futures)
+                raise Interrupted(sum(r is not None for r in records),
+                                  len(records)) from None
+            finally:
+                if self.executor is None and not interrupted:
+                    executor.shutdown()
+        return Outcome(records, len(self.points) - len(todo), len(todo), why)
 
 
-__all__ = ["Point", "Sweep", "grid_points", "run_point", "read_results", "asdict"]
+__all__ = ["Point", "Sweep", "Outcome", "Interrupted", "grid_points", "run_point",
+           "read_results", "latest_records", "prepare", "code_digest", "point_order"]

@@ -1,0 +1,437 @@
+"""The `stepc sweep`, `stepc plot` and `stepc reproduce` commands (registered by stepc.cli).
+
+Exit codes beyond stepc's usual ones: `sweep` exits 1 when any point failed (3 when the
+only failures are deadlocks), `reproduce` exits 1 when any point failed, and both exit 130
+on Ctrl-C after stopping their workers, with every finished point kept for `--resume`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+
+import click
+
+from stepc.cli import (EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _load_hw, _pairs,
+                       check_overrides, emit_diagnostics, parse_defines)
+from stepc.frontend import compile_file
+
+EXIT_INTERRUPTED = 130
+MAX_POINTS = 10_000
+_RANGE = re.compile(r"(-?\w+)\.\.(-?\w+)(?::(\w+))?")
+
+
+def grid_values(name: str, text: str) -> list[int]:
+    """The values of `--grid NAME=...`: integers and ranges, comma-separated: `16,32`,
+    `16..256` (every integer, both ends included), `16..256:pow2` (powers of two),
+    `0..64:8` (step 8). Repeated values count once."""
+    values: list[int] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        m = _RANGE.fullmatch(item)
+        try:
+            if m is None:
+                values.append(int(item, 0))
+                continue
+            lo, hi, step = int(m.group(1), 0), int(m.group(2), 0), m.group(3)
+        except ValueError:
+            raise click.UsageError(f"--grid {name}: expected integers or ranges like 16..256 "
+                                   f"or 16..256:pow2, found {item!r}") from None
+        if lo > hi:
+            raise click.UsageError(f"--grid {name}: range {item} runs backwards")
+        if step == "pow2":
+            found = [1 << k for k in range(max(lo, 1).bit_length() - 1, hi.bit_length())
+                     if lo <= 1 << k <= hi]
+            if not found:
+                raise click.UsageError(f"--grid {name}: no power of two in {lo}..{hi}")
+        else:
+            try:
+                by = int(step or "1", 0)
+            except ValueError:
+                raise click.UsageError(f"--grid {name}: range step {step!r} is not `pow2` or "
+                                       "a positive integer") from None
+            if by < 1:
+                raise click.UsageError(f"--grid {name}: range step must be positive")
+            if (hi - lo) // by >= MAX_POINTS:
+                raise click.UsageError(f"--grid {name}: {item} has more than {MAX_POINTS:,} "
+                                       "values")
+            found = list(range(lo, hi + 1, by))
+        values += found
+    if not values:
+        raise click.UsageError(f"--grid {name}: no values")
+    return list(dict.fromkeys(values))
+
+
+def _interrupted(finished: int, total: int, out: str, again: str) -> None:
+    click.echo(f"interrupted: {finished} of {total} points finished, kept in {out}; "
+               f"{again}", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+SWEEP_EXAMPLE = """\b
+Examples:
+  stepc sweep programs/swiglu.step --hw hdl-validation --grid TB=16,32,64 --grid TI=16..256:pow2
+  stepc sweep programs/moe_static.step programs/moe_dynamic.step -D B=64 \\
+      --grid TILE_N=8..64:pow2 --trace routing=a.npz,b.npz --pareto cycles,on_chip_bytes \\
+      --baseline program=moe_static.step
+Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage error,
+130 interrupted (finished points are kept: rerun with --resume)."""
+
+
+@click.command("sweep", epilog=SWEEP_EXAMPLE)
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
+              help="Fix a `param` of every program for every point (repeatable).")
+@click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
+              help="Values of a param to sweep, e.g. 16,32,64, 16..256 (every integer), "
+              "16..256:pow2 or 0..64:8 (repeatable; the cross product is run).")
+@click.option("--hw", "hws", multiple=True, metavar="PRESET|PATH",
+              help="Hardware configurations to sweep (repeatable; default: paper-eval).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a hardware setting for every point (repeatable).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH1,PATH2,...",
+              help="Trace files for an external stream (swept like a param).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes (default: the number of cores).")
+@click.option("--out", default="results.jsonl", show_default=True, metavar="FILE.jsonl",
+              help="Results, one JSON line per finished point.")
+@click.option("--resume", is_flag=True, help="Continue a sweep in --out: skip the points it "
+              "finished whose program, traces, hardware and stepc are unchanged; rerun the "
+              "others (failed ones too).")
+@click.option("--timing-only/--functional", "timing_only", default=True,
+              help="Carry no tile values (the default; same cycles) or compute them.")
+@click.option("--pareto", default=None, metavar="M1,M2",
+              help="Print the Pareto-optimal points over these metrics (minimised), e.g. "
+              "cycles,on_chip_bytes.")
+@click.option("--baseline", "baselines", multiple=True, metavar="FIELD=VALUE",
+              help="Select the baseline points (e.g. program=programs/moe_static.step); "
+              "the others get their Pareto Improvement Distance to the baseline front.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True, help="Where points run: a local process pool or a Dask "
+              "cluster (--scheduler); programs and traces are read here and shipped.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler address for --backend dask.")
+def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
+              pareto, baselines, backend, scheduler):
+    """Run every combination of params x hardware x traces of .step programs, in parallel,
+    and compare the points."""
+    try:
+        _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
+               pareto, baselines, backend, scheduler)
+    except KeyboardInterrupt:  # before the points ran, or a second Ctrl-C
+        kept = f"; finished points are kept in {out}: continue with the same command and " \
+            "--resume" if os.path.exists(out) else ""
+        click.echo(f"interrupted{kept}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
+           pareto, baselines, backend, scheduler) -> None:
+    from rich.console import Console
+
+    from stepc.sweep.runner import Interrupted, Sweep, grid_points
+
+    if scheduler and backend != "dask":
+        raise click.UsageError("--scheduler needs --backend dask")
+    if baselines and not pareto:
+        raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
+    fixed = parse_defines(defines)
+    grid: dict[str, list[int]] = {n: grid_values(n, v) for n, v in _pairs(grids, "--grid")}
+    both = sorted(set(fixed) & set(grid))
+    if both:
+        raise click.UsageError(f"-D {both[0]} and --grid {both[0]}: give the param one or "
+                               "the other")
+    grid.update({n: [v] for n, v in fixed.items()})
+    total = 1
+    for values in grid.values():
+        total *= len(values)
+    trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
+                  _pairs(traces, "--trace")}
+    for values in trace_sets.values():
+        total *= len(values)
+    if total * len(files) * max(1, len(hws)) > MAX_POINTS:
+        raise click.UsageError(f"the sweep has more than {MAX_POINTS:,} points: narrow the "
+                               "grid")
+    for name, paths in trace_sets.items():
+        for path in paths:
+            if not os.path.exists(path):
+                raise click.UsageError(f"--trace {name}: no such file {path}")
+    for f in files:
+        result = compile_file(f, fixed)
+        check_overrides(result)
+        if not result.ok:
+            emit_diagnostics(result)
+            sys.exit(EXIT_PROGRAM)
+        unknown = sorted(set(grid) - set(result.typed.program.params))
+        if unknown:
+            raise click.UsageError(f"--grid {unknown[0]}: {f} has no parameter "
+                                   f"`{unknown[0]}`")
+    for h in hws or ("paper-eval",):
+        _load_hw(h, sets)
+    if os.path.exists(out) and not resume:
+        raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, "
+                               "or choose another file")
+    points = grid_points(list(files), grid, list(hws or ("paper-eval",)), tuple(sets),
+                         trace_sets, timing_only)
+    client = _dask_client(scheduler) if backend == "dask" else None
+    try:
+        sweep = Sweep(points, out, jobs or (os.cpu_count() or 1),
+                      client.get_executor() if client else None)
+        if resume:
+            earlier = sweep.earlier()
+            rerun = Counter(earlier.why_rerun.values())
+            rerun["new"] = len(points) - len(earlier.reusable) - sum(rerun.values())
+            why = ", ".join(f"{n} {w}" for w, n in sorted(rerun.items()) if n)
+            click.echo(f"resuming {out}: skipping {len(earlier.reusable)} finished point(s), "
+                       f"running {len(points) - len(earlier.reusable)}"
+                       + (f" ({why})" if why else ""), err=True)
+        console = Console(stderr=True)
+        try:
+            with _sweep_progress(console, len(points)) as progress:
+                outcome = sweep.run(resume=resume, progress=progress)
+        except Interrupted as e:
+            _interrupted(e.finished, e.total, out, "continue with the same command and "
+                         "--resume")
+    finally:
+        if client is not None:
+            client.close()
+    records = outcome.records
+    _sweep_summary(records, Console(file=sys.stdout, width=140))
+    if pareto:
+        _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
+    failed = Counter(r["status"] for r in records if r["status"] != "ok")
+    if failed:
+        kinds = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
+        click.echo(f"stepc: {sum(failed.values())} of {len(records)} points failed ({kinds}); "
+                   "--resume reruns them", err=True)
+        sys.exit(EXIT_PROGRAM if failed.get("error") else EXIT_DEADLOCK)
+    sys.exit(EXIT_OK)
+
+
+def _dask_client(scheduler):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise click.UsageError("--backend dask needs Dask distributed: pip install "
+                               "'stepc[dask]'") from None
+    if not scheduler:
+        raise click.UsageError("--backend dask needs --scheduler ADDRESS")
+    try:
+        return Client(scheduler, timeout=10)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise click.UsageError(f"--scheduler {scheduler}: cannot connect ({e})") from None
+
+
+class _sweep_progress:
+    """A progress bar over points on stderr (only on a terminal)."""
+
+    def __init__(self, console, total: int):
+        self.console, self.total = console, total
+
+    def __enter__(self):
+        if not self.console.is_terminal:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        self.bar = Progress(BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=self.console, transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("sweep", total=self.total or None)
+        return lambda rec: self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        if self.console.is_terminal:
+            self.bar.__exit__(*exc)
+        return False
+
+
+def _sweep_summary(records: list[dict], console) -> None:
+    from rich.table import Table
+
+    from stepc.sweep.runner import point_label, point_order
+    table = Table(title=f"{len(records)} points", title_justify="left")
+    dram = any(rec.get("row_hit_rate") is not None for rec in records)
+    cols = ["point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"]
+    for col in cols + (["row hits"] if dram else []):
+        table.add_column(col, justify="left" if col in ("point", "status") else "right")
+    records = sorted(records, key=point_order)
+    for rec in records:
+        def f(key):
+            v = rec.get(key)
+            return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
+        hits = rec.get("row_hit_rate")
+        table.add_row(point_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
+                      f("on_chip_bytes"), f("on_chip_bytes_on_demand"),
+                      *([f"{100 * hits:.1f}%" if hits is not None else "-"] if dram else []))
+    console.print(table)
+    for rec in records:
+        if rec["status"] == "error":
+            click.echo(f"error in {point_label(rec)}: {rec.get('error')}", err=True)
+
+
+def _matches(rec: dict, field: str, value: str) -> bool:
+    if field == "program":
+        return rec["program"] == value or os.path.basename(rec["program"]) in (
+            value, value + ".step")
+    if field in rec["params"]:
+        return str(rec["params"][field]) == value
+    return str(rec.get(field)) == value
+
+
+def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
+    from stepc.sweep.pareto import pareto_front, pid
+    from stepc.sweep.runner import point_label, point_order
+
+    ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
+    for m in metrics:
+        if any(not isinstance(r.get(m), (int, float)) for r in ok):
+            raise click.UsageError(f"--pareto {m}: not a numeric metric of every point")
+    vals = [tuple(r[m] for m in metrics) for r in ok]
+    click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
+    for i in pareto_front(vals):
+        click.echo(f"  {point_label(ok[i])}: "
+                   + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
+    if baselines:
+        base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
+        if not base:
+            raise click.UsageError("--baseline selects no point")
+        click.echo("Pareto Improvement Distance to the baseline front "
+                   "(> 1: beyond it, 1: on it, < 1: dominated):")
+        for i, r in enumerate(ok):
+            if i not in base:
+                distance = pid(vals[i], [vals[j] for j in base])
+                click.echo(f"  {point_label(r)}: PID {distance:.3f}")
+
+
+PLOT_EXAMPLE = """\b
+Examples:
+  stepc plot results.jsonl --x on_chip_bytes --y cycles --label TILE_N --logx -o pareto.png
+  stepc plot results.jsonl --bar cycles --relative-to TB=16 --group TB --label TI -o speedup.svg"""
+
+
+@click.command("plot", epilog=PLOT_EXAMPLE)
+@click.argument("results", type=str, metavar="RESULTS.jsonl")
+@click.option("--x", "x", default="on_chip_bytes", show_default=True, metavar="METRIC",
+              help="Metric on the x axis of a scatter plot.")
+@click.option("--y", "y", default="cycles", show_default=True, metavar="METRIC",
+              help="Metric on the y axis of a scatter plot.")
+@click.option("--label", default=None, metavar="PARAM",
+              help="Label points (bars: name bars) with a param's value.")
+@click.option("--group", default=None, metavar="FIELD",
+              help="One series (bars: one colour) per value of this field or param "
+              "[scatter default: program].")
+@click.option("--logx", is_flag=True, help="Logarithmic x axis (scatter plots).")
+@click.option("--logy", is_flag=True, help="Logarithmic y (value) axis.")
+@click.option("--bar", "bar_metric", default=None, metavar="METRIC",
+              help="A bar chart of this metric instead of a scatter plot.")
+@click.option("--relative-to", "relative", multiple=True, metavar="FIELD=VALUE",
+              help="With --bar: divide the selected baseline point's metric by each "
+              "point's (a speedup, for cycles).")
+@click.option("-o", "--output", "out", required=True, metavar="FILE.png|svg|pdf",
+              help="The picture to write.")
+@click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
+@click.pass_context
+def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
+    """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
+    than once (a resumed sweep) is plotted from its last record."""
+    from stepc.sweep.plot import PlotError, bars, scatter
+    from stepc.sweep.runner import latest_records, read_results
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+    if bar_metric:
+        ignored = [f"--{n}" for n in ("x", "y", "logx") if given(n)]
+        if ignored:
+            raise click.UsageError(f"{', '.join(ignored)}: not for bar charts (--bar); "
+                                   "--logy, --label and --group are")
+    elif relative:
+        raise click.UsageError("--relative-to needs --bar")
+    if not os.path.exists(results):
+        raise click.UsageError(f"no such results file: {results}")
+    records = latest_records(read_results(results))
+    try:
+        if bar_metric:
+            bars(records, bar_metric, out, dict(_pairs(relative, "--relative-to")), force,
+                 logy, label, group)
+        else:
+            scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
+    except PlotError as e:
+        click.echo(f"stepc: error: {e}", err=True)
+        sys.exit(EXIT_PROGRAM)
+    shown = sum(r.get("status") == "ok" for r in records)
+    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})")
+    sys.exit(EXIT_OK)
+
+
+def _figures() -> str:
+    from stepc.sweep.reproduce import available_figures
+    return ", ".join(available_figures())
+
+
+REPRODUCE_EXAMPLE = """\b
+Examples:
+  stepc reproduce 9 --data ../shared/data -j 2
+  stepc reproduce all --data ../shared/data --out reproduction --fresh
+Exit codes: 0 every point ran (the verdicts are in the reports), 1 a point failed,
+2 usage error, 130 interrupted (finished points are kept: run the command again)."""
+
+
+@click.command("reproduce", epilog=REPRODUCE_EXAMPLE,
+               help=f"""Reproduce a figure of the paper's evaluation: run its points, put
+stepc's numbers beside the paper's claims in DIR/fig<N>/report.md.
+
+FIGURE is one of {_figures()}, or `all`. A rerun reuses the points of an earlier run in DIR
+whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
+@click.argument("figure", metavar="FIGURE")
+@click.option("--data", default=None, metavar="DIR",
+              help="The paper's data (expert_routing/, azure_kv_trace/, fig8/); without it, "
+              "seeded synthetic traces, and claims on reference data are not judged.")
+@click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
+              help="Results, CSV, plots and report per figure.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes (default: the number of cores).")
+@click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
+              show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "
+              "channels, see docs/dram.md).")
+@click.option("--fresh", is_flag=True, help="Simulate every point again instead of reusing "
+              "an earlier run's records in DIR.")
+def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
+    from rich.console import Console
+
+    from stepc.sweep.reproduce import SpecError, available_figures, reproduce
+    from stepc.sweep.runner import Interrupted
+
+    figures = available_figures() if figure == "all" else [figure.removeprefix("fig")]
+    unknown = [f for f in figures if f not in available_figures()]
+    if unknown:
+        raise click.UsageError(f"no experiment spec for figure {unknown[0]} (have: "
+                               f"{_figures()}, or all)")
+    if data and not os.path.isdir(data):
+        raise click.UsageError(f"--data {data}: not a directory")
+    failed = 0
+    for fig in figures:
+        try:
+            with _sweep_progress(Console(stderr=True), 0) as progress:
+                done = reproduce(fig, data, out_dir, jobs or (os.cpu_count() or 1), model,
+                                 progress, fresh)
+        except SpecError as e:
+            raise click.UsageError(str(e)) from None
+        except (Interrupted, KeyboardInterrupt) as e:
+            finished = f"{e.finished} of {e.total} points" if isinstance(e, Interrupted) \
+                else "the finished points"
+            click.echo(f"interrupted: figure {fig}: {finished} finished, kept in "
+                       f"{os.path.join(out_dir, f'fig{fig}', 'results.jsonl')}; run the same "
+                       "command again to continue", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        judged = done.reproduced + done.not_reproduced
+        verdict = f"{done.reproduced} of {judged} claims reproduced" + (
+            f" ({done.needs_data} need the paper's data: --data DIR)" if done.needs_data
+            else "")
+        points = f"{done.reused} points reused, {done.simulated} simulated" + (
+            f", {done.failed_points} FAILED" if done.failed_points else "")
+        click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
+        failed += done.failed_points
+    sys.exit(EXIT_PROGRAM if failed else EXIT_OK)

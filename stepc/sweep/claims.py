@@ -1,0 +1,333 @@
+"""Claims of an experiment spec: expressions over point metrics, references, tolerances.
+
+A claim's `value` is arithmetic (`+ - * / **`, numbers, `geomean`, `min`, `max`) over
+`tag[KEY=V,...].metric` terms, each selecting exactly one point, and over comparisons of a
+whole series with a reference table read from the data directory at run time:
+`max_rel_error(swiglu.cycles, paper_sim)`, `mape(...)`, `pearson(...)`. The claim holds when
+the value is within its tolerance of the paper's number (`effect`: a fraction of the
+paper's effect, ratio - 1; `abs`: absolute; `rel`: relative) or past the paper's bound
+(`"> 1"`, `"< 1.01"`).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import math
+import os
+import re
+from dataclasses import dataclass
+
+METRICS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops",
+           "compute_utilization", "bw_utilization", "allocated_compute")
+TOLERANCE_KINDS = {"effect": "of the effect (ratio - 1)", "abs": "absolute",
+                   "rel": "relative"}
+REFERENCE_KEYS = {"file", "match", "value", "about"}
+
+
+class SpecError(Exception):
+    """A bad experiment spec or claim expression."""
+
+
+class NeedsData(Exception):
+    """A claim compares with reference data that is not at hand (no `--data`)."""
+
+
+@dataclass
+class Claim:
+    text: str
+    value: str
+    paper: float | str  # a number, or a bound "> N" / "< N"
+    tolerance: tuple[str, float] | None = None  # (kind, amount) for a number
+    reason: str = ""  # why this tolerance (or bound)
+    quirk: str = ""
+
+    @classmethod
+    def from_spec(cls, c: dict) -> Claim:
+        tol = c.get("tolerance")
+        return cls(c["text"], c["value"], c["paper"],
+                   next(iter(tol.items())) if isinstance(tol, dict) and tol else None,
+                   " ".join(c.get("tolerance_reason", "").split()), c.get("quirk", ""))
+
+    def band(self) -> tuple[float, float] | None:
+        """The values that reproduce a numeric claim."""
+        if isinstance(self.paper, str) or self.tolerance is None:
+            return None
+        kind, amount = self.tolerance
+        scale = {"effect": abs(self.paper - 1), "abs": 1.0, "rel": abs(self.paper)}[kind]
+        return self.paper - amount * scale, self.paper + amount * scale
+
+    def holds(self, ours: float) -> bool:
+        if isinstance(self.paper, str):
+            op, num = self.paper.split()
+            return ours < float(num) if op == "<" else ours > float(num)
+        lo, hi = self.band()
+        return lo - 1e-12 <= ours <= hi + 1e-12
+
+    def shown(self, value: float) -> str:
+        """A value with the decimals that tell whether it is inside the band."""
+        band = self.band()
+        if band is None:
+            return f"{value:.4g}"
+        if band[0] == band[1]:
+            return f"{value:.7g}"
+        decimals = max(0, math.ceil(-math.log10((band[1] - band[0]) / 2)) + 1)
+        return f"{value:.{decimals}f}"
+
+    def accepted(self) -> str:
+        """The accepted values, as the report shows them."""
+        if isinstance(self.paper, str):
+            return self.paper
+        kind, amount = self.tolerance
+        if amount == 0:
+            return f"exactly {self.paper:.7g}"
+        lo, hi = self.band()
+        how = f"± {amount:.3g} {TOLERANCE_KINDS[kind]}" if kind == "abs" else \
+            f"± {amount:.0%} {TOLERANCE_KINDS[kind]}"
+        return f"{self.shown(lo)} to {self.shown(hi)} ({how})"
+
+
+def claim_problems(c: dict) -> list[str]:
+    """What is wrong with a claim's paper value, tolerance and stated reason."""
+    out = []
+    paper, tol = c.get("paper"), c.get("tolerance")
+    if isinstance(paper, str):
+        if not re.fullmatch(r"[<>] -?[0-9.]+(e-?\d+)?", paper):
+            out.append(f"paper `{paper}` is not `< N` or `> N`")
+        if tol is not None:
+            out.append("a bound takes no tolerance")
+    elif not isinstance(paper, (int, float)) or isinstance(paper, bool):
+        out.append(f"paper `{paper}` is not a number or a bound")
+    elif not (isinstance(tol, dict) and len(tol) == 1 and set(tol) <= set(TOLERANCE_KINDS)):
+        out.append("a number needs `tolerance = { effect = F }`, `{ abs = F }` or "
+                   "`{ rel = F }`")
+    else:
+        (kind, amount), = tol.items()
+        if not isinstance(amount, (int, float)) or amount < 0:
+            out.append(f"tolerance {kind} = {amount} is not a number >= 0")
+        elif kind == "effect" and amount >= 1:
+            out.append("an effect tolerance of 100 % or more accepts no effect at all")
+        elif kind == "rel" and abs(paper - 1) <= amount * abs(paper) and paper != 1:
+            out.append(f"a relative band of {amount:.0%} around {paper} contains 1, so it "
+                       "cannot tell the effect from none: use `effect` or `abs`")
+    if not c.get("tolerance_reason", "").strip():
+        out.append("no `tolerance_reason` (why this tolerance or bound)")
+    return out
+
+
+# ---------------------------------------------------------------- reference tables
+@dataclass
+class Reference:
+    """Rows of a CSV under the data directory: `match` maps a sweep param to the column
+    holding its value, `value` names the column compared with a metric."""
+    name: str
+    rows: list[dict[str, str]]
+    match: dict[str, str]
+    value: str
+
+
+def validate_references(spec: dict, where: str) -> None:
+    for name, ref in spec.get("reference", {}).items():
+        extra = sorted(set(ref) - REFERENCE_KEYS)
+        if extra:
+            raise SpecError(f"{where}: reference `{name}` has unknown key(s) "
+                            f"{', '.join(extra)} (allowed: {', '.join(sorted(REFERENCE_KEYS))})")
+        missing = {"file", "match", "value"} - set(ref)
+        if missing:
+            raise SpecError(f"{where}: reference `{name}` lacks {', '.join(sorted(missing))}")
+
+
+def load_references(spec: dict, data: str | None) -> dict[str, Reference | str]:
+    """Each reference table of a spec, or why it is not at hand."""
+    out: dict[str, Reference | str] = {}
+    for name, ref in spec.get("reference", {}).items():
+        if data is None:
+            out[name] = f"needs the paper's data (`{ref['file']}` under --data DIR)"
+            continue
+        path = os.path.join(data, ref["file"])
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        except OSError:
+            out[name] = f"needs the paper's data (no `{ref['file']}` under {data})"
+            continue
+        columns = [*ref["match"].values(), ref["value"]]
+        lacking = [c for c in columns if rows and c not in rows[0]]
+        if not rows or lacking:
+            raise SpecError(f"reference `{name}`: {path} has no rows or lacks column(s) "
+                            f"{', '.join(lacking)}")
+        out[name] = Reference(name, rows, dict(ref["match"]), ref["value"])
+    return out
+
+
+def _number(text: str) -> str:
+    """A CSV cell as a param value is written: `16.0` and `16` are the same tile."""
+    try:
+        f = float(text)
+    except ValueError:
+        return text.strip()
+    return str(int(f)) if f.is_integer() else str(f)
+
+
+def _paired(series: list[dict], metric: str, ref: Reference, term: str
+            ) -> tuple[list[float], list[float]]:
+    """stepc's metric and the reference value for every reference row (each row must match
+    exactly one point of the series; points without a row are not compared)."""
+    ours, theirs = [], []
+    for row in ref.rows:
+        want = {param: _number(row[col]) for param, col in ref.match.items()}
+        hits = [r for r in series if all(point_field(r, k) == v for k, v in want.items())]
+        where = ", ".join(f"{k}={v}" for k, v in want.items())
+        if len(hits) != 1:
+            raise SpecError(f"`{term}`: reference `{ref.name}` row {where} matches "
+                            f"{len(hits)} points, not one")
+        ours.append(_metric(hits[0], metric, f"{term} at {where}"))
+        theirs.append(float(row[ref.value]))
+    return ours, theirs
+
+
+def _rel_errors(ours: list[float], theirs: list[float]) -> list[float]:
+    if any(t == 0 for t in theirs):
+        raise SpecError("a reference value is 0: no relative error")
+    return [abs(o - t) / abs(t) for o, t in zip(ours, theirs)]
+
+
+def _pearson(ours: list[float], theirs: list[float]) -> float:
+    import numpy as np
+    if len(ours) < 2 or np.std(ours) == 0 or np.std(theirs) == 0:
+        raise SpecError("pearson() needs two or more points that vary")
+    return float(np.corrcoef(ours, theirs)[0, 1])
+
+
+SERIES_FUNCTIONS = {
+    "max_rel_error": lambda o, t: max(_rel_errors(o, t)),
+    "mape": lambda o, t: sum(_rel_errors(o, t)) / len(o),
+    "pearson": _pearson,
+}
+
+
+# ---------------------------------------------------------------- expressions
+_TERM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[([^\]]*)\])?\.([a-z_]+)")
+_SERIES = re.compile(r"\b(" + "|".join(SERIES_FUNCTIONS) + r")\(\s*(" + _TERM.pattern +
+                     r")\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)")
+
+
+def geomean(*xs: float) -> float:
+    if not xs or any(x <= 0 for x in xs):
+        raise SpecError("geomean() needs positive values")
+    return math.prod(xs) ** (1 / len(xs))
+
+
+FUNCTIONS = {"geomean": geomean, "min": min, "max": max}
+
+
+def _selector(sel: str | None) -> dict[str, str]:
+    if not sel:
+        return {}
+    try:
+        return {k.strip(): v.strip() for k, v in (kv.split("=") for kv in sel.split(","))}
+    except ValueError:
+        raise SpecError(f"bad selector `[{sel}]` (want KEY=VALUE,...)") from None
+
+
+def point_field(rec: dict, key: str) -> str | None:
+    """A selector key names a param of the point, else a label (a trace window)."""
+    if key in rec.get("params", {}):
+        return str(rec["params"][key])
+    return rec.get("labels", {}).get(key)
+
+
+def select(records: list[dict], tag: str, want: dict[str, str]) -> list[dict]:
+    return [r for r in records if r.get("tag") == tag and
+            all(point_field(r, k) == v for k, v in want.items())]
+
+
+def _metric(rec: dict, metric: str, term: str) -> float:
+    if rec.get("status") != "ok":
+        raise SpecError(f"`{term}` did not finish ({rec.get('status')})")
+    value = rec.get(metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise SpecError(f"`{term}` is not a number ({value})")
+    return float(value)
+
+
+def claim_terms(expr: str) -> list[tuple[str, str, dict[str, str], str]]:
+    """The single-point `tag[K=V,...].metric` terms of a claim: (text, tag, selector,
+    metric). Series compared with a reference are `series_terms`."""
+    rest = _SERIES.sub("v0", expr)
+    return [(m.group(0), m.group(1), _selector(m.group(3)), m.group(4))
+            for m in _TERM.finditer(rest)]
+
+
+def series_terms(expr: str) -> list[tuple[str, str, dict[str, str], str, str]]:
+    """The `fn(tag[K=V].metric, reference)` calls of a claim: (text, tag, selector, metric,
+    reference name)."""
+    return [(m.group(0), m.group(3), _selector(m.group(5)), m.group(6), m.group(7))
+            for m in _SERIES.finditer(expr)]
+
+
+def arith(expr: str, text: str) -> ast.Expression:
+    """`text` (the claim with its terms replaced by v0, v1, ...) as a checked AST."""
+    try:
+        tree = ast.parse(" ".join(text.split()), mode="eval")  # a claim may span lines
+    except SyntaxError as e:
+        raise SpecError(f"claim expression `{expr}` does not parse: {e.msg}") from None
+    allowed = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Load, ast.Div, ast.Mult,
+               ast.Add, ast.Sub, ast.Pow, ast.USub, ast.UnaryOp, ast.Call)
+    for n in ast.walk(tree):
+        ok = isinstance(n, allowed)
+        if isinstance(n, ast.Call):
+            ok = isinstance(n.func, ast.Name) and n.func.id in FUNCTIONS and not n.keywords
+        elif isinstance(n, ast.Name):
+            ok = n.id in FUNCTIONS or re.fullmatch(r"v\d+", n.id) is not None
+        elif isinstance(n, ast.Constant):
+            ok = isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
+        if not ok:
+            raise SpecError(f"claim expression `{expr}` is not arithmetic over point metrics "
+                            f"(allowed functions: {', '.join([*FUNCTIONS, *SERIES_FUNCTIONS])})")
+    return tree
+
+
+def evaluate_claim(expr: str, records: list[dict],
+                   references: dict[str, Reference | str] | None = None) -> float:
+    """Evaluate a claim expression over records (with `labels` for trace windows). Raises
+    NeedsData when it compares with a reference that is not at hand."""
+    references = references or {}
+    values: list[float] = []
+
+    def name(v: float) -> str:
+        values.append(v)
+        return f"v{len(values) - 1}"
+
+    def series(m: re.Match) -> str:
+        text, fn, tag, want, metric, ref = (m.group(0), m.group(1), m.group(3),
+                                            _selector(m.group(5)), m.group(6), m.group(7))
+        if metric not in METRICS:
+            raise SpecError(f"unknown metric `{metric}`")
+        table = references.get(ref)
+        if table is None:
+            raise SpecError(f"`{text}`: no reference `{ref}` in the spec")
+        if isinstance(table, str):
+            raise NeedsData(table)
+        points = select(records, tag, want)
+        if not points:
+            raise SpecError(f"`{text}` selects no point")
+        return name(SERIES_FUNCTIONS[fn](*_paired(points, metric, table, text)))
+
+    def term(m: re.Match) -> str:
+        tag, want, metric = m.group(1), _selector(m.group(3)), m.group(4)
+        if metric not in METRICS:
+            raise SpecError(f"unknown metric `{metric}`")
+        hits = select(records, tag, want)
+        if len(hits) != 1:
+            raise SpecError(f"`{m.group(0)}` selects {len(hits)} points, not one")
+        return name(_metric(hits[0], metric, m.group(0)))
+
+    text = _TERM.sub(term, _SERIES.sub(series, expr))
+    tree = arith(expr, text)
+    try:
+        return float(eval(compile(tree, "<claim>", "eval"),  # noqa: S307 - checked AST
+                          {"__builtins__": {}, **FUNCTIONS},
+                          {f"v{i}": v for i, v in enumerate(values)}))
+    except ZeroDivisionError:
+        raise SpecError(f"claim expression `{expr}` divides by zero") from None

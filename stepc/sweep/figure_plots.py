@@ -1,0 +1,111 @@
+"""The plots of a reproduced figure, drawn from its spec's `plot` tables: scatter plots of
+one metric over another (or over a param such as R or B), and bars of one series' metric
+over another's (a speedup), with a table of the bars for the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stepc.sweep.claims import METRICS, point_field, geomean
+from stepc.sweep.plot import PlotError
+
+
+def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
+    """Every plot of the spec (`plot` is a table or a list of tables): figure.png,
+    figure-2.png, ...; report lines that show them (or say why one could not be drawn)."""
+    opts_list = spec.get("plot") or []
+    if isinstance(opts_list, dict):
+        opts_list = [opts_list]
+    x_of = {sw.get("name") or Path(sw["program"]).stem: sw["plot_x"]
+            for sw in spec.get("sweep", []) if "plot_x" in sw}
+    lines = []
+    for i, opts in enumerate(opts_list):
+        name = "figure.png" if i == 0 else f"figure-{i + 1}.png"
+        try:
+            if opts.get("kind", "scatter") == "ratio":
+                table, draw = _ratio_bars(opts, records, fig_dir / name)
+                lines += table  # the bars' values, even without matplotlib
+                draw()
+            else:
+                _scatter_plot(opts, records, x_of, fig_dir / name)
+        except PlotError as e:
+            lines.append(f"(no plot {name}: {e})")
+            continue
+        lines.append(f"![{opts.get('title', 'figure')}]({name})")
+    return lines
+
+
+def _value(rec: dict, name: str):
+    """A metric of a record, else one of its params (e.g. the region count R)."""
+    if name in METRICS or name in rec:
+        return rec.get(name)
+    return rec["params"].get(name)
+
+
+def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: Path) -> None:
+    from stepc.sweep.plot import scatter
+    x, y = opts["x"], opts["y"]
+    tags = opts.get("tags")
+    recs = []
+    for r in records:
+        if r.get("status") != "ok" or (tags and r.get("tag") not in tags):
+            continue
+        recs.append({**r, x: _value(r, x_of.get(r.get("tag"), x)), y: _value(r, y)})
+    xlabel = opts.get("xlabel")
+    shown = sorted(t for t in x_of if any(r.get("tag") == t for r in recs))
+    if xlabel is None and shown:
+        xlabel = f"{x.replace('_', ' ')}; {', '.join(shown)}: " + \
+            ", ".join(sorted({x_of[t].replace('_', ' ') for t in shown}))
+    # a param on x (regions R, batch B): tick exactly its values
+    ticks = sorted({r[x] for r in recs if isinstance(r[x], (int, float))}) \
+        if x not in METRICS and x_of.keys().isdisjoint({r.get("tag") for r in recs}) else None
+    scatter(recs, x, y, str(path), opts.get("label"), opts.get("series_by", "tag"),
+            opts.get("logx", False),
+            opts.get("logy", False), opts.get("front", True), force=True, xlabel=xlabel,
+            ylabel=opts.get("ylabel"), title=opts.get("title"), xticks=ticks)
+
+
+def _ratio_bars(opts: dict, records: list[dict], path: Path):
+    """Bars of series[metric] / over[metric] for points matched on `match` keys, grouped by
+    `group` keys (reduced by a geometric mean when a group holds several points): a table of
+    the bars for the report, and a function drawing them."""
+    from stepc.sweep.plot import grouped_bars
+    metric = opts.get("metric", "cycles")
+    over, series = opts["over"], opts["series"]
+    match = opts["match"]
+    group = opts.get("group", match)
+    ok = [r for r in records if r.get("status") == "ok"]
+    base = {tuple(point_field(r, k) for k in match): r for r in ok if r.get("tag") == over}
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for r in ok:  # records are in spec order, so groups keep it
+        if r.get("tag") not in series:
+            continue
+        b = base.get(tuple(point_field(r, k) for k in match))
+        if b is None or not isinstance(r.get(metric), (int, float)) or not b.get(metric):
+            continue
+        gkey = tuple(point_field(r, k) for k in group)
+        groups.setdefault(gkey, {}).setdefault(r["tag"], []).append(r[metric] / b[metric])
+    if not groups:
+        raise PlotError(f"no `{over}` point matches a point of {', '.join(series)}")
+    reduce = opts.get("reduce")
+    names = [" ".join(f"{k}={v}" if k in ("B", "R") else str(v) for k, v in zip(group, g))
+             for g in groups]
+    cols: dict[str, list[float | None]] = {s: [] for s in series}
+    for g in groups.values():
+        for s in series:
+            vals = g.get(s, [])
+            if len(vals) > 1 and reduce != "geomean":
+                raise PlotError(f"several `{s}` points per group; set reduce = \"geomean\"")
+            cols[s].append(geomean(*vals) if vals else None)
+    ylabel = opts.get("ylabel", f"{metric} / {over} {metric}")
+    head = "geomean of " if reduce == "geomean" else ""
+    out = ["| " + " ".join(group) + " | " + " | ".join(f"{head}{s} / {over}" for s in series)
+           + " |", "|---|" + "---|" * len(series)]
+    for i, n in enumerate(names):
+        out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
+                                            for s in series) + " |")
+
+    def draw() -> None:
+        grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
+                     title=opts.get("title"))
+    return out + [""], draw

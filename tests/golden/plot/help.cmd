@@ -1,0 +1,2 @@
+# The help of stepc plot: options, examples.
+plot --help

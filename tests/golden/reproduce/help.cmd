@@ -1,0 +1,2 @@
+# The help of stepc reproduce lists the figures.
+reproduce --help

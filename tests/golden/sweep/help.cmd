@@ -1,0 +1,2 @@
+# The help of stepc sweep: options, an example, exit codes.
+sweep --help
