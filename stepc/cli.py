@@ -6,17 +6,18 @@ Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage erro
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
 from stepc import __version__
-from stepc.diagnostics import Diagnostic, diagnostic_json, render_text, span_json
+from stepc.diagnostics import (Diagnostic, Note, Severity, closest, diagnostic_json,
+                               did_you_mean, render_text, span_json)
 from stepc.frontend import Compiled, compile_file
 from stepc.types import DTYPE_BYTES, fmt_dim
 
@@ -37,17 +38,38 @@ def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def usage_diagnostics(result: Compiled, diags: list[Diagnostic]) -> NoReturn:
+    """Report command-line input that does not fit the program (E0106, E0404): coded
+    diagnostics like the program's own, then exit 2."""
+    click.echo(render_text(diags, result.sources), err=True, nl=False)
+    sys.exit(EXIT_USAGE)
+
+
+def _no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
+    """E0106: a -D or --bind name the program does not declare, with the likeliest one."""
+    notes = tuple(Note(f"`{near}` is declared here", options[near])
+                  for near in closest(name, options) if options[near] is not None)
+    return Diagnostic("E0106", Severity.ERROR, f"{flag} {name}: the program has no {what} "
+                      f"`{name}`{did_you_mean(name, options)}", None, notes)
+
+
 def check_overrides(result: Compiled) -> None:
     """Unknown -D names are usage errors (once the program parsed)."""
     if result.typed is None or not result.unknown_overrides:
         return
-    params = list(result.typed.program.params)
-    msgs = []
-    for name in result.unknown_overrides:
-        near = difflib.get_close_matches(name, params, n=1)
-        hint = f" (did you mean `{near[0]}`?)" if near else ""
-        msgs.append(f"-D {name}: the program has no parameter `{name}`{hint}")
-    raise click.UsageError("; ".join(msgs))
+    prog = result.typed.program
+    params = {p: prog.param_spans.get(p) for p in prog.params}
+    usage_diagnostics(result, [_no_such("-D", name, "parameter", params)
+                               for name in result.unknown_overrides])
+
+
+def trace_error(result: Compiled, e, traces: tuple[str, ...]) -> NoReturn:
+    """A --trace file that does not fit the program: E0404, exit 2."""
+    notes = [Note("the external stream is declared here", e.span)] if e.span else []
+    notes += [Note(f"from --trace {name}={path}") for name, path in _pairs(traces, "--trace")
+              if f"`{name}`" in str(e)]
+    usage_diagnostics(result, [Diagnostic(e.code, Severity.ERROR, str(e), None,
+                                          tuple(notes))])
 
 
 def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
@@ -246,13 +268,11 @@ def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
         arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
         values.update(trace_bindings(result.typed, arrays))
     except TraceError as e:
-        raise click.UsageError(str(e)) from None
-    known = set(result.typed.symbols.infos)
+        trace_error(result, e, traces)
+    known = {n: info.span for n, info in result.typed.symbols.infos.items()}
     for name, val in _pairs(binds, "--bind"):
         if name not in known:
-            near = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f" (did you mean `{near[0]}`?)" if near else ""
-            raise click.UsageError(f"--bind {name}: the program has no symbol `{name}`{hint}")
+            usage_diagnostics(result, [_no_such("--bind", name, "symbol", known)])
         try:
             values[name] = sympy.Integer(int(val, 0))
         except ValueError:
@@ -329,7 +349,7 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
                            trace_ops=trace_out is not None, max_cycles=max_cycles,
                            progress=progress)
     except TraceError as e:
-        raise click.UsageError(str(e)) from None
+        trace_error(result, e, traces)
     except SimError as e:
         node = result.typed.program.nodes.get(e.node) if e.node else None
         where = f"{node.span}: " if node is not None else "stepc: "

@@ -150,10 +150,21 @@ def test_documented_mistake_produces_its_code(code, tmp_path, monkeypatch):
     if code in NO_EXAMPLE:
         assert "Mistake:" not in section
         return
-    assert "Mistake:" in section, f"{code} has no example"
+    command = re.search(r"^Mistake \(`stepc ([^`]+)`(.*?)\):$", section, re.M | re.S)
+    assert "Mistake:" in section or command, f"{code} has no example"
     program, expected = [body for kind, body in FENCE.findall(section) if kind == "text"][:2]
     monkeypatch.chdir(tmp_path)
     Path("prog.step").write_text(program, encoding="utf-8")
+    if command:  # a command-line mistake: run it; files it needs are described in words
+        for name, lines in re.findall(r"`(\S+\.csv)` holding the\s+lines (.*)",
+                                      command[2], re.S):
+            Path(name).write_text("".join(v + "\n" for v in re.findall(r"`(\d+)`", lines)))
+        result = CliRunner(env=ENV).invoke(main, command[1].split(), prog_name="stepc")
+        assert result.exit_code == 2, result.output
+        for line in expected.splitlines():
+            assert line in result.stderr.splitlines(), f"{code}: message changed:\n" + \
+                result.stderr
+        return
     result = compile_file("prog.step")
     assert code in {d.code for d in result.diagnostics.items}, report(result)
     for line in expected.splitlines():

@@ -18,7 +18,7 @@ from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import CostCtx
 from stepc.source import Span
-from stepc.traces import TraceError
+from stepc.traces import TraceError, check_ids
 from stepc.types import Select, SymbolInfo, Tile
 
 
@@ -196,9 +196,7 @@ def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
     """A trace for a selector stream as a [elements, n] boolean matrix."""
     n = declared.elem.n
     dims = len(declared.shape)
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise TraceError(f"trace for `{name}`: id {int(arr.max() if arr.max() >= n else arr.min())}"
-                         f" is out of range for {declared.elem}")
+    check_ids(arr, n, f"trace for `{name}`")
     if arr.ndim == dims + 1:  # one multi-hot selector per row of ids
         rows = arr.reshape(-1, arr.shape[-1])
         out = np.zeros((rows.shape[0], n), dtype=bool)
@@ -225,6 +223,21 @@ def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> N
                              f"{int(d)}")
 
 
+def _bind_external(node, declared, arr: np.ndarray, name: str, bindings: dict,
+                   selectors: dict) -> None:
+    """The dims one traced external stream fixes (and its selectors, for a selector trace)."""
+    if isinstance(declared.elem, Select):
+        mat = _selector_matrix(name, declared, arr)
+        dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
+        _bind_dims(bindings, declared, dims, name)
+        selectors[node.name] = mat
+    elif isinstance(declared.elem, Tile):
+        _bind_dims(bindings, declared, arr.shape, name)
+    else:
+        raise TraceError(f"`{name}` has type {declared}; traces can drive selector "
+                         "and integer tile streams")
+
+
 def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[str, sympy.Expr]:
     """Values of the dynamic dims that external-stream traces determine.
 
@@ -247,17 +260,12 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     selectors: dict[str, np.ndarray] = {}
     for name, arr in traces.items():
         for node in externals[name]:
-            declared = typed.types[(node.name, 0)]
-            if isinstance(declared.elem, Select):
-                mat = _selector_matrix(name, declared, arr)
-                dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
-                _bind_dims(bindings, declared, dims, name)
-                selectors[node.name] = mat
-            elif isinstance(declared.elem, Tile):
-                _bind_dims(bindings, declared, arr.shape, name)
-            else:
-                raise TraceError(f"`{name}` has type {declared}; traces can drive selector "
-                                 "and integer tile streams")
+            try:
+                _bind_external(node, typed.types[(node.name, 0)], arr, name, bindings,
+                               selectors)
+            except TraceError as e:
+                e.span = e.span or node.span
+                raise
     for node in prog.nodes.values():
         if node.op not in ("Partition", "Reassemble"):
             continue

@@ -9,7 +9,6 @@ Broadcast wherever a stream has several consumers. Streams declared with
 
 from __future__ import annotations
 
-import difflib
 import os
 import zlib
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import networkx as nx
 import sympy
 
-from stepc.diagnostics import DiagnosticBag, Note, StepError
+from stepc.diagnostics import DiagnosticBag, Note, StepError, closest, did_you_mean
 from stepc.grammar import ast
 from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
 from stepc.graph.program import (Assumption, Cluster, Edge, OpNode, Program, StreamRefTerm,
@@ -129,9 +128,7 @@ class Scope:
         return tuple(sorted(env.items()))
 
 
-def did_you_mean(name: str, options) -> str:
-    near = difflib.get_close_matches(name, sorted(set(options)), n=1, cutoff=0.6)
-    return f" (did you mean `{near[0]}`?)" if near else ""
+
 
 
 def _kind_word(v: Any) -> str:
@@ -601,8 +598,11 @@ class Elaborator:
                                  base.span)
             if isinstance(base, (list, tuple)):
                 if not 0 <= i < len(base):
-                    raise self.error("E0107", f"index {i} is out of range (length "
-                                              f"{len(base)})", e.index.span)
+                    what = f"`{self.text_of(e.base.span)}`" if isinstance(e.base, (
+                        ast.Name, ast.Index)) else "the array"
+                    valid = f"indices 0..{len(base) - 1}" if base else "it is empty"
+                    raise self.error("E0107", f"index {i} is out of range for {what} (length "
+                                              f"{len(base)}: {valid})", e.index.span)
                 v = base[i]
                 if v is POISON:
                     raise _Abort()
@@ -630,8 +630,13 @@ class Elaborator:
                                        f"feedback edge declare it first with "
                                        f"`stream {name} : TYPE`", span,
                               [Note(f"`{name}` is bound here", later)])
-        return self.error("E0101", f"undefined name `{name}`" + did_you_mean(
-            name, list(scope.visible()) + list(OPS)), span)
+        options = list(scope.visible()) + list(OPS)
+        for near in closest(name, options):  # a misspelled use: no cascaded warning that
+            entry = scope.lookup(near)         # the stream it meant is never consumed
+            if entry is not None:
+                self.referenced(entry.value)
+        return self.error("E0101", f"undefined name `{name}`" + did_you_mean(name, options),
+                          span)
 
     def defined_later(self, name: str) -> Span | None:
         def walk(stmts):

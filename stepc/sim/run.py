@@ -27,7 +27,7 @@ from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
-from stepc.traces import TraceError, synthetic_kv_lengths, synthetic_routing
+from stepc.traces import TraceError, check_ids, synthetic_kv_lengths, synthetic_routing
 from stepc.types import Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
@@ -128,8 +128,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
-        if arr.size and (arr.min() < 0 or arr.max() >= n):
-            raise TraceError(f"trace for `{name}`: an id is out of range for {st.elem}")
+        check_ids(arr, n, f"trace for `{name}`")
         if arr.ndim == len(st.shape) + 1:  # rows of ids -> one multi-hot selector per row
             shape = list(arr.shape[:-1])
             sels = [tuple(sorted({int(i) for i in row})) for row in
@@ -198,8 +197,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]
         seed = zlib.crc32(name.encode()) % 2**31
-        elems, dims = external_elements(name, st, traces.get(name), node.attrs.get("gen", {}),
-                                        seed)
+        try:
+            elems, dims = external_elements(name, st, traces.get(name),
+                                            node.attrs.get("gen", {}), seed)
+        except TraceError as e:
+            e.span = e.span or node.span
+            raise
         env.externals[node.name] = elems
         bindings.update(dims)
 
