@@ -6,6 +6,7 @@ Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage erro
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -77,6 +78,43 @@ def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
     text = render_text(diags, result.sources)
     if text:
         click.echo(text, err=True, nl=False)
+
+
+def check_output_path(flag: str, path: str, directory: bool = False) -> None:
+    """A usage error now, before any work, if `path` (a file, or with `directory` a
+    directory that may not exist yet) cannot be written."""
+    if directory:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise click.UsageError(f"{flag} {path}: exists and is not a directory")
+        parent = path
+        while parent and not os.path.exists(parent):  # the first ancestor that exists
+            parent = os.path.dirname(parent.rstrip(os.sep))
+    else:
+        if os.path.isdir(path):
+            raise click.UsageError(f"{flag} {path}: is a directory; give a file name")
+        parent = os.path.dirname(path)
+        if parent and not os.path.exists(parent):
+            raise click.UsageError(f"{flag} {path}: directory {parent} does not exist")
+    parent = parent or "."
+    if not os.path.isdir(parent):
+        raise click.UsageError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
+
+
+def print_report(render) -> None:
+    """Run `render(console)` for standard output: on a terminal at the terminal's width; in
+    a file or pipe plain, names never wrapped (so grep finds them) and no trailing spaces."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        render(Console(file=sys.stdout, highlight=False, soft_wrap=False))
+        return
+    buf = io.StringIO()
+    render(Console(file=buf, width=100_000, highlight=False, soft_wrap=False,
+                   color_system=None))
+    lines = [line.rstrip() for line in buf.getvalue().splitlines()]
+    click.echo("\n".join(lines) + ("\n" if lines else ""), nl=False)
 
 
 def _exit_code(result: Compiled, werror: bool) -> int:
@@ -161,8 +199,6 @@ def _load_hw(hw: str | None, sets: tuple[str, ...]):
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program."""
-    from rich.console import Console
-
     from stepc.analyze import roofline
     from stepc.analyze.report import render_text, to_json
 
@@ -177,11 +213,13 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     if fmt == "json":
         click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
     else:
-        console = Console(file=sys.stdout, width=110,
-                          highlight=False, soft_wrap=False)
-        render_text(a, console, show_all, config, roof)
+        print_report(lambda console: render_text(a, console, show_all, config, roof,
+                                                 result.typed))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
+
+
+LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
 
 
 @main.command("dot")
@@ -205,8 +243,15 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
 def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model, force):
     """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed)."""
     from stepc.viz.dot import to_dot
-    from stepc.viz.render import RenderError, write_output
+    from stepc.viz.render import RenderError, check_target, write_output
 
+    to_file = out is not None and out != "-"
+    if to_file:
+        check_output_path("-o", out)
+        try:
+            check_target(out, force)
+        except RenderError as e:
+            raise click.UsageError(str(e)) from None
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
     if not result.ok:
@@ -216,14 +261,20 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
     if annotate is not None:
         heat, title = _heat(result, annotate, binds, traces, onchip_model)
     text = to_dot(result.typed, collapse=collapse, heat=heat, title=title)
-    if out is None or out == "-":
-        click.echo(text, nl=False)
-    else:
+    n_ops = len(result.typed.program.nodes)
+    if not collapse and n_ops > LARGE_GRAPH:
+        click.echo(f"stepc: warning: the graph has {n_ops:,} operators: drawn whole, its text "
+                   "is too small to read; --collapse folds identical loop iterations into one "
+                   "cluster each", err=True)
+    if to_file:
         try:
             write_output(text, out, force)
         except RenderError as e:
             click.echo(f"stepc: error: {e}", err=True)
-            sys.exit(EXIT_PROGRAM)
+            sys.exit(EXIT_USAGE)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=False)
     emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
@@ -312,14 +363,9 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
 def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
             fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
-    import os
-
-    from rich.console import Console
-
     from stepc.analyze import analyze
     from stepc.sim.kernel import SimError
-    from stepc.sim.report import deadlock_text, perfetto_trace, render_text, to_json, \
-        write_json
+    from stepc.sim.report import deadlock_text, render_text, to_json
     from stepc.sim.run import simulate
     from stepc.traces import TraceError, load_array
 
@@ -332,8 +378,10 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
-    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise click.UsageError(f"--out {out_dir}: not a directory")
+    if out_dir:
+        check_output_path("--out", out_dir, directory=True)
+    if trace_out:
+        check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
     tensor_bytes = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
@@ -358,28 +406,48 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         sys.exit(EXIT_PROGRAM)
     a = analyze(result.typed, "artifact", config).bind(dict(run.bindings))
     totals = {**a.totals, "allocated_compute": a.allocated_compute}
-    if trace_out:
-        write_json(trace_out, perfetto_trace(run))
-    if out_dir and run.outputs and not run.deadlock:
-        os.makedirs(out_dir, exist_ok=True)
-        import numpy as np
-
-        from stepc.sim.report import write_atomic
-        for name, arr in sorted(run.outputs.items()):
-            write_atomic(os.path.join(out_dir, f"{name}.npy"),
-                         lambda f, a=arr: np.save(f, a))
     if fmt == "json":
         doc = to_json(run, totals)
         doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        console = Console(file=sys.stdout, width=110, soft_wrap=False)
-        render_text(run, console, totals)
+        print_report(lambda console: render_text(run, console, totals))
+    _write_sim_outputs(run, out_dir, trace_out)
     emit_diagnostics(result)
     if run.deadlock:
         click.echo(deadlock_text(run, result.typed.program.nodes), err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
+    """The files `sim` was asked for, each announced on stderr (after the report, so a
+    failed write loses no result)."""
+    import numpy as np
+
+    from stepc.sim.report import perfetto_trace, write_atomic, write_json
+    try:
+        if trace_out:
+            write_json(trace_out, perfetto_trace(run))
+            click.echo(f"wrote the Perfetto trace to {trace_out} (open it in ui.perfetto.dev "
+                       "or chrome://tracing)", err=True)
+        if out_dir and not run.outputs:
+            click.echo(f"--out {out_dir}: nothing written: a timing-only run computes no "
+                       "tensor values (--functional computes them)", err=True)
+        elif out_dir and run.deadlock:
+            click.echo(f"--out {out_dir}: nothing written: the run deadlocked", err=True)
+        elif out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            names = sorted(run.outputs)
+            for name in names:
+                write_atomic(os.path.join(out_dir, f"{name}.npy"),
+                             lambda f, a=run.outputs[name]: np.save(f, a))
+            click.echo(f"wrote {', '.join(f'{n}.npy' for n in names)} to {out_dir}",
+                       err=True)
+    except OSError as e:
+        click.echo(f"stepc: error: cannot write {e.filename or 'the output'}: "
+                   f"{e.strerror or e}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 class _progress:

@@ -19,7 +19,7 @@ from stepc.ops import OPS
 from stepc.ops.base import CostCtx
 from stepc.source import Span
 from stepc.traces import TraceError, check_ids
-from stepc.types import Select, SymbolInfo, Tile
+from stepc.types import Select, SymbolInfo, Tile, natural_key
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Analysis:
         names: set[str] = set()
         for e in self.totals.values():
             names |= {s.name for s in sympy.sympify(e).free_symbols}
-        return sorted(names)
+        return sorted(names, key=natural_key)
 
     def bind(self, values: dict[str, sympy.Expr]) -> Analysis:
         """Substitute symbols by values (unknown names are ignored by the caller's check)."""
@@ -187,7 +187,8 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
     for o in ops:
         for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):
             used |= {s.name for s in e.free_symbols}
-    symbols = {n: typed.symbols.infos[n] for n in sorted(used) if n in typed.symbols.infos}
+    symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
+               if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
 
 

@@ -38,6 +38,7 @@ MAX_LOOP = 100_000  # iterations of one `for` loop
 MAX_NODES = 50_000  # operator instances of one program
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
 MAX_CONSUMERS = 65_536  # outputs of one Partition, Parallelize or Broadcast
+MAX_INDEX = MAX_LOOP  # elements of an array built by indexed assignments `a[i] = ...`
 
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
@@ -208,6 +209,7 @@ class Elaborator:
                 self.statement(s, scope, top)
             except _Abort:
                 self.poison(s, scope)
+                self.mention(s, scope)
 
     def poison(self, s, scope: Scope) -> None:
         """Names a failed statement would define fail silently when used later."""
@@ -223,6 +225,22 @@ class Elaborator:
                 scope.names[name] = Entry(POISON, "value", s.span, used=True)
             elif isinstance(entry.value, Pending) and entry.value.bound is None:
                 entry.value.failed = True
+
+    def mention(self, node: Any, scope: Scope) -> None:
+        """The names a failed statement uses count as used: warning that they are never
+        consumed or never used would only repeat its error."""
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            if entry is not None:
+                entry.used = True
+                self.referenced(entry.value)
+        elif isinstance(node, (tuple, list)):
+            for x in node:
+                self.mention(x, scope)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if not f.endswith("span"):
+                    self.mention(getattr(node, f), scope)
 
     def error(self, code: str, message: str, span: Span | None, notes=()) -> _Abort:
         self.bag.error(code, message, span, notes)
@@ -296,6 +314,13 @@ class Elaborator:
             self.import_stack.pop()
 
     def do_param(self, s: ast.Param, scope: Scope) -> None:
+        prev = scope.names.get(s.name)
+        if prev is not None and prev.kind == "param":
+            # which value is meant is unclear: what depends on the param is not elaborated
+            # (no loop unrolled to either bound), so this one error is all that is reported
+            prev.value, prev.used = POISON, True
+            self.params.pop(s.name, None)
+            self.define(scope, s.name, None, "param", s.name_span)
         if s.name in self.overrides:
             value = self.overrides[s.name]
             self.used_overrides.add(s.name)
@@ -533,20 +558,28 @@ class Elaborator:
 
     def assign_indexed(self, t: ast.Target, v: Any, scope: Scope) -> None:
         idx = [self.eval_int(i, scope) for i in t.indices]
+        for i in idx:
+            bad = None
+            if i < 0:
+                bad = self.error("E0107", f"negative index {i}", t.span)
+            elif i >= MAX_INDEX:
+                bad = self.error("E0114", f"index {i:,} of `{t.name}`: stepc builds arrays of "
+                                 f"at most {MAX_INDEX:,} elements", t.span)
+            if bad is not None:
+                self.discard(v)
+                if scope.lookup(t.name) is None:  # later uses of the array fail silently
+                    self.array_owner(scope).names[t.name] = Entry(POISON, "value", t.span,
+                                                                  used=True)
+                raise bad
         entry = scope.lookup(t.name)
         if entry is None:
-            # `out[i] = ...` inside a loop builds one array in the loop's enclosing scope
-            owner = scope
-            while owner.is_loop:
-                owner = owner.parent
-            entry = owner.names[t.name] = Entry([], "array", t.span, used=True)
+            entry = self.array_owner(scope).names[t.name] = Entry([], "array", t.span,
+                                                                  used=True)
         if not isinstance(entry.value, list):
             raise self.error("E0107", f"`{t.name}` is {_kind_word(entry.value)}, not an array",
                              t.span)
         arr = entry.value
         for depth, i in enumerate(idx):
-            if i < 0:
-                raise self.error("E0107", f"negative index {i}", t.span)
             while len(arr) <= i:
                 arr.append(None if depth == len(idx) - 1 else [])
             if depth == len(idx) - 1:
@@ -558,6 +591,13 @@ class Elaborator:
                 if arr[i] is None:
                     arr[i] = []
                 arr = arr[i]
+
+    @staticmethod
+    def array_owner(scope: Scope) -> Scope:
+        """`out[i] = ...` inside a loop builds one array in the loop's enclosing scope."""
+        while scope.is_loop:
+            scope = scope.parent
+        return scope
 
     # ================================================================ values
     def value(self, e: ast.Expr, scope: Scope, name_hint: str | None = None) -> Any:

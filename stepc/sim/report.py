@@ -163,6 +163,9 @@ def write_atomic(path: str, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        umask = os.umask(0)  # mkstemp makes the file 0600: give it the mode open() would
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

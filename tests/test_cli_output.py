@@ -1,0 +1,143 @@
+"""What `stepc` writes for people: reports in files and pipes, files it was asked for,
+and output paths checked before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stepc.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+SIMPLE = "programs/moe_simple.step"
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+# ------------------------------------------------------------------ piped reports (item 7)
+def test_piped_analyze_never_wraps_names_and_has_no_trailing_spaces():
+    r = run("analyze", "programs/moe_static.step", "--all")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert not [ln for ln in lines if ln != ln.rstrip()], "trailing spaces"
+    # every operator instance is on one line, whole, so grep finds it
+    assert any(re.match(r"\s+ffn\[0\]\.LinearOffChipLoad@9\s+LinearOffChipLoad\s", ln)
+               for ln in lines)
+    assert not any(ln.strip().startswith("oad@") for ln in lines)
+
+
+def test_piped_sim_report_has_no_trailing_spaces():
+    r = run("sim", "programs/swiglu.step")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() and all(ln == ln.rstrip() for ln in r.stdout.splitlines())
+
+
+# ------------------------------------------------------------------ analyze summary (item 6)
+def test_analyze_of_128_experts_fits_a_screen():
+    r = run("analyze", "programs/moe_static.step", "--hw", "paper-eval")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 45, len(lines)
+    assert max(len(ln) for ln in lines) <= 220
+    assert "Σ_{i<128} 9437184*ceil(n_i/16)" in r.stdout  # the folded, exact total
+    assert "n_0..n_127 (128 symbols)" in r.stdout
+    assert "--trace routing=FILE" in r.stdout  # how to make it concrete
+    # the JSON keeps every operator and the full expression
+    doc = json.loads(run("analyze", "programs/moe_static.step", "--format", "json").stdout)
+    assert len(doc["ops"]) == 2442 and "ceiling(n_127/16)" in doc["totals"]["off_chip_bytes"]
+
+
+def test_symbols_sort_naturally():
+    from stepc.analyze import analyze
+    from stepc.frontend import compile_file
+    a = analyze(compile_file("programs/moe_static.step").typed)
+    free = a.free_symbols()
+    assert free[:3] == ["n_0", "n_1", "n_2"] and free.index("n_10") > free.index("n_9")
+    assert list(a.symbols)[:3] == ["n_0", "n_1", "n_2"]
+
+
+def test_folding_is_exact():
+    import sympy
+
+    from stepc.analyze.fold import fmt_folded
+    n = [sympy.Symbol(f"n_{i}", integer=True, nonnegative=True) for i in range(5)]
+    assert fmt_folded(sum(3 * sympy.ceiling(x / 16) for x in n) + 7) == \
+        "7 + Σ_{i<5} 3*ceil(n_i/16)"
+    # a gap in the indices or a different coefficient is not folded
+    assert "Σ" not in fmt_folded(n[0] + n[1] + n[3])
+    assert fmt_folded(n[0] + n[1] + 2 * n[2]).count("n_") == 3
+
+
+# ------------------------------------------------------------------ written files (item 14)
+def test_trace_out_says_where_and_is_readable_by_others(tmp_path):
+    out = tmp_path / "run.json"
+    r = run("sim", "programs/swiglu.step", "--trace-out", str(out))
+    assert r.exit_code == 0, r.output
+    assert f"wrote the Perfetto trace to {out}" in r.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
+    json.loads(out.read_text())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_out_says_where_and_what(tmp_path):
+    r = run("sim", SIMPLE, "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    assert "wrote Y.npy to" in r.stderr and (tmp_path / "o" / "Y.npy").exists()
+    r = run("sim", SIMPLE, "--timing-only", "--out", str(tmp_path / "t"))
+    assert r.exit_code == 0 and "nothing written" in r.stderr
+
+
+# ------------------------------------------------------------------ output paths (item 4)
+@pytest.mark.parametrize("args", [
+    ["dot", SIMPLE, "-o", "{file}/g.dot"],
+    ["dot", SIMPLE, "-o", "{dir}"],
+    ["dot", SIMPLE, "-o", "{missing}/g.dot"],
+    ["sim", SIMPLE, "--out", "{file}/out"],
+    ["sim", SIMPLE, "--out", "{file}"],
+    ["sim", SIMPLE, "--trace-out", "{missing}/run.json"],
+    ["sim", SIMPLE, "--trace-out", "{dir}"],
+    ["sim", SIMPLE, "--trace-out", "{file}/run.json"],
+], ids=lambda a: " ".join(a[0:1] + a[2:]))
+def test_bad_output_paths_are_usage_errors_before_the_run(tmp_path, args):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    names = {"file": str(afile), "dir": str(tmp_path), "missing": str(tmp_path / "nodir")}
+    r = run(*[a.format(**names) for a in args])
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert args[2] in r.stderr  # the message names the flag
+    assert "cycles" not in r.stdout  # nothing ran
+    assert afile.read_text() == "mine\n"
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
+                    reason="root may write in a read-only directory")
+def test_read_only_directory_is_a_usage_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        for args in (["dot", SIMPLE, "-o", str(ro / "g.dot")],
+                     ["sim", SIMPLE, "--trace-out", str(ro / "t.json")],
+                     ["sim", SIMPLE, "--out", str(ro / "out")]):
+            r = run(*args)
+            assert r.exit_code == 2 and "permission denied" in r.stderr, r.output
+    finally:
+        ro.chmod(0o755)
