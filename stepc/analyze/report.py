@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from stepc.analyze.analysis import Analysis, Roofline
+from stepc.analyze.analysis import Analysis, Roofline, trace_decidable
 from stepc.analyze.fold import family, fmt_folded, fold_names
 from stepc.hw import HardwareConfig
 from stepc.types import natural_key
@@ -115,53 +115,49 @@ def _symbol_lines(a: Analysis) -> list[str]:
         info = a.symbols[name]
         f = family(name)
         reason = info.reason
-        if f is not None:
-            reason = re.sub(rf"\b{f[1]}\b", "i", reason)
-        key = ((f[0], f[2]) if f else (name,), info.kind, info.span, reason,
-               name in a.bindings)
+        if f is not None and len(f[1]) == 1:
+            reason = re.sub(rf"\b{f[1][0]}\b", "i", reason)
+        key = (f[0] if f else name, info.kind, info.span, reason, name in a.bindings)
         groups.setdefault(key, []).append(name)
     lines = []
     for (_fam, kind, span, reason, bound), names in groups.items():
-        info = a.symbols[names[0]]
-        where = f" ({span})" if span else ""
-        origins = sorted({a.symbols[n].origin for n in names}, key=natural_key)
-        origin = (f"introduced by `{_name_pattern(origins) or origins[0]}`{where}"
-                  if info.origin else f"declared{where}")
-        label = ", ".join(fold_names(names))
-        if len(names) >= 3 and len(fold_names(names)) == 1:
-            label += f" ({len(names)} symbols)"
+        if len(fold_names(names)) != 1:  # not one run of a family: a line per symbol
+            lines.extend(_symbol_line(a, [n], a.symbols[n].reason) for n in names)
         else:
-            reason = info.reason
-        value = f" = {fmt_value(a.bindings[names[0]])}" if bound and len(names) == 1 else \
-            (" (bound)" if bound else "")
-        lines.append(f"  {label}{value}: {KINDS[kind]}, {origin}: {reason}")
+            lines.append(_symbol_line(a, names, reason))
     return lines
 
 
-def _trace_hint(a: Analysis, typed) -> str | None:
-    """Which external streams decide the symbols still free, for a --trace hint."""
-    if typed is None:
-        return None
-    prog = typed.program
+def _symbol_line(a: Analysis, names: list[str], reason: str) -> str:
+    info = a.symbols[names[0]]
+    where = f" ({info.span})" if info.span else ""
+    origins = sorted({a.symbols[n].origin for n in names}, key=natural_key)
+    origin = (f"introduced by `{_name_pattern(origins) or origins[0]}`{where}"
+              if info.origin else f"declared{where}")
+    if len(names) == 1:
+        value = f" = {fmt_value(a.bindings[info.name])}" if info.name in a.bindings else ""
+        return f"  {info.name}{value}: {KINDS[info.kind]}, {origin}: {reason}"
+    bound = ""
+    if names[0] in a.bindings:
+        vals = [fmt_value(a.bindings[n]) for n in names]
+        bound = f" = {', '.join(vals)}" if len(vals) <= 8 else " (bound)"
+    return (f"  {fold_names(names)[0]} ({len(names)} symbols){bound}: {KINDS[info.kind]}, "
+            f"{origin}: {reason}")
+
+
+def _trace_hints(a: Analysis, typed) -> list[str]:
+    """Which --trace would make the free symbols concrete; which only a run decides."""
     free = set(a.free_symbols())
-    origins = {a.symbols[n].origin for n in free if n in a.symbols and a.symbols[n].origin}
-    names: set[str] = set()
-    seen: set[str] = set()
-    todo = [o for o in origins if o in prog.nodes]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        node = prog.nodes[n]
-        if node.op == "External":
-            names.add(node.attrs["name"])
-        todo.extend(e.src for e in prog.in_edges(n))
-    if not names:
-        return None
-    flags = " ".join(f"--trace {n}=FILE" for n in sorted(names))
-    return (f"hint: the symbols depend on external stream data; `{flags}` binds them from a "
-            "trace (see docs/analyze.md)")
+    if typed is None or not free:
+        return []
+    decidable = trace_decidable(typed, free)
+    lines = [f"hint: --trace {name}=FILE binds {', '.join(fold_names(syms))} "
+             "(see docs/analyze.md)" for name, syms in decidable.items()]
+    rest = free - {s for syms in decidable.values() for s in syms}
+    if rest:
+        lines.append(f"hint: {', '.join(fold_names(rest))} depend on the run (timing or "
+                     "on-chip data): `stepc sim` reports them")
+    return lines
 
 
 def render_text(a: Analysis, console: Console, show_all: bool = False,
@@ -220,8 +216,7 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     if free:
         summary += f"; symbolic in {', '.join(fold_names(free))}"
     line(summary)
-    hint = _trace_hint(a, typed) if free else None
-    if hint:
+    for hint in _trace_hints(a, typed):
         line(hint)
 
 

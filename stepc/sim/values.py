@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepc.ops.functions import FUNCTIONS
 from stepc.sim.kernel import SimError
 from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile, iter_stops
 
@@ -94,18 +95,16 @@ def _row_append(args, fn, dtype):
     return TileVal(t.rows, t.cols, t.dtype, min(t.rows, t.valid + new.rows), False, data)
 
 
-def _cache_write_addr(args, fn, dtype):
-    idx, length = args
-    if idx.data is None or length.data is None:
-        return TileVal(1, 1, "u64")
-    return int_tile(idx.scalar() * fn.get("row_offset") + length.scalar())
+def _integer(name: str, dtype: str | None = None):
+    """A function on [1,1] integer tiles, by the library's integer definition (`ints`)."""
+    ints = FUNCTIONS[name].ints
 
-
-def _ceildiv_int(args, fn, dtype):
-    (x,) = args
-    if x.data is None:
-        return TileVal(1, 1, x.dtype)
-    return int_tile(-(-(x.scalar() + (fn.get("plus") or 0)) // fn.get("by")), x.dtype)
+    def f(args, fn, dtype_):
+        out = dtype or args[0].dtype
+        if any(a.data is None for a in args):
+            return TileVal(1, 1, out)
+        return int_tile(ints([a.scalar() for a in args], fn), out)
+    return f
 
 
 MAP = {
@@ -117,7 +116,8 @@ MAP = {
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
     "set_offset": _set_offset, "row_append": _row_append,
-    "cache_write_addr": _cache_write_addr, "ceildiv_int": _ceildiv_int,
+    "cache_write_addr": _integer("cache_write_addr", "u64"),
+    "ceildiv_int": _integer("ceildiv_int"), "mod_int": _integer("mod_int"),
 }
 
 
