@@ -132,24 +132,49 @@ def _exit_code(result: Compiled, werror: bool) -> int:
 @click.option("--debug", is_flag=True, hidden=True, help="Show Python tracebacks of "
               "internal errors.")
 def main(debug: bool) -> None:
-    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files)."""
+    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files).
+
+    \b
+    Examples:
+      stepc check --types programs/moe_simple.step
+      stepc analyze programs/moe_static.step --trace routing=ids.npy
+      stepc sim programs/swiglu.step --hw hdl-validation
+      stepc dot programs/moe_static.step --collapse -o moe.svg
+
+    `stepc COMMAND --help` describes each command.
+    """
 
 
 _DEFINE = click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
                        help="Override a `param` of the program (repeatable).")
+_FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+                       show_default=True, help="A report to read, or one JSON document "
+                       "(every value, for scripts).")
 
 
-@main.command("check")
+def _presets(default: str | None = None) -> str:
+    """The hardware presets, for help texts (read from the package, so new ones show)."""
+    from stepc.hw.config import preset_names
+    return ", ".join(f"{n} (default)" if n == default else n for n in preset_names())
+
+
+@main.command("check", short_help="Type- and shape-check a program.")
 @click.argument("file", type=str)
 @_DEFINE
 @click.option("--types", "show_types", is_flag=True,
               help="Print every stream's inferred type and symbolic shape, in source order.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Output format.")
+@_FORMAT
 @click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
 def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
               werror: bool) -> None:
-    """Type- and shape-check a .step program (FILE, or - for standard input)."""
+    """Type- and shape-check a .step program (FILE, or - for standard input).
+
+    \b
+    Examples:
+      stepc check programs/moe_simple.step
+      stepc check --types -D TB=32 -D TI=64 programs/swiglu.step
+      stepc check --format json --werror mine.step
+    """
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
     if fmt == "json":
@@ -179,26 +204,34 @@ def _load_hw(hw: str | None, sets: tuple[str, ...]):
         raise click.UsageError(str(e)) from None
 
 
-@main.command("analyze")
+@main.command("analyze", short_help="Traffic, on-chip memory, FLOPs and intensity.")
 @click.argument("file", type=str)
 @_DEFINE
 @click.option("--bind", "binds", multiple=True, metavar="SYMBOL=VALUE",
               help="Give a symbolic dim a value (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="Bind the external stream NAME to a trace file (.npy, .npz, .csv).")
-@click.option("--hw", default=None, metavar="PRESET|PATH",
-              help="Hardware for the roofline bound (presets: paper-eval, hdl-validation).")
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware for the roofline bound (presets: {_presets()}).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one hardware setting (repeatable).")
 @click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
               show_default=True, help="On-chip accounting: the evaluation's (artifact) or the "
               "paper's Section 4.2 equations (paper).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--all", "show_all", is_flag=True, help="Also list operators with no cost.")
+@_FORMAT
+@click.option("--all", "show_all", is_flag=True, help="List every operator instance (not one "
+              "row per statement), also those with no cost.")
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
-    """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program."""
+    """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
+    symbolic in its dynamic dims until --bind or --trace gives them values.
+
+    \b
+    Examples:
+      stepc analyze programs/swiglu.step --hw paper-eval
+      stepc analyze programs/moe_static.step --trace routing=ids.npy
+      stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
+    """
     from stepc.analyze import roofline
     from stepc.analyze.report import render_text, to_json
 
@@ -222,11 +255,11 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
 LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
 
 
-@main.command("dot")
+@main.command("dot", short_help="Draw a program's graph (DOT, SVG, PNG, PDF).")
 @click.argument("file", type=str)
 @_DEFINE
-@click.option("-o", "--output", "out", default=None, metavar="OUT",
-              help="Write to OUT (.dot/.gv text, or .svg/.png/.pdf via Graphviz); default: "
+@click.option("-o", "--output", "out", default=None, metavar="FILE",
+              help="Write to FILE (.dot/.gv text, or .svg/.png/.pdf via Graphviz); default: "
               "DOT text on standard output.")
 @click.option("--collapse", is_flag=True,
               help="Fold identical loop iterations into one cluster labeled with the count.")
@@ -239,9 +272,17 @@ LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
               help="Bind an external stream to a trace for --annotate analysis.")
 @click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
               show_default=True, help="On-chip accounting for --annotate analysis.")
-@click.option("--force", is_flag=True, help="Overwrite OUT even if stepc did not write it.")
+@click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
 def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model, force):
-    """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed)."""
+    """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed).
+
+    \b
+    Examples:
+      stepc dot programs/moe_simple.step -o moe.svg
+      stepc dot programs/moe_static.step --collapse --annotate analysis -o moe.svg
+      stepc sim programs/swiglu.step --format json > r.json
+      stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
+    """
     from stepc.viz.dot import to_dot
     from stepc.viz.render import RenderError, check_target, write_output
 
@@ -336,11 +377,11 @@ EXIT_DEADLOCK = 3
 FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
 
 
-@main.command("sim")
+@main.command("sim", short_help="Simulate a program cycle by cycle.")
 @click.argument("file", type=str)
 @_DEFINE
-@click.option("--hw", default=None, metavar="PRESET|PATH",
-              help="Hardware (presets: paper-eval (default), hdl-validation; or a TOML file).")
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware (presets: {_presets('paper-eval')}; or a TOML file).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
@@ -354,15 +395,22 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
               help="Write output tensors as DIR/<tensor>.npy (functional mode).")
 @click.option("--trace-out", default=None, metavar="FILE.json",
               help="Write a Chrome/Perfetto trace (one track per operator).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@_FORMAT
 @click.option("--print-config", is_flag=True, help="Print the effective hardware config "
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
 def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
             fmt, print_config, max_cycles):
-    """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
+    """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
+
+    \b
+    Examples:
+      stepc sim programs/moe_simple.step
+      stepc sim programs/swiglu.step --hw hdl-validation --set hbm.model=fluid
+      stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
+      stepc sim programs/moe_simple.step --out results/ --trace-out run.json
+    """
     from stepc.analyze import analyze
     from stepc.sim.kernel import SimError
     from stepc.sim.report import deadlock_text, render_text, to_json

@@ -141,3 +141,30 @@ def test_read_only_directory_is_a_usage_error(tmp_path):
             assert r.exit_code == 2 and "permission denied" in r.stderr, r.output
     finally:
         ro.chmod(0o755)
+
+
+# ------------------------------------------------------------------ help (item 13)
+@pytest.mark.parametrize("command", ["check", "analyze", "dot", "sim"])
+def test_help_has_examples_and_every_option_explained(command):
+    r = run(command, "--help")
+    assert r.exit_code == 0
+    assert "Examples:" in r.stdout and f"stepc {command} " in r.stdout
+    for param in main.commands[command].params:  # every option says what it does
+        if param.param_type_name == "option" and not param.hidden:
+            assert param.help, f"{command} {param.opts[0]} has no help text"
+
+
+@pytest.mark.parametrize("command", ["analyze", "sim"])
+def test_hw_help_lists_every_preset(command):
+    from stepc.hw.config import preset_names
+    text = re.sub(r"-\n\s+", "-", run(command, "--help").stdout)  # undo wrapping at hyphens
+    text = re.sub(r"\s+", " ", text)
+    for name in preset_names():
+        assert name in text, name
+
+
+def test_top_level_help_has_examples():
+    r = run("--help")
+    assert "Examples:" in r.stdout and "stepc sim " in r.stdout
+    assert "..." not in "".join(ln for ln in r.stdout.splitlines()
+                                if re.match(r"\s+(check|analyze|dot|sim)\s", ln))

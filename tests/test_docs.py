@@ -178,3 +178,23 @@ def test_dram_fidelity_table_is_current():
     doc = DOCS / "dram.md"
     assert fidelity.main(["--check", "--doc", str(doc)]) == 0, \
         "docs/dram.md is stale: run `python -m stepc.fidelity`"
+
+
+def test_benchmark_readme_states_the_runs_bench_sim_makes():
+    """benchmarks/README.md's "medians of N runs" is what bench_sim.py does by default."""
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    script = (REPO / "benchmarks" / "bench_sim.py").read_text(encoding="utf-8")
+    stated = re.search(r"Medians of (\d+) runs", readme)
+    default = re.search(r'"--repeat", type=int, default=(\d+)', script)
+    assert stated and default and stated[1] == default[1], (stated, default)
+
+
+def test_declared_pytest_markers_are_used():
+    """A marker pyproject.toml declares (and so promises a behaviour for) is used by a test."""
+    import tomllib
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = conf["tool"]["pytest"]["ini_options"].get("markers", [])
+    sources = "".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").glob("*.py"))
+    for marker in declared:
+        name = marker.split(":")[0]
+        assert f"pytest.mark.{name}" in sources, f"marker `{name}` is declared but unused"

@@ -460,11 +460,14 @@ def test_redefined_param_elaborates_nothing_that_depends_on_it():
     data = ("param D = 2048\nparam D = 128\n"
             'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
             "for e in 0..D {\n    y[e] = Map(x, fn=silu)\n    Sink(y[e])\n}\n"
-            "tensor W : bf16[D, 64] input\n").encode()
+            "tensor W : bf16[D, 64] input\n"
+            'stream s : Strm<Tile<bf16, [1, 64]>, 0>[D] = external("s")\n'
+            "graph g(a : Strm<Tile<bf16, [1, 64]>, 1>[D, 1]) {\n    return a\n}\n"
+            "Sink(g(x))\n").encode()
     src = decode_source(FUZZ_NAME, data)
     c = compile_source(src)
     assert [d.code for d in c.diagnostics.items] == ["E0104"], c.diagnostics.items
-    assert len(c.typed.program.nodes) == 1  # the external stream only
+    assert {n.op for n in c.typed.program.nodes.values()} == {"External", "Sink"}
 
 
 @pytest.mark.parametrize("text,args,expect", [
@@ -494,7 +497,7 @@ def test_sim_refuses_what_a_run_cannot_hold(tmp_path, text, args, expect):
     assert expect in r.stderr and "big.step:" in r.stderr, r.stderr
 
 
-HUGE = [1, 2, 64, 2**20, 10**12, 2**63, 2**64]
+HUGE = [1, 64, 10**12, 2**63, 2**64]
 
 
 @_settings(10)

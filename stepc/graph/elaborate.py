@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -23,6 +22,8 @@ from stepc.grammar import ast
 from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
 from stepc.graph.program import (Assumption, Cluster, Edge, OpNode, Program, StreamRefTerm,
                                  Tensor, TypeAnnotation)
+from stepc.graph.scope import (POISON, Entry, GraphVal, Pending, Scope, StreamVal,
+                               kind_word)
 from stepc.ops import OPS
 from stepc.ops.base import (COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue,
                             TensorRef)
@@ -49,111 +50,6 @@ class _Abort(Exception):
 
 class _Fatal(Exception):
     """Stops elaboration altogether (a size limit was passed)."""
-
-
-@dataclass(frozen=True)
-class StreamVal:
-    """A stream produced by a node port (or, while pending, by a feedback declaration)."""
-
-    node: str
-    port: int
-    name: str
-
-
-@dataclass
-class Pending:
-    """A declared feedback stream not yet bound to a producer."""
-
-    name: str
-    annotation: TypeAnnotation
-    span: Span
-    bound: StreamVal | None = None
-    failed: bool = False  # its binding statement had errors (already reported)
-
-
-class Poison:
-    """The value of a binding whose statement failed: uses of it fail silently."""
-
-
-POISON = Poison()
-
-
-@dataclass
-class GraphVal:
-    definition: ast.GraphDef
-    scope: Scope
-
-
-@dataclass
-class Entry:
-    value: Any
-    kind: str  # param | tensor | stream | array | graph | loopvar | value
-    span: Span | None
-    used: bool = False
-
-
-@dataclass
-class Scope:
-    parent: Scope | None
-    prefix: str = ""  # node-name prefix: "e[3]."
-    suffix: str = ""  # loop-iteration suffix: "[3]"
-    cluster: tuple[Cluster, ...] = ()
-    names: dict[str, Entry] = field(default_factory=dict)
-    returned: Any = None
-    has_return: bool | None = None  # None: not inside a graph body
-    is_loop: bool = False
-
-    def lookup(self, name: str) -> Entry | None:
-        s: Scope | None = self
-        while s is not None:
-            if name in s.names:
-                return s.names[name]
-            s = s.parent
-        return None
-
-    def visible(self) -> list[str]:
-        out, s = [], self
-        while s is not None:
-            out.extend(s.names)
-            s = s.parent
-        return out
-
-    def int_env(self) -> tuple[tuple[str, int], ...]:
-        env: dict[str, int] = {}
-        s: Scope | None = self
-        while s is not None:
-            for k, e in s.names.items():
-                if e.kind in ("param", "loopvar") and k not in env:
-                    env[k] = e.value
-            s = s.parent
-        return tuple(sorted(env.items()))
-
-
-
-
-
-def _kind_word(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return "an integer"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, (StreamVal, Pending)):
-        return "a stream"
-    if isinstance(v, TensorRef):
-        return "a tensor"
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, tuple):
-        return f"{len(v)} values"
-    if isinstance(v, FnValue):
-        return "a function"
-    if isinstance(v, GraphVal):
-        return "a graph"
-    if v is None:
-        return "nothing (the call has no output)"
-    return type(v).__name__
 
 
 _KIND_EXPECT = {
@@ -278,7 +174,7 @@ class Elaborator:
         elif isinstance(s, ast.CallStatement):
             v = self.call(s.call, scope, anonymous=True)
             if v is not None and not isinstance(v, (StreamVal, list, tuple)):
-                raise self.error("E0208", f"this statement computes {_kind_word(v)} and "
+                raise self.error("E0208", f"this statement computes {kind_word(v)} and "
                                           "discards it", s.span)
 
     def define(self, scope: Scope, name: str, value: Any, kind: str, span: Span) -> None:
@@ -367,7 +263,10 @@ class Elaborator:
         return self.fn_value(e, scope, allowed=TENSOR_SOURCES[e.func])
 
     def mark_used(self, node: Any, scope: Scope) -> None:
-        """Params named inside a type annotation count as used."""
+        """Params named inside a type annotation count as used; a poisoned one (its
+        definition failed) silently fails the statement."""
+        if self.mentions_poison(node, scope):
+            raise _Abort()
         if isinstance(node, ast.Name):
             entry = scope.lookup(node.name)
             if entry is not None:
@@ -379,6 +278,18 @@ class Elaborator:
             for f in node.__dataclass_fields__:
                 if f != "span":
                     self.mark_used(getattr(node, f), scope)
+
+    def mentions_poison(self, node: Any, scope: Scope) -> bool:
+        """Whether an annotation names a param whose definition failed."""
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            return entry is not None and entry.value is POISON
+        if isinstance(node, tuple):
+            return any(self.mentions_poison(x, scope) for x in node)
+        if hasattr(node, "__dataclass_fields__"):
+            return any(self.mentions_poison(getattr(node, f), scope)
+                       for f in node.__dataclass_fields__ if f != "span")
+        return False
 
     def do_stream_decl(self, s: ast.StreamDecl, scope: Scope) -> None:
         self.mark_used(s.type, scope)
@@ -465,7 +376,7 @@ class Elaborator:
                                  + ("s" if want > 1 else ""), e.span)
             v = self.value(e.args[0].value, scope)
             if not isinstance(v, (StreamVal, Pending)):
-                raise self.error("E0204", f"`{e.func}` expects a stream, found {_kind_word(v)}",
+                raise self.error("E0204", f"`{e.func}` expects a stream, found {kind_word(v)}",
                                  e.args[0].span)
             ref = self.stream_ref(v, e.args[0].span)
             streams.append(ref)
@@ -537,7 +448,7 @@ class Elaborator:
                 node.annotations.setdefault(v.port, []).append(
                     TypeAnnotation(ann, scope.int_env()))
         elif ann is not None:
-            raise self.error("E0207", f"only streams can be annotated, found {_kind_word(v)}",
+            raise self.error("E0207", f"only streams can be annotated, found {kind_word(v)}",
                              ann.span)
         if t.indices:
             self.assign_indexed(t, v, scope)
@@ -547,7 +458,7 @@ class Elaborator:
                 and existing.value.bound is None:
             if not isinstance(v, StreamVal):
                 raise self.error("E0204", f"feedback stream `{t.name}` must be bound to a "
-                                          f"stream, found {_kind_word(v)}", t.span)
+                                          f"stream, found {kind_word(v)}", t.span)
             existing.value.bound = v
             self.nodes[v.node].port_names[v.port] = t.name
             return
@@ -576,7 +487,7 @@ class Elaborator:
             entry = self.array_owner(scope).names[t.name] = Entry([], "array", t.span,
                                                                   used=True)
         if not isinstance(entry.value, list):
-            raise self.error("E0107", f"`{t.name}` is {_kind_word(entry.value)}, not an array",
+            raise self.error("E0107", f"`{t.name}` is {kind_word(entry.value)}, not an array",
                              t.span)
         arr = entry.value
         for depth, i in enumerate(idx):
@@ -649,7 +560,7 @@ class Elaborator:
                 if v is None:
                     raise self.error("E0108", f"element [{i}] is never assigned", e.span)
                 return v
-            raise self.error("E0107", f"cannot index {_kind_word(base)}", e.span)
+            raise self.error("E0107", f"cannot index {kind_word(base)}", e.span)
         if isinstance(e, ast.Call):
             return self.call(e, scope, name_hint=name_hint)
         return self.eval_int(e, scope)
@@ -705,7 +616,7 @@ class Elaborator:
             return self.eval_int(e, scope)
         self.reference_args(e, scope)
         if entry is not None:
-            raise self.error("E0102", f"`{e.func}` is {_kind_word(entry.value)}, not an "
+            raise self.error("E0102", f"`{e.func}` is {kind_word(entry.value)}, not an "
                                       "operator or graph", e.func_span)
         raise self.error("E0102", f"unknown operator `{e.func}`" + did_you_mean(
             e.func, list(OPS) + [n for n in scope.visible()
@@ -796,7 +707,7 @@ class Elaborator:
                             vs = list(vs)
                         if not isinstance(vs, list):
                             raise self.error("E0204", f"{spec.name} `{p.name}` expects a list "
-                                             f"of streams, found {_kind_word(vs)}", span)
+                                             f"of streams, found {kind_word(vs)}", span)
                         spans = [i.span for i in val_ast.items] \
                             if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
                     else:
@@ -841,7 +752,7 @@ class Elaborator:
 
     def expect_stream(self, v: Any, op: str, param: str, span: Span) -> None:
         if not isinstance(v, (StreamVal, Pending)):
-            raise self.error("E0204", f"{op} `{param}` expects a stream, found {_kind_word(v)}",
+            raise self.error("E0204", f"{op} `{param}` expects a stream, found {kind_word(v)}",
                              span)
 
     def anon_name(self, op: str, span: Span, scope: Scope) -> str:
@@ -874,7 +785,7 @@ class Elaborator:
             if isinstance(e, ast.Call):
                 return self.fn_value(e, scope)
             raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{_kind_word(self.value(e, scope))}", span)
+                             f"{kind_word(self.value(e, scope))}", span)
         if kind == "dtype":
             if isinstance(e, ast.Name) and e.name in DTYPE_BYTES:
                 return e.name
@@ -895,7 +806,7 @@ class Elaborator:
         }[kind](v)
         if not ok:
             raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{_kind_word(v)}", span)
+                             f"{kind_word(v)}", span)
         low = getattr(p, "minimum", None)
         if low is not None and any(i < low for i in (v if isinstance(v, list) else [v])):
             raise self.error("E0204", f"{op} `{p.name}` must be >= {low}, found {v}"
@@ -915,7 +826,7 @@ class Elaborator:
             v = self.value(a.value, scope)
             if not isinstance(v, (int, bool, str)):
                 raise self.error("E0204", f"argument `{a.name}` of `{e.func}` must be an "
-                                          f"integer, boolean or string, found {_kind_word(v)}",
+                                          f"integer, boolean or string, found {kind_word(v)}",
                                  a.span)
             kwargs.append((a.name, v))
         return FnValue(e.func, tuple(kwargs), e.span)
@@ -938,7 +849,8 @@ class Elaborator:
                 v = self.value(p.default, g.scope)
             else:
                 raise self.error("E0201", f"graph `{d.name}` needs argument `{p.name}`", e.span)
-            if p.type is not None and isinstance(v, StreamVal):
+            if p.type is not None and isinstance(v, StreamVal) and \
+                    not self.mentions_poison(p.type, g.scope):
                 # the parameter's annotation is checked on the producing port
                 node = self.nodes[v.node]
                 node.annotations.setdefault(v.port, []).append(
@@ -976,7 +888,7 @@ class Elaborator:
             if entry is None:
                 raise self.undefined(name, span, scope)
             raise self.error("E0204", f"expected an integer, but `{name}` is "
-                             f"{_kind_word(entry.value)}", span)
+                             f"{kind_word(entry.value)}", span)
         try:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
