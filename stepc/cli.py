@@ -313,6 +313,9 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
         except RenderError as e:
             click.echo(f"stepc: error: {e}", err=True)
             sys.exit(EXIT_USAGE)
+        except OSError as e:
+            click.echo(f"stepc: error: -o {out}: cannot write: {e.strerror or e}", err=True)
+            sys.exit(EXIT_USAGE)
         click.echo(f"wrote {out}", err=True)
     else:
         click.echo(text, nl=False)

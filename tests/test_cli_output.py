@@ -168,3 +168,22 @@ def test_top_level_help_has_examples():
     assert "Examples:" in r.stdout and "stepc sim " in r.stdout
     assert "..." not in "".join(ln for ln in r.stdout.splitlines()
                                 if re.match(r"\s+(check|analyze|dot|sim)\s", ln))
+
+
+def test_sim_lists_dims_in_natural_order():
+    r = run("sim", SIMPLE, "-D", "E=12", "--timing-only")
+    assert r.exit_code == 0, r.output
+    dims = re.search(r"dims of this run:\s+(.*)", r.stdout)[1]
+    names = re.findall(r"(D_\d+) =", dims)
+    assert names[:3] == ["D_0", "D_1", "D_2"], dims
+
+
+def test_long_expressions_are_cut_at_a_term_and_whole_with_all():
+    from stepc.analyze.report import _clip
+    text = "12 + (5 + x if y > 0 else 0) + " + " + ".join(f"(7 if n_{i} > 0 else 0)"
+                                                        for i in range(0, 60, 2))
+    short = _clip(text, False)
+    assert len(short) < 200 and short.endswith("+ ... (--all or --format json: whole)")
+    head = short.removesuffix(" + ... (--all or --format json: whole)")
+    assert text.startswith(head) and head.count("(") == head.count(")")
+    assert _clip(text, True) == text

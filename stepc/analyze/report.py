@@ -31,6 +31,21 @@ def fmt_value(e: sympy.Expr, unit: str = "") -> str:
     return fmt_folded(e)
 
 
+MAX_SHOWN = 200  # characters of one expression in the summary (--all: no limit)
+
+
+def _clip(text: str, show_all: bool) -> str:
+    """An expression cut to fit the summary, at a term boundary, saying where it is whole."""
+    if show_all or len(text) <= MAX_SHOWN:
+        return text
+    depth, cut = 0, None
+    for i, ch in enumerate(text[:MAX_SHOWN - 40]):  # the last " + " outside parentheses
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith(" + ", i):
+            cut = i
+    return text if cut is None else text[:cut] + " + ... (--all or --format json: whole)"
+
+
 def json_value(e: sympy.Expr):
     """An int when fully bound and integral, a float when numeric, else a sympy string."""
     e = sympy.sympify(e)
@@ -168,6 +183,9 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     def line(text: str) -> None:
         console.print(text, soft_wrap=True, markup=False)
 
+    def val(e) -> str:
+        return _clip(fmt_value(e), show_all)
+
     rows = _rows(a, grouped=not show_all)
     grouped = any(r.count > 1 for r in rows)
     table = Table(box=box.SIMPLE_HEAD, title=f"{a.program}  (on-chip model: {a.mode})",
@@ -182,29 +200,28 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
             hidden += r.count
             continue
         table.add_row(r.name, r.op, *([f"{r.count:,}"] if grouped else []),
-                      fmt_value(r.off_chip), fmt_value(r.on_chip), fmt_value(r.flops))
+                      val(r.off_chip), val(r.on_chip), val(r.flops))
     t = a.totals
     table.add_section()
     table.add_row("total", "", *([f"{len(a.ops):,}"] if grouped else []),
-                  fmt_value(t["off_chip_bytes"]), fmt_value(t["on_chip_bytes"]),
-                  fmt_value(t["flops"]))
+                  val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"]))
     console.print(table)
     if grouped:
         line("(n: operator instances of the statement, from loop iterations and graph "
              "instances, summed; --all lists each)")
     if hidden:
         line(f"({hidden} operators with no cost not shown; --all shows them)")
-    line(f"on-chip bytes, allocated on demand: {fmt_value(t['on_chip_bytes_on_demand'])}")
-    line(f"operational intensity: {fmt_value(t['operational_intensity'])} FLOP/byte")
+    line(f"on-chip bytes, allocated on demand: {val(t['on_chip_bytes_on_demand'])}")
+    line(f"operational intensity: {val(t['operational_intensity'])} FLOP/byte")
     if a.symbols:
         line("symbols:")
         for text in _symbol_lines(a):
             line(text)
     if roof is not None and hw is not None:
         line(f"roofline ({hw.name}):")
-        line(f"  memory  {fmt_value(roof.memory_cycles)} cycles "
+        line(f"  memory  {val(roof.memory_cycles)} cycles "
              f"({fmt_value(sympy.nsimplify(hw.peak_bw))} B/cycle off-chip)")
-        line(f"  compute {fmt_value(roof.compute_cycles)} cycles "
+        line(f"  compute {val(roof.compute_cycles)} cycles "
              f"({a.allocated_compute:,} FLOP/cycle allocated)")
         line("  " + (f"{roof.bound}-bound" if roof.bound != "unknown" else
                      "bound depends on the symbols"))
