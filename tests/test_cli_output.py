@@ -187,3 +187,11 @@ def test_long_expressions_are_cut_at_a_term_and_whole_with_all():
     head = short.removesuffix(" + ... (--all or --format json: whole)")
     assert text.startswith(head) and head.count("(") == head.count(")")
     assert _clip(text, True) == text
+
+
+def test_large_fractional_values_are_not_in_e_notation():
+    import sympy
+
+    from stepc.analyze.report import fmt_value
+    assert fmt_value(sympy.Rational(8260609, 2)) == "4,130,304.5"
+    assert fmt_value(sympy.Rational(146, 10)) == "14.6"

@@ -350,7 +350,8 @@ def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
                         and out.shape[-1].is_Symbol:
                     bindings.setdefault(out.shape[-1].name, sympy.Rational(
                         int(np.maximum(lengths, 0).sum()), lengths.size))
-        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                ZeroDivisionError):
             continue  # a shape these values do not fit: leave the dims symbolic
 
 

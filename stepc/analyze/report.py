@@ -19,7 +19,8 @@ KINDS = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
 
 
 def fmt_value(e: sympy.Expr, unit: str = "") -> str:
-    """Integers with thousands separators; exact non-integers to 4 significant digits;
+    """Integers with thousands separators; exact non-integers to 4 significant digits (one
+    decimal from 10,000 on, never in e-notation);
     symbolic expressions as the paper writes them, sums over symbol families folded."""
     e = sympy.sympify(e)
     if e.is_Integer:
@@ -27,7 +28,8 @@ def fmt_value(e: sympy.Expr, unit: str = "") -> str:
     if e.is_number:
         if e == sympy.nan:
             return "n/a"
-        return f"{float(e):,.4g}{unit}"
+        x = float(e)
+        return f"{x:,.1f}{unit}" if abs(x) >= 10_000 else f"{x:,.4g}{unit}"
     return fmt_folded(e)
 
 
