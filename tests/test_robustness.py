@@ -470,6 +470,21 @@ def test_redefined_param_elaborates_nothing_that_depends_on_it():
     assert {n.op for n in c.typed.program.nodes.values()} == {"External", "Sink"}
 
 
+def test_redefined_expert_count_is_one_error_and_fast():
+    """The fuzzed mutant: moe_static with `param E = 2048` before `param E = 128` used to
+    report its one error after elaborating 2,048 experts (over a minute); now nothing that
+    depends on E is elaborated and nothing cascades."""
+    import time
+    path = ROOT / "programs" / "moe_static.step"
+    text = path.read_text().replace("param E = 128 ", "param E = 2048\nparam E = 128 ", 1)
+    start = time.monotonic()
+    c = compile_source(decode_source(str(path), text.encode()), {}, str(path))
+    assert [d.code for d in c.diagnostics.items] == ["E0104"], \
+        [(d.code, d.message) for d in c.diagnostics.items]
+    assert not [n for n in c.typed.program.nodes if n.startswith("ffn[")]  # no expert built
+    assert time.monotonic() - start < 60  # guards against the hang, not a speed target
+
+
 @pytest.mark.parametrize("text,args,expect", [
     ('stream route : Strm<MultiHot<2>, 0>[18446744073709551616] = external("routing")\n'
      "Sink(route)\n", (), "a run holds at most 10,000,000 per external stream"),

@@ -85,6 +85,7 @@ class Elaborator:
         self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
         self.iterations = 0  # loop iterations unrolled so far
         self.truncated = False  # a size limit stopped elaboration
+        self.hit_poison = False  # a statement was skipped for a failed definition
 
     # ================================================================ driver
     def run(self) -> Program:
@@ -95,7 +96,8 @@ class Elaborator:
             self.truncated = True
         self.finish_pendings()
         for name, e in self.global_scope.names.items():
-            if e.kind == "param" and not e.used:
+            # a statement skipped for a failed definition may have been a param's only use
+            if e.kind == "param" and not e.used and not self.hit_poison:
                 self.bag.warning("W0002", f"parameter `{name}` is never used", e.span)
         return self.build()
 
@@ -107,12 +109,19 @@ class Elaborator:
                 self.poison(s, scope)
                 self.mention(s, scope)
 
+    def poisoned(self) -> _Abort:
+        """Abort a statement that uses a name whose definition failed (already reported)."""
+        self.hit_poison = True
+        return _Abort()
+
     def poison(self, s, scope: Scope) -> None:
         """Names a failed statement would define fail silently when used later."""
         if isinstance(s, (ast.Param, ast.TensorDecl, ast.StreamDecl)):
             names = [s.name]
         elif isinstance(s, ast.Binding):
             names = [t.name for t in s.targets if not t.indices and t.name != "_"]
+        elif isinstance(s, ast.ForLoop):  # the arrays its body would have built
+            names, scope = _bound_in(s.body), self.array_owner(scope)
         else:
             return
         for name in names:
@@ -266,7 +275,7 @@ class Elaborator:
         """Params named inside a type annotation count as used; a poisoned one (its
         definition failed) silently fails the statement."""
         if self.mentions_poison(node, scope):
-            raise _Abort()
+            raise self.poisoned()
         if isinstance(node, ast.Name):
             entry = scope.lookup(node.name)
             if entry is not None:
@@ -527,7 +536,7 @@ class Elaborator:
             v = entry.value
             self.referenced(v)
             if v is POISON:
-                raise _Abort()
+                raise self.poisoned()
             if isinstance(v, Tensor):
                 return TensorRef(v.name, v.dtype, v.shape, (), v.span)
             if isinstance(v, Pending) and v.bound is not None:
@@ -556,7 +565,7 @@ class Elaborator:
                                               f"{len(base)}: {valid})", e.index.span)
                 v = base[i]
                 if v is POISON:
-                    raise _Abort()
+                    raise self.poisoned()
                 if v is None:
                     raise self.error("E0108", f"element [{i}] is never assigned", e.span)
                 return v
@@ -878,7 +887,7 @@ class Elaborator:
         def resolve(name: str, span: Span):
             entry = scope.lookup(name)
             if entry is not None and entry.value is POISON:
-                raise _Abort()
+                raise self.poisoned()
             if entry is not None and isinstance(entry.value, int) \
                     and not isinstance(entry.value, bool):
                 entry.used = True
@@ -966,6 +975,19 @@ class Elaborator:
                        named=self.named, poisoned=poisoned)
         prog.order = {n: i for i, n in enumerate(nodes)}
         return prog
+
+
+def _bound_in(stmts) -> list[str]:
+    """The names statements (and the loops among them) bind."""
+    out: list[str] = []
+    for s in stmts:
+        if isinstance(s, ast.Binding):
+            out.extend(t.name for t in s.targets if t.name != "_")
+        elif isinstance(s, (ast.TensorDecl, ast.StreamDecl)):
+            out.append(s.name)
+        elif isinstance(s, ast.ForLoop):
+            out.extend(_bound_in(s.body))
+    return out
 
 
 def _insert_after(nodes: dict[str, OpNode], after: str, node: OpNode) -> dict[str, OpNode]:
