@@ -2,7 +2,7 @@
 `dram` memory model at most 3x the time of `ref`) and throughput on a generated MoE layer
 (operator firings/s and 64-byte requests/s).
 
-    python benchmarks/bench_sim.py [--repeat 3] [--experts 128]
+    python benchmarks/bench_sim.py [--repeat 5] [--experts 128]
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def moe(experts: int, model: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="runs per measurement (benchmarks/README.md reports their median)")
     ap.add_argument("--experts", type=int, default=128)
     args = ap.parse_args()
     medians = {}

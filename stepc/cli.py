@@ -6,16 +6,18 @@ Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage erro
 
 from __future__ import annotations
 
-import difflib
+import io
 import json
 import math
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
 from stepc import __version__
-from stepc.diagnostics import Diagnostic, diagnostic_json, render_text, span_json
+from stepc.diagnostics import (Diagnostic, Note, Severity, closest, diagnostic_json,
+                               did_you_mean, render_text, span_json)
 from stepc.frontend import Compiled, compile_file
 from stepc.types import DTYPE_BYTES, fmt_dim
 
@@ -36,17 +38,38 @@ def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def usage_diagnostics(result: Compiled, diags: list[Diagnostic]) -> NoReturn:
+    """Report command-line input that does not fit the program (E0106, E0404): coded
+    diagnostics like the program's own, then exit 2."""
+    click.echo(render_text(diags, result.sources), err=True, nl=False)
+    sys.exit(EXIT_USAGE)
+
+
+def _no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
+    """E0106: a -D or --bind name the program does not declare, with the likeliest one."""
+    notes = tuple(Note(f"`{near}` is declared here", options[near])
+                  for near in closest(name, options) if options[near] is not None)
+    return Diagnostic("E0106", Severity.ERROR, f"{flag} {name}: the program has no {what} "
+                      f"`{name}`{did_you_mean(name, options)}", None, notes)
+
+
 def check_overrides(result: Compiled) -> None:
     """Unknown -D names are usage errors (once the program parsed)."""
     if result.typed is None or not result.unknown_overrides:
         return
-    params = list(result.typed.program.params)
-    msgs = []
-    for name in result.unknown_overrides:
-        near = difflib.get_close_matches(name, params, n=1)
-        hint = f" (did you mean `{near[0]}`?)" if near else ""
-        msgs.append(f"-D {name}: the program has no parameter `{name}`{hint}")
-    raise click.UsageError("; ".join(msgs))
+    prog = result.typed.program
+    params = {p: prog.param_spans.get(p) for p in prog.params}
+    usage_diagnostics(result, [_no_such("-D", name, "parameter", params)
+                               for name in result.unknown_overrides])
+
+
+def trace_error(result: Compiled, e, traces: tuple[str, ...]) -> NoReturn:
+    """A --trace file that does not fit the program: E0404, exit 2."""
+    notes = [Note("the external stream is declared here", e.span)] if e.span else []
+    notes += [Note(f"from --trace {name}={path}") for name, path in _pairs(traces, "--trace")
+              if f"`{name}`" in str(e)]
+    usage_diagnostics(result, [Diagnostic(e.code, Severity.ERROR, str(e), None,
+                                          tuple(notes))])
 
 
 def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
@@ -54,6 +77,43 @@ def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
     text = render_text(diags, result.sources)
     if text:
         click.echo(text, err=True, nl=False)
+
+
+def check_output_path(flag: str, path: str, directory: bool = False) -> None:
+    """A usage error now, before any work, if `path` (a file, or with `directory` a
+    directory that may not exist yet) cannot be written."""
+    if directory:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise click.UsageError(f"{flag} {path}: exists and is not a directory")
+        parent = path
+        while parent and not os.path.exists(parent):  # the first ancestor that exists
+            parent = os.path.dirname(parent.rstrip(os.sep))
+    else:
+        if os.path.isdir(path):
+            raise click.UsageError(f"{flag} {path}: is a directory; give a file name")
+        parent = os.path.dirname(path)
+        if parent and not os.path.exists(parent):
+            raise click.UsageError(f"{flag} {path}: directory {parent} does not exist")
+    parent = parent or "."
+    if not os.path.isdir(parent):
+        raise click.UsageError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
+
+
+def print_report(render) -> None:
+    """Run `render(console)` for standard output: on a terminal at the terminal's width; in
+    a file or pipe plain, names never wrapped (so grep finds them) and no trailing spaces."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        render(Console(file=sys.stdout, highlight=False, soft_wrap=False))
+        return
+    buf = io.StringIO()
+    render(Console(file=buf, width=100_000, highlight=False, soft_wrap=False,
+                   color_system=None))
+    lines = [line.rstrip() for line in buf.getvalue().splitlines()]
+    click.echo("\n".join(lines) + ("\n" if lines else ""), nl=False)
 
 
 def _exit_code(result: Compiled, werror: bool) -> int:
@@ -71,24 +131,49 @@ def _exit_code(result: Compiled, werror: bool) -> int:
 @click.option("--debug", is_flag=True, hidden=True, help="Show Python tracebacks of "
               "internal errors.")
 def main(debug: bool) -> None:
-    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files)."""
+    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files).
+
+    \b
+    Examples:
+      stepc check --types programs/moe_simple.step
+      stepc analyze programs/moe_static.step --trace routing=ids.npy
+      stepc sim programs/swiglu.step --hw hdl-validation
+      stepc dot programs/moe_static.step --collapse -o moe.svg
+
+    `stepc COMMAND --help` describes each command.
+    """
 
 
 _DEFINE = click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
                        help="Override a `param` of the program (repeatable).")
+_FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+                       show_default=True, help="A report to read, or one JSON document "
+                       "(every value, for scripts).")
 
 
-@main.command("check")
+def _presets(default: str | None = None) -> str:
+    """The hardware presets, for help texts (read from the package, so new ones show)."""
+    from stepc.hw.config import preset_names
+    return ", ".join(f"{n} (default)" if n == default else n for n in preset_names())
+
+
+@main.command("check", short_help="Type- and shape-check a program.")
 @click.argument("file", type=str)
 @_DEFINE
 @click.option("--types", "show_types", is_flag=True,
               help="Print every stream's inferred type and symbolic shape, in source order.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Output format.")
+@_FORMAT
 @click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
 def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
               werror: bool) -> None:
-    """Type- and shape-check a .step program (FILE, or - for standard input)."""
+    """Type- and shape-check a .step program (FILE, or - for standard input).
+
+    \b
+    Examples:
+      stepc check programs/moe_simple.step
+      stepc check --types -D TB=32 -D TI=64 programs/swiglu.step
+      stepc check --format json --werror mine.step
+    """
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
     if fmt == "json":
@@ -122,28 +207,34 @@ def _load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
     return config
 
 
-@main.command("analyze")
+@main.command("analyze", short_help="Traffic, on-chip memory, FLOPs and intensity.")
 @click.argument("file", type=str)
 @_DEFINE
 @click.option("--bind", "binds", multiple=True, metavar="SYMBOL=VALUE",
               help="Give a symbolic dim a value (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="Bind the external stream NAME to a trace file (.npy, .npz, .csv).")
-@click.option("--hw", default=None, metavar="PRESET|PATH",
-              help="Hardware for the roofline bound (presets: paper-eval, hdl-validation).")
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware for the roofline bound (presets: {_presets()}).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one hardware setting (repeatable).")
 @click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
               show_default=True, help="On-chip accounting: the evaluation's (artifact) or the "
               "paper's Section 4.2 equations (paper).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--all", "show_all", is_flag=True, help="Also list operators with no cost.")
+@_FORMAT
+@click.option("--all", "show_all", is_flag=True, help="List every operator instance (not one "
+              "row per statement), also those with no cost.")
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
-    """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program."""
-    from rich.console import Console
+    """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
+    symbolic in its dynamic dims until --bind or --trace gives them values.
 
+    \b
+    Examples:
+      stepc analyze programs/swiglu.step --hw paper-eval
+      stepc analyze programs/moe_static.step --trace routing=ids.npy
+      stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
+    """
     from stepc.analyze import roofline
     from stepc.analyze.report import render_text, to_json
 
@@ -158,18 +249,20 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     if fmt == "json":
         click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
     else:
-        console = Console(file=sys.stdout, width=110,
-                          highlight=False, soft_wrap=False)
-        render_text(a, console, show_all, config, roof)
+        print_report(lambda console: render_text(a, console, show_all, config, roof,
+                                                 result.typed))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
 
-@main.command("dot")
+LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
+
+
+@main.command("dot", short_help="Draw a program's graph (DOT, SVG, PNG, PDF).")
 @click.argument("file", type=str)
 @_DEFINE
-@click.option("-o", "--output", "out", default=None, metavar="OUT",
-              help="Write to OUT (.dot/.gv text, or .svg/.png/.pdf via Graphviz); default: "
+@click.option("-o", "--output", "out", default=None, metavar="FILE",
+              help="Write to FILE (.dot/.gv text, or .svg/.png/.pdf via Graphviz); default: "
               "DOT text on standard output.")
 @click.option("--collapse", is_flag=True,
               help="Fold identical loop iterations into one cluster labeled with the count.")
@@ -182,12 +275,27 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
               help="Bind an external stream to a trace for --annotate analysis.")
 @click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
               show_default=True, help="On-chip accounting for --annotate analysis.")
-@click.option("--force", is_flag=True, help="Overwrite OUT even if stepc did not write it.")
+@click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
 def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model, force):
-    """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed)."""
-    from stepc.viz.dot import to_dot
-    from stepc.viz.render import RenderError, write_output
+    """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed).
 
+    \b
+    Examples:
+      stepc dot programs/moe_simple.step -o moe.svg
+      stepc dot programs/moe_static.step --collapse --annotate analysis -o moe.svg
+      stepc sim programs/swiglu.step --format json > r.json
+      stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
+    """
+    from stepc.viz.dot import to_dot
+    from stepc.viz.render import RenderError, check_target, write_output
+
+    to_file = out is not None and out != "-"
+    if to_file:
+        check_output_path("-o", out)
+        try:
+            check_target(out, force)
+        except RenderError as e:
+            raise click.UsageError(str(e)) from None
     result = compile_file(file, parse_defines(defines))
     check_overrides(result)
     if not result.ok:
@@ -197,14 +305,23 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
     if annotate is not None:
         heat, title = _heat(result, annotate, binds, traces, onchip_model)
     text = to_dot(result.typed, collapse=collapse, heat=heat, title=title)
-    if out is None or out == "-":
-        click.echo(text, nl=False)
-    else:
+    n_ops = len(result.typed.program.nodes)
+    if not collapse and n_ops > LARGE_GRAPH:
+        click.echo(f"stepc: warning: the graph has {n_ops:,} operators: drawn whole, its text "
+                   "is too small to read; --collapse folds identical loop iterations into one "
+                   "cluster each", err=True)
+    if to_file:
         try:
             write_output(text, out, force)
         except RenderError as e:
             click.echo(f"stepc: error: {e}", err=True)
-            sys.exit(EXIT_PROGRAM)
+            sys.exit(EXIT_USAGE)
+        except OSError as e:
+            click.echo(f"stepc: error: -o {out}: cannot write: {e.strerror or e}", err=True)
+            sys.exit(EXIT_USAGE)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=False)
     emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
@@ -249,13 +366,11 @@ def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
         arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
         values.update(trace_bindings(result.typed, arrays))
     except TraceError as e:
-        raise click.UsageError(str(e)) from None
-    known = set(result.typed.symbols.infos)
+        trace_error(result, e, traces)
+    known = {n: info.span for n, info in result.typed.symbols.infos.items()}
     for name, val in _pairs(binds, "--bind"):
         if name not in known:
-            near = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f" (did you mean `{near[0]}`?)" if near else ""
-            raise click.UsageError(f"--bind {name}: the program has no symbol `{name}`{hint}")
+            usage_diagnostics(result, [_no_such("--bind", name, "symbol", known)])
         try:
             values[name] = sympy.Integer(int(val, 0))
         except ValueError:
@@ -268,11 +383,11 @@ EXIT_DEADLOCK = 3
 FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
 
 
-@main.command("sim")
+@main.command("sim", short_help="Simulate a program cycle by cycle.")
 @click.argument("file", type=str)
 @_DEFINE
-@click.option("--hw", default=None, metavar="PRESET|PATH",
-              help="Hardware (presets: paper-eval (default), hdl-validation; or a TOML file).")
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware (presets: {_presets('paper-eval')}; or a TOML file).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
@@ -286,23 +401,25 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
               help="Write output tensors as DIR/<tensor>.npy (functional mode).")
 @click.option("--trace-out", default=None, metavar="FILE.json",
               help="Write a Chrome/Perfetto trace (one track per operator).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@_FORMAT
 @click.option("--print-config", is_flag=True, help="Print the effective hardware config "
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
 def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
             fmt, print_config, max_cycles):
-    """Simulate a program cycle by cycle on a spatial dataflow accelerator model."""
-    import os
+    """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
-    from rich.console import Console
-
+    \b
+    Examples:
+      stepc sim programs/moe_simple.step
+      stepc sim programs/swiglu.step --hw hdl-validation --set hbm.model=fluid
+      stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
+      stepc sim programs/moe_simple.step --out results/ --trace-out run.json
+    """
     from stepc.analyze import analyze
     from stepc.sim.kernel import SimError
-    from stepc.sim.report import deadlock_text, perfetto_trace, render_text, to_json, \
-        write_json
+    from stepc.sim.report import deadlock_text, render_text, to_json
     from stepc.sim.run import simulate
     from stepc.traces import TraceError, load_array
 
@@ -315,8 +432,10 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
-    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise click.UsageError(f"--out {out_dir}: not a directory")
+    if out_dir:
+        check_output_path("--out", out_dir, directory=True)
+    if trace_out:
+        check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
     tensor_bytes = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
@@ -332,7 +451,7 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
                            trace_ops=trace_out is not None, max_cycles=max_cycles,
                            progress=progress)
     except TraceError as e:
-        raise click.UsageError(str(e)) from None
+        trace_error(result, e, traces)
     except SimError as e:
         node = result.typed.program.nodes.get(e.node) if e.node else None
         where = f"{node.span}: " if node is not None else "stepc: "
@@ -341,28 +460,48 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         sys.exit(EXIT_PROGRAM)
     a = analyze(result.typed, "artifact", config).bind(dict(run.bindings))
     totals = {**a.totals, "allocated_compute": a.allocated_compute}
-    if trace_out:
-        write_json(trace_out, perfetto_trace(run))
-    if out_dir and run.outputs and not run.deadlock:
-        os.makedirs(out_dir, exist_ok=True)
-        import numpy as np
-
-        from stepc.sim.report import write_atomic
-        for name, arr in sorted(run.outputs.items()):
-            write_atomic(os.path.join(out_dir, f"{name}.npy"),
-                         lambda f, a=arr: np.save(f, a))
     if fmt == "json":
         doc = to_json(run, totals)
         doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        console = Console(file=sys.stdout, width=110, soft_wrap=False)
-        render_text(run, console, totals)
+        print_report(lambda console: render_text(run, console, totals))
+    _write_sim_outputs(run, out_dir, trace_out)
     emit_diagnostics(result)
     if run.deadlock:
         click.echo(deadlock_text(run, result.typed.program.nodes), err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
+    """The files `sim` was asked for, each announced on stderr (after the report, so a
+    failed write loses no result)."""
+    import numpy as np
+
+    from stepc.sim.report import perfetto_trace, write_atomic, write_json
+    try:
+        if trace_out:
+            write_json(trace_out, perfetto_trace(run))
+            click.echo(f"wrote the Perfetto trace to {trace_out} (open it in ui.perfetto.dev "
+                       "or chrome://tracing)", err=True)
+        if out_dir and not run.outputs:
+            click.echo(f"--out {out_dir}: nothing written: a timing-only run computes no "
+                       "tensor values (--functional computes them)", err=True)
+        elif out_dir and run.deadlock:
+            click.echo(f"--out {out_dir}: nothing written: the run deadlocked", err=True)
+        elif out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            names = sorted(run.outputs)
+            for name in names:
+                write_atomic(os.path.join(out_dir, f"{name}.npy"),
+                             lambda f, a=run.outputs[name]: np.save(f, a))
+            click.echo(f"wrote {', '.join(f'{n}.npy' for n in names)} to {out_dir}",
+                       err=True)
+    except OSError as e:
+        click.echo(f"stepc: error: cannot write {e.filename or 'the output'}: "
+                   f"{e.strerror or e}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 class _progress:

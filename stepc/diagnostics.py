@@ -8,6 +8,7 @@ source line with the offending text underlined, then notes.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -91,6 +92,22 @@ class DiagnosticBag:
                          "graph instances); showing the first"),))
             out.append(d)
         return sorted(out, key=Diagnostic.sort_key)
+
+
+def closest(name: str, options) -> list[str]:
+    """The options most like `name` that are likely misspellings of it: the nearest by
+    difflib, else every option one letter away (`TB` and `TI` for `TC`)."""
+    options = sorted(set(options))
+    near = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    if near or len(name) < 2:
+        return near
+    return [o for o in options if len(o) == len(name)
+            and sum(a != b for a, b in zip(o, name)) == 1][:3]
+
+
+def did_you_mean(name: str, options) -> str:
+    near = closest(name, options)
+    return f" (did you mean {' or '.join(f'`{n}`' for n in near)}?)" if near else ""
 
 
 class StepError(Exception):

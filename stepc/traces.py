@@ -16,7 +16,31 @@ import numpy as np
 
 
 class TraceError(Exception):
-    """A trace file that cannot be used; the message names the file and the problem."""
+    """A trace file that cannot be used (error E0404); the message names the file and the
+    problem, `span` the external stream it was meant for, when known."""
+
+    code = "E0404"
+
+    def __init__(self, message: str, span=None):
+        super().__init__(message)
+        self.span = span
+
+
+def check_ids(arr: np.ndarray, n: int, what: str) -> None:
+    """Every id of a selector trace is in 0..n-1; the error names the first bad one and
+    where it is (row and column of a [B, k] trace)."""
+    if not arr.size:
+        return
+    bad = np.argwhere((arr < 0) | (arr >= n))
+    if not len(bad):
+        return
+    pos = tuple(int(i) for i in bad[0])
+    where = {0: "", 1: f" at element {pos[0]}" if pos else "",
+             2: f" at row {pos[0]}, column {pos[1]}" if len(pos) == 2 else ""}.get(
+                 arr.ndim, f" at index {list(pos)}")
+    more = f" ({len(bad) - 1:,} more out of range)" if len(bad) > 1 else ""
+    raise TraceError(f"{what}: id {int(arr[pos])}{where} is out of range for MultiHot<{n}> "
+                     f"(ids 0..{n - 1}){more}")
 
 
 def load_array(path: str) -> np.ndarray:
@@ -65,9 +89,8 @@ def load_routing(path: str, num_experts: int | None = None) -> np.ndarray:
 def validate_routing(arr: np.ndarray, num_experts: int | None, where: str) -> None:
     if arr.size and arr.min() < 0:
         raise TraceError(f"{where}: negative expert id {int(arr.min())}")
-    if num_experts is not None and arr.size and arr.max() >= num_experts:
-        raise TraceError(f"{where}: expert id {int(arr.max())} is out of range for "
-                         f"{num_experts} experts")
+    if num_experts is not None:
+        check_ids(arr, num_experts, where)
 
 
 def load_kv_lengths(path: str) -> np.ndarray:

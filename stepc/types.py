@@ -9,6 +9,7 @@ by the absorbing rule a ragged dim is always a bare ragged symbol.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -28,7 +29,7 @@ def as_dim(x) -> Dim:
 
 
 # ------------------------------------------------------------------ printing
-class _DimPrinter(StrPrinter):
+class DimPrinter(StrPrinter):
     """Prints dims the way the paper writes them: ceil(D_0/4), (1 if D_0 > 0 else 0)."""
 
     def _print_ceiling(self, e):
@@ -45,11 +46,16 @@ class _DimPrinter(StrPrinter):
         return f"{self._print(e.lhs)} > {self._print(e.rhs)}"
 
 
-_PRINTER = _DimPrinter({"order": "none"})
+_PRINTER = DimPrinter({"order": "none"})
 
 
 def fmt_dim(d: Dim) -> str:
     return _PRINTER.doprint(d)
+
+
+def natural_key(name: str) -> list:
+    """Sort key that orders numbered names by number: n_2 before n_10 before n_100."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
 
 
 def fmt_shape(shape: tuple[Dim, ...]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from stepc.cli import main
 from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def compiled(text: str, **overrides):
@@ -247,3 +250,25 @@ def test_cli_analyze_trace_name_checked(tmp_path):
     r = CliRunner().invoke(main, ["analyze", "programs/moe_simple.step", "--trace",
                                   f"routing={p}"])
     assert r.exit_code == 2 and "out of range" in r.stderr
+
+
+@pytest.mark.parametrize("program", ["programs/attention_interleaved.step",
+                                     "programs/attention_coarse.step"])
+def test_kv_lens_trace_binds_the_lengths(program, tmp_path, monkeypatch):
+    """`--trace kv_lens=...` binds the ragged KV-tile counts as a routing trace binds the
+    token counts: the traffic analyze then reports is the simulator's, exactly."""
+    from stepc.sim.run import simulate
+
+    monkeypatch.chdir(REPO)
+    lens = np.random.default_rng(3).integers(0, 3000, size=64)
+    path = tmp_path / "lens.npy"
+    np.save(path, lens)
+    r = CliRunner().invoke(main, ["analyze", program, "--trace", f"kv_lens={path}",
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert isinstance(doc["totals"]["off_chip_bytes"], int), doc["totals"]["off_chip_bytes"]
+    typed = compile_file(program).typed
+    run = simulate(typed, load_config("paper-eval"), {"kv_lens": lens}, functional=False)
+    assert doc["totals"]["off_chip_bytes"] == run.useful_bytes
+    assert doc["totals"]["flops"] == run.flops

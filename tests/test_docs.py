@@ -150,10 +150,21 @@ def test_documented_mistake_produces_its_code(code, tmp_path, monkeypatch):
     if code in NO_EXAMPLE:
         assert "Mistake:" not in section
         return
-    assert "Mistake:" in section, f"{code} has no example"
+    command = re.search(r"^Mistake \(`stepc ([^`]+)`(.*?)\):$", section, re.M | re.S)
+    assert "Mistake:" in section or command, f"{code} has no example"
     program, expected = [body for kind, body in FENCE.findall(section) if kind == "text"][:2]
     monkeypatch.chdir(tmp_path)
     Path("prog.step").write_text(program, encoding="utf-8")
+    if command:  # a command-line mistake: run it; files it needs are described in words
+        for name, lines in re.findall(r"`(\S+\.csv)` holding the\s+lines (.*)",
+                                      command[2], re.S):
+            Path(name).write_text("".join(v + "\n" for v in re.findall(r"`(\d+)`", lines)))
+        result = CliRunner(env=ENV).invoke(main, command[1].split(), prog_name="stepc")
+        assert result.exit_code == 2, result.output
+        for line in expected.splitlines():
+            assert line in result.stderr.splitlines(), f"{code}: message changed:\n" + \
+                result.stderr
+        return
     result = compile_file("prog.step")
     assert code in {d.code for d in result.diagnostics.items}, report(result)
     for line in expected.splitlines():
@@ -167,3 +178,23 @@ def test_dram_fidelity_table_is_current():
     doc = DOCS / "dram.md"
     assert fidelity.main(["--check", "--doc", str(doc)]) == 0, \
         "docs/dram.md is stale: run `python -m stepc.fidelity`"
+
+
+def test_benchmark_readme_states_the_runs_bench_sim_makes():
+    """benchmarks/README.md's "medians of N runs" is what bench_sim.py does by default."""
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    script = (REPO / "benchmarks" / "bench_sim.py").read_text(encoding="utf-8")
+    stated = re.search(r"Medians of (\d+) runs", readme)
+    default = re.search(r'"--repeat", type=int, default=(\d+)', script)
+    assert stated and default and stated[1] == default[1], (stated, default)
+
+
+def test_declared_pytest_markers_are_used():
+    """A marker pyproject.toml declares (and so promises a behaviour for) is used by a test."""
+    import tomllib
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = conf["tool"]["pytest"]["ini_options"].get("markers", [])
+    sources = "".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").glob("*.py"))
+    for marker in declared:
+        name = marker.split(":")[0]
+        assert f"pytest.mark.{name}" in sources, f"marker `{name}` is declared but unused"

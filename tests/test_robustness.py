@@ -400,9 +400,15 @@ def test_huge_integer_literal_does_not_crash(workdir):
 
 
 def _run_check(tmp_path, text: str, timeout: float, *defines: str):
-    """`stepc check` in a subprocess with a generous time limit and a 4 GB address-space cap,
-    so an unbounded input can neither hang the suite nor exhaust the machine's memory (the
-    limit guards against hangs; it is not a speed target)."""
+    """`stepc check` in a subprocess (see `_run_stepc`)."""
+    return _run_stepc(tmp_path, text, timeout, "check", *[a for d in defines
+                                                          for a in ("-D", d)])
+
+
+def _run_stepc(tmp_path, text: str, timeout: float, command: str, *args: str):
+    """`stepc COMMAND` on `text` in a subprocess with a generous time limit and a 4 GB
+    address-space cap, so an unbounded input can neither hang the suite nor exhaust the
+    machine's memory (the limit guards against hangs; it is not a speed target)."""
     import os
     import subprocess
     import sys
@@ -417,8 +423,7 @@ def _run_check(tmp_path, text: str, timeout: float, *defines: str):
     path = tmp_path / "big.step"
     path.write_text(text)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    args = [a for d in defines for a in ("-D", d)]
-    return subprocess.run([sys.executable, "-m", "stepc", "check", str(path), *args],
+    return subprocess.run([sys.executable, "-m", "stepc", command, str(path), *args],
                           capture_output=True, text=True, timeout=timeout,
                           preexec_fn=limit_memory if os.name == "posix" else None, env=env)
 
@@ -440,3 +445,89 @@ def test_huge_consumer_count_from_a_define(tmp_path):
     r = _run_check(tmp_path, (ROOT / "programs" / "moe_simple.step").read_text(), 120,
                    "E=100000000")
     assert r.returncode == 1 and "error[" in r.stderr, (r.returncode, r.stderr[-500:])
+
+
+# Found by fuzzing `check` and `sim` (issue 13, item 4): each input used to hang or exit 70.
+def test_huge_array_index_is_rejected_quickly(tmp_path):
+    r = _run_check(tmp_path, "tensor IDX : u64[2, 2] input\n"
+                   "ids[1000000000000] = MetadataGen(IDX)\nSink(ids[1000000000000])\n", 60)
+    assert r.returncode == 1 and "error[E0114]" in r.stderr, r.stderr
+    assert r.stderr.count("error[") == 1 and "warning[" not in r.stderr, r.stderr
+
+
+def test_redefined_param_elaborates_nothing_that_depends_on_it():
+    """`param D = 128` after `param D = 2048`: one error, and no loop unrolled to D."""
+    data = ("param D = 2048\nparam D = 128\n"
+            'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
+            "for e in 0..D {\n    y[e] = Map(x, fn=silu)\n    Sink(y[e])\n}\n"
+            "tensor W : bf16[D, 64] input\n"
+            'stream s : Strm<Tile<bf16, [1, 64]>, 0>[D] = external("s")\n'
+            "graph g(a : Strm<Tile<bf16, [1, 64]>, 1>[D, 1]) {\n    return a\n}\n"
+            "Sink(g(x))\n").encode()
+    src = decode_source(FUZZ_NAME, data)
+    c = compile_source(src)
+    assert [d.code for d in c.diagnostics.items] == ["E0104"], c.diagnostics.items
+    assert {n.op for n in c.typed.program.nodes.values()} == {"External", "Sink"}
+
+
+def test_redefined_expert_count_is_one_error_and_fast():
+    """The fuzzed mutant: moe_static with `param E = 2048` before `param E = 128` used to
+    report its one error after elaborating 2,048 experts (over a minute); now nothing that
+    depends on E is elaborated and nothing cascades."""
+    import time
+    path = ROOT / "programs" / "moe_static.step"
+    text = path.read_text().replace("param E = 128 ", "param E = 2048\nparam E = 128 ", 1)
+    start = time.monotonic()
+    c = compile_source(decode_source(str(path), text.encode()), {}, str(path))
+    assert [d.code for d in c.diagnostics.items] == ["E0104"], \
+        [(d.code, d.message) for d in c.diagnostics.items]
+    assert not [n for n in c.typed.program.nodes if n.startswith("ffn[")]  # no expert built
+    assert time.monotonic() - start < 60  # guards against the hang, not a speed target
+
+
+@pytest.mark.parametrize("text,args,expect", [
+    ('stream route : Strm<MultiHot<2>, 0>[18446744073709551616] = external("routing")\n'
+     "Sink(route)\n", (), "a run holds at most 10,000,000 per external stream"),
+    ("tensor X : bf16[1000000, 1000000] input\n"
+     "x = LinearOffChipLoad(X, tile=[1000000, 1000000])\nSink(x)\n", (),
+     "a run holds tiles and buffers of at most"),
+    ("tensor X : bf16[100000, 100000] input\ntensor Y : bf16[100000, 100000] output\n"
+     "x = LinearOffChipLoad(X, tile=[1, 100000])\nLinearOffChipStore(x, Y)\n",
+     ("--functional",), "of tensor values"),
+    ("param B = 1099511627776\ntensor X : bf16[B, 64] input\ntensor Y : bf16[B, 64] output\n"
+     "x = LinearOffChipLoad(X, tile=[1, 64])\nLinearOffChipStore(x, Y)\n",
+     ("--max-cycles", "1000"), "--max-cycles 1,000"),
+    ("tensor IDX : u64[4] input = arange\ntensor LEN : u64[4] input = arange\n"
+     "tensor KV : bf16[4096, 64] weight\nidx = MetadataGen(IDX)\n"
+     "len = Map(MetadataGen(LEN), fn=ceildiv_int(by=1, plus=1000000000000))\n"
+     "addr = FlatMap(Zip(idx, len), fn=cache_read_addr(row_offset=16))\n"
+     "kv = RandomOffChipLoad(addr, KV, tile=[16, 64])\nSink(kv)\n",
+     ("--max-cycles", "1000"), "--max-cycles 1,000"),
+], ids=["external-2^64", "tile-10^12", "functional-37GiB", "stream-2^40", "flatmap-10^12"])
+def test_sim_refuses_what_a_run_cannot_hold(tmp_path, text, args, expect):
+    """Huge dims that check and analyze accept: sim stops with a located error (exit 1),
+    before the work, or at --max-cycles; never exit 70 or a hang."""
+    r = _run_stepc(tmp_path, text, 120, "sim", *args)
+    assert r.returncode == 1, (r.returncode, r.stderr[-800:])
+    assert expect in r.stderr and "big.step:" in r.stderr, r.stderr
+
+
+HUGE = [1, 64, 10**12, 2**63, 2**64]
+
+
+@_settings(10)
+@given(st.sampled_from(HUGE), st.sampled_from(HUGE), st.sampled_from(HUGE),
+       st.sampled_from(["", "--functional"]))
+def test_sim_with_huge_dims_never_crashes(workdir, rows, cols, batch, mode):
+    """Any mix of huge tensor, tile and external-stream sizes: sim exits 0, 1 or 2 within a
+    bounded run (--max-cycles), never 70."""
+    text = (f"param B = {batch}\ntensor X : bf16[{rows}, {cols}] input\n"
+            f"x = LinearOffChipLoad(X, tile=[{rows}, {min(cols, 64)}])\nSink(x)\n"
+            'stream route : Strm<MultiHot<2>, 0>[B] = external("routing")\nSink(route)\n')
+    path = workdir / FUZZ_NAME
+    path.write_text(text)
+    args = ["sim", str(path), "--max-cycles", "200"] + ([mode] if mode else [])
+    res = _runner().invoke(main, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), \
+        f"sim raised {res.exception!r}\n{res.output}"
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.output)

@@ -266,6 +266,7 @@ SHAPE_CASES = [
      "y", "[2, 2]", "Tile<u64, [1, 1]>"),
     ("Map-ceildiv_int", "y = Map(lens, fn=ceildiv_int(by=32, plus=1))",
      "y", "[2, 2]", "Tile<i32, [1, 1]>"),
+    ("Map-mod_int", "y = Map(lens, fn=mod_int(by=32))", "y", "[2, 2]", "Tile<i32, [1, 1]>"),
     # ---- Accum: reduces the innermost `rank` dims
     ("Accum-add-rank1", "y = Accum(ta, fn=add, rank=1)", "y", "[4]", "Tile<bf16, [16, 64]>"),
     ("Accum-add-rank2", "y = Accum(d3, fn=add, rank=2)", "y", "[4]", "Tile<bf16, [16, 16]>"),

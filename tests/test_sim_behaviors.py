@@ -676,6 +676,19 @@ def test_map_fixed_cycle_function():
     assert times(out) == [2, 3]
 
 
+@pytest.mark.parametrize("f,attrs,values,expect", [
+    ("mod_int", {"by": 32}, [0, 31, 32, 1000], "0 31 0 8 D"),
+    ("mod_int", {"by": 32, "plus": 1}, [31, 1000], "0 9 D"),
+    ("ceildiv_int", {"by": 32, "plus": 1}, [0, 31, 1000], "1 1 32 D"),
+])
+def test_map_integer_functions(f, attrs, values, expect):
+    """The integer functions on [1,1] tiles: `(x + plus) mod by`, `ceil((x + plus) / by)`,
+    one cycle each."""
+    out = _map([[(int_tile(v), 0) for v in values]], fn(f, **attrs), Tile("u64", 1, 1))
+    assert show(out) == expect
+    assert times(out) == list(range(2, 2 + len(values)))
+
+
 def test_map_holds_its_input_until_the_output_is_sent():
     """Errata 1 / 5.3: UnaryMap/BinaryMap peek, add roofline, send, release at the
     post-send clock (credit = that clock + 1)."""

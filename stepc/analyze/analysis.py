@@ -15,11 +15,11 @@ import sympy
 
 from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
-from stepc.ops import OPS
+from stepc.ops import FUNCTIONS, OPS
 from stepc.ops.base import CostCtx
 from stepc.source import Span
-from stepc.traces import TraceError
-from stepc.types import Select, SymbolInfo, Tile
+from stepc.traces import TraceError, check_ids
+from stepc.types import Select, SymbolInfo, Tile, natural_key
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Analysis:
         names: set[str] = set()
         for e in self.totals.values():
             names |= {s.name for s in sympy.sympify(e).free_symbols}
-        return sorted(names)
+        return sorted(names, key=natural_key)
 
     def bind(self, values: dict[str, sympy.Expr]) -> Analysis:
         """Substitute symbols by values (unknown names are ignored by the caller's check)."""
@@ -187,7 +187,8 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
     for o in ops:
         for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):
             used |= {s.name for s in e.free_symbols}
-    symbols = {n: typed.symbols.infos[n] for n in sorted(used) if n in typed.symbols.infos}
+    symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
+               if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
 
 
@@ -196,9 +197,7 @@ def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
     """A trace for a selector stream as a [elements, n] boolean matrix."""
     n = declared.elem.n
     dims = len(declared.shape)
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise TraceError(f"trace for `{name}`: id {int(arr.max() if arr.max() >= n else arr.min())}"
-                         f" is out of range for {declared.elem}")
+    check_ids(arr, n, f"trace for `{name}`")
     if arr.ndim == dims + 1:  # one multi-hot selector per row of ids
         rows = arr.reshape(-1, arr.shape[-1])
         out = np.zeros((rows.shape[0], n), dtype=bool)
@@ -225,6 +224,21 @@ def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> N
                              f"{int(d)}")
 
 
+def _bind_external(node, declared, arr: np.ndarray, name: str, bindings: dict,
+                   selectors: dict) -> None:
+    """The dims one traced external stream fixes (and its selectors, for a selector trace)."""
+    if isinstance(declared.elem, Select):
+        mat = _selector_matrix(name, declared, arr)
+        dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
+        _bind_dims(bindings, declared, dims, name)
+        selectors[node.name] = mat
+    elif isinstance(declared.elem, Tile):
+        _bind_dims(bindings, declared, arr.shape, name)
+    else:
+        raise TraceError(f"`{name}` has type {declared}; traces can drive selector "
+                         "and integer tile streams")
+
+
 def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[str, sympy.Expr]:
     """Values of the dynamic dims that external-stream traces determine.
 
@@ -247,17 +261,16 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     selectors: dict[str, np.ndarray] = {}
     for name, arr in traces.items():
         for node in externals[name]:
-            declared = typed.types[(node.name, 0)]
-            if isinstance(declared.elem, Select):
-                mat = _selector_matrix(name, declared, arr)
-                dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
-                _bind_dims(bindings, declared, dims, name)
-                selectors[node.name] = mat
-            elif isinstance(declared.elem, Tile):
-                _bind_dims(bindings, declared, arr.shape, name)
-            else:
-                raise TraceError(f"`{name}` has type {declared}; traces can drive selector "
-                                 "and integer tile streams")
+            try:
+                _bind_external(node, typed.types[(node.name, 0)], arr, name, bindings,
+                               selectors)
+            except TraceError as e:
+                e.span = e.span or node.span
+                raise
+    tiles = {node.name: traces[name] for name, nodes in externals.items() if name in traces
+             for node in nodes if isinstance(typed.types[(node.name, 0)].elem, Tile)}
+    if tiles:
+        _bind_int_streams(typed, tiles, bindings)
     for node in prog.nodes.values():
         if node.op not in ("Partition", "Reassemble"):
             continue
@@ -281,6 +294,91 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
             if d.is_Symbol and mat.shape[0]:
                 bindings.setdefault(d.name, sympy.Rational(int(mat.sum()), mat.shape[0]))
     return bindings
+
+
+def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
+                      bindings: dict) -> None:
+    """The ragged dims that traced integer streams (KV lengths) decide: their values are
+    followed through integer Maps (the library's `ints` definitions), Zip, Broadcast,
+    Reshape, Flatten and Parallelize to each FlatMap that expands a length into a stream
+    (cache_read_addr, filter_last_tile), whose ragged dim is bound to the mean length (so
+    the stream's element count, a sum over its elements, stays exact)."""
+    prog = typed.program
+    vals: dict[tuple[str, int], object] = {}
+    for name, node in prog.nodes.items():
+        if name in traced:
+            vals[(name, 0)] = traced[name]
+            continue
+        edges = sorted(prog.in_edges(name), key=lambda e: e.slot)
+        ins = [None if e.feedback else vals.get((e.src, e.port)) for e in edges]
+        if not ins or (node.op != "Zip" and any(v is None for v in ins)):
+            continue
+        a = node.attrs
+        try:
+            if node.op == "Broadcast":
+                for i in range(len(node.outputs)):
+                    vals[(name, i)] = ins[0]
+            elif node.op == "Zip":
+                vals[(name, 0)] = tuple(ins)
+            elif node.op == "Map" and FUNCTIONS[a["fn"].name].ints is not None:
+                args = list(ins[0]) if len(ins) == 1 and isinstance(ins[0], tuple) else ins
+                if all(isinstance(x, np.ndarray) for x in args):
+                    vals[(name, 0)] = FUNCTIONS[a["fn"].name].ints(args, a["fn"])
+            elif node.op == "Reshape" and isinstance(ins[0], np.ndarray) and \
+                    (a.get("rank") or 0) == 0:
+                arr, k = ins[0], a["chunk"]
+                pad = -arr.shape[-1] % k
+                if pad and a.get("pad") is None:
+                    continue
+                arr = np.concatenate([arr, np.zeros(arr.shape[:-1] + (pad,), arr.dtype)], -1)
+                vals[(name, 0)] = arr.reshape(arr.shape[:-1] + (-1, k))
+            elif node.op == "Flatten" and isinstance(ins[0], np.ndarray):
+                arr, lo, hi = ins[0], a["min"], a["max"]
+                n = arr.ndim
+                vals[(name, 0)] = arr.reshape(arr.shape[:n - 1 - hi] + (-1,) + arr.shape[n - lo:])
+            elif node.op == "Parallelize" and isinstance(ins[0], np.ndarray):
+                arr = ins[0]
+                p = arr.ndim - 1 if a.get("rank") is None else a["rank"]
+                chunks = arr.reshape((-1,) + arr.shape[arr.ndim - p:])
+                for i in range(len(node.outputs)):
+                    vals[(name, i)] = chunks[i::len(node.outputs)]
+            elif node.op == "FlatMap" and a["fn"].name in ("cache_read_addr",
+                                                            "filter_last_tile"):
+                lengths = ins[0][1] if isinstance(ins[0], tuple) else ins[0]
+                out = typed.types.get((name, 0))
+                if isinstance(lengths, np.ndarray) and lengths.size and out is not None \
+                        and out.shape[-1].is_Symbol:
+                    bindings.setdefault(out.shape[-1].name, sympy.Rational(
+                        int(np.maximum(lengths, 0).sum()), lengths.size))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                ZeroDivisionError):
+            continue  # a shape these values do not fit: leave the dims symbolic
+
+
+def trace_decidable(typed: TypedProgram, free: set[str]) -> dict[str, list[str]]:
+    """For each external stream, the symbols of `free` that a trace of it would bind (found
+    by binding a stand-in trace of the declared shape)."""
+    out: dict[str, list[str]] = {}
+    externals: dict[str, list] = {}
+    for n in typed.program.nodes.values():
+        if n.op == "External" and (n.name, 0) in typed.types:
+            externals.setdefault(n.attrs["name"], []).append(typed.types[(n.name, 0)])
+    for name, types in sorted(externals.items()):
+        # one trace feeds every stream of this name: try each declared shape
+        for shape in sorted({tuple(st.shape) for st in types}, key=len, reverse=True):
+            if any(not d.is_Integer for d in shape):
+                continue
+            fill = np.zeros if isinstance(types[0].elem, Select) else np.ones
+            try:
+                bound = trace_bindings(typed, {name: fill(tuple(int(d) for d in shape),
+                                                          dtype=np.int64)})
+            except TraceError:
+                continue
+            hit = sorted(free & set(bound), key=natural_key)
+            if hit:
+                out[name] = hit
+            break
+    return out
 
 
 def _source(prog, node: str) -> str:

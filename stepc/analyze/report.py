@@ -2,29 +2,50 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import sympy
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from stepc.analyze.analysis import Analysis, Roofline
+from stepc.analyze.analysis import Analysis, Roofline, trace_decidable
+from stepc.analyze.fold import family, fmt_folded, fold_names
 from stepc.hw import HardwareConfig
-from stepc.types import fmt_dim
+from stepc.types import natural_key
 
 KINDS = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
 
 
 def fmt_value(e: sympy.Expr, unit: str = "") -> str:
-    """Integers with thousands separators; exact non-integers to 4 significant digits;
-    symbolic expressions as the paper writes them."""
+    """Integers with thousands separators; exact non-integers to 4 significant digits (one
+    decimal from 10,000 on, never in e-notation);
+    symbolic expressions as the paper writes them, sums over symbol families folded."""
     e = sympy.sympify(e)
     if e.is_Integer:
         return f"{int(e):,}{unit}"
     if e.is_number:
         if e == sympy.nan:
             return "n/a"
-        return f"{float(e):,.4g}{unit}"
-    return fmt_dim(e)
+        x = float(e)
+        return f"{x:,.1f}{unit}" if abs(x) >= 10_000 else f"{x:,.4g}{unit}"
+    return fmt_folded(e)
+
+
+MAX_SHOWN = 200  # characters of one expression in the summary (--all: no limit)
+
+
+def _clip(text: str, show_all: bool) -> str:
+    """An expression cut to fit the summary, at a term boundary, saying where it is whole."""
+    if show_all or len(text) <= MAX_SHOWN:
+        return text
+    depth, cut = 0, None
+    for i, ch in enumerate(text[:MAX_SHOWN - 40]):  # the last " + " outside parentheses
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith(" + ", i):
+            cut = i
+    return text if cut is None else text[:cut] + " + ... (--all or --format json: whole)"
 
 
 def json_value(e: sympy.Expr):
@@ -48,56 +69,174 @@ def _human(e: sympy.Expr, unit: str) -> str:
     return f"{x:.3g} {unit}".rstrip()
 
 
-def render_text(a: Analysis, console: Console, show_all: bool = False,
-                hw: HardwareConfig | None = None, roof: Roofline | None = None) -> None:
-    """The per-operator table, totals, symbols, roofline and a one-line summary."""
-    def line(text: str) -> None:
-        console.print(text, soft_wrap=True)
+@dataclass
+class _Row:
+    """One table row: an operator instance, or every instance of one statement."""
 
+    name: str
+    op: str
+    count: int
+    off_chip: sympy.Expr
+    on_chip: sympy.Expr
+    flops: sympy.Expr
+
+    @property
+    def costless(self) -> bool:
+        return self.off_chip == 0 and self.on_chip == 0 and self.flops == 0
+
+
+def _name_pattern(names: list[str]) -> str | None:
+    """`ffn[*].up` for ffn[0].up, ffn[1].up, ...: indices that vary become `*`; None when
+    the names differ elsewhere."""
+    parts = [re.split(r"(\[\d+\])", n) for n in names]
+    if len({len(p) for p in parts}) != 1:
+        return None
+    out = []
+    for tokens in zip(*parts):
+        if len(set(tokens)) == 1:
+            out.append(tokens[0])
+        elif all(re.fullmatch(r"\[\d+\]", t) for t in tokens):
+            out.append("[*]")
+        else:
+            return None
+    return "".join(out)
+
+
+def _rows(a: Analysis, grouped: bool) -> list[_Row]:
+    """Per operator instance, or (grouped) per statement: the instances one statement makes
+    in loop iterations and graph instances, summed."""
+    if not grouped:
+        return [_Row(o.node, o.op, 1, o.off_chip, o.on_chip, o.flops) for o in a.ops]
+    groups: dict[tuple, list] = {}
+    for o in a.ops:
+        groups.setdefault((o.span, o.op), []).append(o)
+    rows = []
+    for (_span, op), ops in groups.items():
+        pattern = _name_pattern([o.node for o in ops])
+        parts = [ops] if pattern else \
+            list({re.sub(r"\[\d+\]", "[*]", o.node): [x for x in ops if re.sub(
+                r"\[\d+\]", "[*]", x.node) == re.sub(r"\[\d+\]", "[*]", o.node)]
+                for o in ops}.values())
+        for part in parts:
+            name = _name_pattern([o.node for o in part]) or part[0].node
+            rows.append(_Row(name, op, len(part),
+                             *(sympy.Add(*(getattr(o, k) for o in part))
+                               for k in ("off_chip", "on_chip", "flops"))))
+    return rows
+
+
+def _symbol_lines(a: Analysis) -> list[str]:
+    """The symbols, one line per family of symbols made by one operator statement."""
+    groups: dict[tuple, list[str]] = {}
+    for name in sorted(a.symbols, key=natural_key):
+        info = a.symbols[name]
+        f = family(name)
+        reason = info.reason
+        if f is not None and len(f[1]) == 1:
+            reason = re.sub(rf"\b{f[1][0]}\b", "i", reason)
+        key = (f[0] if f else name, info.kind, info.span, reason, name in a.bindings)
+        groups.setdefault(key, []).append(name)
+    lines = []
+    for (_fam, kind, span, reason, bound), names in groups.items():
+        if len(fold_names(names)) != 1:  # not one run of a family: a line per symbol
+            lines.extend(_symbol_line(a, [n], a.symbols[n].reason) for n in names)
+        else:
+            lines.append(_symbol_line(a, names, reason))
+    return lines
+
+
+def _symbol_line(a: Analysis, names: list[str], reason: str) -> str:
+    info = a.symbols[names[0]]
+    where = f" ({info.span})" if info.span else ""
+    origins = sorted({a.symbols[n].origin for n in names}, key=natural_key)
+    origin = (f"introduced by `{_name_pattern(origins) or origins[0]}`{where}"
+              if info.origin else f"declared{where}")
+    if len(names) == 1:
+        value = f" = {fmt_value(a.bindings[info.name])}" if info.name in a.bindings else ""
+        return f"  {info.name}{value}: {KINDS[info.kind]}, {origin}: {reason}"
+    bound = ""
+    if names[0] in a.bindings:
+        vals = [fmt_value(a.bindings[n]) for n in names]
+        bound = f" = {', '.join(vals)}" if len(vals) <= 8 else " (bound)"
+    return (f"  {fold_names(names)[0]} ({len(names)} symbols){bound}: {KINDS[info.kind]}, "
+            f"{origin}: {reason}")
+
+
+def _trace_hints(a: Analysis, typed) -> list[str]:
+    """Which --trace would make the free symbols concrete; which only a run decides."""
+    free = set(a.free_symbols())
+    if typed is None or not free:
+        return []
+    decidable = trace_decidable(typed, free)
+    lines = [f"hint: --trace {name}=FILE binds {', '.join(fold_names(syms))} "
+             "(see docs/analyze.md)" for name, syms in decidable.items()]
+    rest = free - {s for syms in decidable.values() for s in syms}
+    if rest:
+        lines.append(f"hint: {', '.join(fold_names(rest))} depend on the run (timing or "
+                     "on-chip data): `stepc sim` reports them")
+    return lines
+
+
+def render_text(a: Analysis, console: Console, show_all: bool = False,
+                hw: HardwareConfig | None = None, roof: Roofline | None = None,
+                typed=None) -> None:
+    """The cost table (one row per statement; --all: per operator instance), totals,
+    symbols, roofline, a one-line summary and, while symbols stay free, a --trace hint."""
+    def line(text: str) -> None:
+        console.print(text, soft_wrap=True, markup=False)
+
+    def val(e) -> str:
+        return _clip(fmt_value(e), show_all)
+
+    rows = _rows(a, grouped=not show_all)
+    grouped = any(r.count > 1 for r in rows)
     table = Table(box=box.SIMPLE_HEAD, title=f"{a.program}  (on-chip model: {a.mode})",
                   title_justify="left")
-    for col, just in (("operator", "left"), ("op", "left"), ("off-chip bytes", "right"),
-                      ("on-chip bytes", "right"), ("FLOPs", "right")):
+    cols = [("operator", "left"), ("op", "left")] + ([("n", "right")] if grouped else []) + \
+        [("off-chip bytes", "right"), ("on-chip bytes", "right"), ("FLOPs", "right")]
+    for col, just in cols:
         table.add_column(col, justify=just, overflow="fold")
-    shown = 0
-    for o in a.ops:
-        if not show_all and o.off_chip == 0 and o.on_chip == 0 and o.flops == 0:
+    hidden = 0
+    for r in rows:
+        if not show_all and r.costless:
+            hidden += r.count
             continue
-        shown += 1
-        table.add_row(o.node, o.op, fmt_value(o.off_chip), fmt_value(o.on_chip),
-                      fmt_value(o.flops))
+        table.add_row(r.name, r.op, *([f"{r.count:,}"] if grouped else []),
+                      val(r.off_chip), val(r.on_chip), val(r.flops))
     t = a.totals
     table.add_section()
-    table.add_row("total", "", fmt_value(t["off_chip_bytes"]), fmt_value(t["on_chip_bytes"]),
-                  fmt_value(t["flops"]))
+    table.add_row("total", "", *([f"{len(a.ops):,}"] if grouped else []),
+                  val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"]))
     console.print(table)
-    if not show_all and shown < len(a.ops):
-        line(f"({len(a.ops) - shown} operators with no cost not shown; --all shows them)")
-    line(f"on-chip bytes, allocated on demand: {fmt_value(t['on_chip_bytes_on_demand'])}")
-    line(f"operational intensity: {fmt_value(t['operational_intensity'])} FLOP/byte")
+    if grouped:
+        line("(n: operator instances of the statement, from loop iterations and graph "
+             "instances, summed; --all lists each)")
+    if hidden:
+        line(f"({hidden} operators with no cost not shown; --all shows them)")
+    line(f"on-chip bytes, allocated on demand: {val(t['on_chip_bytes_on_demand'])}")
+    line(f"operational intensity: {val(t['operational_intensity'])} FLOP/byte")
     if a.symbols:
         line("symbols:")
-        for info in a.symbols.values():
-            where = f" ({info.span})" if info.span else ""
-            origin = f"introduced by `{info.origin}`{where}" if info.origin else \
-                f"declared{where}"
-            value = f" = {fmt_value(a.bindings[info.name])}" if info.name in a.bindings else ""
-            line(f"  {info.name}{value}: {KINDS[info.kind]}, {origin}: {info.reason}")
+        for text in _symbol_lines(a):
+            line(text)
     if roof is not None and hw is not None:
-        line(f"roofline ({hw.name}): memory {fmt_value(roof.memory_cycles)} cycles "
-                      f"({fmt_value(sympy.nsimplify(hw.peak_bw))} B/cycle), compute "
-                      f"{fmt_value(roof.compute_cycles)} cycles "
-                      f"({a.allocated_compute:,} FLOP/cycle allocated); "
-                      + (f"{roof.bound}-bound" if roof.bound != "unknown" else
-                         "bound depends on the symbols"))
+        line(f"roofline ({hw.name}):")
+        line(f"  memory  {val(roof.memory_cycles)} cycles "
+             f"({fmt_value(sympy.nsimplify(hw.peak_bw))} B/cycle off-chip)")
+        line(f"  compute {val(roof.compute_cycles)} cycles "
+             f"({a.allocated_compute:,} FLOP/cycle allocated)")
+        line("  " + (f"{roof.bound}-bound" if roof.bound != "unknown" else
+                     "bound depends on the symbols"))
     summary = (f"summary: off-chip {_human(t['off_chip_bytes'], 'B')}, on-chip "
                f"{_human(t['on_chip_bytes'], 'B')}, FLOPs {_human(t['flops'], '')}".rstrip())
     if roof is not None and roof.bound != "unknown":
         summary += f", >= {fmt_value(sympy.ceiling(roof.cycles))} cycles ({roof.bound}-bound)"
     free = a.free_symbols()
     if free:
-        summary += f"; symbolic in {', '.join(free)}"
+        summary += f"; symbolic in {', '.join(fold_names(free))}"
     line(summary)
+    for hint in _trace_hints(a, typed):
+        line(hint)
 
 
 def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None = None

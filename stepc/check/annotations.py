@@ -14,6 +14,7 @@ import sympy
 from stepc.grammar import ast
 from stepc.graph.expr import ExprError, dim_symbol, evaluate
 from stepc.graph.program import TypeAnnotation
+from stepc.ops.base import sanitize
 from stepc.types import (DTYPE_BYTES, Buffer, Scalar, Select, StreamType, SymbolTable, Tile,
                          Tuple, equal, fmt_dim)
 
@@ -38,7 +39,7 @@ class Annotator:
         if isinstance(d, ast.UnknownDim):
             if origin is None:
                 return _ANY
-            return self.symbols.fresh(f"{origin}_d", "dynamic", origin, span,
+            return self.symbols.fresh(f"{sanitize(origin)}_d", "dynamic", origin, span,
                                       "unknown dim of a declared stream")
 
         def resolve(name: str, sp):

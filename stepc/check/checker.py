@@ -110,9 +110,9 @@ class Checker:
         self.check_feedback()
         self.unconsumed()
         declared = {}
-        for key, ann in self.prog.feedback.items():
+        for key in self.prog.feedback:
             try:
-                declared[self.source_of(*key)] = self.apply_subst(self.annotator.declared(ann))
+                declared[self.source_of(*key)] = self.apply_subst(self.feedback_type(key))
             except AnnotationError:
                 pass
         return TypedProgram(self.prog, self.types, self.symbols, self.facts, self.subst,
@@ -137,13 +137,19 @@ class Checker:
     # ------------------------------------------------------------ one node
     def input_type(self, e: Edge) -> StreamType | None:
         if e.feedback:
-            ann = self.prog.feedback[(self.source_of(e.src, e.port))]
             try:
-                return self.annotator.declared(ann)
+                return self.feedback_type(self.source_of(e.src, e.port))
             except AnnotationError:
                 return None
         t = self.types.get((e.src, e.port))
         return self.apply_subst(t) if t is not None else None
+
+    def feedback_type(self, key: tuple[str, int]) -> StreamType:
+        """The declared type of a feedback stream; its `?` dims are named after the stream
+        (`xt_0_1_d`)."""
+        node = self.prog.nodes[key[0]]
+        return self.annotator.declared(self.prog.feedback[key], origin=node.name,
+                                       span=node.port_spans.get(key[1], node.span))
 
     def source_of(self, node: str, port: int) -> tuple[str, int]:
         """The stream a (possibly Broadcast) port carries, traced back through fan-outs."""

@@ -9,21 +9,21 @@ Broadcast wherever a stream has several consumers. Streams declared with
 
 from __future__ import annotations
 
-import difflib
 import os
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 import sympy
 
-from stepc.diagnostics import DiagnosticBag, Note, StepError
+from stepc.diagnostics import DiagnosticBag, Note, StepError, closest, did_you_mean
 from stepc.grammar import ast
 from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
 from stepc.graph.program import (Assumption, Cluster, Edge, OpNode, Program, StreamRefTerm,
                                  Tensor, TypeAnnotation)
+from stepc.graph.scope import (POISON, Entry, GraphVal, Pending, Scope, StreamVal,
+                               kind_word)
 from stepc.ops import OPS
 from stepc.ops.base import (COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue,
                             TensorRef)
@@ -39,6 +39,7 @@ MAX_LOOP = 100_000  # iterations of one `for` loop
 MAX_NODES = 50_000  # operator instances of one program
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
 MAX_CONSUMERS = 65_536  # outputs of one Partition, Parallelize or Broadcast
+MAX_INDEX = MAX_LOOP  # elements of an array built by indexed assignments `a[i] = ...`
 
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
@@ -49,113 +50,6 @@ class _Abort(Exception):
 
 class _Fatal(Exception):
     """Stops elaboration altogether (a size limit was passed)."""
-
-
-@dataclass(frozen=True)
-class StreamVal:
-    """A stream produced by a node port (or, while pending, by a feedback declaration)."""
-
-    node: str
-    port: int
-    name: str
-
-
-@dataclass
-class Pending:
-    """A declared feedback stream not yet bound to a producer."""
-
-    name: str
-    annotation: TypeAnnotation
-    span: Span
-    bound: StreamVal | None = None
-    failed: bool = False  # its binding statement had errors (already reported)
-
-
-class Poison:
-    """The value of a binding whose statement failed: uses of it fail silently."""
-
-
-POISON = Poison()
-
-
-@dataclass
-class GraphVal:
-    definition: ast.GraphDef
-    scope: Scope
-
-
-@dataclass
-class Entry:
-    value: Any
-    kind: str  # param | tensor | stream | array | graph | loopvar | value
-    span: Span | None
-    used: bool = False
-
-
-@dataclass
-class Scope:
-    parent: Scope | None
-    prefix: str = ""  # node-name prefix: "e[3]."
-    suffix: str = ""  # loop-iteration suffix: "[3]"
-    cluster: tuple[Cluster, ...] = ()
-    names: dict[str, Entry] = field(default_factory=dict)
-    returned: Any = None
-    has_return: bool | None = None  # None: not inside a graph body
-    is_loop: bool = False
-
-    def lookup(self, name: str) -> Entry | None:
-        s: Scope | None = self
-        while s is not None:
-            if name in s.names:
-                return s.names[name]
-            s = s.parent
-        return None
-
-    def visible(self) -> list[str]:
-        out, s = [], self
-        while s is not None:
-            out.extend(s.names)
-            s = s.parent
-        return out
-
-    def int_env(self) -> tuple[tuple[str, int], ...]:
-        env: dict[str, int] = {}
-        s: Scope | None = self
-        while s is not None:
-            for k, e in s.names.items():
-                if e.kind in ("param", "loopvar") and k not in env:
-                    env[k] = e.value
-            s = s.parent
-        return tuple(sorted(env.items()))
-
-
-def did_you_mean(name: str, options) -> str:
-    near = difflib.get_close_matches(name, sorted(set(options)), n=1, cutoff=0.6)
-    return f" (did you mean `{near[0]}`?)" if near else ""
-
-
-def _kind_word(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return "an integer"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, (StreamVal, Pending)):
-        return "a stream"
-    if isinstance(v, TensorRef):
-        return "a tensor"
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, tuple):
-        return f"{len(v)} values"
-    if isinstance(v, FnValue):
-        return "a function"
-    if isinstance(v, GraphVal):
-        return "a graph"
-    if v is None:
-        return "nothing (the call has no output)"
-    return type(v).__name__
 
 
 _KIND_EXPECT = {
@@ -191,6 +85,7 @@ class Elaborator:
         self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
         self.iterations = 0  # loop iterations unrolled so far
         self.truncated = False  # a size limit stopped elaboration
+        self.hit_poison = False  # a statement was skipped for a failed definition
 
     # ================================================================ driver
     def run(self) -> Program:
@@ -201,7 +96,8 @@ class Elaborator:
             self.truncated = True
         self.finish_pendings()
         for name, e in self.global_scope.names.items():
-            if e.kind == "param" and not e.used:
+            # a statement skipped for a failed definition may have been a param's only use
+            if e.kind == "param" and not e.used and not self.hit_poison:
                 self.bag.warning("W0002", f"parameter `{name}` is never used", e.span)
         return self.build()
 
@@ -211,6 +107,12 @@ class Elaborator:
                 self.statement(s, scope, top)
             except _Abort:
                 self.poison(s, scope)
+                self.mention(s, scope)
+
+    def poisoned(self) -> _Abort:
+        """Abort a statement that uses a name whose definition failed (already reported)."""
+        self.hit_poison = True
+        return _Abort()
 
     def poison(self, s, scope: Scope) -> None:
         """Names a failed statement would define fail silently when used later."""
@@ -218,6 +120,8 @@ class Elaborator:
             names = [s.name]
         elif isinstance(s, ast.Binding):
             names = [t.name for t in s.targets if not t.indices and t.name != "_"]
+        elif isinstance(s, ast.ForLoop):  # the arrays its body would have built
+            names, scope = _bound_in(s.body), self.array_owner(scope)
         else:
             return
         for name in names:
@@ -226,6 +130,22 @@ class Elaborator:
                 scope.names[name] = Entry(POISON, "value", s.span, used=True)
             elif isinstance(entry.value, Pending) and entry.value.bound is None:
                 entry.value.failed = True
+
+    def mention(self, node: Any, scope: Scope) -> None:
+        """The names a failed statement uses count as used: warning that they are never
+        consumed or never used would only repeat its error."""
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            if entry is not None:
+                entry.used = True
+                self.referenced(entry.value)
+        elif isinstance(node, (tuple, list)):
+            for x in node:
+                self.mention(x, scope)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if not f.endswith("span"):
+                    self.mention(getattr(node, f), scope)
 
     def error(self, code: str, message: str, span: Span | None, notes=()) -> _Abort:
         self.bag.error(code, message, span, notes)
@@ -263,7 +183,7 @@ class Elaborator:
         elif isinstance(s, ast.CallStatement):
             v = self.call(s.call, scope, anonymous=True)
             if v is not None and not isinstance(v, (StreamVal, list, tuple)):
-                raise self.error("E0208", f"this statement computes {_kind_word(v)} and "
+                raise self.error("E0208", f"this statement computes {kind_word(v)} and "
                                           "discards it", s.span)
 
     def define(self, scope: Scope, name: str, value: Any, kind: str, span: Span) -> None:
@@ -297,6 +217,13 @@ class Elaborator:
             self.import_stack.pop()
 
     def do_param(self, s: ast.Param, scope: Scope) -> None:
+        prev = scope.names.get(s.name)
+        if prev is not None and prev.kind == "param":
+            # which value is meant is unclear: what depends on the param is not elaborated
+            # (no loop unrolled to either bound), so this one error is all that is reported
+            prev.value, prev.used = POISON, True
+            self.params.pop(s.name, None)
+            self.define(scope, s.name, None, "param", s.name_span)
         if s.name in self.overrides:
             value = self.overrides[s.name]
             self.used_overrides.add(s.name)
@@ -343,7 +270,10 @@ class Elaborator:
         return self.fn_value(e, scope, allowed=TENSOR_SOURCES[e.func])
 
     def mark_used(self, node: Any, scope: Scope) -> None:
-        """Params named inside a type annotation count as used."""
+        """Params named inside a type annotation count as used; a poisoned one (its
+        definition failed) silently fails the statement."""
+        if self.mentions_poison(node, scope):
+            raise self.poisoned()
         if isinstance(node, ast.Name):
             entry = scope.lookup(node.name)
             if entry is not None:
@@ -355,6 +285,18 @@ class Elaborator:
             for f in node.__dataclass_fields__:
                 if f != "span":
                     self.mark_used(getattr(node, f), scope)
+
+    def mentions_poison(self, node: Any, scope: Scope) -> bool:
+        """Whether an annotation names a param whose definition failed."""
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            return entry is not None and entry.value is POISON
+        if isinstance(node, tuple):
+            return any(self.mentions_poison(x, scope) for x in node)
+        if hasattr(node, "__dataclass_fields__"):
+            return any(self.mentions_poison(getattr(node, f), scope)
+                       for f in node.__dataclass_fields__ if f != "span")
+        return False
 
     def do_stream_decl(self, s: ast.StreamDecl, scope: Scope) -> None:
         self.mark_used(s.type, scope)
@@ -441,7 +383,7 @@ class Elaborator:
                                  + ("s" if want > 1 else ""), e.span)
             v = self.value(e.args[0].value, scope)
             if not isinstance(v, (StreamVal, Pending)):
-                raise self.error("E0204", f"`{e.func}` expects a stream, found {_kind_word(v)}",
+                raise self.error("E0204", f"`{e.func}` expects a stream, found {kind_word(v)}",
                                  e.args[0].span)
             ref = self.stream_ref(v, e.args[0].span)
             streams.append(ref)
@@ -513,7 +455,7 @@ class Elaborator:
                 node.annotations.setdefault(v.port, []).append(
                     TypeAnnotation(ann, scope.int_env()))
         elif ann is not None:
-            raise self.error("E0207", f"only streams can be annotated, found {_kind_word(v)}",
+            raise self.error("E0207", f"only streams can be annotated, found {kind_word(v)}",
                              ann.span)
         if t.indices:
             self.assign_indexed(t, v, scope)
@@ -523,7 +465,7 @@ class Elaborator:
                 and existing.value.bound is None:
             if not isinstance(v, StreamVal):
                 raise self.error("E0204", f"feedback stream `{t.name}` must be bound to a "
-                                          f"stream, found {_kind_word(v)}", t.span)
+                                          f"stream, found {kind_word(v)}", t.span)
             existing.value.bound = v
             self.nodes[v.node].port_names[v.port] = t.name
             return
@@ -534,20 +476,28 @@ class Elaborator:
 
     def assign_indexed(self, t: ast.Target, v: Any, scope: Scope) -> None:
         idx = [self.eval_int(i, scope) for i in t.indices]
+        for i in idx:
+            bad = None
+            if i < 0:
+                bad = self.error("E0107", f"negative index {i}", t.span)
+            elif i >= MAX_INDEX:
+                bad = self.error("E0114", f"index {i:,} of `{t.name}`: stepc builds arrays of "
+                                 f"at most {MAX_INDEX:,} elements", t.span)
+            if bad is not None:
+                self.discard(v)
+                if scope.lookup(t.name) is None:  # later uses of the array fail silently
+                    self.array_owner(scope).names[t.name] = Entry(POISON, "value", t.span,
+                                                                  used=True)
+                raise bad
         entry = scope.lookup(t.name)
         if entry is None:
-            # `out[i] = ...` inside a loop builds one array in the loop's enclosing scope
-            owner = scope
-            while owner.is_loop:
-                owner = owner.parent
-            entry = owner.names[t.name] = Entry([], "array", t.span, used=True)
+            entry = self.array_owner(scope).names[t.name] = Entry([], "array", t.span,
+                                                                  used=True)
         if not isinstance(entry.value, list):
-            raise self.error("E0107", f"`{t.name}` is {_kind_word(entry.value)}, not an array",
+            raise self.error("E0107", f"`{t.name}` is {kind_word(entry.value)}, not an array",
                              t.span)
         arr = entry.value
         for depth, i in enumerate(idx):
-            if i < 0:
-                raise self.error("E0107", f"negative index {i}", t.span)
             while len(arr) <= i:
                 arr.append(None if depth == len(idx) - 1 else [])
             if depth == len(idx) - 1:
@@ -559,6 +509,13 @@ class Elaborator:
                 if arr[i] is None:
                     arr[i] = []
                 arr = arr[i]
+
+    @staticmethod
+    def array_owner(scope: Scope) -> Scope:
+        """`out[i] = ...` inside a loop builds one array in the loop's enclosing scope."""
+        while scope.is_loop:
+            scope = scope.parent
+        return scope
 
     # ================================================================ values
     def value(self, e: ast.Expr, scope: Scope, name_hint: str | None = None) -> Any:
@@ -577,7 +534,7 @@ class Elaborator:
             v = entry.value
             self.referenced(v)
             if v is POISON:
-                raise _Abort()
+                raise self.poisoned()
             if isinstance(v, Tensor):
                 return TensorRef(v.name, v.dtype, v.shape, (), v.span)
             if isinstance(v, Pending) and v.bound is not None:
@@ -599,15 +556,18 @@ class Elaborator:
                                  base.span)
             if isinstance(base, (list, tuple)):
                 if not 0 <= i < len(base):
-                    raise self.error("E0107", f"index {i} is out of range (length "
-                                              f"{len(base)})", e.index.span)
+                    what = f"`{self.text_of(e.base.span)}`" if isinstance(e.base, (
+                        ast.Name, ast.Index)) else "the array"
+                    valid = f"indices 0..{len(base) - 1}" if base else "it is empty"
+                    raise self.error("E0107", f"index {i} is out of range for {what} (length "
+                                              f"{len(base)}: {valid})", e.index.span)
                 v = base[i]
                 if v is POISON:
-                    raise _Abort()
+                    raise self.poisoned()
                 if v is None:
                     raise self.error("E0108", f"element [{i}] is never assigned", e.span)
                 return v
-            raise self.error("E0107", f"cannot index {_kind_word(base)}", e.span)
+            raise self.error("E0107", f"cannot index {kind_word(base)}", e.span)
         if isinstance(e, ast.Call):
             return self.call(e, scope, name_hint=name_hint)
         return self.eval_int(e, scope)
@@ -628,8 +588,13 @@ class Elaborator:
                                        f"feedback edge declare it first with "
                                        f"`stream {name} : TYPE`", span,
                               [Note(f"`{name}` is bound here", later)])
-        return self.error("E0101", f"undefined name `{name}`" + did_you_mean(
-            name, list(scope.visible()) + list(OPS)), span)
+        options = list(scope.visible()) + list(OPS)
+        for near in closest(name, options):  # a misspelled use: no cascaded warning that
+            entry = scope.lookup(near)         # the stream it meant is never consumed
+            if entry is not None:
+                self.referenced(entry.value)
+        return self.error("E0101", f"undefined name `{name}`" + did_you_mean(name, options),
+                          span)
 
     def defined_later(self, name: str) -> Span | None:
         def walk(stmts):
@@ -658,7 +623,7 @@ class Elaborator:
             return self.eval_int(e, scope)
         self.reference_args(e, scope)
         if entry is not None:
-            raise self.error("E0102", f"`{e.func}` is {_kind_word(entry.value)}, not an "
+            raise self.error("E0102", f"`{e.func}` is {kind_word(entry.value)}, not an "
                                       "operator or graph", e.func_span)
         raise self.error("E0102", f"unknown operator `{e.func}`" + did_you_mean(
             e.func, list(OPS) + [n for n in scope.visible()
@@ -749,7 +714,7 @@ class Elaborator:
                             vs = list(vs)
                         if not isinstance(vs, list):
                             raise self.error("E0204", f"{spec.name} `{p.name}` expects a list "
-                                             f"of streams, found {_kind_word(vs)}", span)
+                                             f"of streams, found {kind_word(vs)}", span)
                         spans = [i.span for i in val_ast.items] \
                             if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
                     else:
@@ -794,7 +759,7 @@ class Elaborator:
 
     def expect_stream(self, v: Any, op: str, param: str, span: Span) -> None:
         if not isinstance(v, (StreamVal, Pending)):
-            raise self.error("E0204", f"{op} `{param}` expects a stream, found {_kind_word(v)}",
+            raise self.error("E0204", f"{op} `{param}` expects a stream, found {kind_word(v)}",
                              span)
 
     def anon_name(self, op: str, span: Span, scope: Scope) -> str:
@@ -827,7 +792,7 @@ class Elaborator:
             if isinstance(e, ast.Call):
                 return self.fn_value(e, scope)
             raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{_kind_word(self.value(e, scope))}", span)
+                             f"{kind_word(self.value(e, scope))}", span)
         if kind == "dtype":
             if isinstance(e, ast.Name) and e.name in DTYPE_BYTES:
                 return e.name
@@ -848,7 +813,7 @@ class Elaborator:
         }[kind](v)
         if not ok:
             raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{_kind_word(v)}", span)
+                             f"{kind_word(v)}", span)
         low = getattr(p, "minimum", None)
         if low is not None and any(i < low for i in (v if isinstance(v, list) else [v])):
             raise self.error("E0204", f"{op} `{p.name}` must be >= {low}, found {v}"
@@ -868,7 +833,7 @@ class Elaborator:
             v = self.value(a.value, scope)
             if not isinstance(v, (int, bool, str)):
                 raise self.error("E0204", f"argument `{a.name}` of `{e.func}` must be an "
-                                          f"integer, boolean or string, found {_kind_word(v)}",
+                                          f"integer, boolean or string, found {kind_word(v)}",
                                  a.span)
             kwargs.append((a.name, v))
         return FnValue(e.func, tuple(kwargs), e.span)
@@ -891,7 +856,8 @@ class Elaborator:
                 v = self.value(p.default, g.scope)
             else:
                 raise self.error("E0201", f"graph `{d.name}` needs argument `{p.name}`", e.span)
-            if p.type is not None and isinstance(v, StreamVal):
+            if p.type is not None and isinstance(v, StreamVal) and \
+                    not self.mentions_poison(p.type, g.scope):
                 # the parameter's annotation is checked on the producing port
                 node = self.nodes[v.node]
                 node.annotations.setdefault(v.port, []).append(
@@ -919,7 +885,7 @@ class Elaborator:
         def resolve(name: str, span: Span):
             entry = scope.lookup(name)
             if entry is not None and entry.value is POISON:
-                raise _Abort()
+                raise self.poisoned()
             if entry is not None and isinstance(entry.value, int) \
                     and not isinstance(entry.value, bool):
                 entry.used = True
@@ -929,7 +895,7 @@ class Elaborator:
             if entry is None:
                 raise self.undefined(name, span, scope)
             raise self.error("E0204", f"expected an integer, but `{name}` is "
-                             f"{_kind_word(entry.value)}", span)
+                             f"{kind_word(entry.value)}", span)
         try:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
@@ -1007,6 +973,19 @@ class Elaborator:
                        named=self.named, poisoned=poisoned)
         prog.order = {n: i for i, n in enumerate(nodes)}
         return prog
+
+
+def _bound_in(stmts) -> list[str]:
+    """The names statements (and the loops among them) bind."""
+    out: list[str] = []
+    for s in stmts:
+        if isinstance(s, ast.Binding):
+            out.extend(t.name for t in s.targets if t.name != "_")
+        elif isinstance(s, (ast.TensorDecl, ast.StreamDecl)):
+            out.append(s.name)
+        elif isinstance(s, ast.ForLoop):
+            out.extend(_bound_in(s.body))
+    return out
 
 
 def _insert_after(nodes: dict[str, OpNode], after: str, node: OpNode) -> dict[str, OpNode]:

@@ -44,6 +44,9 @@ class FnSpec:
     inner: Callable | None = None  # flatmap: (elem, fn, ctx) -> (inner shape, ElemType)
     attrs: tuple[Param, ...] = ()
     fixed_cycles: int | None = None
+    ints: Callable | None = None  # map on [1,1] integer tiles: (values, fn) -> value; the
+    # values may be ints or numpy integer arrays (elementwise), so the simulator and the
+    # trace bindings of `stepc analyze` share one definition
     init: str = "zero"  # default accumulator initialiser for accum/scan
     example: str = ""
     uses: tuple = field(init=False, default=())
@@ -164,10 +167,10 @@ def _cache_write_addr(elems, fn, ctx):
     return Tile("u64", sympy.Integer(1), sympy.Integer(1))
 
 
-def _int_ceildiv(elems, fn, ctx):
+def _int_unary(elems, fn, ctx):
     _int_tile(elems[0], fn.name, "input")
     if not isinstance(fn.get("by"), int) or fn.get("by") <= 0:
-        raise OpError("E0206", "`ceildiv_int` needs by=N with N > 0", "fn")
+        raise OpError("E0206", f"`{fn.name}` needs by=N with N > 0", "fn")
     return elems[0]
 
 
@@ -279,14 +282,23 @@ _register(
            "request idx, as a `[1,1]` u64 tile (pass n = tiles - 1 for a request's last KV "
            "tile). Fixed 1 cycle.", _zero,
            apply=_cache_write_addr, fixed_cycles=1,
+           ints=lambda v, fn: v[0] * fn.get("row_offset") + v[1],
            attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
            example="a = Map(idx, len, fn=cache_write_addr(row_offset=202))"),
     FnSpec("ceildiv_int", {"map": 1}, "Integer arithmetic on a `[1,1]` integer tile: "
            "`ceil((x + plus) / by)`, for example KV-cache tiles from a length "
-           "(`by=32, plus=1`). Fixed 1 cycle.", _zero, apply=_int_ceildiv, fixed_cycles=1,
+           "(`by=32, plus=1`). Fixed 1 cycle.", _zero, apply=_int_unary, fixed_cycles=1,
+           ints=lambda v, fn: -(-(v[0] + (fn.get("plus") or 0)) // fn.get("by")),
            attrs=(Param("by", "int", FN_REQUIRED, "divisor"),
                   Param("plus", "int", 0, "added before dividing")),
            example="tiles = Map(lens, fn=ceildiv_int(by=32, plus=1))"),
+    FnSpec("mod_int", {"map": 1}, "Integer modulo on a `[1,1]` integer tile: "
+           "`(x + plus) mod by`, in `0..by-1`; for example the rows of a length's last, "
+           "partly filled KV tile (`by=32`). Fixed 1 cycle.", _zero, apply=_int_unary,
+           fixed_cycles=1, ints=lambda v, fn: (v[0] + (fn.get("plus") or 0)) % fn.get("by"),
+           attrs=(Param("by", "int", FN_REQUIRED, "divisor"),
+                  Param("plus", "int", 0, "added before taking the remainder")),
+           example="off = Map(lens, fn=mod_int(by=32))"),
     FnSpec("signal_req_all_read", {"accum": 1}, "Emits one `[1,1]` u64 token per reduced group "
            "(a request's KV cache has been read). Fixed 1 cycle.", _zero, accum=_signal,
            fixed_cycles=1, example="done = Accum(k, fn=signal_req_all_read, rank=1)"),

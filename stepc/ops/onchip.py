@@ -45,8 +45,9 @@ def _streamify(ctx: InferCtx):
         if ref.rank < st.rank:
             raise OpError("E0301", f"Streamify needs `ref` of rank >= {st.rank} (the buffer "
                                    f"stream's rank), found rank {ref.rank}", "ref")
-        for i, d in enumerate(st.shape):
-            ctx.require_equal(d, ref.shape[i], f"`ref` dim {i} must match the buffer stream "
+        for i, d in enumerate(st.shape):  # outer dims first; dim k counts from the innermost
+            ctx.require_equal(d, ref.shape[i], f"`ref` dim {len(ref.shape) - 1 - i} must match "
+                              f"dim {len(st.shape) - 1 - i} of the buffer stream "
                               f"{fmt_shape(st.shape)}", "ref")
         return [stream(buf.tile, ref.shape + tuple(part))]
     repeat = repeat or []

@@ -129,7 +129,8 @@ SHAPE_OPS = [
         "Flatten", "shape",
         "Flatten<R,a,min,max>(in: Strm<R,a>) -> Strm<R,a-(max-min)>",
         "Merges dims D_max..D_min (rank indices, counted from the innermost D_0) into one dim "
-        "of size prod(D_min..D_max); a product involving a ragged dim becomes a fresh ragged "
+        "of size prod(D_min..D_max), for 0 <= min <= max <= the input's rank (min == max "
+        "leaves the stream as it is); a product involving a ragged dim becomes a fresh ragged "
         "dim (the absorbing rule).",
         (Param("in", STREAM, doc="data stream"),
          Param("min", "int", doc="innermost merged dim (rank index)"),

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from stepc.analyze.report import json_value
 from stepc.sim.run import SimResult
+from stepc.types import natural_key
 
 
 def busiest(r: SimResult, n: int = 5):
@@ -71,7 +72,8 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
                                           if len(o.nodes) > 4 else "")
         line(f"  program overrides:  {o.attr}={o.value} over {o.key} = {o.hw_value} on {names}")
     if r.bindings:
-        shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in sorted(r.bindings.items())[:8])
+        dims = sorted(r.bindings.items(), key=lambda kv: natural_key(kv[0]))
+        shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in dims[:8])
         more = f", ... ({len(r.bindings)} dims)" if len(r.bindings) > 8 else ""
         line(f"  dims of this run:   {shown}{more}")
     top = busiest(r)
@@ -168,6 +170,9 @@ def write_atomic(path: str, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        umask = os.umask(0)  # mkstemp makes the file 0600: give it the mode open() would
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -27,11 +27,15 @@ from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
-from stepc.traces import TraceError, synthetic_kv_lengths, synthetic_routing
-from stepc.types import Select, StreamType, Tile
+from stepc.traces import TraceError, check_ids, synthetic_kv_lengths, synthetic_routing
+from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
               "RandomOffChipStore")
+# What one run can hold; checked before the run starts (`check_limits`).
+MAX_VALUE_BYTES = 4 * 2**30  # tensor values a run materialises
+MAX_TILE_ELEMENTS = 2**24  # elements of one tile or buffer (64 MiB of f32)
+MAX_EXTERNAL_ELEMENTS = 10_000_000  # elements of one external stream (held as a list)
 
 
 @dataclass
@@ -128,8 +132,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
-        if arr.size and (arr.min() < 0 or arr.max() >= n):
-            raise TraceError(f"trace for `{name}`: an id is out of range for {st.elem}")
+        check_ids(arr, n, f"trace for `{name}`")
         if arr.ndim == len(st.shape) + 1:  # rows of ids -> one multi-hot selector per row
             shape = list(arr.shape[:-1])
             sels = [tuple(sorted({int(i) for i in row})) for row in
@@ -169,6 +172,65 @@ def _static_len(d, name: str) -> int:
     return int(d)
 
 
+# ---------------------------------------------------------------- limits
+def _count(dims) -> int | None:
+    """The product of dims when all are integers, else None."""
+    n = 1
+    for d in dims:
+        d = sympy.sympify(d)
+        if not d.is_Integer:
+            return None
+        n *= int(d)
+    return n
+
+
+def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.ndarray]) -> None:
+    """Refuse, before any work, a run that could not hold its data: tensor values, one tile
+    or buffer, or an external stream beyond what a run holds (SimError at the operator)."""
+    prog = typed.program
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
+              if n.op in ("SelectGen", "MetadataGen")}
+    held = [t for t in prog.tensors.values() if functional or t.name in needed]
+    total = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype] for t in held)
+    if total > MAX_VALUE_BYTES:
+        size = {t.name: math.prod(t.shape) * DTYPE_BYTES[t.dtype] for t in held}
+        big = max(held, key=lambda t: size[t.name])
+        hint = " (--timing-only carries no tile values)" if functional else ""
+        user = next((n.name for n in prog.nodes.values()
+                     if getattr(n.attrs.get("tensor"), "name", None) == big.name), None)
+        raise SimError(f"the run would hold {_bytes(total)} of tensor values (tensor "
+                       f"`{big.name}` {list(big.shape)} alone {_bytes(size[big.name])}); a run "
+                       f"holds at most {_bytes(MAX_VALUE_BYTES)}{hint}", user)
+    for (node, _port), st in typed.types.items():
+        elem = st.elem
+        tile = elem.tile if isinstance(elem, Buffer) else elem
+        if not isinstance(tile, Tile):
+            continue
+        dims = (tile.rows, tile.cols) + (tuple(elem.shape) if isinstance(elem, Buffer) else ())
+        n = _count(dims)
+        if n is not None and n > MAX_TILE_ELEMENTS:
+            what = "buffer" if isinstance(elem, Buffer) else "tile"
+            raise SimError(f"a {what} of {n:,} elements ({elem}): a run holds tiles and "
+                           f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", node)
+    for node in prog.nodes.values():
+        if node.op != "External":
+            continue
+        arr = traces.get(node.attrs["name"])
+        st = typed.types.get((node.name, 0))
+        n = arr.size if arr is not None else (_count(st.shape) if st is not None else None)
+        if n is not None and n > MAX_EXTERNAL_ELEMENTS:
+            raise SimError(f"external stream `{node.attrs['name']}` has {n:,} elements: a run "
+                           f"holds at most {MAX_EXTERNAL_ELEMENTS:,} per external stream",
+                           node.name)
+
+
+def _bytes(n: int) -> str:
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB")):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} B"
+
+
 # ---------------------------------------------------------------- build and run
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
@@ -176,6 +238,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     """Run a checked program on the given hardware."""
     prog = typed.program
     traces = traces or {}
+    check_limits(typed, functional, traces)
     env = SimEnv(hw, functional)
     kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
     kernel.memory = make_memory(kernel, hw)
@@ -198,8 +261,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]
         seed = zlib.crc32(name.encode()) % 2**31
-        elems, dims = external_elements(name, st, traces.get(name), node.attrs.get("gen", {}),
-                                        seed)
+        try:
+            elems, dims = external_elements(name, st, traces.get(name),
+                                            node.attrs.get("gen", {}), seed)
+        except TraceError as e:
+            e.span = e.span or node.span
+            raise
         env.externals[node.name] = elems
         bindings.update(dims)
 

@@ -12,6 +12,7 @@ selectors as tuples of selected indices, `BufferVal` (stored elements), tuples, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,34 +82,66 @@ def payload_bytes(p) -> int:
     return 8
 
 
-def stops_for_shape(dims: list[int]) -> list[int]:
-    """Stop levels of a row-major walk over a stream of shape `dims` (outer first): each
-    element's stop is the number of trailing dims at their last index, at most the stream's
-    rank len(dims) - 1 (the outermost dim is closed by the end of the stream, not a stop)."""
-    n = 1
-    for d in dims:
-        n *= d
-    out = []
+def iter_stops(dims: list[int], last: int | None = None):
+    """Stop levels of a row-major walk over a stream of shape `dims` (outer first), one at
+    a time: each element's stop is the number of trailing dims at their last index, at most
+    the stream's rank len(dims) - 1 (the outermost dim is closed by the end of the stream,
+    not a stop). `last`, if given, replaces the final element's stop. Lazy, so that a huge
+    stream costs nothing until it is walked."""
+    n = math.prod(dims)
     idx = [0] * len(dims)
-    for _ in range(n):
-        k = 0
+    for k in range(n):
+        stop = 0
         for j in range(len(dims) - 1, -1, -1):
             if idx[j] == dims[j] - 1:
-                k += 1
+                stop += 1
             else:
                 break
-        out.append(min(k, len(dims) - 1))
+        yield last if last is not None and k == n - 1 else min(stop, len(dims) - 1)
         for j in range(len(dims) - 1, -1, -1):
             idx[j] += 1
             if idx[j] < dims[j]:
                 break
             idx[j] = 0
-    return out
+
+
+def stops_for_shape(dims: list[int]) -> list[int]:
+    """`iter_stops` as a list (for streams known to be small)."""
+    return list(iter_stops(dims))
+
+
+def iter_view_indices(shape: list[int], stride: list[int]):
+    """Flat indices of an affine view (row-major over `shape`, index = sum(idx * stride)),
+    one at a time."""
+    if any(n <= 0 for n in shape):
+        return
+    idx, at = [0] * len(shape), 0
+    while True:
+        yield at
+        for j in range(len(shape) - 1, -1, -1):  # an odometer: itertools.product would
+            idx[j] += 1                            # materialise each range first
+            at += stride[j]
+            if idx[j] < shape[j]:
+                break
+            at -= stride[j] * shape[j]
+            idx[j] = 0
+        else:
+            return
 
 
 def view_indices(shape: list[int], stride: list[int]) -> list[int]:
-    """Flat indices of an affine view (row-major over `shape`, index = sum(idx * stride))."""
-    out = [0]
-    for n, s in zip(shape, stride):
-        out = [base + i * s for base in out for i in range(n)]
-    return out
+    """`iter_view_indices` as a list."""
+    return list(iter_view_indices(shape, stride))
+
+
+def with_last(items):
+    """(item, is_last) pairs of an iterable, without materialising it."""
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepc.ops.functions import FUNCTIONS
 from stepc.sim.kernel import SimError
-from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile
+from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile, iter_stops
 
 
 def _arr(t: TileVal) -> np.ndarray:
@@ -94,18 +95,16 @@ def _row_append(args, fn, dtype):
     return TileVal(t.rows, t.cols, t.dtype, min(t.rows, t.valid + new.rows), False, data)
 
 
-def _cache_write_addr(args, fn, dtype):
-    idx, length = args
-    if idx.data is None or length.data is None:
-        return TileVal(1, 1, "u64")
-    return int_tile(idx.scalar() * fn.get("row_offset") + length.scalar())
+def _integer(name: str, dtype: str | None = None):
+    """A function on [1,1] integer tiles, by the library's integer definition (`ints`)."""
+    ints = FUNCTIONS[name].ints
 
-
-def _ceildiv_int(args, fn, dtype):
-    (x,) = args
-    if x.data is None:
-        return TileVal(1, 1, x.dtype)
-    return int_tile(-(-(x.scalar() + (fn.get("plus") or 0)) // fn.get("by")), x.dtype)
+    def f(args, fn, dtype_):
+        out = dtype or args[0].dtype
+        if any(a.data is None for a in args):
+            return TileVal(1, 1, out)
+        return int_tile(ints([a.scalar() for a in args], fn), out)
+    return f
 
 
 MAP = {
@@ -117,7 +116,8 @@ MAP = {
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
     "set_offset": _set_offset, "row_append": _row_append,
-    "cache_write_addr": _cache_write_addr, "ceildiv_int": _ceildiv_int,
+    "cache_write_addr": _integer("cache_write_addr", "u64"),
+    "ceildiv_int": _integer("ceildiv_int"), "mod_int": _integer("mod_int"),
 }
 
 
@@ -177,13 +177,12 @@ ACCUM = ("matmul", "add", "mul", "max", "retile_row", "retile_col", "signal_req_
 
 
 # ------------------------------------------------------------------ flatmap functions
-def _rank_stops(n_outer: int, dims: list[int]) -> list[int]:
+# Each returns its pieces `(payload, stop)` as an iterable; the address generators yield
+# them one at a time, so a huge inner stream is walked (and stopped by --max-cycles) rather
+# than built at once.
+def _rank_stops(n_outer: int, dims: list[int]):
     """Stops of a rank-b inner stream [n_outer, dims...] (its last element closes b dims)."""
-    from stepc.sim.tokens import stops_for_shape
-    stops = stops_for_shape([n_outer] + dims)
-    if stops:
-        stops[-1] = len(dims)
-    return stops
+    return iter_stops([n_outer] + dims, len(dims))
 
 
 def _retile_streamify(x: TileVal, fn, functional: bool):
@@ -203,21 +202,20 @@ def _expert_addr(sel, fn, functional: bool):
         raise SimError(f"expert_addr needs a one-hot selector, found {list(sel)}")
     n, base = fn.get("tiles"), fn.get("base", 0) or 0
     e = sel[0]
-    stops = _rank_stops(1, [n, 1])
-    return [(int_tile(base + e * n + i), s) for i, s in zip(range(n), stops)]
+    return ((int_tile(base + e * n + i), s) for i, s in enumerate(_rank_stops(1, [n, 1])))
 
 
 def _cache_read_addr(pair, fn, functional: bool):
     idx, length = pair
     i, n = idx.scalar(), length.scalar()
-    stops = _rank_stops(1, [n]) if n else []
-    return [(int_tile(i * fn.get("row_offset") + k), s) for k, s in zip(range(n), stops)]
+    return ((int_tile(i * fn.get("row_offset") + k), s)
+            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
 
 
 def _filter_last_tile(length, fn, functional: bool):
     n = length.scalar()
-    stops = _rank_stops(1, [n]) if n else []
-    return [((1,) if k < n - 1 else (0,), s) for k, s in zip(range(n), stops)]
+    return (((1,) if k < n - 1 else (0,), s)
+            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
 
 
 FLATMAP = {

@@ -40,25 +40,45 @@ def _mark(fmt: str, data: bytes) -> bytes:
     return data
 
 
-def write_output(dot_text: str, out: str, force: bool = False) -> None:
+def check_target(out: str, force: bool = False) -> None:
+    """Whether `out` may be written (format known, no foreign file clobbered, its directory
+    there): checked before any work."""
     path = Path(out)
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise RenderError(f"-o {out}: unknown output format (use "
                           f"{', '.join(sorted(FORMATS))})")
+    if path.is_dir():
+        raise RenderError(f"-o {out}: is a directory; give a file name")
     if path.exists() and not force and not is_previous_output(path):
         raise RenderError(f"-o {out}: the file exists and was not written by stepc dot; "
                           "use --force to overwrite it")
-    if path.parent and not path.parent.exists():
-        raise RenderError(f"-o {out}: directory {path.parent} does not exist")
+
+
+class NoGraphviz(RenderError):
+    """Graphviz is missing: the DOT text was written beside the requested image instead."""
+
+
+def write_output(dot_text: str, out: str, force: bool = False) -> None:
+    """Write DOT text, or render it with Graphviz. Without Graphviz an image is not made:
+    the DOT text goes to the same name with `.dot` (if that file is free or stepc's) and
+    NoGraphviz says where."""
+    check_target(out, force)
+    path = Path(out)
+    fmt = FORMATS[path.suffix.lower()]
     if fmt == "dot":
         path.write_text(dot_text)
         return
     exe = shutil.which("dot")
     if exe is None:
-        raise RenderError("rendering needs the Graphviz `dot` program, which is not installed "
-                          "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install "
-                          "graphviz); write DOT text instead with -o FILE.dot")
+        hint = ("rendering needs the Graphviz `dot` program, which is not installed "
+                "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)")
+        beside = path.with_suffix(".dot")
+        if beside.exists() and not force and not is_previous_output(beside):
+            raise NoGraphviz(f"-o {out}: {hint}; write DOT text instead with -o FILE.dot")
+        beside.write_text(dot_text)
+        raise NoGraphviz(f"-o {out}: {hint}; wrote the DOT text to {beside} instead (render "
+                         f"it later with `dot -T{fmt} {beside} -o {out}`)")
     proc = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
                           check=False)
     if proc.returncode != 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stepc.sim.fabric import fn_flops
 from stepc.sim.kernel import PEEK, POP, SEND, SimError
-from stepc.sim.tokens import TileVal
+from stepc.sim.tokens import TileVal, with_last
 from stepc.sim.values import FLATMAP, MAP, accum_init, accum_update
 
 
@@ -161,17 +161,18 @@ def flatmap(ctx, node, ins, outs, env, info):
             return
         args = _args(heads)
         payload = args[0] if len(args) == 1 else tuple(args)
-        pieces = expand(payload, fn, env.functional)
         s = heads[0][2]
         spaced = fn.name in ONE_PER_CYCLE
-        if not pieces and s:
+        empty = True
+        for (p, ps), last in with_last(expand(payload, fn, env.functional)):
+            empty = False
+            if out is not None:
+                yield (SEND, out, p, ps + s if last else ps)
+            if spaced:
+                ctx.t += 1
+        if empty and s:
             raise SimError(f"FlatMap `{fn.name}` produced nothing for an element that closes "
                            f"level {s}; the fused stop encoding cannot represent an empty "
                            "sub-tensor", node.name)
-        for k, (p, ps) in enumerate(pieces):
-            if out is not None:
-                yield (SEND, out, p, ps + s if k == len(pieces) - 1 else ps)
-            if spaced:
-                ctx.t += 1
         for ch in chans:
             yield (POP, ch)

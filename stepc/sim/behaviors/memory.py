@@ -10,7 +10,8 @@ import numpy as np
 
 from stepc.sim.hbm import Addresses, bank_geometry
 from stepc.sim.kernel import AWAIT, ISSUE, PEEK, POP, RECV, SEND, SimError
-from stepc.sim.tokens import BufferVal, TileVal, stops_for_shape, view_indices
+from stepc.sim.tokens import (BufferVal, TileVal, iter_stops, iter_view_indices,
+                              with_last)
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ALIGN = 4096
@@ -85,14 +86,6 @@ def _tensor_tile(env, tref, tile_index: int, tile: list[int]):
     return sub[r * tile[0]:(r + 1) * tile[0], c * tile[1]:(c + 1) * tile[1]]
 
 
-def _view_stops(shape: list[int], last_extra: int | None) -> list[int]:
-    """Stops of one affine view; `last_extra` (ref element's stop) closes the whole view."""
-    stops = stops_for_shape(shape)
-    if last_extra is not None and stops:
-        stops[-1] = len(shape) + last_extra
-    return stops
-
-
 def streamed(env, b) -> int | None:
     """With streamed tiles, a loaded tile's first physical tile is visible with the first
     response (one hop later)."""
@@ -150,7 +143,6 @@ def linear_load(ctx, node, ins, outs, env, info):
                                                         tref.shape[-1] // tile[1])
     shape = a["shape"] or list(tiled)
     stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    idx = view_indices(shape, stride)
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
@@ -167,8 +159,9 @@ def linear_load(ctx, node, ins, outs, env, info):
         return finish
 
     def stream(ref_stop):
-        stops = _view_stops(shape, ref_stop) if ref is not None else stops_for_shape(shape)
-        for i, s in zip(idx, stops):
+        """One affine view; `ref_stop` (the ref element's stop) closes the whole view."""
+        stops = iter_stops(shape, None if ref_stop is None else len(shape) + ref_stop)
+        for i, s in zip(iter_view_indices(shape, stride), stops):
             yield from flight.issue(reqs, tile_addresses(env, tref, i, *tile), send(i, s))
 
     if ref is None:
@@ -354,14 +347,14 @@ def streamify(ctx, node, ins, outs, env, info):
         if a["shape"] is not None:
             shape = a["shape"]
             stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
-            items = [(buf.elements[i][0], s) for i, s in
-                     zip(view_indices(shape, stride), stops_for_shape(shape))]
+            items = ((buf.elements[i][0], s) for i, s in
+                     zip(iter_view_indices(shape, stride), iter_stops(shape)))
             rank = len(shape)
         else:
             items, rank = buf.elements, len(buf.shape)
-        for k, (p, s) in enumerate(items):
+        for (p, s), last in with_last(items):
             if out is not None:
-                yield (SEND, out, p, rank + extra if k == len(items) - 1 else s)
+                yield (SEND, out, p, rank + extra if last else s)
             ctx.t += 1  # one element per cycle
 
     while True:
@@ -380,8 +373,7 @@ def streamify(ctx, node, ins, outs, env, info):
                 if r[2] >= c:
                     break
         else:
-            rstops = stops_for_shape(list(repeat)) if repeat else [0]
-            for k, rs in enumerate(rstops):
-                last = k == len(rstops) - 1
+            rstops = iter_stops(list(repeat)) if repeat else [0]
+            for rs, last in with_last(rstops):
                 yield from emit(buf, len(repeat) + bstop if last else rs)
         yield (POP, src)

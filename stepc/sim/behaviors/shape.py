@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stepc.sim.kernel import PEEK, POP, RECV, SEND, SEND_AT, SimError
-from stepc.sim.tokens import TileVal, stops_for_shape
+from stepc.sim.tokens import TileVal, iter_stops, with_last
 
 
 def flatten(ctx, node, ins, outs, env, info):
@@ -116,10 +116,9 @@ def expand(ctx, node, ins, outs, env, info):
             return
         _, val, s = head
         if ref is None:
-            copies = stops_for_shape(list(sizes))
-            for k, cs in enumerate(copies):
+            for cs, last in with_last(iter_stops(list(sizes))):
                 if out is not None:
-                    yield (SEND, out, val, s if k == len(copies) - 1 else cs)
+                    yield (SEND, out, val, s if last else cs)
             yield (POP, src)
             continue
         while True:

@@ -1,0 +1,120 @@
+"""Readable forms of large symbolic costs, still exact.
+
+A program with a loop over 128 experts has costs like `3145728*ceil(n_0/16) + ... +
+3145728*ceil(n_127/16)`. `fmt_folded` prints such a sum as `Σ_{i<128} 3145728*ceil(n_i/16)`:
+terms that differ only in the first index of their indexed symbols (`n_0`, `mx_3_rows`,
+`xt_2_1_d'`) over a contiguous range of at least three indices become one Σ, and summands
+that run over the same range share it; a summand with a second index folds again inside
+(`Σ_{i<32} Σ_{j<4} xt_i_j_d'`). `fold_names` writes lists of such symbols as ranges
+(`n_0..n_127`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import sympy
+
+from stepc.types import DimPrinter, natural_key
+
+_INDEX = re.compile(r"(?<=_)(\d+)(?=_|'|$)")  # a numeric part of a name: n_12, xt_2_1_d'
+MIN_FOLD = 3  # terms a Σ must replace
+LETTERS = "ijklmn"
+
+
+def family(name: str) -> tuple[str, tuple[int, ...]] | None:
+    """(template, indices) of an indexed symbol name: `xt_2_1_d'` -> ("xt_{}_{}_d'", (2, 1))."""
+    if not re.match(r"[A-Za-z_]", name):
+        return None
+    indices = tuple(int(m) for m in _INDEX.findall(name))
+    return (_INDEX.sub("{}", name), indices) if indices else None
+
+
+class _FoldPrinter(DimPrinter):
+    depth = 0
+
+    def _print_Add(self, expr, order=None):
+        letter = LETTERS[min(self.depth, len(LETTERS) - 1)]
+        groups: dict[sympy.Basic, dict[int, sympy.Basic]] = {}
+        rest = []
+        for term in expr.args:
+            key = _canonical(term, letter)
+            if key is None or key[1] in groups.get(key[0], {}):
+                rest.append(term)
+            else:
+                groups.setdefault(key[0], {})[key[1]] = term
+        by_range: dict[tuple[int, int], list] = {}
+        for summand, members in groups.items():
+            idx = sorted(members)
+            if len(idx) >= MIN_FOLD and idx == list(range(idx[0], idx[-1] + 1)):
+                by_range.setdefault((idx[0], idx[-1] + 1), []).append(summand)
+            else:
+                rest.extend(members[i] for i in idx)
+        sums = []
+        for (lo, hi), summands in by_range.items():
+            bound = f"{letter}<{hi}" if lo == 0 else f"{lo}<={letter}<{hi}"
+            self.depth += 1
+            try:
+                body = self._print(sympy.Add(*summands))
+            finally:
+                self.depth -= 1
+            if len(summands) > 1 and not body.startswith("Σ"):
+                body = f"({body})"
+            sums.append(f"Σ_{{{bound}}} {body}")
+        if len(rest) > 1:
+            parts = [super()._print_Add(sympy.Add(*rest, evaluate=False), order)]
+        else:
+            parts = [self._print(t) for t in rest]
+        return " + ".join(parts + sums)
+
+
+def _canonical(term, letter: str) -> tuple[sympy.Basic, int] | None:
+    """The term with the first index of its indexed symbols replaced by `letter`, and that
+    index; None when it has no indexed symbol or their first indices differ."""
+    subs, index = {}, None
+    for s in term.free_symbols:
+        f = family(s.name)
+        if f is None:
+            continue
+        if index is not None and f[1][0] != index:
+            return None
+        index = f[1][0]
+        name = f[0].format(letter, *f[1][1:])
+        subs[s] = sympy.Symbol(name, **s.assumptions0)
+    if index is None:
+        return None
+    return term.xreplace(subs), index
+
+
+def fmt_folded(e) -> str:
+    """A symbolic expression with its sums over symbol families folded into Σ."""
+    return _FoldPrinter({"order": "none"}).doprint(sympy.sympify(e))
+
+
+def fold_names(names) -> list[str]:
+    """Names in natural order; the members of a family whose indices fill a box of
+    contiguous ranges (at least three) are written as one range: n_0..n_127."""
+    names = sorted(set(names), key=natural_key)
+    fams: dict[str, list[tuple[int, ...]]] = {}
+    for n in names:
+        f = family(n)
+        if f is not None:
+            fams.setdefault(f[0], []).append(f[1])
+    folded: dict[str, str] = {}
+    for template, idx in fams.items():
+        ranges = [sorted({i[k] for i in idx}) for k in range(len(idx[0]))]
+        box = set(itertools.product(*ranges))
+        if len(idx) >= MIN_FOLD and len(box) == len(idx) == len(set(idx)) and \
+                all(r == list(range(r[0], r[-1] + 1)) for r in ranges):
+            folded[template] = (f"{template.format(*(r[0] for r in ranges))}.."
+                                f"{template.format(*(r[-1] for r in ranges))}")
+    out: list[str] = []
+    for n in names:
+        f = family(n)
+        if f is not None and f[0] in folded:
+            if folded[f[0]] not in out:
+                out.append(folded[f[0]])
+        else:
+            out.append(n)
+    return out

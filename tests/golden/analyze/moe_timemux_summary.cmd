@@ -1,0 +1,1 @@
+analyze programs/moe_timemux.step
