@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import sys
 import traceback
 from typing import NoReturn

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from stepc.hw.config import Dram, Hbm, mapping_fields
+from stepc.hw.config import mapping_fields
 from stepc.sim.hbm.window import WindowedMemory
 
 FAR_PAST = -(1 << 40)
