@@ -1,6 +1,6 @@
 """Benchmarks of the simulator: the 15-point SwiGLU sweep (target: under 5 s in total; the
-`dram` memory model at most 3x the time of `ref`) and throughput on a generated MoE layer
-(operator firings/s and 64-byte requests/s).
+`dram` memory model at most 3x the time of `ref`; also the `hdl-like` preset) and
+throughput on a generated MoE layer (operator firings/s and 64-byte requests/s).
 
     python benchmarks/bench_sim.py [--repeat 5] [--experts 128]
 """
@@ -24,9 +24,12 @@ from stepc.sim.run import simulate  # noqa: E402
 SWEEP = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
 
 
+PRESETS = {"ref": ("hdl-validation", ()), "fluid": ("hdl-validation", ("hbm.model=fluid",)),
+           "dram": ("hdl-validation-dram", ()), "hdl-like": ("hdl-like", ())}
+
+
 def swiglu_sweep(functional: bool, model: str = "ref") -> float:
-    hw = load_config("hdl-validation-dram" if model == "dram" else "hdl-validation",
-                     () if model == "dram" else (f"hbm.model={model}",))
+    hw = load_config(*PRESETS[model])
     t0 = time.perf_counter()
     for tb, ti in SWEEP:
         typed = compile_file("programs/swiglu.step", {"TB": tb, "TI": ti}).typed
@@ -54,11 +57,11 @@ def main() -> None:
     args = ap.parse_args()
     medians = {}
     for functional, model in ((False, "ref"), (False, "fluid"), (False, "dram"),
-                              (True, "ref")):
+                              (False, "hdl-like"), (True, "ref")):
         runs = [swiglu_sweep(functional, model) for _ in range(args.repeat)]
         mode = "functional" if functional else "timing-only"
         medians[(functional, model)] = statistics.median(runs)
-        print(f"swiglu 15-point sweep ({mode}, hdl-validation, {model}): median "
+        print(f"swiglu 15-point sweep ({mode}, {PRESETS[model][0]}, {model}): median "
               f"{statistics.median(runs):.2f} s (min {min(runs):.2f}, n={args.repeat})")
     print(f"dram / ref wall time on the sweep: "
           f"{medians[(False, 'dram')] / medians[(False, 'ref')]:.2f}x (target: at most 3x)")

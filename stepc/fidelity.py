@@ -38,7 +38,7 @@ MODELS = {  # column -> (preset, overrides)
     "hdl-like": ("hdl-like", ()),
 }
 FITTED = "hbm.outstanding"  # the one fitted parameter of hdl-like, and its grid
-GRID = (64, 128, 192, 256, 288, 320, 352, 384, 448, 512, 0)
+GRID = (64, 96, 112, 128, 144, 160, 192, 256, 320, 384, 512, 0)
 SENSITIVITY = {  # hdl-like with one choice changed -> the overrides
     "whole tiles (no streaming)": ("fabric.stream_tile=0",),
     "single-buffered ports": ("hbm.tile_buffers=1",),

@@ -148,9 +148,8 @@ class WindowedMemory(MemoryModel):
                 break
             earliest_done = min(self._earliest_done(b, cycle) for b in active)
             last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
-            if self.outstanding:  # no request picked up in the window returns inside it
-                last = min(last, cycle + self.min_latency - 1)
-            for b in self._window(cycle, last):
+            finished, last = self._window(cycle, last)
+            for b in finished:
                 if b.completion < last:  # a woken operator's next burst would be missed
                     raise SimError(f"internal: the {type(self).__name__} memory model "
                                    f"completed a burst at {b.completion}, inside its "
@@ -168,11 +167,11 @@ class WindowedMemory(MemoryModel):
         return max(b.next_cycle, cycle) + b.messages + self.min_latency
 
     # ------------------------------------------------------------ issuing
-    def _pickups(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
-        """The pickup cycles, within c0..c1, of each burst's messages; advances the
-        bursts and the port queues."""
+    def _pickups(self, c0: int, c1: int) -> tuple[list[tuple[Burst, np.ndarray]], int]:
+        """The pickup cycles, within c0..c1 (or an earlier end it returns), of each
+        burst's messages; advances the bursts and the port queues."""
         if self.outstanding:
-            picked = self._limited(c0, c1)
+            picked, c1 = self._limited(c0, c1)
         else:
             picked = self._arbitrate(c0, c1) if self.grants else self._every_port(c0, c1)
         for b, cyc in picked:
@@ -183,7 +182,7 @@ class WindowedMemory(MemoryModel):
                 queue.popleft()
                 if queue:  # the port's next burst starts after this one's last message
                     queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
-        return picked
+        return picked, c1
 
     def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
         """No arbiter: each port issues one message per cycle."""
@@ -242,17 +241,19 @@ class WindowedMemory(MemoryModel):
             c = end + 1
         return [(b, np.concatenate(parts)) for b, parts in picked.values()]
 
-    def _limited(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+    def _limited(self, c0: int, c1: int) -> tuple[list[tuple[Burst, np.ndarray]], int]:
         """Cycle by cycle: a port may issue a message only while its requests in flight
         stay within `outstanding`; the arbiter (if any) grants round robin among them.
-        (Requests picked up in the window return after it, so only earlier ones free
-        slots.)"""
+        Only requests picked up before the window free slots in it, which is exact until a
+        port is refused at a cycle that a request of this window may already have returned
+        by (`min_latency` after the window's start): the window ends before that cycle."""
         state = {p: [list(q), 0, q[0].messages, q[0].next_cycle, 0]
                  for p, q in self.queues.items() if q}
         order = sorted(state)
         picked: dict[int, tuple[Burst, list[int]]] = {}
+        exact_until = c0 + self.min_latency - 1
         for c in range(c0, c1 + 1):
-            ready = []
+            ready, refused = [], False
             for p in order:
                 st = state.get(p)
                 if st is None or st[3] > c:
@@ -263,6 +264,11 @@ class WindowedMemory(MemoryModel):
                 busy = len(done) - bisect_right(done, c) + st[4]
                 if busy + size <= self.outstanding:
                     ready.append(p)
+                else:
+                    refused = True
+            if refused and c > exact_until:
+                c1 = c - 1
+                break
             if not ready:
                 continue
             if self.grants:  # round robin from the port after the last one granted
@@ -280,10 +286,13 @@ class WindowedMemory(MemoryModel):
                     st[1] += 1
                     if st[1] == len(st[0]):
                         del state[p]
+                        order.remove(p)
                     else:
                         nxt = st[0][st[1]]
                         st[2], st[3] = nxt.messages, max(nxt.next_cycle, c + 1)
-        return [(b, np.array(cyc, dtype=np.int64)) for b, cyc in picked.values()]
+            if not state:
+                break
+        return [(b, np.array(cyc, dtype=np.int64)) for b, cyc in picked.values()], c1
 
     def _track(self, bursts: list[Burst], burst: np.ndarray, done: np.ndarray,
                now: int) -> None:
@@ -296,11 +305,12 @@ class WindowedMemory(MemoryModel):
             self.in_flight[b.port] = merged
 
     # ------------------------------------------------------------ serving
-    def _window(self, c0: int, c1: int) -> list[Burst]:
-        """Serve every request picked up in cycles c0..c1; return the bursts that ended."""
-        picked = self._pickups(c0, c1)
+    def _window(self, c0: int, c1: int) -> tuple[list[Burst], int]:
+        """Serve every request picked up in cycles c0..c1 (or up to an earlier end);
+        return the bursts that ended and the window's last cycle."""
+        picked, c1 = self._pickups(c0, c1)
         if not picked:
-            return []
+            return [], c1
         cyc, bid, rank, req = [], [], [], []
         ends = []
         for k, (b, msgs) in enumerate(picked):
@@ -339,7 +349,7 @@ class WindowedMemory(MemoryModel):
             if ends[k]:
                 self.active.remove(b)
                 finished.append(b)
-        return finished
+        return finished, c1
 
     def _serve(self, cycles: np.ndarray, burst: np.ndarray, request: np.ndarray,
                bursts: list[Burst]) -> np.ndarray:
