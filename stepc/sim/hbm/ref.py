@@ -24,26 +24,36 @@ class RefHbm(WindowedMemory):
     def _serve(self, cycles, burst, request, bursts):
         """Request i of a cycle with offset o goes to channel o + i(i+1)/2 (mod N), the next
         cycle's offset grows by L(L+1)/2 for L requests, and a channel serving requests that
-        arrive at a_j starts them at j*II + max(free, cummax(a_l - l*II))."""
+        arrive at a_j starts them at j*II + max(free, cummax(a_l - l*II)). Vectorised over
+        all channels: a stable radix sort groups the requests by channel, and one running
+        maximum, offset per channel, serves every channel's queue."""
         n, ii = self.cfg.channels, self.cfg.request_interval
-        _, first, per_cycle = np.unique(cycles, return_index=True, return_counts=True)
-        i = np.arange(len(cycles)) - np.repeat(first, per_cycle)  # index within its cycle
+        total = len(cycles)
+        new = np.empty(total, dtype=bool)
+        new[0] = True
+        np.not_equal(cycles[1:], cycles[:-1], out=new[1:])
+        first = np.flatnonzero(new)
+        per_cycle = np.diff(np.append(first, total))
+        i = np.arange(total, dtype=np.int64) - np.repeat(first, per_cycle)
         jumps = per_cycle * (per_cycle + 1) // 2
-        offsets = (self.offset + np.concatenate(([0], np.cumsum(jumps)[:-1]))) % n
+        offsets = (self.offset + np.cumsum(jumps) - jumps) % n
         chan = (np.repeat(offsets, per_cycle) + i * (i + 1) // 2) % n
         self.offset = int((self.offset + int(jumps.sum())) % n)
-        arrive = cycles + 1
-        done = np.empty_like(arrive)
-        by_chan = np.argsort(chan, kind="stable")
-        bounds = np.searchsorted(chan[by_chan], np.arange(n + 1))
-        for ch in range(n):
-            idx = by_chan[bounds[ch]:bounds[ch + 1]]
-            if not len(idx):
-                continue
-            j = np.arange(len(idx), dtype=np.int64)
-            base = np.maximum.accumulate(arrive[idx] - j * ii)
-            start = j * ii + np.maximum(base, self.free[ch])
-            self.free[ch] = int(start[-1]) + ii
-            done[idx] = start + self.min_latency
-            self.stats.per_channel[ch] += len(idx)
+        by_chan = np.argsort(chan.astype(np.uint16) if n <= 1 << 16 else chan, kind="stable")
+        ch = chan[by_chan]
+        counts = np.bincount(chan, minlength=n)
+        starts = np.cumsum(counts) - counts
+        j = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        base = cycles[by_chan] + 1 - j * ii  # arrival minus the queue ahead of it
+        lift = ch * (int(base.max()) - int(base.min()) + 1)  # keeps channels apart
+        ahead = np.maximum.accumulate(base + lift) - lift
+        free = np.asarray(self.free, dtype=np.int64)
+        start = j * ii + np.maximum(ahead, free[ch])
+        done = np.empty(total, dtype=np.int64)
+        done[by_chan] = start + self.min_latency
+        busy = np.flatnonzero(counts)
+        free[busy] = start[(starts + counts - 1)[busy]] + ii
+        self.free = free.tolist()
+        for c in busy.tolist():
+            self.stats.per_channel[c] += int(counts[c])
         return done

@@ -184,7 +184,7 @@ class WindowedMemory(MemoryModel):
                     queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
         return picked, c1
 
-    def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+    def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, range]]:
         """No arbiter: each port issues one message per cycle."""
         out = []
         for queue in self.queues.values():
@@ -194,7 +194,7 @@ class WindowedMemory(MemoryModel):
                 if s > c1:
                     break
                 e = min(c1, s + b.messages - 1)
-                out.append((b, np.arange(s, e + 1, dtype=np.int64)))
+                out.append((b, range(s, e + 1)))
                 if e < s + b.messages - 1:
                     break
                 c = e + 1
@@ -307,46 +307,57 @@ class WindowedMemory(MemoryModel):
     # ------------------------------------------------------------ serving
     def _window(self, c0: int, c1: int) -> tuple[list[Burst], int]:
         """Serve every request picked up in cycles c0..c1 (or up to an earlier end);
-        return the bursts that ended and the window's last cycle."""
+        return the bursts that ended and the window's last cycle. All in numpy: the cost
+        per window is a few array operations, whatever the number of bursts."""
         picked, c1 = self._pickups(c0, c1)
         if not picked:
             return [], c1
-        cyc, bid, rank, req = [], [], [], []
-        ends = []
-        for k, (b, msgs) in enumerate(picked):
-            counts = np.full(len(msgs), b.per_message, dtype=np.int64)
-            ended = b.messages == 0
-            if ended:
-                counts[-1] = b.last_requests
-            n = int(counts.sum())
-            cyc.append(np.repeat(msgs, counts))
-            bid.append(np.full(n, k, dtype=np.int64))
-            rank.append(np.full(n, b.port[0] * (1 << 32) + b.port[1], dtype=np.int64))
-            req.append(np.arange(b.issued, b.issued + n, dtype=np.int64))
+        picked.sort(key=lambda p: p[0].port)  # then a stable sort by cycle: cycle, port
+        bursts = [b for b, _ in picked]
+        k = len(bursts)
+        n_msgs = np.fromiter((len(c) for _, c in picked), np.int64, k)
+        msg_end = np.cumsum(n_msgs)
+        msg_start = msg_end - n_msgs
+        if all(type(c) is range for _, c in picked):  # consecutive cycles: no arrays yet
+            first_cycle = np.fromiter((c.start for _, c in picked), np.int64, k)
+            msg_cycle = np.arange(int(msg_end[-1]), dtype=np.int64) + \
+                np.repeat(first_cycle - msg_start, n_msgs)
+        else:
+            msg_cycle = np.concatenate([np.asarray(c, dtype=np.int64) for _, c in picked])
+        per_msg = np.repeat(np.fromiter((b.per_message for b in bursts), np.int64, k), n_msgs)
+        ended = np.fromiter((b.messages == 0 for b in bursts), bool, k)
+        per_msg[(msg_end - 1)[ended]] = np.fromiter(
+            (b.last_requests for b in bursts), np.int64, k)[ended]
+        n_req = np.add.reduceat(per_msg, msg_start)
+        req_end = np.cumsum(n_req)
+        req_start = req_end - n_req
+        cyc = np.repeat(msg_cycle, per_msg)
+        issued = np.fromiter((b.issued for b in bursts), np.int64, k)
+        req = np.arange(len(cyc), dtype=np.int64) - np.repeat(req_start - issued, n_req)
+        span = int(cyc.max()) - int(cyc.min())
+        key = (cyc - cyc.min()).astype(np.uint16) if span < 1 << 16 else cyc
+        order = np.argsort(key, kind="stable")  # by cycle, then port, then request
+        bid = np.repeat(np.arange(k, dtype=np.int64), n_req)[order]
+        done_sorted = self._serve(cyc[order], bid, req[order], bursts)
+        done = np.empty_like(done_sorted)
+        done[order] = done_sorted  # back in burst order
+        if self.outstanding:
+            self._track(bursts, bid, done_sorted, c1)
+        completion = np.maximum.reduceat(done, req_start)
+        first = np.minimum.reduceat(done, req_start)
+        self.stats.note(int(cyc.min()))
+        self.stats.note(int(cyc.max()))
+        finished = []
+        for i, b in enumerate(bursts):
+            n = int(n_req[i])
             b.issued += n
             if b.write:
                 self.stats.write_requests += n
             else:
                 self.stats.read_requests += n
-            ends.append(ended)
-        cyc_a, bid_a, rank_a = np.concatenate(cyc), np.concatenate(bid), np.concatenate(rank)
-        order = np.lexsort((np.arange(len(cyc_a)), rank_a, cyc_a))  # cycle, port, request
-        cyc_a, bid_a, req_a = cyc_a[order], bid_a[order], np.concatenate(req)[order]
-        bursts = [b for b, _ in picked]
-        done = self._serve(cyc_a, bid_a, req_a, bursts)
-        if self.outstanding:
-            self._track(bursts, bid_a, done, c1)
-        completion = np.full(len(picked), -1, dtype=np.int64)
-        np.maximum.at(completion, bid_a, done)
-        first = np.full(len(picked), np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, bid_a, done)
-        self.stats.note(int(cyc_a[0]))
-        self.stats.note(int(cyc_a[-1]))
-        finished = []
-        for k, b in enumerate(bursts):
-            b.completion = max(b.completion, int(completion[k]))
-            b.first = int(first[k]) if b.first is None else min(b.first, int(first[k]))
-            if ends[k]:
+            b.completion = max(b.completion, int(completion[i]))
+            b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
+            if ended[i]:
                 self.active.remove(b)
                 finished.append(b)
         return finished, c1
