@@ -6,23 +6,47 @@ Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage erro
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from stepc import __version__
 from stepc.diagnostics import (Diagnostic, Note, Severity, closest, diagnostic_json,
                                did_you_mean, render_text, span_json)
-from stepc.frontend import Compiled, compile_file
-from stepc.types import DTYPE_BYTES, fmt_dim
+
+if TYPE_CHECKING:
+    from stepc.frontend import Compiled
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+_quick_exit = False  # set by a command that may end the process without tearing it down
+
+
+def quick_exit(command):
+    """Mark a command that leaves no child processes or open resources behind: when it
+    ends, the process exits at once, without freeing its heap object by object (sympy's
+    caches, a simulation's arrays), which the operating system reclaims anyway."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        global _quick_exit
+        _quick_exit = True
+        return command(*args, **kwargs)
+    return wrapper
+
+
+def compile_file(path: str, defines: dict[str, int]) -> Compiled:
+    """The front end, loaded on first use: `stepc --help` and commands that compile
+    nothing do not import sympy, textX or networkx."""
+    from stepc.frontend import compile_file as compile_program
+    return compile_program(path, defines)
 
 
 def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
@@ -165,6 +189,7 @@ def _presets(default: str | None = None) -> str:
               help="Print every stream's inferred type and symbolic shape, in source order.")
 @_FORMAT
 @click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
+@quick_exit
 def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
               werror: bool) -> None:
     """Type- and shape-check a .step program (FILE, or - for standard input).
@@ -225,6 +250,7 @@ def _load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
 @_FORMAT
 @click.option("--all", "show_all", is_flag=True, help="List every operator instance (not one "
               "row per statement), also those with no cost.")
+@quick_exit
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
@@ -277,6 +303,7 @@ LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
 @click.option("--onchip-model", type=click.Choice(["artifact", "paper"]), default="artifact",
               show_default=True, help="On-chip accounting for --annotate analysis.")
 @click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
+@quick_exit
 def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model, force):
     """Draw a program's graph as DOT (or SVG/PNG/PDF with Graphviz installed).
 
@@ -407,6 +434,7 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
+@quick_exit
 def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
             fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
@@ -439,6 +467,7 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
+    from stepc.types import DTYPE_BYTES
     tensor_bytes = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
                        for t in result.typed.program.tensors.values())
     if not timing_only and not functional and tensor_bytes > FUNCTIONAL_LIMIT:
@@ -529,6 +558,7 @@ class _progress:
 
 def types_text(result: Compiled) -> str:
     """Every stream with its inferred type, then every symbol and where it came from."""
+    from stepc.types import fmt_dim
     typed = result.typed
     rows = [(f"{span.file}:{span.line}:{span.col}", label, str(t))
             for _node, _port, label, span, t in typed.streams_in_order()]
@@ -589,7 +619,14 @@ def run() -> None:
     """Entry point wrapper: never show a Python traceback for a stepc bug without context."""
     try:
         main(standalone_mode=True)
-    except SystemExit:
+    except SystemExit as e:
+        if _quick_exit:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                click.echo(e.code, err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         raise
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

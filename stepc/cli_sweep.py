@@ -15,8 +15,7 @@ from collections import Counter
 import click
 
 from stepc.cli import (EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _load_hw, _pairs,
-                       check_overrides, emit_diagnostics, parse_defines)
-from stepc.frontend import compile_file
+                       check_overrides, compile_file, emit_diagnostics, parse_defines)
 
 EXIT_INTERRUPTED = 130
 MAX_POINTS = 10_000

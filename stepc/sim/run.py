@@ -89,7 +89,8 @@ class SimResult:
     def channel_bw(self) -> list[float]:
         """Bytes per cycle each channel moved over the whole run."""
         size = self.hw.hbm.request_bytes
-        return [n * size / self.cycles if self.cycles else 0.0 for n in self.memory.per_channel]
+        return [int(n) * size / self.cycles if self.cycles else 0.0
+                for n in self.memory.per_channel]
 
 
 # ---------------------------------------------------------------- data

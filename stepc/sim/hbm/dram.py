@@ -181,9 +181,7 @@ class DramHbm(WindowedMemory):
         done_mem = cas + (self.n_cas - 1) * self.step + d.nBL + np.where(w, d.nCWL, d.nCL)
         done = np.empty(n, dtype=np.int64)
         done[order] = np.ceil(done_mem / self.ratio - 1e-9).astype(np.int64) + 1
-        per_channel = np.bincount(f["Ch"], minlength=cfg.channels)
-        for ch, count in enumerate(per_channel.tolist()):
-            self.stats.per_channel[ch] += count
+        self.stats.per_channel += np.bincount(f["Ch"], minlength=cfg.channels)
         return done
 
     def _runs(self, pcs, banks, rows, writes, firsts, lengths, last_ms) -> list[int]:

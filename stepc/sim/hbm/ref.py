@@ -11,15 +11,45 @@ from stepc.hw.config import Hbm
 from stepc.sim.hbm.window import WindowedMemory
 
 
+def _load_compiled():
+    """numba's kernel, or False when numba is not installed."""
+    try:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. a read-only cache directory
+            from stepc.sim.hbm.ref_compiled import serve_window
+    except ImportError:
+        return False
+    return serve_window
+
+
+COMPILE_AFTER = 2_000_000  # requests served in numpy before trying the compiled kernel
+
+
 class RefHbm(WindowedMemory):
     """Exact emulation of the reference simulator's channel-pool HBM node."""
 
     def __init__(self, kernel, cfg: Hbm):
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
-        self.free = [0] * cfg.channels
+        self.free = np.zeros(cfg.channels, dtype=np.int64)  # next free cycle per channel
         self.offset = 0
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
+        self.compiled = None  # numba's serve_window, once a long run has loaded it
+        self.served = 0
+
+    def _requests(self, picked, ended, c1: int):
+        """Long runs without an arbiter or a credit limit switch to the compiled kernel
+        when numba is installed (same cycles); everything else is served in numpy."""
+        plain = not self.grants and not self.outstanding and \
+            all(type(c) is range for _, c in picked)
+        if plain and self.compiled is None and self.served > COMPILE_AFTER:
+            self.compiled = _load_compiled()
+        if plain and self.compiled:
+            return self.compiled(self, picked, ended)
+        n_req, completion, first = super()._requests(picked, ended, c1)
+        self.served += int(n_req.sum())
+        return n_req, completion, first
 
     def _serve(self, cycles, burst, request, bursts):
         """Request i of a cycle with offset o goes to channel o + i(i+1)/2 (mod N), the next
@@ -47,13 +77,11 @@ class RefHbm(WindowedMemory):
         base = cycles[by_chan] + 1 - j * ii  # arrival minus the queue ahead of it
         lift = ch * (int(base.max()) - int(base.min()) + 1)  # keeps channels apart
         ahead = np.maximum.accumulate(base + lift) - lift
-        free = np.asarray(self.free, dtype=np.int64)
+        free = self.free
         start = j * ii + np.maximum(ahead, free[ch])
         done = np.empty(total, dtype=np.int64)
         done[by_chan] = start + self.min_latency
         busy = np.flatnonzero(counts)
         free[busy] = start[(starts + counts - 1)[busy]] + ii
-        self.free = free.tolist()
-        for c in busy.tolist():
-            self.stats.per_channel[c] += int(counts[c])
+        self.stats.per_channel += counts
         return done

@@ -61,7 +61,8 @@ class MemoryStats:
     write_requests: int = 0
     first_cycle: int | None = None
     last_cycle: int = 0
-    per_channel: list[int] = field(default_factory=list)  # requests served per channel
+    per_channel: np.ndarray = field(  # requests served per channel
+        default_factory=lambda: np.zeros(0, dtype=np.int64))
     row_hits: int = 0  # dram only: requests whose row was open
     row_misses: int = 0  # ... whose bank had no open row
     row_conflicts: int = 0  # ... whose bank had another row open
@@ -81,7 +82,7 @@ class MemoryModel:
     def __init__(self, kernel, channels: int):
         self.kernel = kernel
         self.pending_at: int | None = None  # the cycle of the scheduled activation
-        self.stats = MemoryStats(per_channel=[0] * channels)
+        self.stats = MemoryStats(per_channel=np.zeros(channels, dtype=np.int64))
 
     def _burst(self, ctx, port, requests: int, per_message: int, write: bool,
                addr: Addresses | None, wait: bool) -> Burst:
@@ -307,46 +308,14 @@ class WindowedMemory(MemoryModel):
     # ------------------------------------------------------------ serving
     def _window(self, c0: int, c1: int) -> tuple[list[Burst], int]:
         """Serve every request picked up in cycles c0..c1 (or up to an earlier end);
-        return the bursts that ended and the window's last cycle. All in numpy: the cost
-        per window is a few array operations, whatever the number of bursts."""
+        return the bursts that ended and the window's last cycle."""
         picked, c1 = self._pickups(c0, c1)
         if not picked:
             return [], c1
         picked.sort(key=lambda p: p[0].port)  # then a stable sort by cycle: cycle, port
         bursts = [b for b, _ in picked]
-        k = len(bursts)
-        n_msgs = np.fromiter((len(c) for _, c in picked), np.int64, k)
-        msg_end = np.cumsum(n_msgs)
-        msg_start = msg_end - n_msgs
-        if all(type(c) is range for _, c in picked):  # consecutive cycles: no arrays yet
-            first_cycle = np.fromiter((c.start for _, c in picked), np.int64, k)
-            msg_cycle = np.arange(int(msg_end[-1]), dtype=np.int64) + \
-                np.repeat(first_cycle - msg_start, n_msgs)
-        else:
-            msg_cycle = np.concatenate([np.asarray(c, dtype=np.int64) for _, c in picked])
-        per_msg = np.repeat(np.fromiter((b.per_message for b in bursts), np.int64, k), n_msgs)
-        ended = np.fromiter((b.messages == 0 for b in bursts), bool, k)
-        per_msg[(msg_end - 1)[ended]] = np.fromiter(
-            (b.last_requests for b in bursts), np.int64, k)[ended]
-        n_req = np.add.reduceat(per_msg, msg_start)
-        req_end = np.cumsum(n_req)
-        req_start = req_end - n_req
-        cyc = np.repeat(msg_cycle, per_msg)
-        issued = np.fromiter((b.issued for b in bursts), np.int64, k)
-        req = np.arange(len(cyc), dtype=np.int64) - np.repeat(req_start - issued, n_req)
-        span = int(cyc.max()) - int(cyc.min())
-        key = (cyc - cyc.min()).astype(np.uint16) if span < 1 << 16 else cyc
-        order = np.argsort(key, kind="stable")  # by cycle, then port, then request
-        bid = np.repeat(np.arange(k, dtype=np.int64), n_req)[order]
-        done_sorted = self._serve(cyc[order], bid, req[order], bursts)
-        done = np.empty_like(done_sorted)
-        done[order] = done_sorted  # back in burst order
-        if self.outstanding:
-            self._track(bursts, bid, done_sorted, c1)
-        completion = np.maximum.reduceat(done, req_start)
-        first = np.minimum.reduceat(done, req_start)
-        self.stats.note(int(cyc.min()))
-        self.stats.note(int(cyc.max()))
+        ended = [b.messages == 0 for b in bursts]
+        n_req, completion, first = self._requests(picked, ended, c1)
         finished = []
         for i, b in enumerate(bursts):
             n = int(n_req[i])
@@ -361,6 +330,44 @@ class WindowedMemory(MemoryModel):
                 self.active.remove(b)
                 finished.append(b)
         return finished, c1
+
+    def _requests(self, picked, ended, c1: int):
+        """Serve the requests of the picked messages (bursts in port order): per burst, the
+        requests served, its latest completion and its earliest one. All in numpy: a
+        window costs a few array operations, whatever the number of bursts."""
+        bursts = [b for b, _ in picked]
+        k = len(bursts)
+        n_msgs = np.fromiter((len(c) for _, c in picked), np.int64, k)
+        msg_end = np.cumsum(n_msgs)
+        msg_start = msg_end - n_msgs
+        if all(type(c) is range for _, c in picked):  # consecutive cycles: no arrays yet
+            first_cycle = np.fromiter((c.start for _, c in picked), np.int64, k)
+            msg_cycle = np.arange(int(msg_end[-1]), dtype=np.int64) + \
+                np.repeat(first_cycle - msg_start, n_msgs)
+        else:
+            msg_cycle = np.concatenate([np.asarray(c, dtype=np.int64) for _, c in picked])
+        per_msg = np.repeat(np.fromiter((b.per_message for b in bursts), np.int64, k), n_msgs)
+        ended = np.array(ended, dtype=bool)
+        per_msg[(msg_end - 1)[ended]] = np.fromiter(
+            (b.last_requests for b in bursts), np.int64, k)[ended]
+        n_req = np.add.reduceat(per_msg, msg_start)
+        req_end = np.cumsum(n_req)
+        req_start = req_end - n_req
+        cyc = np.repeat(msg_cycle, per_msg)
+        issued = np.fromiter((b.issued for b in bursts), np.int64, k)
+        req = np.arange(len(cyc), dtype=np.int64) - np.repeat(req_start - issued, n_req)
+        low = int(cyc.min())
+        key = (cyc - low).astype(np.uint16) if int(cyc.max()) - low < 1 << 16 else cyc
+        order = np.argsort(key, kind="stable")  # by cycle, then port, then request
+        bid = np.repeat(np.arange(k, dtype=np.int64), n_req)[order]
+        done_sorted = self._serve(cyc[order], bid, req[order], bursts)
+        done = np.empty_like(done_sorted)
+        done[order] = done_sorted  # back in burst order
+        if self.outstanding:
+            self._track(bursts, bid, done_sorted, c1)
+        self.stats.note(low)
+        self.stats.note(int(cyc.max()))
+        return n_req, np.maximum.reduceat(done, req_start), np.minimum.reduceat(done, req_start)
 
     def _serve(self, cycles: np.ndarray, burst: np.ndarray, request: np.ndarray,
                bursts: list[Burst]) -> np.ndarray:
