@@ -8,22 +8,24 @@ from __future__ import annotations
 import numpy as np
 
 from stepc.hw.config import Hbm
+from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.window import WindowedMemory
 
 
 def _load_compiled():
-    """numba's kernel, or False when numba is not installed."""
+    """numba's compiled `serve_ranges`, or False when numba is not installed."""
     try:
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. a read-only cache directory
-            from stepc.sim.hbm.ref_compiled import serve_window
+            from stepc.sim.hbm.ref_compiled import serve_ranges_compiled
     except ImportError:
         return False
-    return serve_window
+    return serve_ranges_compiled
 
 
-COMPILE_AFTER = 2_000_000  # requests served in numpy before trying the compiled kernel
+COMPILE_AFTER = 2_000_000  # requests served before trying the compiled kernel
+PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats numpy
 
 
 class RefHbm(WindowedMemory):
@@ -39,14 +41,18 @@ class RefHbm(WindowedMemory):
         self.served = 0
 
     def _requests(self, picked, ended, c1: int):
-        """Long runs without an arbiter or a credit limit switch to the compiled kernel
-        when numba is installed (same cycles); everything else is served in numpy."""
-        plain = not self.grants and not self.outstanding and \
-            all(type(c) is range for _, c in picked)
-        if plain and self.compiled is None and self.served > COMPILE_AFTER:
-            self.compiled = _load_compiled()
-        if plain and self.compiled:
-            return self.compiled(self, picked, ended)
+        """Windows whose ports each issue one message per cycle (no arbiter, no credit
+        limit) are served request by request: in Python while they are small, compiled
+        by numba once a long run has loaded it (when installed). The others, and large
+        windows without numba, in numpy. All give the same cycles."""
+        if not self.grants and not self.outstanding and \
+                all(type(c) is range for _, c in picked):
+            if self.compiled is None and self.served > COMPILE_AFTER:
+                self.compiled = _load_compiled()
+            size = sum(len(c) * b.per_message for b, c in picked)
+            if self.compiled or size < PYTHON_BELOW:
+                self.served += size
+                return serve_window(self, picked, ended, self.compiled or None)
         n_req, completion, first = super()._requests(picked, ended, c1)
         self.served += int(n_req.sum())
         return n_req, completion, first
