@@ -400,7 +400,7 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
 def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
     from rich.console import Console
 
-    from stepc.sweep.reproduce import SpecError, available_figures, reproduce
+    from stepc.sweep.reproduce import SpecError, available_figures, reproduce_figures
     from stepc.sweep.runner import Interrupted
 
     figures = available_figures() if figure == "all" else [figure.removeprefix("fig")]
@@ -411,26 +411,34 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
     if data and not os.path.isdir(data):
         raise click.UsageError(f"--data {data}: not a directory")
     failed = 0
-    for fig in figures:
-        try:
-            with _sweep_progress(Console(stderr=True), 0) as progress:
-                done = reproduce(fig, data, out_dir, jobs or (os.cpu_count() or 1), model,
-                                 progress, fresh)
-        except SpecError as e:
-            raise click.UsageError(str(e)) from None
-        except (Interrupted, KeyboardInterrupt) as e:
-            finished = f"{e.finished} of {e.total} points" if isinstance(e, Interrupted) \
-                else "the finished points"
-            click.echo(f"interrupted: figure {fig}: {finished} finished, kept in "
-                       f"{os.path.join(out_dir, f'fig{fig}', 'results.jsonl')}; run the same "
-                       "command again to continue", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        judged = done.reproduced + done.not_reproduced
-        verdict = f"{done.reproduced} of {judged} claims reproduced" + (
-            f" ({done.needs_data} need the paper's data: --data DIR)" if done.needs_data
-            else "")
-        points = f"{done.reused} points reused, {done.simulated} simulated" + (
-            f", {done.failed_points} FAILED" if done.failed_points else "")
-        click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
-        failed += done.failed_points
+    current = [figures[0]]  # the figure being collected
+
+    def collecting(figure: str):
+        current[0] = figure
+        return progress
+
+    try:
+        with _sweep_progress(Console(stderr=True), 0) as progress:
+            for done in reproduce_figures(figures, data, out_dir,
+                                          jobs or (os.cpu_count() or 1), model, collecting,
+                                          fresh):
+                fig = current[0]
+                judged = done.reproduced + done.not_reproduced
+                verdict = f"{done.reproduced} of {judged} claims reproduced" + (
+                    f" ({done.needs_data} need the paper's data: --data DIR)"
+                    if done.needs_data else "")
+                points = f"{done.reused} points reused, {done.simulated} simulated" + (
+                    f", {done.failed_points} FAILED" if done.failed_points else "")
+                click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
+                failed += done.failed_points
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    except (Interrupted, KeyboardInterrupt) as e:
+        finished = f"{e.finished} of {e.total} points" if isinstance(e, Interrupted) \
+            else "the finished points"
+        fig = current[0]
+        click.echo(f"interrupted: figure {fig}: {finished} finished, kept in "
+                   f"{os.path.join(out_dir, f'fig{fig}', 'results.jsonl')}; run the same "
+                   "command again to continue", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_PROGRAM if failed else EXIT_OK)

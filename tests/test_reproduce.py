@@ -403,7 +403,8 @@ def test_reproduce_interrupted_says_what_it_kept(tmp_path, monkeypatch):
 
     def stopped(*args, **kw):
         raise Interrupted(3, 15)
-    monkeypatch.setattr(rp, "reproduce", stopped)
+        yield
+    monkeypatch.setattr(rp, "reproduce_figures", stopped)
     r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path)])
     assert r.exit_code == 130
     assert "3 of 15 points finished" in r.stderr and "run the same command again" in r.stderr

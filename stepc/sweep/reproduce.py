@@ -315,8 +315,47 @@ def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str
               progress=None, fresh: bool = False) -> Reproduced:
     """Run a figure's spec (reusing records of an earlier run whose inputs are unchanged,
     unless `fresh`); write results, CSV, plots and report."""
-    spec, exp, sweep, fig_dir = make_sweep(figure, data, out_dir, jobs, model, fresh)
-    outcome = sweep.run(resume=True, progress=progress)
+    from contextlib import closing
+
+    with closing(reproduce_figures([figure], data, out_dir, jobs, model,
+                                   lambda _: progress, fresh)) as done:
+        return next(done)
+
+
+def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: int,
+                      model: str = "ref", progress=lambda figure: None,
+                      fresh: bool = False):
+    """`reproduce` for several figures through one pool of `jobs` workers: every figure's
+    points are submitted first, so no worker idles while a figure waits for its last
+    point. Yields each figure's `Reproduced` in order (`progress(figure)` gives the
+    figure's per-record callback)."""
+    from stepc.sweep.runner import LocalPool
+
+    started = [(figure, *make_sweep(figure, data, out_dir, jobs, model, fresh))
+               for figure in figures]
+    pool = LocalPool(jobs)
+    pending = []
+    try:
+        for figure, spec, exp, sweep, fig_dir in started:
+            pending.append(sweep.submit(pool, resume=True))
+        for (figure, spec, exp, sweep, fig_dir), waiting in zip(started, pending):
+            try:
+                outcome = waiting.collect(progress(figure))
+            except BaseException:
+                for other in pending:
+                    other.keep_finished()
+                raise
+            yield _report(figure, spec, exp, sweep, fig_dir, outcome, model, data)
+    finally:
+        if any(p.futures for p in pending):
+            pool.terminate()  # stopped early: the remaining points are not wanted
+        elif not pool.stopped:
+            pool.shutdown()
+
+
+def _report(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcome,
+            model: str, data: str | None) -> Reproduced:
+    """Write a figure's CSV, plots and report from its sweep's outcome."""
     records = [{**r, "labels": exp.labels.get(p.ident, {})}
                for p, r in zip(sweep.points, outcome.records)]
     _write_csv(records, fig_dir / "results.csv")

@@ -152,11 +152,42 @@ def _diagnostic_text(d) -> str:
     return f"{d.span}: {d.message}" if d.span else d.message
 
 
+_RECENT = 4  # programs (and their analyses) a worker keeps for the points that follow
+_compiled: dict = {}
+_analyses: dict = {}
+
+
+def _remember(cache: dict, key, make):
+    """`cache[key]`, made on a miss; the oldest entries go beyond `_RECENT`."""
+    if key not in cache:
+        cache[key] = make()
+        while len(cache) > _RECENT:
+            cache.pop(next(iter(cache)))
+    return cache[key]
+
+
+def _program_and_analysis(point: Point, inputs: Inputs):
+    """The point's compiled program and its symbolic analysis, shared by the points that
+    follow with the same program contents and params (and hardware, for the analysis):
+    a figure's traces of one schedule compile and analyse once per worker."""
+    from stepc.analyze import analyze
+    from stepc.frontend import compile_files
+
+    digests = dict(point.digests)
+    key = (digests.get("program"), point.program, point.params)
+    result = _remember(_compiled, key, lambda: compile_files(inputs.files, point.program,
+                                                             dict(point.params)))
+    if not result.ok:
+        errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
+        raise _InputError("; ".join(errors))
+    analysis = _remember(_analyses, (key, digests.get("hw")),
+                         lambda: analyze(result.typed, "artifact", inputs.hw))
+    return result, analysis
+
+
 def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     """Analyze and simulate one point (in a worker process); failures become records."""
-    from stepc.analyze import analyze
     from stepc.analyze.report import json_value
-    from stepc.frontend import compile_files
     from stepc.sim.run import simulate
 
     if inputs is None:
@@ -166,13 +197,10 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     try:
         if inputs.error:
             raise _InputError(inputs.error)
-        result = compile_files(inputs.files, point.program, dict(point.params))
-        if not result.ok:
-            errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
-            raise _InputError("; ".join(errors))
+        result, analysis = _program_and_analysis(point, inputs)
         hw = inputs.hw
         run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
-        a = analyze(result.typed, "artifact", hw).bind(dict(run.bindings))
+        a = analysis.bind(dict(run.bindings))
         t = a.totals
         alloc = a.allocated_compute
         record.update({
@@ -337,9 +365,12 @@ class Interrupted(Exception):
         self.finished, self.total = finished, total
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them."""
+def _start_worker() -> None:
+    """Workers leave Ctrl-C to the main process, which stops them; being long-lived, they
+    load the compiled memory kernels (when installed) from the first point on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from stepc.sim.hbm.ref import prefer_compiled
+    prefer_compiled()
 
 
 class LocalPool:
@@ -348,7 +379,7 @@ class LocalPool:
 
     def __init__(self, jobs: int):
         import multiprocessing
-        self._pool = multiprocessing.Pool(max(1, jobs), initializer=_ignore_sigint)
+        self._pool = multiprocessing.Pool(max(1, jobs), initializer=_start_worker)
 
     def submit(self, fn, *args) -> Future:
         fut: Future = Future()
@@ -357,7 +388,10 @@ class LocalPool:
                                error_callback=fut.set_exception)
         return fut
 
+    stopped = False
+
     def terminate(self) -> None:
+        self.stopped = True
         self._pool.terminate()
 
     def shutdown(self, wait: bool = True) -> None:
@@ -395,6 +429,16 @@ class Sweep:
 
     def run(self, resume: bool = False, progress=None) -> Outcome:
         """Run the points without a reusable record; append each record as it arrives."""
+        executor = self.executor or LocalPool(self.jobs)
+        try:
+            return self.submit(executor, resume).collect(progress)
+        finally:
+            if self.executor is None and not _interrupted(executor):
+                executor.shutdown()
+
+    def submit(self, executor, resume: bool = False) -> Pending:
+        """Hand the points without a reusable record to `executor`; `collect` the records.
+        Several sweeps submitted to one pool keep its workers busy between them."""
         if not resume and os.path.exists(self.out):
             raise FileExistsError(self.out)
         earlier = self.earlier() if resume else Earlier()
@@ -403,35 +447,64 @@ class Sweep:
         records: list[dict | None] = [earlier.reusable.get(p.key) for p in self.points]
         todo = [i for i, r in enumerate(records) if r is None]
         why = Counter(earlier.why_rerun.get(self.points[i].key, "new") for i in todo)
-        executor = self.executor or LocalPool(self.jobs)
-        futures: dict = {}
-        interrupted = False
-        with open(self.out, "a", encoding="utf-8") as f:
-            def keep(i: int, rec: dict) -> None:
-                f.write(json.dumps(rec, sort_keys=True) + "\n")
-                f.flush()
-                records[i] = rec
-                if progress is not None:
-                    progress(rec)
-            try:
-                for i in todo:
-                    if self.inputs[i].error:  # nothing to run: record the reason
-                        keep(i, run_point(self.points[i], self.inputs[i]))
-                    else:
-                        futures[executor.submit(run_point, self.points[i],
-                                                self.inputs[i])] = i
-                for fut in as_completed(futures):
-                    keep(futures[fut], fut.result())
-            except KeyboardInterrupt:
-                interrupted = True
-                _stop(executor, futures)
-                raise Interrupted(sum(r is not None for r in records),
-                                  len(records)) from None
-            finally:
-                if self.executor is None and not interrupted:
-                    executor.shutdown()
-        return Outcome(records, len(self.points) - len(todo), len(todo), why)
+        pending = Pending(self, executor, records, len(self.points) - len(todo), why)
+        try:
+            for i in todo:
+                if self.inputs[i].error:  # nothing to run: record the reason
+                    pending.keep(i, run_point(self.points[i], self.inputs[i]))
+                else:
+                    pending.futures[executor.submit(run_point, self.points[i],
+                                                    self.inputs[i])] = i
+        except KeyboardInterrupt:
+            pending.stop()
+        return pending
 
 
-__all__ = ["Point", "Sweep", "Outcome", "Interrupted", "grid_points", "run_point",
+def _interrupted(executor) -> bool:
+    return getattr(executor, "stopped", False)
+
+
+class Pending:
+    """A sweep's submitted points: `collect` appends each record to the results file as it
+    arrives; Ctrl-C stops the executor, keeps every finished record and raises
+    `Interrupted`."""
+
+    def __init__(self, sweep: Sweep, executor, records: list, reused: int, why: Counter):
+        self.sweep, self.executor, self.records = sweep, executor, records
+        self.reused, self.why = reused, why
+        self.futures: dict = {}
+        self.progress = None
+
+    def keep(self, i: int, rec: dict) -> None:
+        with open(self.sweep.out, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+        self.records[i] = rec
+        if self.progress is not None:
+            self.progress(rec)
+
+    def collect(self, progress=None) -> Outcome:
+        """Wait for every submitted point; the outcome in point order."""
+        self.progress = progress
+        try:
+            for fut in as_completed(self.futures):
+                self.keep(self.futures.pop(fut), fut.result())
+        except KeyboardInterrupt:
+            self.stop()
+        ran = sum(self.why.values())
+        return Outcome(self.records, self.reused, ran, self.why)
+
+    def keep_finished(self) -> None:
+        """Write the records of points already finished (before stopping)."""
+        for fut in [f for f in self.futures if f.done() and not f.cancelled()]:
+            if fut.exception() is None:
+                self.keep(self.futures.pop(fut), fut.result())
+
+    def stop(self):
+        """Ctrl-C: keep what finished, end the executor's work, raise `Interrupted`."""
+        self.keep_finished()
+        _stop(self.executor, self.futures)
+        raise Interrupted(sum(r is not None for r in self.records), len(self.records))
+
+
+__all__ = ["Point", "Sweep", "Pending", "Outcome", "Interrupted", "grid_points", "run_point",
            "read_results", "latest_records", "prepare", "code_digest", "point_order"]
