@@ -639,8 +639,10 @@ def run() -> None:
         sys.exit(EXIT_INTERNAL)
 
 
-# The sweep, plot and reproduce commands live in stepc.cli_sweep, which uses the helpers above.
+# The sweep, plot and reproduce commands live in stepc.cli_sweep, fmt and lsp in
+# stepc.cli_editor; both use the helpers above.
+from stepc.cli_editor import fmt_cmd, lsp_cmd  # noqa: E402
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd):
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, fmt_cmd, lsp_cmd):
     main.add_command(_command)
