@@ -14,10 +14,8 @@ import tempfile
 
 import click
 
-from stepc.cli import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE
+from stepc.cli import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
 from stepc.diagnostics import StepError, render_text
-from stepc.grammar.format import FormatError, format_source
-from stepc.grammar.parse import decode_source
 from stepc.source import SourceFile
 
 
@@ -57,6 +55,9 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _format_one(path: str, data: bytes) -> tuple[str, str] | None:
     """(old text, new text) of one file, or None after reporting why it cannot be
     formatted."""
+    from stepc.grammar.format import format_source  # the parser, loaded on first use
+    from stepc.grammar.parse import decode_source
+
     name = "<stdin>" if path == "-" else path
     sources: dict[str, SourceFile] = {}
     try:
@@ -75,11 +76,13 @@ def _format_one(path: str, data: bytes) -> tuple[str, str] | None:
               "change and exit 1 if any would.")
 @click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print a unified "
               "diff of the changes.")
+@quick_exit
 def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
-    """Format .step files (PATHS: files, directories of .step files, or - for standard
-    input, the default when it is not a terminal) in place. The layout is canonical and idempotent; comments, blank
-    lines and line numbers are kept, and columns you aligned stay aligned. A file with a
-    syntax error is reported and left as it is.
+    """Format .step files in place (PATHS: files, directories of .step files, or - for
+    standard input to standard output, the default when it is not a terminal). The layout
+    is canonical and idempotent; comments, blank lines and line numbers are kept, and
+    columns you aligned stay aligned. A file with a syntax error is reported and left as
+    it is.
 
     \b
     Examples:
@@ -91,6 +94,8 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     if not paths and sys.stdin.isatty():
         raise click.UsageError("give .step files or directories to format, or - to read "
                                "standard input")
+    from stepc.grammar.format import FormatError
+
     files = _targets(paths or ("-",))
     changed: list[str] = []
     failed = False

@@ -136,6 +136,8 @@ class _Formatter:
             return _Line("code")
         if comment is None:
             return _Line("blank")
+        if ln in self.continued:  # a comment line inside a statement: laid out as code
+            return _Line("comment")
         # A comment under a statement's line, indented deeper than the statement, continues
         # it: its shape comment, when the code is too long to hold one.
         prev = self.out[-1] if hasattr(self, "out") else None
