@@ -52,8 +52,8 @@ def check_document(path: str, text: str, version: int, open_texts: dict[str, str
     src = SourceFile(path, text)
     try:
         modules[path] = parse(src)
-    except StepError:
+    except StepError:  # compile_source reports it
         pass
-    compiled = compile_source(src, dict(settings.defines), path, load)
+    compiled = compile_source(src, dict(settings.defines), path, load, modules.get(path))
     index = Index({p: modules[p] for p in modules}, compiled.sources, compiled.typed)
     return Checked(path, version, compiled, index, time.perf_counter() - t0)

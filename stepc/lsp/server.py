@@ -55,18 +55,21 @@ class StepServer(LanguageServer):
         await asyncio.sleep(delay)
         doc = self.workspace.get_text_document(uri)
         path = to_fs_path(uri) or uri
+        text, version = doc.source, doc.version or 0
         open_texts = {to_fs_path(d.uri) or d.uri: d.source
                       for d in self.workspace.text_documents.values()}
         settings = Settings(dict(self.settings.defines), self.settings.hw,
                             self.settings.inlay_hints)
+        loop = asyncio.get_running_loop()
 
         def job():
             if self.generation.get(uri) != gen:  # edited again while queued
                 return None
-            return check_document(path, doc.source, doc.version or 0, open_texts, settings)
+            loop.call_soon_threadsafe(self.log, f"checking {path} (version {version})")
+            return check_document(path, text, version, open_texts, settings)
 
         try:
-            checked = await asyncio.get_running_loop().run_in_executor(self.checker, job)
+            checked = await loop.run_in_executor(self.checker, job)
         except Exception as e:  # pragma: no cover - a bug in stepc
             self.window_log_message(lsp.LogMessageParams(
                 lsp.MessageType.Error, f"stepc: internal error while checking {path}: {e!r}"))
@@ -77,8 +80,11 @@ class StepServer(LanguageServer):
         if checked.compiled.typed is not None:
             self.good[uri] = checked
         self.publish(uri, checked)
-        self.window_log_message(lsp.LogMessageParams(
-            lsp.MessageType.Log, f"stepc: checked {path} in {checked.seconds:.3f} s"))
+        self.log(f"checked {path} (version {version}) in {checked.seconds:.3f} s")
+
+    def log(self, message: str) -> None:
+        """A line in the editor's log of the server (window/logMessage)."""
+        self.window_log_message(lsp.LogMessageParams(lsp.MessageType.Log, f"stepc: {message}"))
 
     def publish(self, uri: str, checked: Checked) -> None:
         """Diagnostics of the program and of every file it imports, as `stepc check`
@@ -108,7 +114,9 @@ class StepServer(LanguageServer):
         for stale in self.published.get(uri, set()) - set(uris):
             uris[stale] = []
         for target, diags in uris.items():
-            self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(target, diags))
+            version = checked.version if target == uri else None
+            self.text_document_publish_diagnostics(
+                lsp.PublishDiagnosticsParams(target, diags, version=version))
         self.published[uri] = {u for u, diags in uris.items() if diags}
 
     # ------------------------------------------------------------ queries
