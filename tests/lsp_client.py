@@ -22,7 +22,13 @@ class LspClient:
         self.messages: queue.Queue = queue.Queue()
         self.notifications: list[dict] = []
         self.next_id = 0
+        self.stderr: list[str] = []  # what the server wrote there (read, so it never blocks)
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode("utf-8", "replace"))
 
     def _read(self) -> None:
         out = self.proc.stdout

@@ -79,7 +79,7 @@ def symbol_lines(checked: Checked, types: list[StreamType]) -> list[str]:
         origin = f"introduced by `{info.origin}`{where}" if info.origin else f"declared{where}"
         value = f" = {fmt_dim(resolved[name])} (assumed)" if name in resolved else ""
         out.append(f"- `{name}`{value}: {kind}, {origin}: {info.reason}")
-    return (["symbols:"] + out) if out else []
+    return ["symbols:\n" + "\n".join(out)] if out else []
 
 
 def param_text(checked: Checked, d: Def, settings: Settings) -> str:
