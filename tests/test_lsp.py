@@ -225,6 +225,18 @@ def test_settings_override_params_and_bad_ones_are_refused(client):
     hover = client.request("textDocument/hover", at(uri, line, col + 6))["contents"]["value"]
     assert "param CHUNK = 5" in hover and "stepc.defines" in hover
 
+    # with a hardware preset, an operator's hover has its roofline numbers
+    client.notify("workspace/didChangeConfiguration",
+                  {"settings": {"stepc": {"hw": "paper-eval"}}})
+    client.wait_notification("textDocument/publishDiagnostics",
+                             lambda p: p["uri"] == uri and not p["diagnostics"])
+    lines = MOE.read_text(encoding="utf-8").split("\n")
+    line, col = find(lines, "Map(xe, wf")
+    hover = client.request("textDocument/hover", at(uri, line, col + 1))["contents"]["value"]
+    assert "Map<A,B,a>(" in hover and "roofline on `paper-eval`:" in hover
+    assert re.search(r"this operator: 0 bytes off-chip, 131072\*ceil\(D_0/4\) FLOPs; "
+                     r"at least 128\*ceil\(D_0/4\) cycles", hover), hover
+
 
 def test_checks_of_a_large_program_stay_off_the_editors_thread(client, tmp_path):
     """The 128-expert program: while a re-check runs, hover answers (from the last check)

@@ -147,9 +147,9 @@ def roofline_text(checked: Checked, node: str, hw: str) -> str:
         mem = cost.off_chip / sympy.nsimplify(config.peak_bw)
         bw = cost.compute_bw
         comp = cost.flops / bw if bw else sympy.Integer(0)
+        bound = sympy.Max(*[t for t in (mem, comp) if t != 0] or [0])
         lines.append(f"- this operator: {fmt_dim(cost.off_chip)} bytes off-chip, "
-                     f"{fmt_dim(cost.flops)} FLOPs; at least {fmt_dim(sympy.Max(mem, comp))} "
-                     "cycles")
+                     f"{fmt_dim(cost.flops)} FLOPs; at least {fmt_dim(bound)} cycles")
     lines.append(f"- the program: at least {fmt_dim(roof.cycles)} cycles ({roof.bound} bound)")
     return "\n".join(lines)
 
