@@ -640,7 +640,7 @@ def run() -> None:
 
 
 # The sweep, plot and reproduce commands live in stepc.cli_sweep, fmt and lsp in
-# stepc.cli_editor; both use the helpers above.
+# stepc.cli_editor; both use the functions above.
 from stepc.cli_editor import fmt_cmd, lsp_cmd  # noqa: E402
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
 

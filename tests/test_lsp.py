@@ -83,7 +83,7 @@ def apply(text: str, edits: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def test_an_editor_session_on_a_bundled_program(client):
+def test_editing_a_bundled_program(client):
     text = MOE.read_text(encoding="utf-8")
     lines = text.split("\n")
     uri, diags = open_doc(client, MOE)

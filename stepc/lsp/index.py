@@ -267,8 +267,10 @@ class Index:
         scope = ("graph", file, inner.name) if inner is not None else None
         seen: dict[str, Def] = {}
         for d in self.defs:
-            if d.scope == scope or d.scope == FILE:
-                seen.setdefault(d.name, d) if d.scope == FILE else seen.update({d.name: d})
+            if d.scope == FILE:
+                seen.setdefault(d.name, d)
+            elif d.scope == scope:  # a graph's own names hide the program's
+                seen[d.name] = d
         return list(seen.values())
 
 
