@@ -214,9 +214,13 @@ def test_errors_in_an_imported_file_show_at_the_import(client):
 def test_settings_override_params_and_bad_ones_are_refused(client):
     uri, _ = open_doc(client, MOE)
     client.notify("workspace/didChangeConfiguration",
-                  {"settings": {"stepc": {"defines": {"CHUNK": 5, "NOPE": 1}, "hw": "no-such"}}})
+                  {"settings": {"stepc": {"defines": {"CHUNK": 5, "NOPE": 1}, "hw": "no-such",
+                                          "inlayHint": True}}})
     shown = client.wait_notification("window/showMessage", lambda p: "stepc.hw" in p["message"])
     assert shown["type"] == 1
+    shown = client.wait_notification("window/showMessage",
+                                     lambda p: "stepc.inlayHint:" in p["message"])
+    assert "no such setting (did you mean `inlayHints`?)" in shown["message"]
     diags = client.wait_notification(
         "textDocument/publishDiagnostics",
         lambda p: p["uri"] == uri and any("NOPE" in d["message"] for d in p["diagnostics"]))

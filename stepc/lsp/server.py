@@ -22,6 +22,8 @@ from stepc.lsp.analysis import Checked, Settings, check_document
 from stepc.source import SourceFile, Span
 
 DEBOUNCE = 0.3  # seconds of quiet after an edit before the document is checked
+# The `stepc` settings an editor may send (`command` is the editor's own: how to start us).
+SETTINGS = ("defines", "hw", "inlayHints", "command")
 SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error,
             Severity.WARNING: lsp.DiagnosticSeverity.Warning,
             Severity.NOTE: lsp.DiagnosticSeverity.Information}
@@ -139,7 +141,8 @@ class StepServer(LanguageServer):
         if not isinstance(options, dict):
             return
         options = options.get("stepc", options)
-        problems: list[str] = []
+        problems = [f"stepc.{key}: no such setting{did_you_mean(key, SETTINGS)}"
+                    for key in options if key not in SETTINGS]
         defines: dict[str, int] = {}
         raw = options.get("defines") or {}
         if isinstance(raw, list):  # ["TB=32", ...], as on the command line
