@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,13 @@ def test_bundled_programs_are_highlighted(grammar, path):
         got = set(per_line[tok.line - 1][tok.col - 1:tok.col - 1 + len(tok.text)])
         assert len(got) == 1 and (next(iter(got)) or "").startswith(want), \
             f"{path.name}:{tok.line}:{tok.col}: {tok.text!r} has {got}"
+
+
+def test_the_server_without_its_extra_says_what_to_install():
+    """`stepc lsp` where pygls is not installed: a message and exit 2, no traceback."""
+    code = ("import sys; sys.modules['pygls'] = None; sys.argv = ['stepc', 'lsp']\n"
+            "from stepc.cli import run; run()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "stepc lsp needs pygls and lsprotocol: pip install 'stepc[lsp]'"
