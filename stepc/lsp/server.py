@@ -262,5 +262,7 @@ from stepc.lsp import features  # noqa: E402, F401
 
 def serve() -> None:
     """Run the server on standard input and output until the editor stops it."""
+    import gc
+    gc.freeze()  # the modules loaded so far live as long as the server: never rescan them
     server.start_io()
 
