@@ -1,0 +1,63 @@
+"""Symbol-renaming memoisation: results computed once per expression shape, not per copy.
+
+A program's loop iterations build copies of one subgraph whose formulas differ only in
+their symbols (`n_0`, `n_1`, ... per expert). A function whose result does not depend on
+symbol names is computed once on the formula with its symbols renamed to canonical
+placeholders, and the result is renamed back for each copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+import sympy
+from sympy.core.relational import Relational
+from sympy.logic.boolalg import BooleanFunction
+
+# Rebuilt without evaluation: their evaluation (assumption queries, collapsing) already
+# happened on the canonical copy, and a renaming does not change its outcome.
+_SETTLED = (Relational, BooleanFunction, sympy.Piecewise, sympy.ceiling, sympy.floor,
+            sympy.Max, sympy.Min)
+
+
+def rename(e, mapping: dict):
+    """`e` with its symbols replaced by `mapping` (a bijection between symbols of the same
+    assumptions), rebuilt without re-deciding relations."""
+    if isinstance(e, tuple):
+        return tuple(rename(x, mapping) for x in e)
+    if not isinstance(e, sympy.Basic) or not e.free_symbols:
+        return e
+    if e.is_Symbol:
+        return mapping.get(e, e)
+    args = [rename(a, mapping) for a in e.args]
+    if isinstance(e, _SETTLED):
+        return e.func(*args, evaluate=False)
+    return e.func(*args)
+
+
+def canonical(exprs: tuple) -> tuple[tuple, dict]:
+    """`exprs` with their symbols renamed `_c0, _c1, ...` (in order of name), and the map
+    back to the original symbols."""
+    free: set = set()
+    for e in exprs:
+        if isinstance(e, sympy.Basic):
+            free |= e.free_symbols
+    fwd = {s: sympy.Symbol(f"_c{i}", **s.assumptions0)
+           for i, s in enumerate(sorted(free, key=lambda s: s.name))}
+    return rename(exprs, fwd), {v: k for k, v in fwd.items()}
+
+
+def memo_renamed(fn: Callable) -> Callable:
+    """`fn(*exprs)` computed once per canonical form of its arguments (sympy expressions
+    or None); `fn` must not depend on the names of the symbols."""
+    cache: dict[Hashable, object] = {}
+
+    def wrapper(*exprs):
+        key, back = canonical(exprs)
+        if key not in cache:
+            cache[key] = fn(*key)
+        return rename(cache[key], back)
+
+    wrapper.__doc__ = fn.__doc__
+    wrapper.__name__ = fn.__name__
+    return wrapper
