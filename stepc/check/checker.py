@@ -8,10 +8,10 @@ everything they mention is known.
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, field
 
-import networkx as nx
 import sympy
 
 from stepc.check.annotations import AnnotationError, Annotator
@@ -119,20 +119,41 @@ class Checker:
                             declared)
 
     def topo_order(self) -> list[str]:
+        """Nodes in dependency order (feedback edges left out), ties in source order."""
+        order = self.prog.order
+        indegree = {n: 0 for n in self.prog.nodes}
+        succs: dict[str, list[str]] = {n: [] for n in self.prog.nodes}
+        for e in self.prog.edges:
+            if not e.feedback:
+                indegree[e.dst] += 1
+                succs[e.src].append(e.dst)
+        ready = [(order[n], n) for n, k in indegree.items() if k == 0]
+        heapq.heapify(ready)
+        out: list[str] = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            out.append(n)
+            for m in succs[n]:
+                indegree[m] -= 1
+                if indegree[m] == 0:
+                    heapq.heappush(ready, (order[m], m))
+        if len(out) < len(indegree):
+            self.report_cycle()
+            return []
+        return out
+
+    def report_cycle(self) -> None:
+        """E0403 for a cycle of non-feedback streams (found by networkx, loaded only here)."""
+        import networkx as nx
         dag = nx.MultiDiGraph()
         dag.add_nodes_from(self.prog.nodes)
         for e in self.prog.edges:
             if not e.feedback:
                 dag.add_edge(e.src, e.dst)
-        if not nx.is_directed_acyclic_graph(dag):
-            cycle = nx.find_cycle(dag)
-            names = [u for u, *_ in cycle]
-            node = self.prog.nodes[names[0]]
-            self.bag.error("E0403", "cycle without a declared feedback stream: "
-                           + " -> ".join(names + names[:1]), node.span)
-            return []
-        order = self.prog.order
-        return list(nx.lexicographical_topological_sort(dag, key=lambda n: order[n]))
+        names = [u for u, *_ in nx.find_cycle(dag)]
+        node = self.prog.nodes[names[0]]
+        self.bag.error("E0403", "cycle without a declared feedback stream: "
+                       + " -> ".join(names + names[:1]), node.span)
 
     # ------------------------------------------------------------ one node
     def input_type(self, e: Edge) -> StreamType | None:
