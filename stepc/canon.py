@@ -47,14 +47,19 @@ def canonical(exprs: tuple) -> tuple[tuple, dict]:
     return rename(exprs, fwd), {v: k for k, v in fwd.items()}
 
 
+MEMO_SIZE = 65536  # canonical forms kept per function (then the memo starts over)
+
+
 def memo_renamed(fn: Callable) -> Callable:
-    """`fn(*exprs)` computed once per canonical form of its arguments (sympy expressions
-    or None); `fn` must not depend on the names of the symbols."""
+    """`fn(*args)` computed once per canonical form of its arguments (sympy expressions and
+    other hashable values); `fn` must not depend on the names of the symbols."""
     cache: dict[Hashable, object] = {}
 
     def wrapper(*exprs):
         key, back = canonical(exprs)
         if key not in cache:
+            if len(cache) >= MEMO_SIZE:
+                cache.clear()
             cache[key] = fn(*key)
         return rename(cache[key], back)
 

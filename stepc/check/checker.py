@@ -82,6 +82,7 @@ class Checker:
         self.symbols = SymbolTable()
         self.types: dict[tuple[str, int], StreamType] = {}
         self.subst: dict[sympy.Symbol, sympy.Expr] = {}
+        self.subst_users: dict[sympy.Symbol, set] = {}  # symbol -> subst keys mentioning it
         self.facts: list[sympy.Basic] = []
         self.failed: set[str] = set()
         self.shared: dict = {}
@@ -322,15 +323,21 @@ class Checker:
 
     def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
         new = sympy.sympify(new)
-        for k, v in self.subst.items():
-            if old in v.free_symbols:
-                self.subst[k] = v.xreplace({old: new})
+        for k in sorted(self.subst_users.pop(old, ()), key=lambda s: s.name):
+            self.subst[k] = self.subst[k].xreplace({old: new})
+            self.note_subst_users(k)
         self.subst[old] = new
+        self.note_subst_users(old)
         for key in sorted(self.uses.pop(old, ())):
             self.store(key, self.annotator.substitute(self.types[key], {old: new}))
         for key, sym in list(self.shared.items()):
             if sym == old and isinstance(new, sympy.Symbol):
                 self.shared[key] = new
+
+    def note_subst_users(self, key: sympy.Symbol) -> None:
+        """Index the substitution of `key` under the symbols its value mentions."""
+        for sym in self.subst[key].free_symbols:
+            self.subst_users.setdefault(sym, set()).add(key)
 
     # ------------------------------------------------------------ assumptions
     def unknown_symbols(self, a: Assumption) -> set[str]:
