@@ -25,11 +25,13 @@ def rename(e, mapping: dict):
     assumptions), rebuilt without re-deciding relations."""
     if isinstance(e, tuple):
         return tuple(rename(x, mapping) for x in e)
-    if not isinstance(e, sympy.Basic) or not e.free_symbols:
+    if not isinstance(e, sympy.Basic):
         return e
-    if e.is_Symbol:
-        return mapping.get(e, e)
+    if not e.args:
+        return mapping.get(e, e) if e.is_Symbol else e
     args = [rename(a, mapping) for a in e.args]
+    if all(a is b for a, b in zip(args, e.args, strict=True)):
+        return e
     if isinstance(e, _SETTLED):
         return e.func(*args, evaluate=False)
     return e.func(*args)

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import sympy
 
+from stepc.analyze import exact
 from stepc.canon import memo_renamed
 from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
@@ -101,9 +102,17 @@ class Analysis:
         """Substitute symbols by values (unknown names are ignored by the caller's check)."""
         subs = {sympy.Symbol(k, integer=True, nonnegative=True): sympy.sympify(v)
                 for k, v in values.items()}
+        numbers = {s: x for s, v in subs.items() if (x := exact.number(v)) is not None}
 
         def ev(e):
-            return _settle(sympy.sympify(e).xreplace(subs)) if subs else e
+            if not subs:
+                return e
+            e = sympy.sympify(e)
+            if e.free_symbols <= numbers.keys():  # every symbol bound: no sympy needed
+                x = exact.value(e, numbers)
+                if x is not None:
+                    return exact.as_sympy(x)
+            return _settle(e.xreplace(subs))
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
                       o.compute_bw) for o in self.ops]
