@@ -8,6 +8,7 @@ placeholders, and the result is renamed back for each copy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
 
 import sympy
@@ -57,6 +58,7 @@ def memo_renamed(fn: Callable) -> Callable:
     other hashable values); `fn` must not depend on the names of the symbols."""
     cache: dict[Hashable, object] = {}
 
+    @functools.wraps(fn)
     def wrapper(*exprs):
         key, back = canonical(exprs)
         if key not in cache:
@@ -65,6 +67,4 @@ def memo_renamed(fn: Callable) -> Callable:
             cache[key] = fn(*key)
         return rename(cache[key], back)
 
-    wrapper.__doc__ = fn.__doc__
-    wrapper.__name__ = fn.__name__
     return wrapper
