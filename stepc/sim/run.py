@@ -255,8 +255,11 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
             loaded = (values or {}).get(t.name)
-            env.tensors[t.name] = (tensor_values(t, functional) if loaded is None
-                                   else np.asarray(loaded).astype(NP_DTYPES[t.dtype]))
+            if loaded is not None and np.size(loaded) != math.prod(t.shape):
+                raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
+                               f"holds {list(np.shape(loaded))}")
+            env.tensors[t.name] = (tensor_values(t, functional) if loaded is None else
+                                   np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype]))
     externals = [n for n in prog.nodes.values() if n.op == "External"]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
