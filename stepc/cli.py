@@ -670,5 +670,7 @@ def run() -> None:
 # The sweep, plot and reproduce commands live in stepc.cli_sweep, which uses the helpers above.
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd):
+from stepc.cli_torch import from_torch_cmd  # noqa: E402
+
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, from_torch_cmd):
     main.add_command(_command)

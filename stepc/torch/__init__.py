@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,7 +85,10 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     nodes = capture(module, example_inputs)
     w = StepWriter()
     cls = type(module)
-    src = inspect.getsourcefile(cls)
+    try:
+        src = inspect.getsourcefile(cls)
+    except TypeError:  # a class defined interactively
+        src = None
     w.header += [f"{cls.__name__} ({os.path.basename(src) if src else cls.__module__}), "
                  f"lowered by `stepc from-torch` ({tiling} tiling).", ""]
     if any(n.op == "topk" for n in nodes):
@@ -150,6 +154,7 @@ def load_module(spec: str) -> type:
     mod_name = os.path.splitext(os.path.basename(path))[0]
     spec_ = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec_)
+    sys.modules[mod_name] = mod  # so that inspect and torch.export find its source
     try:
         spec_.loader.exec_module(mod)
     except Exception as e:
