@@ -156,11 +156,12 @@ def test_unsupported_operator_names_op_module_and_line():
 
 def test_cli_from_torch_then_sim_with_weights(tmp_path):
     step = tmp_path / "mlp.step"
-    r = CliRunner().invoke(main, ["from-torch", str(ROOT / "examples/torch/swiglu_mlp.py:SwiGLUMLP"),
-                                  "--input", "x=f32[16,256]", "--param", "TB=8", "-o", str(step)])
+    spec = str(ROOT / "examples/torch/swiglu_mlp.py:SwiGLUMLP")
+    r = CliRunner().invoke(main, ["from-torch", spec, "--input", "x=f32[16,256]",
+                                  "--param", "TB=8", "-o", str(step)])
     assert r.exit_code == 0, r.output
-    again = CliRunner().invoke(main, ["from-torch", str(ROOT / "examples/torch/swiglu_mlp.py:SwiGLUMLP"),
-                                      "--input", "x=f32[16,256]", "-o", str(step)])
+    again = CliRunner().invoke(main, ["from-torch", spec, "--input", "x=f32[16,256]",
+                                      "-o", str(step)])
     assert again.exit_code == 2 and "exists" in again.output  # nothing overwritten silently
     torch.manual_seed(4)
     m, x = SwiGLUMLP(), torch.randn(16, 256)
@@ -176,3 +177,15 @@ def test_cli_from_torch_then_sim_with_weights(tmp_path):
     torch.save(m.state_dict(), state)  # a state dict alone: weights from it, input random
     r = CliRunner().invoke(main, ["sim", str(step), "--weights", str(state)])
     assert r.exit_code == 0, r.output
+
+
+def test_fx_fallback_when_export_fails(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("export unavailable")
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+    torch.manual_seed(5)
+    m, x = GeluMLP(32, 64), torch.randn(16, 32)
+    prog = from_torch(m, (x,), schedule={"TB": 8, "TILE_F": 16})
+    _, out = simulated(prog, x)
+    assert_matches(out, m(x), "f32")

@@ -116,7 +116,8 @@ def _from_export(ep) -> list[Node]:
             if n.target is operator.getitem:
                 op = "getitem"
             else:
-                op = str(getattr(n.target, "_opname", None) or getattr(n.target, "__name__", n.target))
+                op = str(getattr(n.target, "_opname", None)
+                         or getattr(n.target, "__name__", n.target))
             if op == "_assert_tensor_metadata":
                 continue
             node = Node(n.name, op, tuple(_map(a, nodes) for a in n.args), shape, dtype, site,
