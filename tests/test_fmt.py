@@ -87,6 +87,14 @@ def test_a_comment_line_inside_a_statement_stays_with_its_code():
         assert fmt(out) == out
 
 
+def test_a_shape_comment_under_a_long_statement_stays_deeper_than_it():
+    # found by the idempotence property: the shape comment under `xt` was placed left of
+    # its statement, so the next pass read it as a plain comment and moved it again
+    src = ('  graph  layer   (  bar ,l   )   { \n     for r  in   0..   R  {\n    }\nfor   r  in   0  ..  MR {  # note \n     for   g in   0..G   {\n\n xt= Accum (   group ,  fn   =   retile_row ,  rank   =1   ,   dtype   =   f32 ,  compute_bw =  MOE_BW   ) # note  \n     # inserted\n      }    # note\n for g in  0  .. G  {\n     }    # note  \n }  # note \n}  # note\n   for  l   in 0   ..L   {\n      }  \n')
+    once = format_source(src)
+    assert format_source(once) == once
+
+
 def test_comments_blank_lines_and_line_count_are_kept():
     src = "# header\n\n\n   # indented note\nparam N = 1   \n\n\n# end\n\n\n"
     out = fmt(src)

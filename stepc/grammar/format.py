@@ -335,7 +335,10 @@ def _align_paragraph(lines: list[_Line]) -> None:
     if need:
         counts = Counter(fits)
         chosen = max(counts, key=lambda c: (counts[c], c)) if counts else 0
-        column = max(chosen, *need)
+        # a shape line stays deeper than its statement, or it would not read as its
+        # continuation the next time
+        deeper = [ln.stmt_indent + INDENT for ln in lines if ln.kind == "shape"]
+        column = max(chosen, *need, *deeper)
     for ln in lines:
         if ln.comment is None:
             continue
