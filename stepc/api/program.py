@@ -28,14 +28,16 @@ class Stream:
     """A named stream of a checked program: its inferred type and symbolic shape."""
 
     name: str
-    type: Any  # stepc.types.StreamType; prints as `Strm<Tile<f32, [32, 64]>, 1>[2, 8]`
-    node: str
-    op: str
-    span: Span
+    type: str  # as the language writes it: `Strm<Tile<f32, [32, 64]>, 1>[2, 8]`
+    stream_type: Any = field(repr=False)  # the checker's StreamType (elem, shape, rank)
+    node: str = ""
+    op: str = ""
+    span: Span | None = None
 
     @property
     def shape(self) -> tuple:
-        return tuple(self.type.shape)
+        """The symbolic shape: ints and sympy expressions."""
+        return tuple(self.stream_type.shape)
 
 
 @dataclass
@@ -217,7 +219,7 @@ class Program:
     @property
     def streams(self) -> dict[str, Stream]:
         """Named streams in source order, by their label (`gate`, `p[0]`, ...)."""
-        return {label: Stream(label, t, node.name, node.op, span)
+        return {label: Stream(label, str(t), t, node.name, node.op, span)
                 for node, _port, label, span, t in self.typed.streams_in_order()}
 
     @property

@@ -157,17 +157,19 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     if timing_only is None:
         timing_only = tensor_bytes(prog) > FUNCTIONAL_LIMIT
     typed = prog.typed
+    tick = _cycle_progress(progress)
     try:
         arrays = trace_arrays(traces)
         result = simulate(typed, config, arrays, functional=not timing_only,
-                          trace_ops=trace_ops, max_cycles=max_cycles,
-                          progress=_cycle_progress(progress))
+                          trace_ops=trace_ops, max_cycles=max_cycles, progress=tick)
     except TraceError as e:
         raise trace_input_error(e, prog._compiled.sources) from None
     except SimError as e:
         node = typed.program.nodes.get(e.node) if e.node else None
         raise SimulationError(str(e), e.node, node.span if node is not None else None) \
             from None
+    if tick is not None:
+        tick(result.cycles)  # the kernel reports now and then: end on the last cycle
     a = analyze(typed, "artifact", config).bind(dict(result.bindings))
     totals = {**a.totals, "allocated_compute": a.allocated_compute}
     alloc = totals["allocated_compute"]
