@@ -402,6 +402,10 @@ EXIT_DEADLOCK = 3
               help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
+@click.option("--weights", "weights", default=None, metavar="FILE",
+              help="Tensor values by name (.safetensors, or a PyTorch state dict read with "
+              "weights_only): a module's weights and inputs for a program from `stepc "
+              "from-torch`.")
 @click.option("--timing-only", is_flag=True,
               help="Carry shapes, selectors and addresses but no tile values (faster; same "
               "cycles). The default for programs whose tensors exceed 256 MiB.")
@@ -417,8 +421,8 @@ EXIT_DEADLOCK = 3
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
 @quick_exit
-def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
-            fmt, print_config, max_cycles):
+def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, out_dir,
+            trace_out, fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
     \b
@@ -448,6 +452,10 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
+    values = _load_weights(weights, result) if weights else None
+    if values is not None and timing_only:
+        raise click.UsageError("--weights sets tensor values, which --timing-only does not "
+                               "compute")
     prog = report.program()
     size = tensor_bytes(prog)
     if not timing_only and not functional and size > FUNCTIONAL_LIMIT:
@@ -459,7 +467,8 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         with _progress() as progress:
             run = prog.simulate(hw=config, traces=dict(_pairs(traces, "--trace")),
                                 timing_only=timing_only, max_cycles=max_cycles,
-                                trace_ops=trace_out is not None, progress=progress)
+                                trace_ops=trace_out is not None, progress=progress,
+                                values=values)
     except InputError as e:
         input_error(e, traces)
     except SimulationError as e:
@@ -477,6 +486,26 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         click.echo(deadlock, err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+def _load_weights(path: str, result: Compiled) -> dict:
+    """The program's tensor values from a weights file; a file that does not fit is a usage
+    error, entries the program has no tensor for are named on stderr."""
+    from stepc.weights import WeightsError, load_weights, match_weights
+    try:
+        values, unused = match_weights(result.typed.program.tensors, load_weights(path))
+    except WeightsError as e:
+        click.echo(f"stepc: error: --weights {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not values:
+        click.echo(f"stepc: error: --weights {path}: no entry names a tensor of the program",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    if unused:
+        click.echo(f"note: --weights: {len(unused)} entries are not tensors of the program: "
+                   f"{', '.join(sorted(unused)[:8])}{' ...' if len(unused) > 8 else ''}",
+                   err=True)
+    return values
 
 
 def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
@@ -588,8 +617,11 @@ def run() -> None:
         sys.exit(EXIT_INTERNAL)
 
 
-# The sweep, plot and reproduce commands live in stepc.cli_sweep, which uses the helpers above.
+# The sweep, plot and reproduce commands live in stepc.cli_sweep, fmt and lsp in
+# stepc.cli_editor, from-torch in stepc.cli_torch; they use the functions above.
+from stepc.cli_editor import fmt_cmd, lsp_cmd  # noqa: E402
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
+from stepc.cli_torch import from_torch_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd):
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, fmt_cmd, lsp_cmd, from_torch_cmd):
     main.add_command(_command)

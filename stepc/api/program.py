@@ -254,13 +254,14 @@ class Program:
                  set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
                  traces: Mapping[str, Any] | None = None, timing_only: bool | None = None,
                  max_cycles: int | None = None, trace_ops: bool = False,
-                 progress=None) -> Run:
+                 progress=None, values: Mapping[str, np.ndarray] | None = None) -> Run:
         """Simulate cycle by cycle on `hw` (default paper-eval). `timing_only=None` computes
-        values unless the tensors exceed 256 MiB. `progress`: a tqdm-like object (its
-        `update` gets cycles) or a function of the current cycle. Raises `Deadlock`."""
+        values unless the tensors exceed 256 MiB; `values` replaces the declared contents of
+        the named tensors (weights, inputs). `progress`: a tqdm-like object (its `update`
+        gets cycles) or a function of the current cycle. Raises `Deadlock`."""
         from stepc.api.results import simulate_program
         return simulate_program(self, hw, set, traces, timing_only, max_cycles, trace_ops,
-                                progress)
+                                progress, values)
 
     def dot(self, collapse: bool = False, annotate: Cost | Run | Mapping | None = None,
             title: str | None = None) -> str:

@@ -145,7 +145,8 @@ def _cycle_progress(progress):
 
 
 def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
-                     max_cycles: int | None, trace_ops: bool, progress) -> Run:
+                     max_cycles: int | None, trace_ops: bool, progress,
+                     values: Mapping[str, np.ndarray] | None = None) -> Run:
     """`Program.simulate`: run, bind the analysis to the run's dims, raise `Deadlock`."""
     from stepc.analyze import analyze
     from stepc.sim.kernel import SimError
@@ -161,7 +162,8 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     try:
         arrays = trace_arrays(traces)
         result = simulate(typed, config, arrays, functional=not timing_only,
-                          trace_ops=trace_ops, max_cycles=max_cycles, progress=tick)
+                          trace_ops=trace_ops, max_cycles=max_cycles, progress=tick,
+                          values=dict(values) if values is not None else None)
     except TraceError as e:
         raise trace_input_error(e, prog._compiled.sources) from None
     except SimError as e:

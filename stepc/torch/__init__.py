@@ -1,0 +1,165 @@
+"""From PyTorch to STeP: `from_torch(module, example_inputs, schedule=...)` lowers a module
+to a readable, tiled `.step` program (`stepc from-torch` on the command line).
+
+Only this package imports torch (the `torch` extra); the rest of stepc never does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from stepc.torch.capture import LoweringError, Node, capture
+from stepc.torch.dense import lower_dense
+from stepc.torch.emit import StepWriter
+from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
+
+__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module"]
+
+DENSE_PARAMS = ("TB", "TILE_F")
+
+
+@dataclass
+class TorchProgram:
+    """An emitted program and how its tensors relate to the module."""
+
+    text: str
+    tensors: dict[str, str]  # program tensor -> state-dict key, forward argument, or role
+    module: torch.nn.Module = field(repr=False)
+    schedule: dict = field(default_factory=dict)
+    routing: RoutingProbe | None = field(default=None, repr=False)
+
+    def values(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """The program's tensor values (float32) for these forward arguments: the module's
+        weights, the inputs, and for a MoE block the routing weights its router computes."""
+        state = self.module.state_dict()
+        args = dict(zip(self._arg_names(), inputs))
+        out = {}
+        for name, src in self.tensors.items():
+            if src in state:
+                out[name] = _np(state[src])
+            elif src in args:
+                out[name] = _np(args[src])
+        if self.routing is not None:
+            ids, weights = self.routing(*inputs)
+            out[self.routing.weights_tensor] = _np(weights)
+        return out
+
+    def traces(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """External streams for these inputs (a MoE block's `routing`: top-k expert ids)."""
+        if self.routing is None:
+            return {}
+        ids, _ = self.routing(*inputs)
+        return {"routing": ids.numpy().astype(np.int64)}
+
+    def save_weights(self, path: str, *inputs: torch.Tensor) -> None:
+        """Write `values(*inputs)` as a safetensors file for `stepc sim --weights`."""
+        from safetensors.numpy import save_file
+        save_file({k: np.ascontiguousarray(v) for k, v in self.values(*inputs).items()}, path)
+
+    def _arg_names(self) -> list[str]:
+        return [p for p in inspect.signature(self.module.forward).parameters]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy()
+
+
+def from_torch(module: torch.nn.Module, example_inputs: tuple,
+               schedule: str | dict | None = None) -> TorchProgram:
+    """Lower `module` (called on `example_inputs`) to a `.step` program.
+
+    `schedule` is a tiling (`"static"`, `"dynamic"` or `"timemux"`; MoE blocks only take the
+    last two) or a dict with an optional `"tiling"` and param values (`TB`, `TILE_F`; a MoE
+    block `TILE_N`, `TILE_F`, `R`, `BW`, ...). Raises LoweringError naming the ATen operator,
+    module path and source line of anything it cannot lower; nothing is emitted then.
+    """
+    sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
+    tiling = sched.pop("tiling", "static")
+    module = module.eval()
+    nodes = capture(module, example_inputs)
+    w = StepWriter()
+    cls = type(module)
+    try:
+        src = inspect.getsourcefile(cls)
+    except TypeError:  # a class defined interactively
+        src = None
+    w.header += [f"{cls.__name__} ({os.path.basename(src) if src else cls.__module__}), "
+                 f"lowered by `stepc from-torch` ({tiling} tiling).", ""]
+    if any(n.op == "topk" for n in nodes):
+        if tiling not in MOE_TILINGS:
+            raise LoweringError(f"unknown tiling `{tiling}` for a MoE block (choose "
+                                f"{', '.join(MOE_TILINGS)})")
+        tensors, (ids, weights) = lower_moe(nodes, w, tiling, sched)
+        return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                            RoutingProbe(module, ids, weights))
+    if tiling != "static":
+        raise LoweringError(f"tiling `{tiling}` applies to top-k MoE blocks; a dense block is "
+                            "tiled statically (its params TB and TILE_F)")
+    unknown = sorted(set(sched) - set(DENSE_PARAMS))
+    if unknown:
+        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for a dense block "
+                            f"(it takes {', '.join(DENSE_PARAMS)})")
+    inputs = [n for n in nodes if n.op == "input"]
+    rows = inputs[0].shape[0] if inputs and inputs[0].shape else 0
+    sched = {"B": rows, "TB": sched.get("TB", _divisor(rows, 16)),
+             "TILE_F": sched.get("TILE_F", _divisor(_gcd_cols(nodes), 64))}
+    if rows % sched["TB"]:
+        raise LoweringError(f"TB = {sched['TB']} does not divide the {rows} rows of the input")
+    w.header += ["Activations [B, C] stream as B / TB row tiles [TB, C]; every linear layer",
+                 "re-reads its weights once per row tile, in tiles of TILE_F output columns."]
+    w.param("B", rows, "rows (tokens)")
+    w.param("TB", sched["TB"], "rows per tile")
+    w.param("TILE_F", sched["TILE_F"], "weight columns per tile")
+    w.param("MT", "B // TB", "row tiles")
+    tensors = lower_dense(nodes, w, sched)
+    return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
+
+
+def _divisor(n: int, cap: int) -> int:
+    """The largest power of two <= cap dividing n (n itself when n <= cap)."""
+    if 0 < n <= cap:
+        return n
+    d = cap
+    while d > 1 and n % d:
+        d //= 2
+    return max(d, 1)
+
+
+def _gcd_cols(nodes: list[Node]) -> int:
+    """The gcd of every linear layer's output width (what TILE_F must divide)."""
+    import math
+    g = 0
+    for n in nodes:
+        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
+            g = math.gcd(g, n.shape[-1])
+            if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
+                g = math.gcd(g, n.args[0].shape[-1])
+    return g or 64
+
+
+def load_module(spec: str) -> type:
+    """`path/to/file.py:ClassName` -> the class (the file is imported as a module)."""
+    import importlib.util
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise LoweringError(f"`{spec}`: expected FILE.py:ClassName")
+    if not os.path.isfile(path):
+        raise LoweringError(f"{path}: no such file")
+    mod_name = os.path.splitext(os.path.basename(path))[0]
+    spec_ = importlib.util.spec_from_file_location(mod_name, path)
+    mod = importlib.util.module_from_spec(spec_)
+    sys.modules[mod_name] = mod  # so that inspect and torch.export find its source
+    try:
+        spec_.loader.exec_module(mod)
+    except Exception as e:
+        raise LoweringError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
+    cls = getattr(mod, name, None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+        raise LoweringError(f"{path} has no torch.nn.Module class `{name}`")
+    return cls
