@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -70,6 +70,29 @@ class TorchProgram:
         """Write `values(*inputs)` as a safetensors file for `stepc sim --weights`."""
         from safetensors.numpy import save_file
         save_file({k: np.ascontiguousarray(v) for k, v in self.values(*inputs).items()}, path)
+
+    def seeded_inputs(self, example: tuple, seed: int = 0) -> tuple:
+        """Real (CPU) forward arguments shaped like `example`: seeded normal floats; decode
+        attention's KV lengths seeded multiples of TILE_N less one, below MAXN (for which its
+        program's math is exact)."""
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for name, t in zip(self._arg_names(), example):
+            if t.is_floating_point():
+                out.append(torch.randn(t.shape, generator=g).to(t.dtype))
+            elif self.layout is not None and name == self.arg_roles.get("kv_lens"):
+                out.append(self.layout.seeded_lens(t.shape[0], g).to(t.dtype))
+            else:
+                raise LoweringError(f"forward argument `{name}`: no seeded example values for "
+                                    f"a {t.dtype} input of this block")
+        return tuple(out)
+
+    def on_module(self, module: torch.nn.Module) -> TorchProgram:
+        """This program with its values taken from `module` (the same class, e.g. built on
+        the CPU after lowering one on the meta device)."""
+        routing = (RoutingProbe(module.eval(), self.routing.ids_node, self.routing.weights_node)
+                   if self.routing is not None else None)
+        return replace(self, module=module.eval(), routing=routing)
 
     def _arg_names(self) -> list[str]:
         return [p for p in inspect.signature(self.module.forward).parameters]

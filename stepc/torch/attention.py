@@ -146,6 +146,11 @@ class AttentionLayout:
             out[self.roles[role]] = a.reshape(*a.shape[:-3], -1, p["HEAD_DIM"])
         return out
 
+    def seeded_lens(self, b: int, gen: torch.Generator) -> torch.Tensor:
+        """B seeded KV lengths len < MAXN with len + 1 a multiple of TILE_N."""
+        tiles = self.params["MAXN"] // self.params["TILE_N"]
+        return torch.randint(1, tiles + 1, (b,), generator=gen) * self.params["TILE_N"] - 1
+
     def _regions(self, a: np.ndarray) -> np.ndarray:
         """[B, ...] -> [R, BPR * NB, ...]: row k NB + j of slice r is request (k R + r) NB + j."""
         p = self.params
@@ -186,8 +191,8 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     w.taken |= {"O", "IDX", "INIT", "ONE", "kv_lens", "free", "sig", "ids"}
     w.header += _HEADER[tiling] + [
         "",
-        f"One decode step of B requests ({m['line']}), each one GQA group of QPK query heads",
-        "sharing one KV head of HEAD_DIM: the request's [QPK, HEAD_DIM] query attends over its",
+        f"One decode step of B requests ({m['line']}), each one GQA group of QPK query",
+        "heads sharing one KV head of HEAD_DIM: the request's [QPK, HEAD_DIM] query attends over its",
         "KV cache (len cached rows read in [TILE_N, HEAD_DIM] tiles from its slot of the cache)",
         "plus the new key/value row, appended to the last KV tile and written back. The",
         "paper's simplified softmax (no max subtraction):",
@@ -208,7 +213,7 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     for name, value, doc in sizes:
         if value is not None:
             w.param(name, value, doc)
-    layout_params = {**params, "HEAD_DIM": m["HEAD_DIM"]}
+    layout_params = {**params, "HEAD_DIM": m["HEAD_DIM"], "MAXN": maxn}
     if tiling == "coarse":
         w.param("NBLK", "B // NB", "blocks")
         w.param("BPR", "ceildiv(NBLK, R)", "blocks of region 0, the most any region has")
@@ -216,10 +221,12 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     subst = {"dt": dt, "O": "O", "Q": roles["q"], "KN": roles["k_new"], "VN": roles["v_new"],
              "K": roles["k_cache"], "V": roles["v_cache"],
              "mean": min(1024, maxn // 4), "std": min(512, maxn // 8)}
-    for role, decl in _TENSORS[tiling]:
+    decls = [(role, Template(ty).substitute(subst), kind) for role, ty, kind in _TENSORS[tiling]]
+    width = max(len(ty) for _, ty, _ in decls)
+    for role, ty, kind in decls:
         name = roles.get(role, role)
         src = m[role] if role in m else None
-        w.tensor(name, Template(decl).substitute(subst),
+        w.tensor(name, f"{ty.ljust(width)} {kind}",
                  f"forward argument `{src.name}`" if src is not None else _TENSOR_DOCS[role])
     body = Template(_LIB + _BODY[tiling]).substitute(subst)
     for line in body.strip("\n").split("\n"):
@@ -248,23 +255,21 @@ _HEADER = {
 _TENSOR_DOCS = {"IDX": "request slots", "INIT": "round-robin start 0 .. R-1",
                 "ONE": "the constant 1", "O": "the block's output"}
 
-_ROWS = [("q", "$dt[B * QPK, HEAD_DIM]  input"), ("k_new", "$dt[B, HEAD_DIM]        input"),
-         ("v_new", "$dt[B, HEAD_DIM]        input"),
-         ("k_cache", "$dt[B * MAXN, HEAD_DIM] scratch"),
-         ("v_cache", "$dt[B * MAXN, HEAD_DIM] scratch"), ("IDX", "u64[B]                   input = arange")]
-_OUT = [("O", "$dt[B * QPK, HEAD_DIM]  output")]
+_ROWS = [("q", "$dt[B * QPK, HEAD_DIM]", "input"), ("k_new", "$dt[B, HEAD_DIM]", "input"),
+         ("v_new", "$dt[B, HEAD_DIM]", "input"), ("k_cache", "$dt[B * MAXN, HEAD_DIM]", "scratch"),
+         ("v_cache", "$dt[B * MAXN, HEAD_DIM]", "scratch"), ("IDX", "u64[B]", "input = arange")]
+_OUT = [("O", "$dt[B * QPK, HEAD_DIM]", "output")]
 _TENSORS = {
     "interleaved": _ROWS + _OUT,
-    "dynamic": _ROWS + [("INIT", "u64[1, R]                input = arange"),
-                        ("ONE", "u64[1]                   input = ones")] + _OUT,
-    "coarse": [("q", "$dt[R, BPR * NB * QPK, HEAD_DIM] input"),
-               ("k_new", "$dt[R, BPR * NB, HEAD_DIM]       input"),
-               ("v_new", "$dt[R, BPR * NB, HEAD_DIM]       input"),
-               ("k_cache", "$dt[B * MAXN, HEAD_DIM]          scratch"),
-               ("v_cache", "$dt[B * MAXN, HEAD_DIM]          scratch"),
-               ("IDX", "u64[BPR, R, NB]                   input = arange"),
-               ("ONE", "u64[1]                            input = ones"),
-               ("O", "$dt[B * QPK, HEAD_DIM]           output")],
+    "dynamic": _ROWS + [("INIT", "u64[1, R]", "input = arange"),
+                        ("ONE", "u64[1]", "input = ones")] + _OUT,
+    "coarse": [("q", "$dt[R, BPR * NB * QPK, HEAD_DIM]", "input"),
+               ("k_new", "$dt[R, BPR * NB, HEAD_DIM]", "input"),
+               ("v_new", "$dt[R, BPR * NB, HEAD_DIM]", "input"),
+               ("k_cache", "$dt[B * MAXN, HEAD_DIM]", "scratch"),
+               ("v_cache", "$dt[B * MAXN, HEAD_DIM]", "scratch"),
+               ("IDX", "u64[BPR, R, NB]", "input = arange"), ("ONE", "u64[1]", "input = ones"),
+               ("O", "$dt[B * QPK, HEAD_DIM]", "output")],
 }
 
 # programs/lib/attention.step: the KV-cache read, the append of the new row, one region
