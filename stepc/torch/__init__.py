@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
+from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
+                                   lower_attention)
 from stepc.torch.capture import LoweringError, Node, capture
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
@@ -109,8 +110,9 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
     blocks take `"static"` (params `TB`, `TILE_F`); MoE blocks `"static"`, `"dynamic"` or
     `"timemux"` (`TILE_N`, `TILE_F`, `R`, `BW`, ...); decode attention `"interleaved"`,
-    `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first. Raises LoweringError naming the ATen operator,
-    module path and source line of anything it cannot lower; nothing is emitted then.
+    `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first.
+    Raises LoweringError naming the ATen operator, module path and source line of anything
+    it cannot lower; nothing is emitted then.
     """
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)

@@ -117,7 +117,8 @@ def _recognise(nodes: list[Node]) -> dict:
                                 f"{list(want)} for q {list(q.shape)} and a cache of {maxn} rows")
     if len({t.dtype for t in (q, kn, vn, kc, vc)}) != 1 or q.dtype not in ("bf16", "f32"):
         raise LoweringError("decode attention: q, the new rows and the caches need one dtype, "
-                            f"bf16 or f32 (found {', '.join(t.dtype for t in (q, kn, vn, kc, vc))})")
+                            "bf16 or f32 (found "
+                            f"{', '.join(t.dtype for t in (q, kn, vn, kc, vc))})")
     return {"q": q, "k_new": kn, "v_new": vn, "k_cache": kc, "v_cache": vc, "kv_lens": lens,
             "B": b, "QPK": qpk, "HEAD_DIM": d, "MAXN": maxn, "dtype": q.dtype,
             "line": score.site.line or "forward"}
@@ -191,11 +192,11 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     w.taken |= {"O", "IDX", "INIT", "ONE", "kv_lens", "free", "sig", "ids"}
     w.header += _HEADER[tiling] + [
         "",
-        f"One decode step of B requests ({m['line']}), each one GQA group of QPK query",
-        "heads sharing one KV head of HEAD_DIM: the request's [QPK, HEAD_DIM] query attends over its",
-        "KV cache (len cached rows read in [TILE_N, HEAD_DIM] tiles from its slot of the cache)",
-        "plus the new key/value row, appended to the last KV tile and written back. The",
-        "paper's simplified softmax (no max subtraction):",
+        f"One decode step of B requests ({m['line']}), each one GQA group of QPK",
+        "query heads sharing one KV head of HEAD_DIM: the request's [QPK, HEAD_DIM] query",
+        "attends over its KV cache (len cached rows read in [TILE_N, HEAD_DIM] tiles from its",
+        "slot of the cache) plus the new key/value row, appended to the last KV tile and",
+        "written back. The paper's simplified softmax (no max subtraction):",
         "  out = (sum_j exp(q k_j^T) v_j) / (sum_j exp(q k_j^T))",
         "The ragged KV lengths are the external stream kv_lens (--trace kv_lens=PATH, int [B],",
         "the module's forward argument `" + m["kv_lens"].name + "`); every len must be < MAXN.",
@@ -296,24 +297,24 @@ graph kv_append(raw, idx, ntiles, off, new, C) {
     waddr = Map(idx, lastidx, fn=cache_write_addr(row_offset=RO), depth=[16, 2])
     ack = RandomOffChipStore(waddr, app, C, buffer_depth=4, depth=[2, 4])
     Sink(ack)
-    full = Reassemble([app, part[1]], last, rank=0)              # [n, L, 1]
+    full = Reassemble([app, part[1]], last, rank=0)  # [n, L, 1]
     assume dim(full, 0) == 1
-    return Flatten(full, min=0, max=1)                           # [n, L]
+    return Flatten(full, min=0, max=1)  # [n, L]
 }
 
 # One region: q [n, 1] of [QPK, HEAD_DIM]; knew, vnew [n] of [1, HEAD_DIM]; idx, ntiles,
 # off [n]; kraw its K-cache load. Stores each request's output at tile idx of O.
 graph attention_region(q, knew, vnew, idx, ntiles, off, kraw) {
-    k    = kv_append(kraw, idx, ntiles, off, knew, $K)                        # [n, L]
+    k    = kv_append(kraw, idx, ntiles, off, knew, $K)  # [n, L]
     vraw = kv_load(idx, ntiles, $V)
     v    = kv_append(vraw, idx, ntiles, off, vnew, $V)
-    assume shape(v) == shape(k)                                               # the same lengths
-    qe   = Expand(q, ref=k)                                                   # q once per KV tile
-    s    = Map(qe, k, fn=matmul(transpose=true), compute_bw=BW)               # [n, L] of [QPK, TILE_N]
+    assume shape(v) == shape(k)  # the same lengths
+    qe   = Expand(q, ref=k)  # q once per KV tile
+    s    = Map(qe, k, fn=matmul(transpose=true), compute_bw=BW)  # [n, L] of [QPK, TILE_N]
     e    = Map(s, fn=exp, compute_bw=BW)
-    num  = Accum(e, v, fn=matmul, rank=1, dtype=f32, compute_bw=BW)           # [n] of [QPK, HEAD_DIM]
-    es   = Accum(e, fn=add, rank=1, dtype=f32, compute_bw=BW)                 # [n] of [QPK, TILE_N]
-    den  = Map(es, fn=row_sum, compute_bw=BW)                                 # [n] of [QPK, 1]
+    num  = Accum(e, v, fn=matmul, rank=1, dtype=f32, compute_bw=BW)  # [n] of [QPK, HEAD_DIM]
+    es   = Accum(e, fn=add, rank=1, dtype=f32, compute_bw=BW)  # [n] of [QPK, TILE_N]
+    den  = Map(es, fn=row_sum, compute_bw=BW)  # [n] of [QPK, 1]
     out  = Map(num, den, fn=div, write_back=true, dtype=$dt, compute_bw=BW)
     return RandomOffChipStore(idx, out, $O, depth=[16, 2])
 }
@@ -407,8 +408,8 @@ for r in 0..R {
     n  = ceildiv(NBLK - r, R)                                  # region r's blocks
     nr = n * NB                                                # and requests
     lens = Flatten(blocks[r], min=0, max=1, depth=nr)          # [nr]: region r's lengths
-""" + "\n".join("    " + ln if ln else ln
-                for ln in Template(_META).safe_substitute(lens="lens").strip("\n").split("\n")) + """
+""" + "\n".join("    " + ln if ln else ln for ln in
+                Template(_META).safe_substitute(lens="lens").strip("\n").split("\n")) + """
     idx     = region_ids(r, n)                                 # [nr]
     assume shape(idx) == [nr]
 
