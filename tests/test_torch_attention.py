@@ -114,3 +114,56 @@ def test_attention_errors():
         from_torch(DecodeAttention(), x, schedule={"TILE_N": 48})
     with pytest.raises(LoweringError, match="coarse tiling needs"):
         from_torch(DecodeAttention(), x, schedule={"tiling": "coarse", "NB": 3})
+
+
+ATTN_INPUTS = ["q=f32[8,4,16]", "k_new=f32[8,16]", "v_new=f32[8,16]", "k_cache=f32[8,64,16]",
+               "v_cache=f32[8,64,16]", "kv_lens=i64[8]"]
+
+
+def test_cli_writes_weights_and_kv_lens_for_sim(tmp_path):
+    """The CLI alone: from-torch --weights-out --external-out, then sim --weights --trace."""
+    step, w, lens = tmp_path / "a.step", tmp_path / "a.safetensors", tmp_path / "lens.npy"
+    spec = str(ROOT / "examples/torch/decode_attention.py:DecodeAttention")
+    args = ["from-torch", spec, *(a for i in ATTN_INPUTS for a in ("--input", i)),
+            "--schedule", "dynamic", "--param", "R=2", "--param", "TILE_N=8", "--seed", "3",
+            "-o", str(step), "--weights-out", str(w), "--external-out", f"kv_lens={lens}"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 2 and "exists" in again.output  # nothing overwritten silently
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["sim", str(step), "--weights", str(w), "--trace",
+                                  f"kv_lens={lens}", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    m = DecodeAttention()
+    x = small_inputs("f32")
+    prog = from_torch(m, x, schedule={"tiling": "dynamic", "R": 2, "TILE_N": 8})
+    real = prog.seeded_inputs(x, 3)
+    np.testing.assert_array_equal(np.load(lens), real[5].numpy())
+    ref = m(*real).numpy().reshape(-1, 16)
+    np.testing.assert_allclose(np.load(out / "O.npy"), ref, rtol=1e-4,
+                               atol=1e-4 * np.abs(ref).max())
+
+
+def test_cli_weights_out_of_a_dense_block_and_bad_external(tmp_path):
+    from swiglu_mlp import SwiGLUMLP
+    step, w = tmp_path / "m.step", tmp_path / "m.safetensors"
+    spec = str(ROOT / "examples/torch/swiglu_mlp.py:SwiGLUMLP")
+    base = ["from-torch", spec, "--input", "x=f32[16,256]", "--param", "TB=8"]
+    r = CliRunner().invoke(main, base + ["-o", str(step), "--weights-out", str(w)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["sim", str(step), "--weights", str(w), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    torch.manual_seed(0)  # the default --seed
+    m = SwiGLUMLP()
+    x = torch.empty(16, 256)
+    prog = from_torch(m, (x,), schedule={"TB": 8})
+    (real,) = prog.seeded_inputs((x,), 0)
+    ref = m(real).detach().numpy()
+    np.testing.assert_allclose(np.load(out / "Y.npy"), ref, rtol=1e-4,
+                               atol=1e-4 * np.abs(ref).max())
+    r = CliRunner().invoke(main, base + ["--external-out", f"routing={tmp_path / 'r.npy'}"])
+    assert r.exit_code == 2 and "no external stream `routing`" in r.output
+    r = CliRunner().invoke(main, base + ["--weights-out", str(tmp_path / "w.bin")])
+    assert r.exit_code == 2 and ".safetensors" in r.output
