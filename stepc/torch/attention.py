@@ -61,7 +61,8 @@ def _einsum_is(n: Node, lhs_same: tuple[int, int], out: str) -> bool:
         return False
     ins, _, res = n.args[0].replace(" ", "").partition("->")
     a, _, b = ins.partition(",")
-    if len(a) != 3 or len(b) != 3 or len(res) != 3 or a[0] != b[0] or res[0] != a[0]:
+    if (len(n.args) != 2 or len(n.args[1]) != 2 or len(a) != 3 or len(b) != 3
+            or len(res) != 3 or a[0] != b[0] or res[0] != a[0]):
         return False
     i, j = lhs_same
     return a[i] == b[j] and a[i] not in res and res[1:] == out.format(a=a, b=b)
@@ -79,10 +80,10 @@ def _recognise(nodes: list[Node]) -> dict:
     _expect(div.op == "div" and len(div.args) == 2, div, "the output is a division")
     num, den = _strip(div.args[0]), _strip(div.args[1])
     _expect(num.op == "einsum" and den.op == "sum", div, "it divides an einsum by a sum")
-    _expect(list(den.args[1]) in ([-1], [2]) and den.args[2] is True, den,
+    _expect(len(den.args) >= 3 and list(den.args[1]) in ([-1], [2]) and den.args[2] is True, den,
             "the denominator sums the last dim, keepdim=True")
-    e, v = (_strip(a) for a in num.args[1])
     _expect(_einsum_is(num, (2, 1), "{a[1]}{b[2]}"), num, "the numerator is einsum('bhn,bnd->bhd')")
+    e, v = (_strip(a) for a in num.args[1])
     _expect(_strip(den.args[0]) is e and e.op == "mul", den, "numerator and denominator use "
             "the same masked exp")
     ex, mask = (_strip(a) for a in e.args)
