@@ -9,11 +9,13 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
+                                   lower_attention)
 from stepc.torch.capture import LoweringError, Node, capture
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
@@ -33,12 +35,16 @@ class TorchProgram:
     module: torch.nn.Module = field(repr=False)
     schedule: dict = field(default_factory=dict)
     routing: RoutingProbe | None = field(default=None, repr=False)
+    layout: AttentionLayout | None = field(default=None, repr=False)
+    arg_roles: dict[str, str] = field(default_factory=dict)  # decode attention: role -> argument
 
     def values(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
         """The program's tensor values (float32) for these forward arguments: the module's
         weights, the inputs, and for a MoE block the routing weights its router computes."""
         state = self.module.state_dict()
         args = dict(zip(self._arg_names(), inputs))
+        if self.layout is not None:
+            return self.layout.values(args, self.arg_roles)
         out = {}
         for name, src in self.tensors.items():
             if src in state:
@@ -51,7 +57,11 @@ class TorchProgram:
         return out
 
     def traces(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
-        """External streams for these inputs (a MoE block's `routing`: top-k expert ids)."""
+        """External streams for these inputs (a MoE block's `routing`: top-k expert ids;
+        decode attention's `kv_lens`)."""
+        if self.layout is not None:
+            args = dict(zip(self._arg_names(), inputs))
+            return {"kv_lens": args[self.arg_roles["kv_lens"]].numpy().astype(np.int64)}
         if self.routing is None:
             return {}
         ids, _ = self.routing(*inputs)
@@ -61,6 +71,29 @@ class TorchProgram:
         """Write `values(*inputs)` as a safetensors file for `stepc sim --weights`."""
         from safetensors.numpy import save_file
         save_file({k: np.ascontiguousarray(v) for k, v in self.values(*inputs).items()}, path)
+
+    def seeded_inputs(self, example: tuple, seed: int = 0) -> tuple:
+        """Real (CPU) forward arguments shaped like `example`: seeded normal floats; decode
+        attention's KV lengths seeded multiples of TILE_N less one, below MAXN (for which its
+        program's math is exact)."""
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for name, t in zip(self._arg_names(), example):
+            if t.is_floating_point():
+                out.append(torch.randn(t.shape, generator=g).to(t.dtype))
+            elif self.layout is not None and name == self.arg_roles.get("kv_lens"):
+                out.append(self.layout.seeded_lens(t.shape[0], g).to(t.dtype))
+            else:
+                raise LoweringError(f"forward argument `{name}`: no seeded example values for "
+                                    f"a {t.dtype} input of this block")
+        return tuple(out)
+
+    def on_module(self, module: torch.nn.Module) -> TorchProgram:
+        """This program with its values taken from `module` (the same class, e.g. built on
+        the CPU after lowering one on the meta device)."""
+        routing = (RoutingProbe(module.eval(), self.routing.ids_node, self.routing.weights_node)
+                   if self.routing is not None else None)
+        return replace(self, module=module.eval(), routing=routing)
 
     def _arg_names(self) -> list[str]:
         return [p for p in inspect.signature(self.module.forward).parameters]
@@ -74,15 +107,19 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
                schedule: str | dict | None = None) -> TorchProgram:
     """Lower `module` (called on `example_inputs`) to a `.step` program.
 
-    `schedule` is a tiling (`"static"`, `"dynamic"` or `"timemux"`; MoE blocks only take the
-    last two) or a dict with an optional `"tiling"` and param values (`TB`, `TILE_F`; a MoE
-    block `TILE_N`, `TILE_F`, `R`, `BW`, ...). Raises LoweringError naming the ATen operator,
-    module path and source line of anything it cannot lower; nothing is emitted then.
+    `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
+    blocks take `"static"` (params `TB`, `TILE_F`); MoE blocks `"static"`, `"dynamic"` or
+    `"timemux"` (`TILE_N`, `TILE_F`, `R`, `BW`, ...); decode attention `"interleaved"`,
+    `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first.
+    Raises LoweringError naming the ATen operator, module path and source line of anything
+    it cannot lower; nothing is emitted then.
     """
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
-    tiling = sched.pop("tiling", "static")
+    tiling = sched.pop("tiling", None)
     module = module.eval()
     nodes = capture(module, example_inputs)
+    attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
+    tiling = tiling or ("interleaved" if attention else "static")
     w = StepWriter()
     cls = type(module)
     try:
@@ -98,6 +135,13 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
         tensors, (ids, weights) = lower_moe(nodes, w, tiling, sched)
         return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
                             RoutingProbe(module, ids, weights))
+    if attention:
+        if tiling not in ATTENTION_TILINGS:
+            raise LoweringError(f"unknown tiling `{tiling}` for decode attention (choose "
+                                f"{', '.join(ATTENTION_TILINGS)})")
+        tensors, layout, roles = lower_attention(nodes, w, tiling, sched)
+        return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                            layout=layout, arg_roles=roles)
     if tiling != "static":
         raise LoweringError(f"tiling `{tiling}` applies to top-k MoE blocks; a dense block is "
                             "tiled statically (its params TB and TILE_F)")

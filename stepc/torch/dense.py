@@ -93,8 +93,8 @@ class DenseLowering:
             if method is None:
                 raise LoweringError(f"unsupported operator aten.{node.op} ({node.target}) in "
                                     f"{node.site}; stepc lowers linear, matmul, addmm, silu, "
-                                    "gelu, add, sub, mul, div, rms_norm, softmax and top-k "
-                                    "MoE blocks")
+                                    "gelu, add, sub, mul, div, rms_norm, softmax, top-k "
+                                    "MoE blocks and decode attention")
             self.w.blank(f"{node.site.module or node.name}: aten.{node.op}"
                          + (f" ({node.site.line})" if node.site.line else ""))
             method(node)
