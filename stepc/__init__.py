@@ -31,12 +31,13 @@ _LAZY = {
     "InputError": "stepc.api.errors",
     "SimulationError": "stepc.api.errors",
     "Deadlock": "stepc.api.errors",
+    "from_torch": "stepc.torch",  # needs the torch extra
 }
 # `stepc.sweep(...)` is the package stepc.sweep, which is callable (stepc.api.study.sweep).
 
 __all__ = ["CheckReport", "Cost", "Deadlock", "Diagnostic", "InputError", "Program", "Run",
            "SimulationError", "StepError", "Stream", "SweepResults", "__version__", "check",
-           "compile", "load", "reproduce", "sweep"]
+           "compile", "from_torch", "load", "reproduce", "sweep"]
 
 
 def __getattr__(name: str):

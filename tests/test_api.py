@@ -83,7 +83,10 @@ def test_import_is_cheap():
 
 
 def test_public_names():
+    import importlib.util
     for name in stepc.__all__:
+        if name == "from_torch" and importlib.util.find_spec("torch") is None:
+            continue  # the torch extra
         assert getattr(stepc, name) is not None, name
     assert issubclass(stepc.Deadlock, stepc.StepError)
     assert issubclass(stepc.InputError, stepc.StepError)

@@ -189,3 +189,9 @@ def test_fx_fallback_when_export_fails(monkeypatch):
     prog = from_torch(m, (x,), schedule={"TB": 8, "TILE_F": 16})
     _, out = simulated(prog, x)
     assert_matches(out, m(x), "f32")
+
+
+def test_from_torch_is_public():
+    import stepc
+    from stepc.torch import from_torch
+    assert stepc.from_torch is from_torch and "from_torch" in stepc.__all__
