@@ -641,6 +641,7 @@ def run() -> None:
 
 # The sweep, plot and reproduce commands live in stepc.cli_sweep, which uses the helpers above.
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
+from stepc.cli_tune import tune_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd):
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, tune_cmd):
     main.add_command(_command)
