@@ -68,6 +68,9 @@ def _space_values(name: str, text: str) -> list:
               help="Confirm candidates the fluid screen puts within this fraction of the best.")
 @click.option("--max-confirm", type=click.IntRange(min=1), default=None, metavar="N",
               help="Confirm at most N candidates.")
+@click.option("--probe", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N", help="Screen and confirm the N lowest-bound candidates first, so "
+              "the roofline prunes before the other fluid runs.")
 @click.option("--sampler", type=click.Choice(["auto", "grid", "optuna"]), default="auto",
               show_default=True, help="Every point (grid), Optuna's TPE sampler (optuna), or "
               "grid up to --max-exhaustive points (auto).")
@@ -90,7 +93,7 @@ def _space_values(name: str, text: str) -> list:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Print the report (text) or one JSON document.")
 def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggregate, hw,
-             sets, model, margin, max_confirm, sampler, trials, max_exhaustive, seed, jobs,
+             sets, model, margin, max_confirm, probe, sampler, trials, max_exhaustive, seed, jobs,
              out, resume, backend, scheduler, fmt):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
@@ -127,7 +130,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
                           resume=resume, jobs=jobs,
                           executor=client.get_executor() if client else None,
                           margin=margin, max_confirm=max_confirm, sampler=sampler,
-                          trials=trials, max_exhaustive=max_exhaustive, seed=seed,
+                          trials=trials, max_exhaustive=max_exhaustive, seed=seed, probe=probe,
                           log=lambda m: click.echo(m, err=True))
         finally:
             if client is not None:

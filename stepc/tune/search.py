@@ -12,8 +12,10 @@ Stages, each cheaper than the next:
      judgement, not a bound: the report gives the rank agreement with the confirming model).
   4. confirm: the chosen model (`ref` by default) simulates the candidates left, best
      first; the winner is the best confirmed schedule.
-The first incumbent comes from a probe: the candidates with the lowest bounds are screened
-first and the best of them confirmed, so the roofline prunes before most of the fluid runs.
+By default every candidate within budget is screened, and the roofline prunes before each
+confirmation. With a probe (`probe=N`), the N candidates with the lowest bounds are screened
+first and the best of them confirmed, so the roofline prunes before the other fluid runs:
+fewer fluid runs, often one more confirming run.
 """
 
 from __future__ import annotations
@@ -118,11 +120,12 @@ class Search:
     def __init__(self, space: Space, budgets: list[Budget], objectives: list[Objective],
                  traces: dict[str, list[str]], how: str, hw: str, sets: tuple[str, ...],
                  model: str, out: str, resume: bool, executor, margin: float,
-                 max_confirm: int | None, jobs: int, log):
+                 max_confirm: int | None, jobs: int, log, probe: int = 0):
         self.space, self.budgets, self.objectives = space, budgets, objectives
         self.how, self.hw, self.sets, self.model = how, hw, tuple(sets), model
         self.out, self.resume, self.executor = out, resume, executor
         self.margin, self.max_confirm, self.jobs, self.log = margin, max_confirm, jobs, log
+        self.probe = probe
         self.counts: Counter = Counter()
         self.cases = [tuple(zip(sorted(traces), paths)) for paths in
                       itertools.product(*(traces[n] for n in sorted(traces)))]
@@ -345,11 +348,12 @@ class Search:
     def search(self, alive: list[Scored]) -> None:
         """Stages 2 to 4 over analyzed candidates."""
         alive.sort(key=lambda s: s.lower_bound(self.how))
-        probe = [s for s in alive[:max(1, self.jobs)] if s.status == "analyzed"]
-        self.screen(probe)
-        screened = [s for s in probe if s.status == "screened"]
-        if screened and self.incumbent is None:
-            self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
+        if self.probe:
+            probe = [s for s in alive[:self.probe] if s.status == "analyzed"]
+            self.screen(probe)
+            screened = [s for s in probe if s.status == "screened"]
+            if screened and self.incumbent is None:
+                self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
         rest = []
         for s in alive:
             if s.status == "analyzed" and self.beaten_by_bound(s):
@@ -365,7 +369,7 @@ class Search:
     def confirm_best(self, pool: list[Scored]) -> None:
         """Stage 4 in fluid order, with the bound and the margin checked before each run."""
         pool.sort(key=lambda s: self.cost(s.fluid))
-        front = pareto_front(pool, lambda s: self.cost(s.fluid))
+        front = [pool[i] for i in pareto_front(pool, lambda s: self.cost(s.fluid))]
         for s in pool:
             if s.status != "screened":
                 continue
@@ -434,14 +438,15 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
          out: str | None = None, resume: bool = False, jobs: int | None = None,
          executor=None, margin: float = 0.05, max_confirm: int | None = None,
          sampler: str = "auto", trials: int | None = None, max_exhaustive: int = 512,
-         seed: int = 0, log=None) -> TuneResult:
+         seed: int = 0, probe: int = 0, log=None) -> TuneResult:
     """The best schedule of `space` under `budgets` for `objectives` (one, or two for a
     Pareto front), aggregated over `traces` by `aggregate` (mean, max or pNN).
 
     Results go to `out` (a directory: `screen.jsonl` holds the fluid runs, `results.jsonl`
     the confirmed ones, both in `stepc sweep`'s format); `resume` reuses their records.
     `sampler` is `grid` (every point), `optuna` (`trials` points chosen by Optuna's TPE
-    sampler) or `auto` (grid up to `max_exhaustive` points)."""
+    sampler) or `auto` (grid up to `max_exhaustive` points). `margin`: confirm what the
+    fluid screen puts within this fraction of the best; `probe`: see the module doc."""
     from stepc.sweep.runner import LocalPool
 
     t0 = time.perf_counter()
@@ -466,7 +471,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     try:
         search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
                         hw, tuple(sets), model, out, resume, pool, margin, max_confirm, jobs,
-                        log)
+                        log, probe)
         search.load()
         size = space.size(search.declared)
         use_sampler = sampler == "optuna" or (sampler == "auto" and size > max_exhaustive)
