@@ -197,3 +197,29 @@ def test_cli_usage_errors(tmp_path, args, message):
                                   "--out", str(tmp_path / "t"), *args])
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------- the paper's layers
+DATA = REPO.parent / "shared" / "data"
+FIG9 = [("qwen_b64", {}), ("mixtral_b64", {"D": 4096, "F": 14336, "E": 8, "K": 2})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("traces, params", FIG9, ids=[t for t, _ in FIG9])
+def test_figure9_best_static_tile_with_a_quarter_of_the_ref_runs(tmp_path, traces, params):
+    """On the paper's routing traces tune finds the exhaustive grid's best static tile
+    (TILE_N 8..64) with at most a quarter of the grid simulated with `ref`."""
+    found = sorted((DATA / "expert_routing" / traces).glob("*.npz"))
+    if not found:
+        pytest.skip(f"no paper traces under {DATA} (../shared/data is absent)")
+    from stepc.traces import load_array
+    arrays = {"routing": load_array(str(found[0]))}
+    config = load_config("paper-eval", ("hbm.model=ref",))
+    tiles = [8, 16, 32, 64]
+    truth = {t: simulate(compile_file(MOE_STATIC, {**params, "TILE_N": t}).typed, config,
+                         arrays, functional=False).cycles for t in tiles}
+    res = tune(Space([MOE_STATIC], {"TILE_N": tiles}, fixed=params),
+               objectives=[Objective("cycles")], traces={"routing": [str(found[0])]},
+               out=str(tmp_path / "t"), jobs=2)
+    assert res.winner.overrides["TILE_N"] == min(truth, key=truth.get)
+    assert res.stages["confirmed"] <= len(tiles) // 4

@@ -188,9 +188,9 @@ class Search:
         self.scored += batch
         jobs = {}
         for s in batch:
-            early = [w for w in self.space.where if self.space.decided_early(s.candidate, w)]
-            failed = next((w for w in early
-                           if not w.holds(self.space.early_values(s.candidate))), None)
+            # conditions on the point's own values are decided before compiling
+            early = [w for w in self.space.where if w.names <= s.overrides.keys()]
+            failed = next((w for w in early if not w.holds(s.overrides)), None)
             if failed is not None:
                 s.status, s.reason = "excluded", f"--where {failed.text}"
                 continue

@@ -183,12 +183,3 @@ class Space:
                 for hw in itertools.product(*(self.hw_keys[k] for k in keys)):
                     yield Candidate(program, tuple(zip(dims, values)),
                                     tuple(f"{k}={v}" for k, v in zip(keys, hw)))
-
-    def decided_early(self, candidate: Candidate, constraint: Constraint) -> bool:
-        """Whether a constraint names only values known without compiling the program (the
-        space's dimensions of this candidate and -D values)."""
-        known = set(self.fixed) | {n for n, _ in candidate.params}
-        return constraint.names <= known
-
-    def early_values(self, candidate: Candidate) -> dict[str, int]:
-        return {**self.fixed, **dict(candidate.params)}
