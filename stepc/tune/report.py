@@ -32,17 +32,18 @@ def _value(v) -> str:
     return "-" if v is None else str(v)
 
 
-def _row(s: Scored, metrics: list[str]) -> str:
+def _row(s: Scored, metrics: list[str], model: str) -> str:
     params = ", ".join(f"{k}={v}" for k, v in sorted(s.overrides.items())) or "-"
     hw = ", ".join(s.candidate.sets) or "-"
-    vals = " | ".join(_value(s.confirmed.get(m)) for m in metrics)
-    return f"| {os.path.basename(s.candidate.program)} | {params} | {hw} | {vals} |"
+    vals = " | ".join(_value(s.metrics.get(m)) for m in metrics)
+    model = model if s.confirmed else "fluid"
+    return f"| {os.path.basename(s.candidate.program)} | {params} | {hw} | {model} | {vals} |"
 
 
-def _table(rows: list[Scored], metrics: list[str]) -> list[str]:
-    head = ["program", "params", "hardware"] + metrics
+def _table(rows: list[Scored], metrics: list[str], model: str) -> list[str]:
+    head = ["program", "params", "hardware", "model"] + metrics
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
-        [_row(s, metrics) for s in rows]
+        [_row(s, metrics, model) for s in rows]
 
 
 def markdown(result: TuneResult) -> str:
@@ -59,16 +60,18 @@ def markdown(result: TuneResult) -> str:
     if result.winner is None:
         lines.append("No schedule satisfies the budgets.")
     else:
-        lines += _table([result.winner], metrics)
+        lines += _table([result.winner], metrics, result.model)
         lines += ["", "Reproduce it (first trace):", "", "```sh", result.command, "```"]
     if result.runners_up:
-        lines += ["", "## Runners-up", ""] + _table(result.runners_up, metrics)
+        lines += ["", "## Runners-up", "", "Rows measured by `fluid` were screened out or "
+                  "pruned, never confirmed.", ""]
+        lines += _table(result.runners_up, metrics, result.model)
     if result.pareto:
         over = [o.metric for o in result.objectives]
         if len(over) == 1:
             over.append("on_chip_bytes")
         lines += ["", f"## Pareto front over {' and '.join(over)} (confirmed points)", ""]
-        lines += _table(result.pareto, list(dict.fromkeys(over + metrics)))
+        lines += _table(result.pareto, list(dict.fromkeys(over + metrics)), result.model)
     lines += ["", "## Stages", "", "| stage | count |", "|---|---|"]
     lines += [f"| {text} | {result.stages.get(key, 0):,} |" for key, text in _STAGES]
     lines += [f"| simulation points run (fluid / {result.model}) | "

@@ -51,11 +51,20 @@ class Scored:
         bounds = [c.get("lower_bound_cycles") for c in self.analysis]
         return aggregate(bounds, how) if bounds and None not in bounds else 0.0
 
+    @property
+    def measured_by(self) -> str:
+        """Which model's numbers `metrics` holds: the confirming one's, or fluid's."""
+        return "confirm" if self.confirmed else ("fluid" if self.fluid else "analysis")
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.confirmed or self.fluid
+
     def to_dict(self) -> dict:
         return {"program": self.candidate.program, "params": dict(self.overrides),
                 "hw": list(self.candidate.sets), "status": self.status,
                 **({"reason": self.reason} if self.reason else {}),
-                "metrics": self.confirmed or self.fluid}
+                "measured_by": self.measured_by, "metrics": self.metrics}
 
 
 @dataclass
@@ -421,7 +430,13 @@ class Search:
         stages["failed"] = sum(s.status == "failed" for s in self.scored)
         command = sim_command(winner.candidate, winner.overrides, self.hw, self.sets,
                               self.cases[0], self.model) if winner else ""
-        return TuneResult(winner, done[1:1 + RUNNERS_UP], pareto, stages, agree,
+        runners = done[1:1 + RUNNERS_UP]
+        if len(runners) < RUNNERS_UP:  # then the best that only the fluid model ran
+            fluid_only = sorted((s for s in self.scored if s.fluid and not s.confirmed and
+                                 s.status in ("screened_out", "pruned")),
+                                key=lambda s: self.cost(s.fluid))
+            runners += fluid_only[:RUNNERS_UP - len(runners)]
+        return TuneResult(winner, runners, pareto, stages, agree,
                           self.objectives, self.budgets, self.how, self.model,
                           time.perf_counter() - t0, command, space_size, self.scored)
 
