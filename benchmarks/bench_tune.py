@@ -39,6 +39,10 @@ CASES = [  # name, figure, series tag prefix, fixed params, static tiles, trace 
 ]
 
 
+def _amount(budget: float | None) -> str:
+    return f"{budget:,}" if budget else "none"
+
+
 def reproduce(figure: str, data: str, out: str, jobs: int) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "stepc", "reproduce", figure, "--data", data,
@@ -66,6 +70,7 @@ def run_tune(programs, params, tiles, trace, sets, budget, jobs, out, resume):
 
 
 def main() -> int:
+    sys.stdout.reconfigure(line_buffering=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--out", default="bench-tune")
@@ -104,7 +109,7 @@ def main() -> int:
             got = res.winner.overrides.get("TILE_N") if res.winner else None
             ok &= got == want[0]
             st = res.stages
-            print(f"| {name} | {budget or 'none':,} | {want[0]} ({want[1]:,}) | {got} | "
+            print(f"| {name} | {_amount(budget)} | {want[0]} ({want[1]:,}) | {got} | "
                   f"{st['confirmed']} / {len(tiles)} | {st['screened']} | "
                   f"{st['pruned_by_roofline']} | {secs:.1f}"
                   + ("" if i else " (fresh)") + f" | {secs / times['10']:.2f} |")
@@ -128,7 +133,7 @@ def main() -> int:
             got = ("dynamic" if "dynamic" in w.candidate.program else
                    f"static {w.overrides['TILE_N']}") if w else "none"
             ok &= got == want
-            print(f"| {name} | {budget or 'none':,} | {want} ({best['cycles']:,}) | {got} | "
+            print(f"| {name} | {_amount(budget)} | {want} ({best['cycles']:,}) | {got} | "
                   f"{res.stages['confirmed']} / {len(tiles) + 1} | {secs:.1f} |")
     print("\nFigure 12 (Qwen3 B=64, time-multiplexed regions R, TILE_F 48, BW 1024):\n")
     trace = sorted(glob.glob(str(routing / "qwen_b64" / "*.npz")))[0]

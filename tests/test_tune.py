@@ -122,6 +122,20 @@ def test_no_schedule_within_budget(tmp_path):
     assert res.winner is None and res.stages["over_budget_analysis"] == 1
 
 
+def test_a_cycles_budget_prunes_by_the_bound_and_after_simulation(tmp_path):
+    args = dict(objectives=[Objective("on_chip_bytes")], hw="hdl-validation", jobs=1)
+    space = Space([SWIGLU], {"TB": [16, 64], "TI": [256]})
+    res = tune(space, budgets=[Budget("cycles", 1)], out=str(tmp_path / "a"), **args)
+    assert res.winner is None and res.stages["over_budget_analysis"] == 2
+    truth = _exhaustive([16, 64], [256])
+    limit = max(truth.values()) - 1  # the slower point is over the budget
+    res = tune(space, budgets=[Budget("cycles", limit)], out=str(tmp_path / "b"),
+               margin=10.0, **args)
+    fast = min(truth, key=truth.get)
+    assert (res.winner.overrides["TB"], res.winner.overrides["TI"]) == fast
+    assert res.stages["over_budget_analysis"] + res.stages["over_budget_simulated"] == 1
+
+
 def test_programs_as_a_dimension_and_traces_aggregated(tmp_path):
     traces = [_routing(tmp_path, s, f"r{s}.npy") for s in (1, 2, 3)]
     space = Space([MOE_STATIC, MOE_DYNAMIC], {"TILE_N": [4, 8, 16]}, fixed=SMALL_MOE)

@@ -5,7 +5,6 @@ bound on cycles). Also how a candidate becomes the sweep points that simulate it
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from stepc.sweep.runner import Point
@@ -90,7 +89,3 @@ def sim_command(cand: Candidate, overrides: dict[str, int], hw: str, sets: tuple
         parts += ["--trace", f"{stream}={path}"]
     parts.append("--timing-only")
     return " ".join(shlex.quote(p) for p in parts)
-
-
-def program_label(path: str) -> str:
-    return os.path.basename(path)

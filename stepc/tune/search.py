@@ -46,6 +46,7 @@ class Scored:
     analysis: list[dict] = field(default_factory=list)  # per trace case
     fluid: dict[str, float] = field(default_factory=dict)  # aggregated metrics
     confirmed: dict[str, float] = field(default_factory=dict)
+    worst: dict[str, float] = field(default_factory=dict)  # confirmed, max over traces
 
     def lower_bound(self, how: str) -> float:
         bounds = [c.get("lower_bound_cycles") for c in self.analysis]
@@ -268,6 +269,8 @@ class Search:
                 vals = [r.get(m) for r in recs]
                 if None not in vals:
                     target[m] = aggregate(vals, self.how)
+                    if tag == "confirm":
+                        s.worst[m] = max(vals)
             for m in ANALYSIS_METRICS:
                 vals = [c[m] for c in s.analysis]
                 if None not in vals:
@@ -290,9 +293,9 @@ class Search:
         s.status = "confirmed"
         self.counts["confirmed"] += 1
         for b in self.budgets:
-            if not b.exact_before_simulation and s.confirmed.get(b.metric, 0) > b.limit:
+            if not b.exact_before_simulation and s.worst.get(b.metric, 0) > b.limit:
                 s.status = "over_budget"
-                s.reason = f"{b.metric} {s.confirmed[b.metric]:,.0f} > {b.limit:,.0f}"
+                s.reason = f"{b.metric} {s.worst[b.metric]:,.0f} > {b.limit:,.0f}"
                 self.counts["over_budget_simulated"] += 1
                 return
         if self.incumbent is None or self.cost(s.confirmed) < self.cost(self.incumbent.confirmed):
