@@ -381,7 +381,6 @@ class Search:
     def confirm_best(self, pool: list[Scored]) -> None:
         """Stage 4 in fluid order, with the bound and the margin checked before each run."""
         pool.sort(key=lambda s: self.cost(s.fluid))
-        front = [pool[i] for i in pareto_front(pool, lambda s: self.cost(s.fluid))]
         for s in pool:
             if s.status != "screened":
                 continue
@@ -389,8 +388,12 @@ class Search:
                 s.status, s.reason = "pruned", "lower bound above the incumbent"
                 self.counts["pruned_by_roofline"] += 1
                 continue
-            reference = [self.incumbent] if (self.incumbent is not None and
-                                             len(self.objectives) == 1) else front
+            if len(self.objectives) == 1:  # the best confirmed point within budget
+                reference = [self.incumbent] if self.incumbent is not None else []
+            else:  # the fluid front of the points not known to break a budget
+                usable = [q for q in pool if q.status in ("screened", "confirmed")]
+                reference = [usable[i] for i in pareto_front(usable,
+                                                             lambda q: self.cost(q.fluid))]
             if not self.close_enough(s, [q for q in reference if q is not s]):
                 s.status, s.reason = "screened_out", \
                     f"fluid puts it more than {self.margin:.0%} behind"
