@@ -36,7 +36,8 @@ def _space_values(name: str, text: str) -> list:
     return grid_values(name, text)
 
 
-@click.command("tune", epilog=TUNE_EXAMPLE)
+@click.command("tune", epilog=TUNE_EXAMPLE,
+               short_help="The best schedule under budgets, without the whole grid.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--space", "spaces", multiple=True, metavar="NAME=VALUES",
               help="A dimension: a param (16,32,64, 16..256, 16..256:pow2, 0..64:8) or a "

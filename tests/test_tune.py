@@ -237,3 +237,11 @@ def test_figure9_best_static_tile_with_a_quarter_of_the_ref_runs(tmp_path, trace
                out=str(tmp_path / "t"), jobs=2)
     assert res.winner.overrides["TILE_N"] == min(truth, key=truth.get)
     assert res.stages["confirmed"] <= len(tiles) // 4
+
+
+def test_help_has_examples_and_every_option_explained():
+    r = CliRunner().invoke(main, ["tune", "--help"])
+    assert r.exit_code == 0 and "Examples:" in r.output and "stepc tune " in r.output
+    for param in main.commands["tune"].params:
+        if param.param_type_name == "option" and not param.hidden:
+            assert param.help, f"tune {param.opts[0]} has no help text"
