@@ -36,6 +36,23 @@ def _space_values(name: str, text: str) -> list:
     return grid_values(name, text)
 
 
+def _trace_paths(name: str, text: str) -> list[str]:
+    """The files of `--trace NAME=a.npz,b.npz`; a pattern (`qwen_b64/*.npz`) is expanded."""
+    import glob
+    paths: list[str] = []
+    for item in (p for p in text.split(",") if p):
+        if glob.has_magic(item):
+            found = sorted(glob.glob(item))
+            if not found:
+                raise click.UsageError(f"--trace {name}: no file matches {item}")
+            paths += found
+        elif not os.path.exists(item):
+            raise click.UsageError(f"--trace {name}: no such file {item}")
+        else:
+            paths.append(item)
+    return list(dict.fromkeys(paths))
+
+
 @click.command("tune", epilog=TUNE_EXAMPLE,
                short_help="The best schedule under budgets, without the whole grid.")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
@@ -54,8 +71,8 @@ def _space_values(name: str, text: str) -> list:
               metavar="M[,M2]", help="The metric to minimise (max:METRIC maximises), or two "
               "for a Pareto front.")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH1,PATH2,...",
-              help="Trace files for an external stream; the objective is aggregated over "
-              "them.")
+              help="Trace files (or patterns like dir/*.npz) for an external stream; the "
+              "objective is aggregated over them.")
 @click.option("--aggregate", default="max", show_default=True, metavar="mean|max|pNN",
               help="How the objective combines traces.")
 @click.option("--hw", default="paper-eval", show_default=True, metavar="PRESET|PATH",
@@ -119,11 +136,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
                       fixed)
         limits = [Budget.parse(m, v) for m, v in _pairs(budgets, "--budget")]
         goals = [Objective.parse(o.strip()) for o in objectives.split(",") if o.strip()]
-        trace_sets = {n: [p for p in v.split(",") if p] for n, v in _pairs(traces, "--trace")}
-        for name, paths in trace_sets.items():
-            for path in paths:
-                if not os.path.exists(path):
-                    raise click.UsageError(f"--trace {name}: no such file {path}")
+        trace_sets = {n: _trace_paths(n, v) for n, v in _pairs(traces, "--trace")}
         client = _dask_client(scheduler) if backend == "dask" else None
         try:
             result = tune(space, objectives=goals, budgets=limits, traces=trace_sets,
