@@ -1,3 +1,53 @@
-"""stepc: the toolchain for Streaming Tensor Programs (STeP, ASPLOS '26)."""
+"""stepc: the toolchain for Streaming Tensor Programs (STeP, ASPLOS '26).
+
+    import stepc
+    prog = stepc.load("programs/swiglu.step", TB=32, TI=64)
+    run = prog.simulate(hw="hdl-validation")
+    results = stepc.sweep(["programs/swiglu.step"], grid={"TB": [16, 32, 64]})
+
+The names below load on first use, so `import stepc` stays cheap (docs/api.md).
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_LAZY = {
+    "load": "stepc.api.program",
+    "compile": "stepc.api.program",
+    "check": "stepc.api.program",
+    "Program": "stepc.api.program",
+    "CheckReport": "stepc.api.program",
+    "Stream": "stepc.api.program",
+    "Cost": "stepc.api.results",
+    "Run": "stepc.api.results",
+    "SweepResults": "stepc.api.study",
+    "reproduce": "stepc.api.study",
+    "StepError": "stepc.diagnostics",
+    "Diagnostic": "stepc.diagnostics",
+    "InputError": "stepc.api.errors",
+    "SimulationError": "stepc.api.errors",
+    "Deadlock": "stepc.api.errors",
+}
+# `stepc.sweep(...)` is the package stepc.sweep, which is callable (stepc.api.study.sweep).
+
+__all__ = ["CheckReport", "Cost", "Deadlock", "Diagnostic", "InputError", "Program", "Run",
+           "SimulationError", "StepError", "Stream", "SweepResults", "__version__", "check",
+           "compile", "load", "reproduce", "sweep"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name == "sweep":
+        return importlib.import_module("stepc.sweep")
+    raise AttributeError(f"module 'stepc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import math
 import os
 import sys
 import traceback
@@ -18,10 +17,10 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from stepc import __version__
-from stepc.diagnostics import (Diagnostic, Note, Severity, closest, diagnostic_json,
-                               did_you_mean, render_text, span_json)
+from stepc.diagnostics import Diagnostic, Note, render_text
 
 if TYPE_CHECKING:
+    from stepc.api import CheckReport, Cost, InputError
     from stepc.frontend import Compiled
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
@@ -42,11 +41,11 @@ def quick_exit(command):
     return wrapper
 
 
-def compile_file(path: str, defines: dict[str, int]) -> Compiled:
-    """The front end, loaded on first use: `stepc --help` and commands that compile
+def compile_file(path: str, defines: dict[str, int]) -> CheckReport:
+    """`stepc.check`, loaded on first use: `stepc --help` and commands that compile
     nothing do not import sympy, textX or networkx."""
-    from stepc.frontend import compile_file as compile_program
-    return compile_program(path, defines)
+    from stepc.api.program import check
+    return check(path, **defines)
 
 
 def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
@@ -70,31 +69,27 @@ def usage_diagnostics(result: Compiled, diags: list[Diagnostic]) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
-def _no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
-    """E0106: a -D or --bind name the program does not declare, with the likeliest one."""
-    notes = tuple(Note(f"`{near}` is declared here", options[near])
-                  for near in closest(name, options) if options[near] is not None)
-    return Diagnostic("E0106", Severity.ERROR, f"{flag} {name}: the program has no {what} "
-                      f"`{name}`{did_you_mean(name, options)}", None, notes)
-
-
-def check_overrides(result: Compiled) -> None:
+def check_overrides(report: CheckReport) -> None:
     """Unknown -D names are usage errors (once the program parsed)."""
-    if result.typed is None or not result.unknown_overrides:
-        return
-    prog = result.typed.program
-    params = {p: prog.param_spans.get(p) for p in prog.params}
-    usage_diagnostics(result, [_no_such("-D", name, "parameter", params)
-                               for name in result.unknown_overrides])
+    unknown = report.unknown_params()
+    if unknown:
+        usage_diagnostics(report.compiled, unknown)
 
 
-def trace_error(result: Compiled, e, traces: tuple[str, ...]) -> NoReturn:
-    """A --trace file that does not fit the program: E0404, exit 2."""
-    notes = [Note("the external stream is declared here", e.span)] if e.span else []
-    notes += [Note(f"from --trace {name}={path}") for name, path in _pairs(traces, "--trace")
-              if f"`{name}`" in str(e)]
-    usage_diagnostics(result, [Diagnostic(e.code, Severity.ERROR, str(e), None,
-                                          tuple(notes))])
+def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
+    """A setting the API refused: coded diagnostics (a --trace file that does not fit gets
+    a note naming the flag) then exit 2, or a plain usage error."""
+    if not e.diagnostics:
+        raise click.UsageError(str(e))
+    diags = []
+    for d in e.diagnostics:
+        if d.code == "E0404":
+            d = Diagnostic(d.code, d.severity, d.message, d.span, d.notes + tuple(
+                Note(f"from --trace {name}={path}") for name, path in _pairs(traces, "--trace")
+                if f"`{name}`" in d.message))
+        diags.append(d)
+    click.echo(render_text(diags, e.sources or {}), err=True, nl=False)
+    sys.exit(EXIT_USAGE)
 
 
 def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
@@ -200,10 +195,11 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
       stepc check --types -D TB=32 -D TI=64 programs/swiglu.step
       stepc check --format json --werror mine.step
     """
-    result = compile_file(file, parse_defines(defines))
-    check_overrides(result)
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    result = report.compiled
     if fmt == "json":
-        click.echo(json.dumps(check_json(result), indent=2, sort_keys=True))
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         if show_types and result.typed is not None:
             click.echo(types_text(result), nl=False)
@@ -223,12 +219,13 @@ def _pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
 
 def _load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
     """The hardware configuration; warns about each `--set` the run will not read."""
-    from stepc.hw.config import ConfigError, load_config, roofline_unused, set_warnings
+    from stepc.api.errors import InputError
+    from stepc.api.program import hardware
     try:
-        config = load_config(hw, sets)
-    except ConfigError as e:
+        config, warnings = hardware(hw, sets, roofline)
+    except InputError as e:
         raise click.UsageError(str(e)) from None
-    for warning in set_warnings(config, sets, roofline_unused(config) if roofline else None):
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     return config
 
@@ -262,22 +259,21 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
       stepc analyze programs/moe_static.step --trace routing=ids.npy
       stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
     """
-    from stepc.analyze import roofline
-    from stepc.analyze.report import render_text, to_json
+    from stepc.analyze.report import render_text
 
-    result = compile_file(file, parse_defines(defines))
-    check_overrides(result)
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    result = report.compiled
     config = _load_hw(hw, sets, roofline=True) if (hw or sets) else None
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
-    a = _bound_analysis(result, binds, traces, onchip_model, config)
-    roof = roofline(a, config) if config is not None else None
+    cost = _cost(report, binds, traces, onchip_model, config)
     if fmt == "json":
-        click.echo(json.dumps(to_json(a, config, roof), indent=2, sort_keys=True))
+        click.echo(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: render_text(a, console, show_all, config, roof,
-                                                 result.typed))
+        print_report(lambda console: render_text(cost.analysis, console, show_all, config,
+                                                 cost.roofline_bound, result.typed))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
@@ -314,7 +310,6 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
       stepc sim programs/swiglu.step --format json > r.json
       stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
     """
-    from stepc.viz.dot import to_dot
     from stepc.viz.render import RenderError, check_target, write_output
 
     to_file = out is not None and out != "-"
@@ -324,16 +319,20 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
             check_target(out, force)
         except RenderError as e:
             raise click.UsageError(str(e)) from None
-    result = compile_file(file, parse_defines(defines))
-    check_overrides(result)
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    result = report.compiled
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
-    heat, title = None, None
-    if annotate is not None:
-        heat, title = _heat(result, annotate, binds, traces, onchip_model)
-    text = to_dot(result.typed, collapse=collapse, heat=heat, title=title)
-    n_ops = len(result.typed.program.nodes)
+    prog = report.program()
+    if annotate == "analysis":
+        text = prog.dot(collapse, _cost(report, binds, traces, onchip_model))
+    elif annotate is not None:
+        text = prog.dot(collapse, _heat_file(annotate), f"{result.name}: shaded by {annotate}")
+    else:
+        text = prog.dot(collapse)
+    n_ops = prog.operators
     if not collapse and n_ops > LARGE_GRAPH:
         click.echo(f"stepc: warning: the graph has {n_ops:,} operators: drawn whole, its text "
                    "is too small to read; --collapse folds identical loop iterations into one "
@@ -354,19 +353,10 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
     sys.exit(EXIT_OK)
 
 
-def _heat(result: Compiled, annotate: str, binds, traces, onchip_model):
-    """Node shading for `stepc dot --annotate`."""
-    from stepc.viz.dot import Heat, analysis_heat
+def _heat_file(annotate: str) -> dict:
+    """Node shading for `stepc dot --annotate FILE.json`."""
+    from stepc.viz.dot import Heat
 
-    if annotate == "analysis":
-        a = _bound_analysis(result, binds, traces, onchip_model)
-        heat, unbound = analysis_heat(a)
-        title = f"{result.name}: shaded by share of off-chip traffic"
-        if unbound:
-            names = ", ".join(unbound[:4]) + (f", ... ({len(unbound)} dims)"
-                                              if len(unbound) > 4 else "")
-            title += f" (unbound {names} taken as 1; bind with --bind/--trace)"
-        return heat, title
     try:
         with open(annotate, encoding="utf-8") as f:
             doc = json.load(f)
@@ -378,37 +368,29 @@ def _heat(result: Compiled, annotate: str, binds, traces, onchip_model):
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise click.UsageError(f"--annotate {annotate}: expected JSON "
                                f"{{\"heat\": {{node: {{\"fraction\": ...}}}}}} ({e})") from None
-    return heat, f"{result.name}: shaded by {annotate}"
+    return heat
 
 
-def _bound_analysis(result: Compiled, binds, traces, onchip_model, config=None):
-    """analyze() with --bind and --trace values applied (usage errors for bad ones)."""
-    import sympy
+def _cost(report: CheckReport, binds, traces, onchip_model, config=None) -> Cost:
+    """`Program.analyze` with --bind and --trace values (usage errors for bad ones)."""
+    from stepc.api.errors import InputError
 
-    from stepc.analyze import analyze, trace_bindings
-    from stepc.traces import TraceError, load_array
-
-    a = analyze(result.typed, onchip_model, config)
-    values: dict = {}
-    try:
-        arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
-        values.update(trace_bindings(result.typed, arrays))
-    except TraceError as e:
-        trace_error(result, e, traces)
-    known = {n: info.span for n, info in result.typed.symbols.infos.items()}
+    values: dict[str, int] = {}
     for name, val in _pairs(binds, "--bind"):
-        if name not in known:
-            usage_diagnostics(result, [_no_such("--bind", name, "symbol", known)])
         try:
-            values[name] = sympy.Integer(int(val, 0))
+            values[name] = int(val, 0)
         except ValueError:
             raise click.UsageError(f"--bind {name}: expected an integer, found {val!r}") \
                 from None
-    return a.bind(values) if values else a
+    try:
+        return report.program().analyze(hw=config, bind=values,
+                                        traces=dict(_pairs(traces, "--trace")),
+                                        onchip_model=onchip_model)
+    except InputError as e:
+        input_error(e, traces)
 
 
 EXIT_DEADLOCK = 3
-FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
 
 
 @main.command("sim", short_help="Simulate a program cycle by cycle.")
@@ -420,6 +402,10 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
               help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
+@click.option("--weights", "weights", default=None, metavar="FILE",
+              help="Tensor values by name (.safetensors, or a PyTorch state dict read with "
+              "weights_only): a module's weights and inputs for a program from `stepc "
+              "from-torch`.")
 @click.option("--timing-only", is_flag=True,
               help="Carry shapes, selectors and addresses but no tile values (faster; same "
               "cycles). The default for programs whose tensors exceed 256 MiB.")
@@ -435,8 +421,8 @@ FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skippe
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
 @quick_exit
-def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, trace_out,
-            fmt, print_config, max_cycles):
+def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, out_dir,
+            trace_out, fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
     \b
@@ -446,18 +432,17 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
       stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
       stepc sim programs/moe_simple.step --out results/ --trace-out run.json
     """
-    from stepc.analyze import analyze
-    from stepc.sim.kernel import SimError
-    from stepc.sim.report import deadlock_text, render_text, to_json
-    from stepc.sim.run import simulate
-    from stepc.traces import TraceError, load_array
+    from stepc.api.errors import Deadlock, InputError, SimulationError
+    from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
+    from stepc.sim.report import render_text
 
     config = _load_hw(hw, sets)
     if print_config:
         click.echo(config.to_toml(), nl=False)
         sys.exit(EXIT_OK)
-    result = compile_file(file, parse_defines(defines))
-    check_overrides(result)
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    result = report.compiled
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_PROGRAM)
@@ -467,41 +452,60 @@ def sim_cmd(file, defines, hw, sets, traces, timing_only, functional, out_dir, t
         check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
-    from stepc.types import DTYPE_BYTES
-    tensor_bytes = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
-                       for t in result.typed.program.tensors.values())
-    if not timing_only and not functional and tensor_bytes > FUNCTIONAL_LIMIT:
+    values = _load_weights(weights, result) if weights else None
+    if values is not None and timing_only:
+        raise click.UsageError("--weights sets tensor values, which --timing-only does not "
+                               "compute")
+    prog = report.program()
+    size = tensor_bytes(prog)
+    if not timing_only and not functional and size > FUNCTIONAL_LIMIT:
         timing_only = True
-        click.echo(f"note: timing-only run: the tensors hold {tensor_bytes / 2**20:,.0f} MiB "
+        click.echo(f"note: timing-only run: the tensors hold {size / 2**20:,.0f} MiB "
                    "(--functional computes values anyway)", err=True)
+    deadlock = None
     try:
-        arrays = {name: load_array(path) for name, path in _pairs(traces, "--trace")}
         with _progress() as progress:
-            run = simulate(result.typed, config, arrays, functional=not timing_only,
-                           trace_ops=trace_out is not None, max_cycles=max_cycles,
-                           progress=progress)
-    except TraceError as e:
-        trace_error(result, e, traces)
-    except SimError as e:
-        node = result.typed.program.nodes.get(e.node) if e.node else None
-        where = f"{node.span}: " if node is not None else "stepc: "
-        click.echo(f"{where}error: {e} (in `{e.node}`)" if e.node else f"{where}error: {e}",
-                   err=True)
+            run = prog.simulate(hw=config, traces=dict(_pairs(traces, "--trace")),
+                                timing_only=timing_only, max_cycles=max_cycles,
+                                trace_ops=trace_out is not None, progress=progress,
+                                values=values)
+    except InputError as e:
+        input_error(e, traces)
+    except SimulationError as e:
+        click.echo(e.located(), err=True)
         sys.exit(EXIT_PROGRAM)
-    a = analyze(result.typed, "artifact", config).bind(dict(run.bindings))
-    totals = {**a.totals, "allocated_compute": a.allocated_compute}
+    except Deadlock as e:
+        run, deadlock = e.run, e.report
     if fmt == "json":
-        doc = to_json(run, totals)
-        doc["deadlock"] = None if not run.deadlock else [b.__dict__ for b in run.deadlock]
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: render_text(run, console, totals))
-    _write_sim_outputs(run, out_dir, trace_out)
+        print_report(lambda console: render_text(run.result, console, run.totals))
+    _write_sim_outputs(run.result, out_dir, trace_out)
     emit_diagnostics(result)
-    if run.deadlock:
-        click.echo(deadlock_text(run, result.typed.program.nodes), err=True, nl=False)
+    if deadlock:
+        click.echo(deadlock, err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+def _load_weights(path: str, result: Compiled) -> dict:
+    """The program's tensor values from a weights file; a file that does not fit is a usage
+    error, entries the program has no tensor for are named on stderr."""
+    from stepc.weights import WeightsError, load_weights, match_weights
+    try:
+        values, unused = match_weights(result.typed.program.tensors, load_weights(path))
+    except WeightsError as e:
+        click.echo(f"stepc: error: --weights {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not values:
+        click.echo(f"stepc: error: --weights {path}: no entry names a tensor of the program",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    if unused:
+        click.echo(f"note: --weights: {len(unused)} entries are not tensors of the program: "
+                   f"{', '.join(sorted(unused)[:8])}{' ...' if len(unused) > 8 else ''}",
+                   err=True)
+    return values
 
 
 def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
@@ -589,32 +593,6 @@ def types_text(result: Compiled) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_json(result: Compiled) -> dict:
-    diags: list[Diagnostic] = result.diagnostics.sorted()
-    out: dict = {
-        "version": 1,
-        "program": result.name,
-        "diagnostics": [diagnostic_json(d) for d in diags],
-        "summary": {"errors": sum(d.severity.value == "error" for d in diags),
-                    "warnings": sum(d.severity.value == "warning" for d in diags)},
-        "streams": [],
-        "symbols": [],
-    }
-    typed = result.typed
-    if typed is None:
-        return out
-    for node, port, label, span, t in typed.streams_in_order():
-        out["streams"].append({
-            "name": label, "node": node.name, "op": node.op, "port": node.outputs[port],
-            "type": str(t), "elem": str(t.elem), "rank": t.rank,
-            "shape": [str(d) for d in t.shape], "location": span_json(span),
-        })
-    for info in typed.symbols.infos.values():
-        out["symbols"].append({"name": info.name, "kind": info.kind, "origin": info.origin,
-                               "reason": info.reason, "location": span_json(info.span)})
-    return out
-
-
 def run() -> None:
     """Entry point wrapper: never show a Python traceback for a stepc bug without context."""
     try:
@@ -639,9 +617,13 @@ def run() -> None:
         sys.exit(EXIT_INTERNAL)
 
 
-# The sweep, plot and reproduce commands live in stepc.cli_sweep, which uses the helpers above.
+# The sweep, plot and reproduce commands live in stepc.cli_sweep, fmt and lsp in
+# stepc.cli_editor, from-torch in stepc.cli_torch; they use the functions above.
+from stepc.cli_editor import fmt_cmd, lsp_cmd  # noqa: E402
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
+from stepc.cli_torch import from_torch_cmd  # noqa: E402
 from stepc.cli_tune import tune_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd, tune_cmd):
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, fmt_cmd, lsp_cmd, from_torch_cmd,
+                 tune_cmd):
     main.add_command(_command)

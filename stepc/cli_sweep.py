@@ -14,11 +14,11 @@ from collections import Counter
 
 import click
 
-from stepc.cli import (EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _load_hw, _pairs,
-                       check_overrides, compile_file, emit_diagnostics, parse_defines)
+from stepc.cli import EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _pairs, input_error, parse_defines
+from stepc.diagnostics import render_text
 
 EXIT_INTERRUPTED = 130
-MAX_POINTS = 10_000
+MAX_POINTS = 10_000  # values of one --grid range
 _RANGE = re.compile(r"(-?\w+)\.\.(-?\w+)(?::(\w+))?")
 
 
@@ -131,7 +131,10 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
            pareto, baselines, backend, scheduler) -> None:
     from rich.console import Console
 
-    from stepc.sweep.runner import Interrupted, Sweep, grid_points
+    from stepc.api.errors import InputError
+    from stepc.api.study import plan_sweep
+    from stepc.diagnostics import StepError
+    from stepc.sweep.runner import Interrupted
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
@@ -139,48 +142,25 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
     fixed = parse_defines(defines)
     grid: dict[str, list[int]] = {n: grid_values(n, v) for n, v in _pairs(grids, "--grid")}
-    both = sorted(set(fixed) & set(grid))
-    if both:
-        raise click.UsageError(f"-D {both[0]} and --grid {both[0]}: give the param one or "
-                               "the other")
-    grid.update({n: [v] for n, v in fixed.items()})
-    total = 1
-    for values in grid.values():
-        total *= len(values)
     trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
                   _pairs(traces, "--trace")}
-    for values in trace_sets.values():
-        total *= len(values)
-    if total * len(files) * max(1, len(hws)) > MAX_POINTS:
-        raise click.UsageError(f"the sweep has more than {MAX_POINTS:,} points: narrow the "
-                               "grid")
-    for name, paths in trace_sets.items():
-        for path in paths:
-            if not os.path.exists(path):
-                raise click.UsageError(f"--trace {name}: no such file {path}")
-    for f in files:
-        result = compile_file(f, fixed)
-        check_overrides(result)
-        if not result.ok:
-            emit_diagnostics(result)
-            sys.exit(EXIT_PROGRAM)
-        unknown = sorted(set(grid) - set(result.typed.program.params))
-        if unknown:
-            raise click.UsageError(f"--grid {unknown[0]}: {f} has no parameter "
-                                   f"`{unknown[0]}`")
-    for h in hws or ("paper-eval",):
-        _load_hw(h, sets)
-    if os.path.exists(out) and not resume:
-        raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, "
-                               "or choose another file")
-    points = grid_points(list(files), grid, list(hws or ("paper-eval",)), tuple(sets),
-                         trace_sets, timing_only)
+    try:
+        plan = plan_sweep(list(files), grid, fixed, list(hws or ("paper-eval",)), sets,
+                          trace_sets, timing_only, jobs, out, resume)
+    except InputError as e:
+        input_error(e)
+    except StepError as e:  # a program with errors
+        click.echo(render_text(e.diagnostics, e.sources or {}), err=True, nl=False)
+        sys.exit(EXIT_PROGRAM)
+    for warning in plan.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    points = plan.sweep.points
     client = _dask_client(scheduler) if backend == "dask" else None
     try:
-        sweep = Sweep(points, out, jobs or (os.cpu_count() or 1),
-                      client.get_executor() if client else None)
+        if client is not None:
+            plan.sweep.executor = client.get_executor()
         if resume:
-            earlier = sweep.earlier()
+            earlier = plan.earlier()
             rerun = Counter(earlier.why_rerun.values())
             rerun["new"] = len(points) - len(earlier.reusable) - sum(rerun.values())
             why = ", ".join(f"{n} {w}" for w, n in sorted(rerun.items()) if n)
@@ -190,14 +170,14 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         console = Console(stderr=True)
         try:
             with _sweep_progress(console, len(points)) as progress:
-                outcome = sweep.run(resume=resume, progress=progress)
+                results = plan.run(resume=resume, progress=progress)
         except Interrupted as e:
             _interrupted(e.finished, e.total, out, "continue with the same command and "
                          "--resume")
     finally:
         if client is not None:
             client.close()
-    records = outcome.records
+    records = results.records
     _sweep_summary(records, Console(file=sys.stdout, width=140))
     if pareto:
         _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
@@ -400,28 +380,22 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
 def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
     from rich.console import Console
 
-    from stepc.sweep.reproduce import SpecError, available_figures, reproduce_figures
+    from stepc.api.errors import InputError
+    from stepc.api.study import reproduce
+    from stepc.sweep.reproduce import available_figures
     from stepc.sweep.runner import Interrupted
 
-    figures = available_figures() if figure == "all" else [figure.removeprefix("fig")]
-    unknown = [f for f in figures if f not in available_figures()]
-    if unknown:
-        raise click.UsageError(f"no experiment spec for figure {unknown[0]} (have: "
-                               f"{_figures()}, or all)")
-    if data and not os.path.isdir(data):
-        raise click.UsageError(f"--data {data}: not a directory")
     failed = 0
-    current = [figures[0]]  # the figure being collected
+    # the figure being collected
+    current = [available_figures()[0] if figure == "all" else figure.removeprefix("fig")]
 
-    def collecting(figure: str):
+    def collecting(figure: str) -> None:
         current[0] = figure
-        return progress
 
     try:
         with _sweep_progress(Console(stderr=True), 0) as progress:
-            for done in reproduce_figures(figures, data, out_dir,
-                                          jobs or (os.cpu_count() or 1), model, collecting,
-                                          fresh):
+            for done in reproduce(figure, data, out_dir, jobs, model, fresh, progress,
+                                  collecting):
                 fig = current[0]
                 judged = done.reproduced + done.not_reproduced
                 verdict = f"{done.reproduced} of {judged} claims reproduced" + (
@@ -431,7 +405,7 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
                     f", {done.failed_points} FAILED" if done.failed_points else "")
                 click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
                 failed += done.failed_points
-    except SpecError as e:
+    except InputError as e:
         raise click.UsageError(str(e)) from None
     except (Interrupted, KeyboardInterrupt) as e:
         finished = f"{e.finished} of {e.total} points" if isinstance(e, Interrupted) \

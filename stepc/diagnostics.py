@@ -111,11 +111,19 @@ def did_you_mean(name: str, options) -> str:
 
 
 class StepError(Exception):
-    """Raised to abort a stage early (parse errors, missing files); carries diagnostics."""
+    """A program or input stepc cannot use; carries the diagnostics the CLI prints. With
+    `sources` (the program's files) it reads like the CLI's report: `file:line:col: ...`."""
 
-    def __init__(self, diagnostics: list[Diagnostic]):
-        super().__init__("; ".join(d.message for d in diagnostics))
+    def __init__(self, diagnostics: list[Diagnostic], sources: dict | None = None,
+                 message: str | None = None):
+        super().__init__(message or "; ".join(d.message for d in diagnostics))
         self.diagnostics = diagnostics
+        self.sources = sources
+
+    def __str__(self) -> str:
+        if self.sources is not None and self.diagnostics:
+            return render_text(self.diagnostics, self.sources).rstrip("\n")
+        return super().__str__()
 
 
 def _excerpt(span: Span, sources: dict[str, SourceFile]) -> list[str]:

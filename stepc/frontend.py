@@ -95,13 +95,15 @@ def compile_files(files: dict[str, bytes], path: str,
 
 
 def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
-                   path: str | None = None, loader=_load_import) -> Compiled:
-    """Parse, elaborate and check one source file (imports are read by `loader`)."""
+                   path: str | None = None, loader=_load_import,
+                   module: ast.Module | None = None) -> Compiled:
+    """Parse, elaborate and check one source file (imports are read by `loader`;
+    `module` is the file already parsed, when the caller has it)."""
     bag = DiagnosticBag()
     sources = {src.name: src}
     overrides = overrides or {}
     try:
-        module = parse(src)
+        module = parse(src) if module is None else module
     except StepError as e:
         bag.extend(e.diagnostics)
         return Compiled(src.name, None, bag, sources, [])

@@ -8,13 +8,13 @@ by the absorbing rule a ragged dim is always a bare ragged symbol.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
 import sympy
 from sympy.printing.str import StrPrinter
 
+from stepc.canon import memo_renamed
 from stepc.source import Span
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
@@ -240,7 +240,7 @@ def equal(a: Dim, b: Dim) -> bool | None:
 _NONLINEAR = (sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod, sympy.Min, sympy.Max)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo_renamed
 def _equal_symbolic(a: Dim, b: Dim) -> bool | None:
     if (a - b).has(sympy.Piecewise):
         return _equal_by_cases(sympy.piecewise_fold(a - b))
@@ -277,7 +277,7 @@ def _equal_by_cases(diff) -> bool | None:
     return None
 
 
-@functools.lru_cache(maxsize=65536)
+@memo_renamed
 def divides(s: int, d: Dim) -> bool | None:
     """Whether static `s` divides dim `d` (three-valued)."""
     if d.is_Integer:
@@ -285,3 +285,9 @@ def divides(s: int, d: Dim) -> bool | None:
     if (d / s).is_integer:
         return True
     return None
+
+
+@memo_renamed
+def ceil_div(d: Dim, s: int) -> Dim:
+    """ceiling(d / s), built once per form of `d` (its evaluation asks sympy's assumptions)."""
+    return sympy.ceiling(d / s)

@@ -28,7 +28,7 @@ from stepc.sweep.reproduce import (SpecError, available_figures, check_claims, e
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
-NEW = ["12", "13", "14", "15", "21"]
+NEW = ["12", "13", "14", "15", "17", "21"]
 ALL = ["8", "9", "10", *NEW]
 
 
@@ -382,7 +382,7 @@ def test_reproduce_refuses_an_unknown_figure(tmp_path):
     r = CliRunner().invoke(main, ["reproduce", "7", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "have: 8, 9, 10" in r.stderr
     r = CliRunner().invoke(main, ["reproduce", "--help"])
-    assert "FIGURE is one of 8, 9, 10, 12, 13, 14, 15, 21" in r.stdout
+    assert "FIGURE is one of 8, 9, 10, 12, 13, 14, 15, 17, 21" in r.stdout
 
 
 def test_the_specs_and_programs_ship_inside_the_package():

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import sympy
 
+from stepc.analyze import exact
+from stepc.canon import memo_renamed
 from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
 from stepc.ops import FUNCTIONS, OPS
@@ -35,7 +38,7 @@ class OpCost:
     flops: sympy.Expr
     compute_bw: int | None  # FLOPs/cycle allocated, for higher-order operators
 
-    @property
+    @cached_property
     def on_chip_on_demand(self) -> sympy.Expr:
         """On-chip bytes charged only when the operator's stream is non-empty."""
         return _on_demand(self.on_chip, self.activity)
@@ -55,7 +58,7 @@ class Analysis:
     def total(self, attr: str) -> sympy.Expr:
         if attr == "on_chip_on_demand":
             return self.on_demand_total()
-        return sympy.nsimplify(sympy.Add(*(getattr(o, attr) for o in self.ops)))
+        return _exact(sympy.Add(*(getattr(o, attr) for o in self.ops)))
 
     def on_demand_total(self) -> sympy.Expr:
         """On-demand on-chip bytes, one term per distinct "stream is non-empty" condition."""
@@ -73,7 +76,7 @@ class Analysis:
                  for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
         return sympy.Add(always, *terms)
 
-    @property
+    @cached_property
     def totals(self) -> dict[str, sympy.Expr]:
         traffic, flops = self.total("off_chip"), self.total("flops")
         return {
@@ -99,9 +102,17 @@ class Analysis:
         """Substitute symbols by values (unknown names are ignored by the caller's check)."""
         subs = {sympy.Symbol(k, integer=True, nonnegative=True): sympy.sympify(v)
                 for k, v in values.items()}
+        numbers = {s: x for s, v in subs.items() if (x := exact.number(v)) is not None}
 
         def ev(e):
-            return _settle(sympy.sympify(e).xreplace(subs)) if subs else e
+            if not subs:
+                return e
+            e = sympy.sympify(e)
+            if e.free_symbols <= numbers.keys():  # every symbol bound: no sympy needed
+                x = exact.value(e, numbers)
+                if x is not None:
+                    return exact.as_sympy(x)
+            return _settle(e.xreplace(subs))
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
                       o.compute_bw) for o in self.ops]
@@ -118,14 +129,22 @@ def _ratio(flops, traffic) -> sympy.Expr:
     return sympy.nsimplify(r) if r.is_number else r
 
 
+def _exact(e: sympy.Expr) -> sympy.Expr:
+    """`sympy.nsimplify(e)`, skipped where it would return `e` unchanged (a rational, or a
+    symbolic expression without floats)."""
+    if isinstance(e, sympy.Rational) or (e.free_symbols and not e.has(sympy.Float)):
+        return e
+    return sympy.nsimplify(e)
+
+
 def _settle(e: sympy.Expr) -> sympy.Expr:
     """Evaluate ceilings and piecewise terms once all their symbols are bound."""
-    if e.free_symbols:
+    if e.free_symbols or isinstance(e, sympy.Rational):
         return e
     return sympy.nsimplify(sympy.simplify(e))
 
 
-def _nonempty(activity: sympy.Expr | None) -> sympy.Basic:
+def _nonempty_of(activity: sympy.Expr | None) -> sympy.Basic:
     """The condition "this stream has elements", built structurally (linear in the size of
     the expression): a sum of nonnegative counts is positive iff a term is, a product iff
     every factor is, ceil(D/k) iff D is, Promote's (1 if D > 0 else 0) iff D > 0."""
@@ -135,26 +154,30 @@ def _nonempty(activity: sympy.Expr | None) -> sympy.Basic:
     if e.is_number:
         return sympy.true if e > 0 else sympy.false
     if isinstance(e, sympy.Add):
-        conds = [_nonempty(t) for t in e.args]
+        conds = [_nonempty_of(t) for t in e.args]
         if any(c is sympy.true for c in conds):
             return sympy.true
         return sympy.Or(*sorted(set(conds), key=sympy.sstr))
     if isinstance(e, sympy.Mul):
-        conds = [_nonempty(f) for f in e.args]
+        conds = [_nonempty_of(f) for f in e.args]
         if any(c is sympy.false for c in conds):
             return sympy.false
         return sympy.And(*sorted({c for c in conds if c is not sympy.true}, key=sympy.sstr))
     if isinstance(e, sympy.ceiling):
-        return _nonempty(sympy.numer(sympy.together(e.args[0])))
+        return _nonempty_of(sympy.numer(sympy.together(e.args[0])))
     if isinstance(e, sympy.Piecewise):
         (value, cond), *_ = e.args
         return cond if value != 0 else sympy.false
     return sympy.StrictGreaterThan(e, 0)
 
 
+_nonempty = memo_renamed(_nonempty_of)
+
+
+@memo_renamed
 def _on_demand(cost: sympy.Expr, activity: sympy.Expr | None) -> sympy.Expr:
     """Charge `cost` only when the operator's stream is non-empty."""
-    cond = _nonempty(activity)
+    cond = _nonempty_of(activity)
     if cost == 0 or cond is sympy.true:
         return cost
     if cond is sympy.false:

@@ -8,10 +8,10 @@ everything they mention is known.
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, field
 
-import networkx as nx
 import sympy
 
 from stepc.check.annotations import AnnotationError, Annotator
@@ -82,6 +82,7 @@ class Checker:
         self.symbols = SymbolTable()
         self.types: dict[tuple[str, int], StreamType] = {}
         self.subst: dict[sympy.Symbol, sympy.Expr] = {}
+        self.subst_users: dict[sympy.Symbol, set] = {}  # symbol -> subst keys mentioning it
         self.facts: list[sympy.Basic] = []
         self.failed: set[str] = set()
         self.shared: dict = {}
@@ -119,20 +120,41 @@ class Checker:
                             declared)
 
     def topo_order(self) -> list[str]:
+        """Nodes in dependency order (feedback edges left out), ties in source order."""
+        order = self.prog.order
+        indegree = {n: 0 for n in self.prog.nodes}
+        succs: dict[str, list[str]] = {n: [] for n in self.prog.nodes}
+        for e in self.prog.edges:
+            if not e.feedback:
+                indegree[e.dst] += 1
+                succs[e.src].append(e.dst)
+        ready = [(order[n], n) for n, k in indegree.items() if k == 0]
+        heapq.heapify(ready)
+        out: list[str] = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            out.append(n)
+            for m in succs[n]:
+                indegree[m] -= 1
+                if indegree[m] == 0:
+                    heapq.heappush(ready, (order[m], m))
+        if len(out) < len(indegree):
+            self.report_cycle()
+            return []
+        return out
+
+    def report_cycle(self) -> None:
+        """E0403 for a cycle of non-feedback streams (found by networkx, loaded only here)."""
+        import networkx as nx
         dag = nx.MultiDiGraph()
         dag.add_nodes_from(self.prog.nodes)
         for e in self.prog.edges:
             if not e.feedback:
                 dag.add_edge(e.src, e.dst)
-        if not nx.is_directed_acyclic_graph(dag):
-            cycle = nx.find_cycle(dag)
-            names = [u for u, *_ in cycle]
-            node = self.prog.nodes[names[0]]
-            self.bag.error("E0403", "cycle without a declared feedback stream: "
-                           + " -> ".join(names + names[:1]), node.span)
-            return []
-        order = self.prog.order
-        return list(nx.lexicographical_topological_sort(dag, key=lambda n: order[n]))
+        names = [u for u, *_ in nx.find_cycle(dag)]
+        node = self.prog.nodes[names[0]]
+        self.bag.error("E0403", "cycle without a declared feedback stream: "
+                       + " -> ".join(names + names[:1]), node.span)
 
     # ------------------------------------------------------------ one node
     def input_type(self, e: Edge) -> StreamType | None:
@@ -301,15 +323,21 @@ class Checker:
 
     def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
         new = sympy.sympify(new)
-        for k, v in self.subst.items():
-            if old in v.free_symbols:
-                self.subst[k] = v.xreplace({old: new})
+        for k in sorted(self.subst_users.pop(old, ()), key=lambda s: s.name):
+            self.subst[k] = self.subst[k].xreplace({old: new})
+            self.note_subst_users(k)
         self.subst[old] = new
+        self.note_subst_users(old)
         for key in sorted(self.uses.pop(old, ())):
             self.store(key, self.annotator.substitute(self.types[key], {old: new}))
         for key, sym in list(self.shared.items()):
             if sym == old and isinstance(new, sympy.Symbol):
                 self.shared[key] = new
+
+    def note_subst_users(self, key: sympy.Symbol) -> None:
+        """Index the substitution of `key` under the symbols its value mentions."""
+        for sym in self.subst[key].free_symbols:
+            self.subst_users.setdefault(sym, set()).add(key)
 
     # ------------------------------------------------------------ assumptions
     def unknown_symbols(self, a: Assumption) -> set[str]:

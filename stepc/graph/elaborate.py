@@ -14,7 +14,6 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import networkx as nx
 import sympy
 
 from stepc.diagnostics import DiagnosticBag, Note, StepError, closest, did_you_mean
@@ -919,9 +918,6 @@ class Elaborator:
                                         "bound to a producer", p.span)
 
     def build(self) -> Program:
-        g = nx.MultiDiGraph()
-        for n in self.nodes:
-            g.add_node(n)
         consumers: dict[tuple[str, int], list[tuple[str, int, Span, bool]]] = {}
         feedback: dict[tuple[str, int], TypeAnnotation] = {}
         poisoned: set[str] = set()
@@ -940,6 +936,8 @@ class Elaborator:
         edges: list[Edge] = []
         nodes = dict(self.nodes)
         order = {n: i for i, n in enumerate(self.nodes)}
+        fanouts: dict[str, list[OpNode]] = {}  # producer -> its implicit Broadcasts
+        fanout_names: set[str] = set()
         for (src, port), cons in sorted(consumers.items(), key=lambda kv: (order[kv[0][0]],
                                                                              kv[0][1])):
             producer = nodes[src]
@@ -951,24 +949,22 @@ class Elaborator:
                 continue
             label = producer.port_label(port)
             bname = f"{label}.bcast"
-            while bname in nodes:
+            while bname in nodes or bname in fanout_names:
                 bname += "'"
             attrs = {"consumers": len(cons), "depth": None}
             bc = OpNode(bname, "Broadcast", attrs, [("in", None)],
                         list(OPS["Broadcast"].outputs(attrs)), producer.span, {},
                         producer.cluster, implicit=True, array_outputs=True)
-            nodes = _insert_after(nodes, src, bc)
+            fanouts.setdefault(src, []).append(bc)
+            fanout_names.add(bname)
             edges.append(Edge(src, port, bname, 0, producer.port_spans.get(port, producer.span),
                               False))
             for k, (dst, slot, span, _) in enumerate(cons):
                 bc.port_names[k] = label
                 edges.append(Edge(bname, k, dst, slot, span, fb_port))
-        for e in edges:
-            g.add_edge(e.src, e.dst, edge=e)
-        for n in nodes:
-            if n not in g:
-                g.add_node(n)
-        prog = Program(self.main.name, g, nodes, edges, self.tensors, self.params,
+        if fanouts:
+            nodes = _with_fanouts(nodes, fanouts)
+        prog = Program(self.main.name, nodes, edges, self.tensors, self.params,
                        self.param_spans, self.assumptions, feedback, self.sources,
                        named=self.named, poisoned=poisoned)
         prog.order = {n: i for i, n in enumerate(nodes)}
@@ -988,12 +984,15 @@ def _bound_in(stmts) -> list[str]:
     return out
 
 
-def _insert_after(nodes: dict[str, OpNode], after: str, node: OpNode) -> dict[str, OpNode]:
+def _with_fanouts(nodes: dict[str, OpNode],
+                  fanouts: dict[str, list[OpNode]]) -> dict[str, OpNode]:
+    """`nodes` with each producer's implicit Broadcasts right after it, the last made first
+    (as if each had been inserted right after its producer when it was made)."""
     out: dict[str, OpNode] = {}
     for k, v in nodes.items():
         out[k] = v
-        if k == after:
-            out[node.name] = node
+        for bc in reversed(fanouts.get(k, ())):
+            out[bc.name] = bc
     return out
 
 

@@ -1,14 +1,17 @@
-"""The elaborated program: operator nodes, stream edges, tensors and facts, as a networkx graph."""
+"""The elaborated program: operator nodes, stream edges, tensors and facts (a directed
+multigraph kept as adjacency lists; `Program.graph` gives it as a networkx graph)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import networkx as nx
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from stepc.grammar import ast
 from stepc.source import SourceFile, Span
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,6 @@ class Program:
     """The result of elaboration."""
 
     name: str
-    graph: nx.MultiDiGraph
     nodes: dict[str, OpNode]  # in source order
     edges: list[Edge]
     tensors: dict[str, Tensor]
@@ -116,10 +118,33 @@ class Program:
     named: set[tuple[str, int]] = field(default_factory=set)  # streams referenced by name
     poisoned: set[str] = field(default_factory=set)  # nodes fed by a failed declaration
 
+    @cached_property
+    def _adjacent(self) -> tuple[dict[str, list[Edge]], dict[str, list[Edge]]]:
+        """Each node's incoming edges by slot and outgoing edges by (port, consumer's
+        position, slot)."""
+        ins: dict[str, list[Edge]] = {n: [] for n in self.nodes}
+        outs: dict[str, list[Edge]] = {n: [] for n in self.nodes}
+        for e in self.edges:
+            ins[e.dst].append(e)
+            outs[e.src].append(e)
+        for v in ins.values():
+            v.sort(key=lambda e: e.slot)
+        for v in outs.values():
+            v.sort(key=lambda e: (e.port, self.order[e.dst], e.slot))
+        return ins, outs
+
     def in_edges(self, node: str) -> list[Edge]:
-        return sorted((d["edge"] for _, _, d in self.graph.in_edges(node, data=True)),
-                      key=lambda e: e.slot)
+        return list(self._adjacent[0][node])
 
     def out_edges(self, node: str) -> list[Edge]:
-        return sorted((d["edge"] for _, _, d in self.graph.out_edges(node, data=True)),
-                      key=lambda e: (e.port, self.order[e.dst], e.slot))
+        return list(self._adjacent[1][node])
+
+    @cached_property
+    def graph(self) -> nx.MultiDiGraph:
+        """The program as a networkx multigraph (one edge per stream, data key `edge`)."""
+        import networkx as nx
+        g = nx.MultiDiGraph()
+        g.add_nodes_from(self.nodes)
+        for e in self.edges:
+            g.add_edge(e.src, e.dst, edge=e)
+        return g

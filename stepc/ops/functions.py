@@ -122,6 +122,25 @@ def _per_elem(k):
     return lambda elems, fn: k * elems[0].rows * elems[0].cols
 
 
+def _gelu_apply(elems, fn, ctx):
+    if fn.get("approximate", "none") not in ("none", "tanh"):
+        raise OpError("E0204", "attribute `approximate` of function `gelu` expects \"none\" or "
+                               f"\"tanh\", found {fn.get('approximate')!r}", "fn")
+    return _tile(elems[0], fn.name)
+
+
+def _rms_inv_apply(elems, fn, ctx):
+    eps = fn.get("eps", "1e-6")
+    try:
+        ok = float(eps) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise OpError("E0204", "attribute `eps` of function `rms_inv` expects a non-negative "
+                               f"decimal number as a string, found {eps!r}", "fn")
+    return _rowwise_apply(elems, fn, ctx)
+
+
 def _rowwise_apply(elems, fn, ctx):
     t = _tile(elems[0], fn.name)
     return Tile(t.dtype, t.rows, sympy.Integer(1))
@@ -261,6 +280,16 @@ _register(
            _per_elem(4), apply=_same_apply, example="t = Map(x, fn=tanh)"),
     FnSpec("rsqrt", {"map": 1}, "Reciprocal square root per element. FLOPs: 4 per element.",
            _per_elem(4), apply=_same_apply, example="r = Map(x, fn=rsqrt)"),
+    FnSpec("gelu", {"map": 1}, "GELU per element: `x * Phi(x)` (`approximate=\"tanh\"`: "
+           "the tanh approximation, as PyTorch's). FLOPs: 8 per element.", _per_elem(8),
+           apply=_gelu_apply,
+           attrs=(Param("approximate", "str", "none", "\"none\" (exact, erf) or \"tanh\""),),
+           example="a = Map(h, fn=gelu)"),
+    FnSpec("rms_inv", {"map": 1}, "Inverse root mean square of each row, RMSNorm's row "
+           "reduction: `[R,C] -> [R,1]`, `1 / sqrt(mean(x^2) + eps)`. FLOPs: 2*R*C.",
+           _per_elem(2), apply=_rms_inv_apply,
+           attrs=(Param("eps", "str", "1e-6", "added to the mean square, a decimal number"),),
+           example="r = Map(x, fn=rms_inv(eps=\"1e-6\"))"),
     FnSpec("row_sum", {"map": 1}, "Sum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
            _per_elem(1), apply=_rowwise_apply, example="s = Map(e, fn=row_sum)"),
     FnSpec("row_max", {"map": 1}, "Maximum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",

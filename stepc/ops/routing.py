@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, stream
-from stepc.types import Select, StreamType, Tile, equal, fmt_shape
+from stepc.types import Select, StreamType, Tile, ceil_div, equal, fmt_shape
 
 
 def _selector(ctx: InferCtx, name: str, n: int, what: str) -> StreamType:
@@ -117,7 +117,7 @@ def _parallelize(ctx: InferCtx):
                                f"{st.rank}, found {p}", "rank")
     split = len(st.shape) - p
     chunks = ctx.absorb(sympy.Mul(*st.shape[:split]), "n", "chunks to distribute")
-    return [stream(st.elem, (ctx.absorb(sympy.ceiling((chunks - i) / n), f"{i}",
+    return [stream(st.elem, (ctx.absorb(ceil_div(chunks - i, n), f"{i}",
                                          f"chunks dealt to output {i}"),) + st.shape[split:])
             for i in range(n)]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sympy
 
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, stream
-from stepc.types import Buffer, Scalar, StreamType, Tuple, divides, fmt_dim, fmt_shape
+from stepc.types import (Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim,
+                         fmt_shape)
 
 
 def _flatten(ctx: InferCtx):
@@ -52,7 +53,7 @@ def _reshape(ctx: InferCtx):
         raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
                                f"{partial} a partial last chunk: give `pad=zero` to pad it",
                       "chunk")
-    outer = ctx.absorb(sympy.ceiling(d / s), "c", "chunks made by Reshape")
+    outer = ctx.absorb(ceil_div(d, s), "c", "chunks made by Reshape")
     shape = st.shape[:i] + (outer, sympy.Integer(s)) + st.shape[i + 1:]
     return [stream(st.elem, shape), stream(Scalar("bool"), shape)]
 

@@ -235,8 +235,9 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------- build and run
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
-             progress=None) -> SimResult:
-    """Run a checked program on the given hardware."""
+             progress=None, values: dict[str, np.ndarray] | None = None) -> SimResult:
+    """Run a checked program on the given hardware. `values` replaces the declared
+    contents of the named tensors (weights and inputs loaded from a file)."""
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
@@ -253,7 +254,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             if functional:
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
-            env.tensors[t.name] = tensor_values(t, functional)
+            loaded = (values or {}).get(t.name)
+            if loaded is not None and np.size(loaded) != math.prod(t.shape):
+                raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
+                               f"holds {list(np.shape(loaded))}")
+            env.tensors[t.name] = (tensor_values(t, functional) if loaded is None else
+                                   np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype]))
     externals = [n for n in prog.nodes.values() if n.op == "External"]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:

@@ -107,6 +107,36 @@ def _integer(name: str, dtype: str | None = None):
     return f
 
 
+def _gelu(args, fn, dtype):
+    (a,) = args
+    data = None
+    if _func(args):
+        x = _arr(a).astype(np.float64)
+        if fn.get("approximate", "none") == "tanh":
+            data = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+        else:
+            data = 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+    return _out(a.rows, a.cols, dtype, a.valid, data, data is not None)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to within 1.5e-7 (Abramowitz and Stegun 7.1.26), below float32's resolution."""
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    y = 1.0 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429)))) * np.exp(-x * x)
+    return np.sign(x) * y
+
+
+def _rms_inv(args, fn, dtype):
+    (a,) = args
+    data = None
+    if _func(args):
+        eps = float(fn.get("eps", "1e-6"))
+        x = _arr(a).astype(np.float32)
+        data = 1.0 / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)
+    return _out(a.rows, 1, dtype, a.valid, data, data is not None)
+
+
 MAP = {
     "matmul": _matmul,
     "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
@@ -114,6 +144,7 @@ MAP = {
     "silu": _unary(_silu), "exp": _unary(np.exp),
     "sigmoid": _unary(_sigmoid), "tanh": _unary(np.tanh),
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
+    "gelu": _gelu, "rms_inv": _rms_inv,
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
     "set_offset": _set_offset, "row_append": _row_append,
     "cache_write_addr": _integer("cache_write_addr", "u64"),

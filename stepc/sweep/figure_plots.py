@@ -1,12 +1,13 @@
 """The plots of a reproduced figure, drawn from its spec's `plot` tables: scatter plots of
-one metric over another (or over a param such as R or B), and bars of one series' metric
-over another's (a speedup), with a table of the bars for the report."""
+one metric over another (or over a param such as R or B), bars of one series' metric
+over another's (a speedup), and grouped bars of claim expressions, each with a table of the
+bars for the report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from stepc.sweep.claims import METRICS, point_field, geomean
+from stepc.sweep.claims import METRICS, NeedsData, SpecError, evaluate_claim, geomean, point_field
 from stepc.sweep.plot import PlotError
 
 
@@ -22,8 +23,10 @@ def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
     for i, opts in enumerate(opts_list):
         name = "figure.png" if i == 0 else f"figure-{i + 1}.png"
         try:
-            if opts.get("kind", "scatter") == "ratio":
-                table, draw = _ratio_bars(opts, records, fig_dir / name)
+            kind = opts.get("kind", "scatter")
+            if kind in ("ratio", "bars"):
+                make = _ratio_bars if kind == "ratio" else _expression_bars
+                table, draw = make(opts, records, fig_dir / name)
                 lines += table  # the bars' values, even without matplotlib
                 draw()
             else:
@@ -101,6 +104,34 @@ def _ratio_bars(opts: dict, records: list[dict], path: Path):
     head = "geomean of " if reduce == "geomean" else ""
     out = ["| " + " ".join(group) + " | " + " | ".join(f"{head}{s} / {over}" for s in series)
            + " |", "|---|" + "---|" * len(series)]
+    for i, n in enumerate(names):
+        out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
+                                            for s in series) + " |")
+
+    def draw() -> None:
+        grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
+                     title=opts.get("title"))
+    return out + [""], draw
+
+
+def _expression_bars(opts: dict, records: list[dict], path: Path):
+    """Grouped bars: `groups` maps a group's name to one claim expression per bar series
+    (`series`, the bars' names), e.g. each variant's speedup over a baseline per model."""
+    from stepc.sweep.plot import grouped_bars
+    series = opts["series"]
+    cols: dict[str, list[float | None]] = {s: [] for s in series}
+    for group, exprs in opts["groups"].items():
+        if len(exprs) != len(series):
+            raise PlotError(f"group `{group}` has {len(exprs)} bars for {len(series)} series")
+        for s, expr in zip(series, exprs):
+            try:
+                cols[s].append(evaluate_claim(expr, records))
+            except (NeedsData, SpecError):
+                cols[s].append(None)
+    names = list(opts["groups"])
+    ylabel = opts.get("ylabel", "")
+    out = [f"| {ylabel or 'group'} | " + " | ".join(series) + " |",
+           "|---|" + "---|" * len(series)]
     for i, n in enumerate(names):
         out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
                                             for s in series) + " |")

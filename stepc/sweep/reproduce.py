@@ -38,7 +38,10 @@ COLUMN_NAMES = {"cycles": "cycles", "off_chip_bytes": "off-chip bytes",
                 "bw_utilization": "BW util.", "allocated_compute": "allocated FLOPs/cycle"}
 
 SPEC_KEYS = {"figure", "title", "plot", "note", "sets", "sweep", "claim", "measure", "quirks",
-             "trace_set", "columns", "reference"}
+             "trace_set", "columns", "reference", "choose", "assumptions"}
+CHOOSE_KEYS = {"figure", "static", "dynamic", "param", "axis", "about"}
+CHOOSE_AXES = {"memory": ("on_chip_bytes", "on_chip_bytes_on_demand"),
+               "performance": ("cycles", "cycles")}
 SWEEP_KEYS = {"program", "name", "params", "grid", "hw", "sets", "trace", "plot_x",
               "own_model"}
 CLAIM_KEYS = {"text", "value", "paper", "tolerance", "tolerance_reason", "quirk"}
@@ -46,7 +49,8 @@ MEASURE_KEYS = {"text", "value", "note"}
 PLOT_KEYS = {"scatter": {"kind", "title", "tags", "x", "y", "label", "series_by", "xlabel",
                          "ylabel", "logx", "logy", "front"},
              "ratio": {"kind", "title", "metric", "over", "series", "match", "group", "reduce",
-                       "ylabel"}}
+                       "ylabel"},
+             "bars": {"kind", "title", "series", "groups", "ylabel"}}
 TRACE_SET_KEYS = {"batch", "synthetic", "windows"}
 WINDOW_KEYS = {"label", "file", "group", "first", "std", "seed"}
 
@@ -109,8 +113,17 @@ def validate_spec(spec: dict, where: str = "spec") -> None:
     for i, opts in enumerate([plots] if isinstance(plots, dict) else plots):
         kind = opts.get("kind", "scatter")
         if kind not in PLOT_KEYS:
-            raise SpecError(f"{where}: plot {i + 1} has unknown kind `{kind}` (scatter, ratio)")
+            raise SpecError(f"{where}: plot {i + 1} has unknown kind `{kind}` (scatter, ratio, "
+                            "bars)")
         unknown(opts, PLOT_KEYS[kind], f"plot {i + 1}")
+    for name, ch in spec.get("choose", {}).items():
+        unknown(ch, CHOOSE_KEYS, f"choice `{name}`")
+        missing = sorted(CHOOSE_KEYS - {"about"} - set(ch))
+        if missing:
+            raise SpecError(f"{where}: choice `{name}` lacks {', '.join(missing)}")
+        if ch["axis"] not in CHOOSE_AXES:
+            raise SpecError(f"{where}: choice `{name}`: axis `{ch['axis']}` is not one of "
+                            f"{', '.join(sorted(CHOOSE_AXES))}")
     for name, ts in spec.get("trace_set", {}).items():
         unknown(ts, TRACE_SET_KEYS, f"trace set `{name}`")
         for w in ts.get("windows", []):
@@ -129,6 +142,7 @@ class Expanded:
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # by Point.ident
     notes: list[str] = field(default_factory=list)
     writes: list[tuple[Path, object]] = field(default_factory=list)
+    chosen: list[str] = field(default_factory=list)  # report lines: params chosen, and why
 
 
 def _window_trace(set_name: str, ts: dict, index: int, w: dict, data: str | None,
@@ -164,11 +178,62 @@ def _window_trace(set_name: str, ts: dict, index: int, w: dict, data: str | None
     return str(path)
 
 
+def depends_on(spec: dict) -> list[str]:
+    """The figures whose results the spec's `[choose.NAME]` params are chosen from."""
+    return sorted({ch["figure"] for ch in spec.get("choose", {}).values()})
+
+
+def choose(spec: dict, results: dict[str, list[dict]]) -> tuple[dict[str, object], list[str]]:
+    """Each `[choose.NAME]`'s param value, and a report line saying why. Among the points of
+    figure `figure`'s series `static` that lie on their Pareto front (cycles, on-chip bytes),
+    the one closest to the series `dynamic`'s point along `axis` (memory: its on-chip bytes
+    against the dynamic point's on demand, as Figure 9 charges them; performance: cycles),
+    closeness being |log(static / dynamic)|."""
+    import math
+
+    from stepc.sweep.pareto import pareto_front
+    chosen: dict[str, object] = {}
+    lines = []
+    for name, ch in spec.get("choose", {}).items():
+        recs = results.get(ch["figure"], [])
+        statics = [r for r in recs if r.get("tag") == ch["static"]]
+        dynamic = [r for r in recs if r.get("tag") == ch["dynamic"]]
+        failed = [r for r in statics + dynamic if r.get("status") != "ok"]
+        if len(dynamic) != 1 or not statics or failed:
+            why = f": {failed[0].get('error') or failed[0].get('status')}" if failed else ""
+            raise SpecError(f"choice `{name}` needs figure {ch['figure']}'s points "
+                            f"`{ch['static']}` and one `{ch['dynamic']}`, all run{why}")
+        static_metric, dynamic_metric = CHOOSE_AXES[ch["axis"]]
+        front = [statics[i] for i in pareto_front([(r["cycles"], r["on_chip_bytes"])
+                                                   for r in statics])]
+        target = dynamic[0][dynamic_metric]
+        best = min(front, key=lambda r: abs(math.log(r[static_metric] / target)))
+        chosen[name] = best["params"][ch["param"]]
+        lines.append(
+            f"- `{name}`: {ch['param']} = {chosen[name]} ({ch.get('about', ch['axis'])}): of "
+            f"figure {ch['figure']}'s `{ch['static']}` front ({ch['param']} = "
+            f"{', '.join(str(r['params'][ch['param']]) for r in front)}), the closest in "
+            f"{static_metric.replace('_', ' ')} ({_fmt(best[static_metric])}) to "
+            f"`{ch['dynamic']}`'s {dynamic_metric.replace('_', ' ')} ({_fmt(target)})")
+    return chosen, lines
+
+
+def _chosen_param(value, spec: dict, picked: dict | None, sweep: str):
+    """A param value; `"@NAME"` is the value of `[choose.NAME]` (kept as the text while
+    nothing is chosen yet, which is enough to check the claims)."""
+    if not (isinstance(value, str) and value.startswith("@")):
+        return value
+    if value[1:] not in spec.get("choose", {}):
+        raise SpecError(f"{sweep}: param value `{value}` names no `[choose.{value[1:]}]`")
+    return value if picked is None else picked[value[1:]]
+
+
 def expand_spec(spec: dict, data: str | None, model: str,
-                trace_dir: Path | None = None) -> Expanded:
+                trace_dir: Path | None = None, picked: dict | None = None) -> Expanded:
     """Every point of every sweep. A trace `"@SET"` (or `"@SET:LABEL"`) sweeps over the
     windows of a trace set; without a trace directory the windows' derived files (prefixes,
-    synthetic stand-ins) are named but not made, which is enough to check the claims."""
+    synthetic stand-ins) are named but not made, which is enough to check the claims.
+    A param `"@NAME"` takes the value `picked[NAME]` (see `choose`)."""
     exp = Expanded([])
     sets = spec.get("trace_set", {})
     stand_ins: dict[str, list[str]] = {}  # trace set -> windows replaced by synthetic data
@@ -210,7 +275,8 @@ def expand_spec(spec: dict, data: str | None, model: str,
         sets_ = tuple(spec.get("sets", [])) + tuple(sw.get("sets", [])) + \
             (() if sw.get("own_model") else (f"hbm.model={model}",))
         for values in itertools.product(*(grid[n] for n in names)):
-            params = {**sw.get("params", {}), **dict(zip(names, values))}
+            params = {k: _chosen_param(v, spec, picked, name) for k, v in
+                      {**sw.get("params", {}), **dict(zip(names, values))}.items()}
             for chosen in itertools.product(*(items for _, items in axes)):
                 traces = dict(fixed)
                 labels: dict[str, str] = {}
@@ -294,12 +360,16 @@ class Reproduced:
 
 
 def make_sweep(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
-               fresh: bool = False) -> tuple[dict, Expanded, Sweep, Path]:
-    """A figure's spec, points and sweep (its inputs read, synthetic traces written)."""
+               fresh: bool = False, results: dict[str, list[dict]] | None = None
+               ) -> tuple[dict, Expanded, Sweep, Path]:
+    """A figure's spec, points and sweep (its inputs read, synthetic traces written);
+    `results` holds the records of the figures its `[choose]` params depend on."""
     spec = load_spec(figure)
     fig_dir = Path(out_dir) / f"fig{figure}"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    exp = expand_spec(spec, data, model, (fig_dir / "traces").resolve())
+    chosen, chosen_lines = choose(spec, results or {})
+    exp = expand_spec(spec, data, model, (fig_dir / "traces").resolve(), chosen)
+    exp.chosen = chosen_lines
     if exp.writes:
         import numpy as np
         (fig_dir / "traces").mkdir(exist_ok=True)
@@ -327,25 +397,45 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
                       fresh: bool = False):
     """`reproduce` for several figures through one pool of `jobs` workers: every figure's
     points are submitted first, so no worker idles while a figure waits for its last
-    point. Yields each figure's `Reproduced` in order (`progress(figure)` gives the
-    figure's per-record callback)."""
+    point. A figure whose params are chosen from other figures' results (`[choose]`) is
+    submitted once those are in; a figure it needs that was not asked for runs too (its
+    records are kept, its report is not written). Yields each asked figure's `Reproduced`
+    in order (`progress(figure)` gives the figure's per-record callback)."""
     from stepc.sweep.runner import LocalPool
 
-    started = [(figure, *make_sweep(figure, data, out_dir, jobs, model, fresh))
-               for figure in figures]
+    needs = {f: depends_on(load_spec(f)) for f in figures}
+    extra = sorted({d for ds in needs.values() for d in ds} - set(figures))
+    needs.update({d: depends_on(load_spec(d)) for d in extra})
+    if any(needs[d] for d in extra):
+        raise SpecError("a figure that others choose params from must not choose its own")
+    order = extra + [f for f in figures if not needs[f]] + [f for f in figures if needs[f]]
+    results: dict[str, list[dict]] = {}
+    started: dict[str, tuple] = {}
     pool = LocalPool(jobs)
     pending = []
+
+    def start_ready() -> None:
+        for figure in order:
+            if figure not in started and all(d in results for d in needs[figure]):
+                started[figure] = make_sweep(figure, data, out_dir, jobs, model, fresh,
+                                             results)
+                pending.append(started[figure][2].submit(pool, resume=True))
     try:
-        for figure, spec, exp, sweep, fig_dir in started:
-            pending.append(sweep.submit(pool, resume=True))
-        for (figure, spec, exp, sweep, fig_dir), waiting in zip(started, pending):
+        start_ready()
+        for figure in order:
+            spec, exp, sweep, fig_dir = started[figure]
+            waiting = pending[list(started).index(figure)]
             try:
                 outcome = waiting.collect(progress(figure))
             except BaseException:
                 for other in pending:
                     other.keep_finished()
                 raise
-            yield _report(figure, spec, exp, sweep, fig_dir, outcome, model, data)
+            results[figure] = [{**r, "labels": exp.labels.get(p.ident, {})}
+                               for p, r in zip(sweep.points, outcome.records)]
+            start_ready()
+            if figure in figures:
+                yield _report(figure, spec, exp, sweep, fig_dir, outcome, model, data)
     finally:
         if any(p.futures for p in pending):
             pool.terminate()  # stopped early: the remaining points are not wanted
@@ -366,10 +456,15 @@ def _report(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcom
                       failed_points=sum(r.get("status") != "ok" for r in records))
     lines = [f"# Figure {figure}: {spec['title']}", ""]
     lines += _run_lines(spec, records, outcome, exp.notes, model, data)
+    if exp.chosen:
+        lines += ["", "Params chosen from other figures' results:", "", *exp.chosen]
     if spec.get("note"):
         lines += ["", " ".join(spec["note"].split())]
     references = load_references(spec, data)
     lines += _claim_lines(spec, records, references, done, bool(exp.notes))
+    if spec.get("assumptions"):
+        lines += ["", "Assumptions (what the paper does not pin down):", ""]
+        lines += [f"- {' '.join(a.split())}" for a in spec["assumptions"]]
     if spec.get("quirks"):
         lines += ["", "Known quirks of the paper's artifact that this figure touches:", ""]
         lines += [f"- {' '.join(q.split())}" for q in spec["quirks"]]

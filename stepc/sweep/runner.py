@@ -30,9 +30,10 @@ import stepc
 
 DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
 # Files of the package that only present results: editing them leaves records valid.
-PRESENTATION = ("cli.py", "cli_sweep.py", "docgen.py", "fidelity.py", "viz/", "experiments/",
-                "ops/examples/", "sweep/plot.py", "sweep/pareto.py", "sweep/reproduce.py",
-                "sweep/claims.py", "sweep/figure_plots.py", "cli_tune.py", "tune/")
+PRESENTATION = ("api/", "cli.py", "cli_sweep.py", "docgen.py", "fidelity.py", "viz/",
+                "experiments/", "ops/examples/", "sweep/plot.py", "sweep/pareto.py",
+                "sweep/reproduce.py", "sweep/claims.py", "sweep/figure_plots.py",
+                "cli_tune.py", "tune/")
 
 
 @functools.cache
@@ -413,7 +414,7 @@ def _stop(executor, futures) -> None:
 @dataclass
 class Sweep:
     points: list[Point]
-    out: str
+    out: str | None  # the results file (None: records are only returned)
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     executor: object = None  # a concurrent.futures.Executor; a local process pool by default
 
@@ -425,7 +426,7 @@ class Sweep:
         self.inputs = [i for _, i in prepared]
 
     def earlier(self) -> Earlier:
-        return earlier_results(self.out, self.points)
+        return earlier_results(self.out, self.points) if self.out else Earlier()
 
     def run(self, resume: bool = False, progress=None) -> Outcome:
         """Run the points without a reusable record; append each record as it arrives."""
@@ -439,10 +440,10 @@ class Sweep:
     def submit(self, executor, resume: bool = False) -> Pending:
         """Hand the points without a reusable record to `executor`; `collect` the records.
         Several sweeps submitted to one pool keep its workers busy between them."""
-        if not resume and os.path.exists(self.out):
+        if not resume and self.out and os.path.exists(self.out):
             raise FileExistsError(self.out)
         earlier = self.earlier() if resume else Earlier()
-        if resume:
+        if resume and self.out:
             _drop_torn_line(self.out)
         records: list[dict | None] = [earlier.reusable.get(p.key) for p in self.points]
         todo = [i for i, r in enumerate(records) if r is None]
@@ -476,8 +477,9 @@ class Pending:
         self.progress = None
 
     def keep(self, i: int, rec: dict) -> None:
-        with open(self.sweep.out, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+        if self.sweep.out:
+            with open(self.sweep.out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
         self.records[i] = rec
         if self.progress is not None:
             self.progress(rec)

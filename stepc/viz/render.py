@@ -84,3 +84,13 @@ def write_output(dot_text: str, out: str, force: bool = False) -> None:
     if proc.returncode != 0:
         raise RenderError(f"Graphviz failed: {proc.stderr.decode(errors='replace').strip()}")
     path.write_bytes(_mark(fmt, proc.stdout))
+
+
+def render_svg(dot_text: str) -> str | None:
+    """DOT text rendered as SVG by Graphviz, or None when Graphviz is missing or fails."""
+    exe = shutil.which("dot")
+    if exe is None:
+        return None
+    proc = subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), capture_output=True,
+                          check=False)
+    return proc.stdout.decode() if proc.returncode == 0 else None

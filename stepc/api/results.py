@@ -1,0 +1,209 @@
+"""What analyzing and simulating a program return: `Cost` and `Run`, plain dataclasses whose
+`.to_dict()` is the document of `stepc analyze|sim --format json`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stepc.api.errors import Deadlock, InputError, SimulationError
+from stepc.api.program import Program, hardware, no_such, trace_arrays, trace_input_error
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from stepc.analyze import Analysis
+    from stepc.hw import HardwareConfig
+    from stepc.sim.run import SimResult
+
+FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
+
+
+def plain(e) -> Any:
+    """An int when bound and integral, a float when numeric, else the sympy expression."""
+    import sympy
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return int(e)
+    if e.is_number:
+        return float(e)
+    return e
+
+
+@dataclass
+class Cost:
+    """Costs of a program (`stepc analyze`): totals and per-operator values are ints once
+    every dim is bound, sympy expressions in the dims still free."""
+
+    program: str
+    onchip_model: str
+    totals: dict[str, Any]  # off_chip_bytes, on_chip_bytes, on_chip_bytes_on_demand, flops, ...
+    per_op: dict[str, dict[str, Any]]  # operator -> {op, off_chip_bytes, on_chip_bytes, ...}
+    bindings: dict[str, Any]
+    roofline: dict[str, Any] | None = None  # memory_cycles, compute_cycles, bound (with hw)
+    warnings: list[str] = field(default_factory=list)
+    analysis: Analysis | None = field(default=None, repr=False)
+    hw: HardwareConfig | None = field(default=None, repr=False)
+    roofline_bound: Any = field(default=None, repr=False)  # the Roofline, for renderers
+
+    def to_dict(self) -> dict:
+        """The document of `stepc analyze --format json`."""
+        from stepc.analyze.report import to_json
+        return to_json(self.analysis, self.hw, self.roofline_bound)
+
+
+def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, traces,
+                    onchip_model: str) -> Cost:
+    """`Program.analyze`: the analysis with `traces` and `bind` applied."""
+    import sympy
+
+    from stepc.analyze import analyze, roofline, trace_bindings
+    from stepc.traces import TraceError
+
+    if onchip_model not in ("artifact", "paper"):
+        raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
+    config, warnings = hardware(hw, sets, roofline=True) if (hw is not None or sets) \
+        else (None, [])
+    typed = prog.typed
+    a = analyze(typed, onchip_model, config)
+    values: dict = {}
+    try:
+        values.update(trace_bindings(typed, trace_arrays(traces)))
+    except TraceError as e:
+        raise trace_input_error(e, prog._compiled.sources) from None
+    known = {n: info.span for n, info in typed.symbols.infos.items()}
+    for name, val in (bind or {}).items():
+        if name not in known:
+            d = no_such("--bind", name, "symbol", known)
+            raise InputError(d.message, [d], prog._compiled.sources)
+        values[name] = sympy.Integer(int(val))
+    if values:
+        a = a.bind(values)
+    roof = roofline(a, config) if config is not None else None
+    per_op = {o.node: {"op": o.op, "off_chip_bytes": plain(o.off_chip),
+                       "on_chip_bytes": plain(o.on_chip),
+                       "on_chip_bytes_on_demand": plain(o.on_chip_on_demand),
+                       "flops": plain(o.flops), "compute_bw": o.compute_bw} for o in a.ops}
+    roof_dict = None if roof is None else {
+        "memory_cycles": plain(roof.memory_cycles), "compute_cycles": plain(roof.compute_cycles),
+        "bound": roof.bound}
+    return Cost(a.program, onchip_model, {k: plain(v) for k, v in a.totals.items()}, per_op,
+                {k: plain(v) for k, v in a.bindings.items()}, roof_dict, warnings, a, config,
+                roof)
+
+
+@dataclass
+class Run:
+    """What a simulation measured (`stepc sim`)."""
+
+    program: str
+    hw: str
+    functional: bool
+    cycles: int
+    off_chip_bytes: int  # bytes of the tiles moved to and from HBM
+    flops: int
+    busy: dict[str, int]  # operator -> busy cycles
+    dims: dict[str, Any]  # symbolic dims as this run determined them
+    on_chip_bytes: Any
+    on_chip_bytes_on_demand: Any
+    compute_utilization: float | None
+    outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # functional
+    deadlock: list | None = None  # blocked operators, when the run deadlocked
+    warnings: list[str] = field(default_factory=list)
+    result: SimResult | None = field(default=None, repr=False)  # every counter of the run
+    totals: dict[str, Any] = field(default_factory=dict, repr=False)  # the bound analysis
+
+    def to_dict(self) -> dict:
+        """The document of `stepc sim --format json`."""
+        from stepc.sim.report import to_json
+        doc = to_json(self.result, self.totals)
+        doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
+        return doc
+
+
+def tensor_bytes(prog: Program) -> int:
+    """Bytes of the program's tensors (values are skipped by default above 256 MiB)."""
+    import math
+
+    from stepc.types import DTYPE_BYTES
+    return sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
+               for t in prog.typed.program.tensors.values())
+
+
+def _cycle_progress(progress):
+    """A kernel progress callback (gets the current cycle) from a tqdm-like object, which
+    `update`s by the cycles since the last call, or from a plain function."""
+    if progress is None or not hasattr(progress, "update"):
+        return progress
+    last = [0]
+
+    def advance(cycle: int) -> None:
+        progress.update(cycle - last[0])
+        last[0] = cycle
+    return advance
+
+
+def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
+                     max_cycles: int | None, trace_ops: bool, progress,
+                     values: Mapping[str, np.ndarray] | None = None) -> Run:
+    """`Program.simulate`: run, bind the analysis to the run's dims, raise `Deadlock`."""
+    from stepc.analyze import analyze
+    from stepc.sim.kernel import SimError
+    from stepc.sim.report import deadlock_text
+    from stepc.sim.run import simulate
+    from stepc.traces import TraceError
+
+    config, warnings = hardware(hw, sets)
+    if timing_only is None:
+        timing_only = tensor_bytes(prog) > FUNCTIONAL_LIMIT
+    typed = prog.typed
+    tick = _cycle_progress(progress)
+    try:
+        arrays = trace_arrays(traces)
+        result = simulate(typed, config, arrays, functional=not timing_only,
+                          trace_ops=trace_ops, max_cycles=max_cycles, progress=tick,
+                          values=dict(values) if values is not None else None)
+    except TraceError as e:
+        raise trace_input_error(e, prog._compiled.sources) from None
+    except SimError as e:
+        node = typed.program.nodes.get(e.node) if e.node else None
+        raise SimulationError(str(e), e.node, node.span if node is not None else None) \
+            from None
+    if tick is not None:
+        tick(result.cycles)  # the kernel reports now and then: end on the last cycle
+    a = analyze(typed, "artifact", config).bind(dict(result.bindings))
+    totals = {**a.totals, "allocated_compute": a.allocated_compute}
+    alloc = totals["allocated_compute"]
+    run = Run(result.program, config.name, result.functional, result.cycles,
+              result.useful_bytes, result.flops, {o.name: o.busy for o in result.ops},
+              {k: plain(v) for k, v in result.bindings.items()},
+              plain(totals["on_chip_bytes"]), plain(totals["on_chip_bytes_on_demand"]),
+              result.flops / result.cycles / alloc if alloc and result.cycles else None,
+              result.outputs, result.deadlock, warnings, result, totals)
+    if result.deadlock:
+        raise Deadlock(run, deadlock_text(result, typed.program.nodes))
+    return run
+
+
+def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
+    """`Program.dot`: DOT text, shaded by a Cost, a Run or a {node: Heat | fraction}."""
+    from stepc.viz.dot import Heat, analysis_heat, to_dot
+
+    heat, default_title = None, None
+    if isinstance(annotate, Cost):
+        heat, unbound = analysis_heat(annotate.analysis)
+        default_title = f"{prog.name}: shaded by share of off-chip traffic"
+        if unbound:
+            names = ", ".join(unbound[:4]) + (f", ... ({len(unbound)} dims)"
+                                              if len(unbound) > 4 else "")
+            default_title += f" (unbound {names} taken as 1; bind with --bind/--trace)"
+    elif isinstance(annotate, Run):
+        cycles = annotate.cycles
+        heat = {name: Heat(busy / cycles if cycles else 0.0,
+                           f"busy {100 * busy / max(cycles, 1):.1f}%")
+                for name, busy in annotate.busy.items() if busy}
+        default_title = f"{prog.name}: shaded by busy cycles"
+    elif annotate is not None:
+        heat = {k: v if isinstance(v, Heat) else Heat(float(v)) for k, v in annotate.items()}
+    return to_dot(prog.typed, collapse=collapse, heat=heat, title=title or default_title)

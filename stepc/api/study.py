@@ -1,0 +1,185 @@
+"""Studies over many runs: `sweep` (programs x params x hardware x traces, in parallel) and
+`reproduce` (a figure of the paper's evaluation)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stepc.api.errors import InputError
+from stepc.api.program import check, hardware, settings
+
+if TYPE_CHECKING:
+    from stepc.sweep.reproduce import Reproduced
+    from stepc.sweep.runner import Earlier, Sweep
+
+MAX_POINTS = 10_000
+set_ = set  # the builtin, which the `set=` argument (hardware overrides) shadows
+
+
+def record_progress(progress) -> Callable[[dict], None] | None:
+    """A per-record callback from a tqdm-like object (`update(1)` per point) or a
+    function of the record."""
+    if progress is None or not hasattr(progress, "update"):
+        return progress
+    return lambda record: progress.update(1)
+
+
+@dataclass
+class SweepResults:
+    """A finished sweep: one record per point (the `results.jsonl` schema), in point order."""
+
+    records: list[dict]
+    reused: int = 0  # points taken from an earlier run (`resume=True`)
+    ran: int = 0
+    out: str | None = None  # the results file, if one was written
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.records)
+
+    @property
+    def failed(self) -> list[dict]:
+        """Records of points that did not finish (`status` error or deadlock)."""
+        return [r for r in self.records if r["status"] != "ok"]
+
+    def to_dict(self) -> dict:
+        return {"records": self.records, "reused": self.reused, "ran": self.ran,
+                "out": self.out}
+
+    def to_records(self) -> list[dict]:
+        """Flat records: each param and trace a column of its own (`TILE_N`, `trace routing`)."""
+        rows = []
+        for r in self.records:
+            row = {k: v for k, v in r.items() if k not in ("params", "traces", "key",
+                                                          "digests", "seal")}
+            row.update(r["params"])
+            row.update({f"trace {k}": v for k, v in r["traces"].items()})
+            rows.append(row)
+        return rows
+
+    def to_pandas(self):
+        """The flat records as a pandas DataFrame (`pip install 'stepc[pandas]'`)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("to_pandas needs pandas: pip install 'stepc[pandas]' (or use "
+                              "to_records())") from None
+        return pandas.DataFrame(self.to_records())
+
+
+@dataclass
+class SweepPlan:
+    """A sweep whose inputs are read and checked, ready to `run`."""
+
+    sweep: Sweep
+    warnings: list[str] = field(default_factory=list)  # hardware overrides no run reads
+
+    def earlier(self) -> Earlier:
+        """What the results file already holds for these points (for `resume`)."""
+        return self.sweep.earlier()
+
+    def run(self, resume: bool = False, progress=None) -> SweepResults:
+        outcome = self.sweep.run(resume=resume, progress=record_progress(progress))
+        return SweepResults(outcome.records, outcome.reused, outcome.ran, self.sweep.out)
+
+
+def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = None,
+               params: Mapping[str, int] | None = None, hw: str | Sequence[str] = "paper-eval",
+               set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
+               traces: Mapping[str, str | Sequence[str]] | None = None,
+               timing_only: bool = True, jobs: int | None = None, out: str | None = None,
+               resume: bool = False, executor=None) -> SweepPlan:
+    """Check a sweep's programs, params, traces and hardware, and read its inputs."""
+    from stepc.sweep.runner import Sweep, grid_points
+
+    files = [os.fspath(programs)] if isinstance(programs, (str, os.PathLike)) \
+        else [os.fspath(p) for p in programs]
+    fixed = {k: int(v) for k, v in (params or {}).items()}
+    grid = {k: [int(v) for v in (vs if isinstance(vs, Sequence) else [vs])]
+            for k, vs in (grid or {}).items()}
+    both = sorted(set_(fixed) & set_(grid))
+    if both:
+        raise InputError(f"-D {both[0]} and --grid {both[0]}: give the param one or the other")
+    grid.update({n: [v] for n, v in fixed.items()})
+    trace_sets = {name: [os.fspath(paths)] if isinstance(paths, (str, os.PathLike))
+                  else [os.fspath(p) for p in paths] for name, paths in (traces or {}).items()}
+    hws = [hw] if isinstance(hw, str) else list(hw) or ["paper-eval"]
+    total = len(files) * len(hws)
+    for values in [*grid.values(), *trace_sets.values()]:
+        total *= len(values)
+    if total > MAX_POINTS:
+        raise InputError(f"the sweep has more than {MAX_POINTS:,} points: narrow the grid")
+    for name, paths in trace_sets.items():
+        for path in paths:
+            if not os.path.exists(path):
+                raise InputError(f"--trace {name}: no such file {path}")
+    for f in files:
+        prog = check(f, **fixed).program()
+        unknown = sorted(set_(grid) - set_(prog.params))
+        if unknown:
+            raise InputError(f"--grid {unknown[0]}: {f} has no parameter `{unknown[0]}`")
+    sets = settings(set)
+    warnings = [w for h in hws for w in hardware(h, sets)[1]]
+    if out is not None and os.path.exists(out) and not resume:
+        raise InputError(f"--out {out} exists: add --resume to continue that sweep, or "
+                         "choose another file")
+    points = grid_points(files, grid, hws, sets, trace_sets, timing_only)
+    return SweepPlan(Sweep(points, out, jobs or (os.cpu_count() or 1), executor), warnings)
+
+
+def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = None,
+          params: Mapping[str, int] | None = None, hw: str | Sequence[str] = "paper-eval",
+          set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
+          traces: Mapping[str, str | Sequence[str]] | None = None, timing_only: bool = True,
+          jobs: int | None = None, out: str | None = None, resume: bool = False,
+          progress=None, executor=None) -> SweepResults:
+    """Simulate every combination of programs x `grid` values x hardware x trace files, in
+    `jobs` worker processes (a concurrent.futures `executor`, e.g. Dask's, instead).
+
+    `grid` maps a param to its values, `params` fixes params, `traces` maps an external
+    stream to one trace file or a list of them. `out`: also append each record to this
+    JSON-lines file (`resume=True` reuses its finished points). `progress`: a tqdm-like
+    object (`update(1)` per point) or a function of each record. Failed points are records
+    with `status` "error" or "deadlock", not exceptions."""
+    plan = plan_sweep(programs, grid, params, hw, set, traces, timing_only, jobs, out,
+                      resume, executor)
+    return plan.run(resume, progress)
+
+
+def reproduce(figures: str | Sequence[str], data: str | None = None,
+              out: str = "reproduction", jobs: int | None = None, model: str = "ref",
+              fresh: bool = False, progress=None,
+              on_figure: Callable[[str], None] | None = None) -> Iterator[Reproduced]:
+    """Reproduce figures of the paper's evaluation (`"9"`, `["8", "9"]` or `"all"`): their
+    points through one worker pool, and per figure a report beside the paper's claims
+    under `out`. Yields each figure's summary as it finishes; `on_figure(figure)` is called
+    when its points start to be collected, `progress` as for `sweep`."""
+    from stepc.sweep.reproduce import SpecError, available_figures, reproduce_figures
+
+    have = available_figures()
+    names = have if figures == "all" else [figures] if isinstance(figures, str) \
+        else list(figures)
+    names = [str(f).removeprefix("fig") for f in names]
+    unknown = [f for f in names if f not in have]
+    if unknown:
+        raise InputError(f"no experiment spec for figure {unknown[0]} (have: "
+                         f"{', '.join(have)}, or all)")
+    if data and not os.path.isdir(data):
+        raise InputError(f"--data {data}: not a directory")
+    per_record = record_progress(progress)
+
+    def collecting(figure: str):
+        if on_figure is not None:
+            on_figure(figure)
+        return per_record
+
+    try:
+        yield from reproduce_figures(names, data, out, jobs or (os.cpu_count() or 1), model,
+                                     collecting, fresh)
+    except SpecError as e:
+        raise InputError(str(e)) from None

@@ -1,0 +1,136 @@
+"""`stepc from-torch`: lower a PyTorch module to a `.step` program (needs the torch extra;
+torch is imported only when the command runs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import click
+import numpy as np
+
+from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_output_path, quick_exit
+
+_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64",
+           "i32": "int32"}
+_INPUT = re.compile(r"^(\w+)=(\w+)\[(\d+(?:\s*,\s*\d+)*)\]$")
+
+
+def _parse_input(text: str) -> tuple[str, str, list[int]]:
+    m = _INPUT.match(text.replace(" ", ""))
+    if not m or m.group(2) not in _DTYPES:
+        raise click.UsageError(f"--input {text}: expected NAME=DTYPE[D0,D1,...] with DTYPE one "
+                               f"of {', '.join(_DTYPES)}, e.g. x=bf16[64,2048]")
+    return m.group(1), m.group(2), [int(d) for d in m.group(3).split(",")]
+
+
+def _parse_external(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name.isidentifier() or not path.endswith(".npy"):
+        raise click.UsageError(f"--external-out {text}: expected NAME=FILE.npy, e.g. "
+                               "routing=ids.npy")
+    return name, path
+
+
+def _parse_param(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
+        raise click.UsageError(f"--param {text}: expected NAME=INTEGER, e.g. TILE_F=64")
+    return name, int(value)
+
+
+@click.command("from-torch", short_help="Lower a PyTorch module to a .step program.")
+@click.argument("spec", metavar="FILE.py:CLASS")
+@click.option("--input", "inputs", multiple=True, required=True, metavar="NAME=DTYPE[SHAPE]",
+              help="A forward argument, in order (repeatable), e.g. x=bf16[64,2048].")
+@click.option("--schedule", "tiling", default=None,
+              type=click.Choice(["static", "dynamic", "timemux", "interleaved", "coarse"]),
+              help="Tiling: static tiles, dynamic tiling or time-multiplexed regions for MoE "
+              "blocks; interleaved, coarse or dynamic parallelisation for decode attention. "
+              "Default: the block's first (static; interleaved).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="A schedule parameter (repeatable), e.g. TILE_F=64, TILE_N=16, R=32.")
+@click.option("-o", "--output", "out", default=None, metavar="FILE.step",
+              help="Write the program here (default: standard output).")
+@click.option("--weights-out", default=None, metavar="FILE.safetensors",
+              help="Also write the module's weights (built on the CPU with --seed) and seeded "
+              "example inputs, for `stepc sim --weights FILE`.")
+@click.option("--external-out", "externals_out", multiple=True, metavar="NAME=FILE.npy",
+              help="Also write the external stream NAME (a MoE block's `routing`, decode "
+              "attention's `kv_lens`) for the same inputs, for `stepc sim --trace NAME=FILE`.")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the weights and example inputs of --weights-out / --external-out.")
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+@quick_exit
+def from_torch_cmd(spec, inputs, tiling, params, out, weights_out, externals_out, seed, force):
+    """Lower the module class FILE.py:CLASS (built with its default arguments, on the meta
+    device, so no weights are allocated) to a readable, tiled .step program.
+
+    \b
+    Examples:
+      stepc from-torch examples/torch/qwen_moe.py:MoEBlock --input x=bf16[64,2048] \\
+          --schedule dynamic -o moe_from_torch.step
+      stepc from-torch examples/torch/swiglu_mlp.py:SwiGLUMLP --input x=f32[64,256] \\
+          --param TB=16 --param TILE_F=64
+      stepc from-torch examples/torch/decode_attention.py:DecodeAttention \\
+          --input q=bf16[8,4,16] --input k_new=bf16[8,16] --input v_new=bf16[8,16] \\
+          --input k_cache=bf16[8,64,16] --input v_cache=bf16[8,64,16] \\
+          --input kv_lens=i64[8] --schedule dynamic --param R=2 --param TILE_N=8 \\
+          -o attn.step --weights-out attn.safetensors --external-out kv_lens=lens.npy
+      stepc sim attn.step --weights attn.safetensors --trace kv_lens=lens.npy
+    """
+    args = [_parse_input(t) for t in inputs]
+    schedule = {**({"tiling": tiling} if tiling else {}), **dict(_parse_param(p) for p in params)}
+    streams = dict(_parse_external(t) for t in externals_out)
+    if weights_out and not weights_out.endswith(".safetensors"):
+        raise click.UsageError(f"--weights-out {weights_out}: expected a .safetensors file")
+    for flag, path in ([("-o", out)] if out else []) + ([("--weights-out", weights_out)]
+                                                        if weights_out else []) + [
+            ("--external-out", p) for p in streams.values()]:
+        check_output_path(flag, path)
+        if os.path.exists(path) and not force:
+            click.echo(f"stepc: error: {path} exists; --force overwrites it", err=True)
+            sys.exit(EXIT_USAGE)
+    try:
+        import torch
+
+        from stepc.torch import LoweringError, from_torch, load_module
+    except ImportError:
+        click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
+                   "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        cls = load_module(spec)
+        with torch.device("meta"):
+            module = cls()
+            example = tuple(torch.empty(shape, dtype=getattr(torch, _DTYPES[dt]))
+                            for _, dt, shape in args)
+        prog = from_torch(module, example, schedule=schedule)
+        if weights_out or streams:
+            torch.manual_seed(seed)
+            prog = prog.on_module(cls())  # the same module on the CPU, with real weights
+            real = prog.seeded_inputs(example, seed)
+            traces = prog.traces(*real)
+    except LoweringError as e:
+        click.echo(f"stepc: error: {e}", err=True)
+        sys.exit(EXIT_PROGRAM)
+    unknown = sorted(set(streams) - set(traces)) if streams else []
+    if unknown:
+        have = ", ".join(sorted(traces)) or "none"
+        click.echo(f"stepc: error: --external-out {unknown[0]}: the program has no external "
+                   f"stream `{unknown[0]}` from the module (it has: {have})", err=True)
+        sys.exit(EXIT_USAGE)
+    if out:
+        with open(out, "w") as f:
+            f.write(prog.text)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(prog.text, nl=False)
+    if weights_out:
+        prog.save_weights(weights_out, *real)
+        click.echo(f"wrote {weights_out}", err=True)
+    for name, path in streams.items():
+        np.save(path, traces[name])
+        click.echo(f"wrote {path}", err=True)
+    sys.exit(EXIT_OK)

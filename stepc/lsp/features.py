@@ -1,0 +1,167 @@
+"""The language server's requests: hover, definition, references, completion, signature
+help, document symbols, formatting and inlay hints (registered on `server.server`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from lsprotocol import types as lsp
+from pygls.uris import from_fs_path
+
+from stepc.diagnostics import StepError
+from stepc.grammar.format import FormatError, format_source
+from stepc.lsp import complete as completion
+from stepc.lsp.hover import hover_text
+from stepc.lsp.index import Outline, Ref
+from stepc.lsp.server import StepServer, location, server, to_range, to_utf16
+from stepc.ops import OPS
+from stepc.types import fmt_shape
+
+SYMBOL_KIND = {"param": lsp.SymbolKind.Constant, "tensor": lsp.SymbolKind.Array,
+               "stream": lsp.SymbolKind.Variable, "graph": lsp.SymbolKind.Function,
+               "loop": lsp.SymbolKind.Namespace, "binding": lsp.SymbolKind.Variable,
+               "import": lsp.SymbolKind.Module}
+ITEM_KIND = {"operator": lsp.CompletionItemKind.Function,
+             "function": lsp.CompletionItemKind.Function,
+             "attribute": lsp.CompletionItemKind.Property,
+             "value": lsp.CompletionItemKind.Value, "name": lsp.CompletionItemKind.Variable,
+             "keyword": lsp.CompletionItemKind.Keyword,
+             "preset": lsp.CompletionItemKind.Constant}
+
+
+@server.feature(lsp.TEXT_DOCUMENT_HOVER)
+async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
+    if checked is None:
+        return None
+    item = checked.index.at(path, line, col)
+    if item is None:
+        return None
+    settings = ls.settings
+    if settings.hw and isinstance(item, Ref) and item.call is not None and item.name in OPS:
+        # the roofline numbers need a cost analysis: made off the editor's thread
+        text = await asyncio.get_running_loop().run_in_executor(
+            ls.costs, hover_text, checked, item, settings)
+    else:
+        text = hover_text(checked, item, settings)
+    if text is None:
+        return None
+    return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text),
+                     to_range(item.span, checked.compiled.sources))
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
+def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.Location] | None:
+    checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
+    if checked is None:
+        return None
+    target = checked.index.import_at(path, line, col)
+    if target is not None:
+        origin = lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
+        return [lsp.Location(from_fs_path(target), origin)]
+    item = checked.index.at(path, line, col)
+    if item is None:
+        return None
+    return [location(d.span, checked.compiled.sources) for d in checked.index.resolve(item)]
+
+
+@server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
+def references(ls: StepServer, params: lsp.ReferenceParams) -> list[lsp.Location] | None:
+    checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
+    if checked is None:
+        return None
+    item = checked.index.at(path, line, col)
+    if item is None:
+        return None
+    spans = checked.index.references(item, params.context.include_declaration)
+    return [location(s, checked.compiled.sources) for s in spans]
+
+
+@server.feature(lsp.TEXT_DOCUMENT_COMPLETION,
+                lsp.CompletionOptions(trigger_characters=["=", "(", ",", " "]))
+def complete(ls: StepServer, params: lsp.CompletionParams) -> lsp.CompletionList:
+    checked, path, line, _ = ls.lookup(params.text_document.uri, params.position)
+    before = ls.text_before(params.text_document.uri, params.position)
+    items = completion.complete(before, checked.index if checked else None, path, line)
+    return lsp.CompletionList(False, [
+        lsp.CompletionItem(i.label, kind=ITEM_KIND[i.kind], detail=i.detail or None,
+                           documentation=lsp.MarkupContent(lsp.MarkupKind.Markdown, i.doc)
+                           if i.doc else None, insert_text=i.insert)
+        for i in items])
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SIGNATURE_HELP,
+                lsp.SignatureHelpOptions(trigger_characters=["(", ","],
+                                         retrigger_characters=["="]))
+def signature_help(ls: StepServer, params: lsp.SignatureHelpParams) -> lsp.SignatureHelp | None:
+    checked, _, _, _ = ls.lookup(params.text_document.uri, params.position)
+    ctx = completion.call_context(ls.text_before(params.text_document.uri, params.position))
+    sig = completion.signature(ctx, checked.index if checked else None) if ctx else None
+    if sig is None:
+        return None
+    label, params_, active, doc = sig
+    info = lsp.SignatureInformation(
+        label, lsp.MarkupContent(lsp.MarkupKind.Markdown, doc),
+        [lsp.ParameterInformation(p, d or None) for p, d in params_])
+    return lsp.SignatureHelp([info], active_signature=0, active_parameter=active)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+def document_symbols(ls: StepServer,
+                     params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol] | None:
+    checked, path, _, _ = ls.lookup(params.text_document.uri, lsp.Position(0, 0))
+    if checked is None:
+        return None
+    sources = checked.compiled.sources
+
+    def symbol(o: Outline) -> lsp.DocumentSymbol:
+        return lsp.DocumentSymbol(o.name, SYMBOL_KIND[o.kind], to_range(o.span, sources),
+                                  to_range(o.selection, sources), detail=o.detail or None,
+                                  children=[symbol(c) for c in o.children] or None)
+    return [symbol(o) for o in checked.index.outlines.get(path, [])]
+
+
+@server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
+def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
+    """The whole document as `stepc fmt` lays it out (nothing when it has a syntax
+    error: the error is already shown as a diagnostic)."""
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    try:
+        new = format_source(doc.source, doc.path or doc.uri)
+    except (StepError, FormatError) as e:
+        ls.window_show_message(lsp.ShowMessageParams(
+            lsp.MessageType.Warning, f"stepc fmt: not formatted: {e}"))
+        return []
+    if new == doc.source:
+        return []
+    end = lsp.Position(len(doc.lines), 0)
+    return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), new)]
+
+
+@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
+def inlay_hints(ls: StepServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
+    """Each binding's inferred shape at the end of its line (setting stepc.inlayHints)."""
+    if not ls.settings.inlay_hints:
+        return []
+    checked, path, _, _ = ls.lookup(params.text_document.uri, lsp.Position(0, 0))
+    if checked is None:
+        return []
+    src = checked.compiled.sources.get(path)
+    first, last = params.range.start.line + 1, params.range.end.line + 1
+    hints = []
+    for d in checked.index.defs:
+        if d.kind != "stream" or d.span.file != path or not first <= d.span.line <= last:
+            continue
+        types = checked.index.stream_types(d)
+        if not types or src is None:
+            continue
+        t = types[0][1]
+        end_line = d.stmt.span.end_line
+        text = src.line_text(end_line)
+        label = f"{d.name}: " if len(d.stmt.targets if hasattr(d.stmt, "targets") else ()) > 1 \
+            else ""
+        hints.append(lsp.InlayHint(lsp.Position(end_line - 1, to_utf16(text, len(text))),
+                                   f"{label}{fmt_shape(t.shape)} of {t.elem}",
+                                   kind=lsp.InlayHintKind.Type,
+                                   padding_left=True))
+    return hints

@@ -1,0 +1,209 @@
+"""From PyTorch to STeP: `from_torch(module, example_inputs, schedule=...)` lowers a module
+to a readable, tiled `.step` program (`stepc from-torch` on the command line).
+
+Only this package imports torch (the `torch` extra); the rest of stepc never does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
+                                   lower_attention)
+from stepc.torch.capture import LoweringError, Node, capture
+from stepc.torch.dense import lower_dense
+from stepc.torch.emit import StepWriter
+from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
+
+__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module"]
+
+DENSE_PARAMS = ("TB", "TILE_F")
+
+
+@dataclass
+class TorchProgram:
+    """An emitted program and how its tensors relate to the module."""
+
+    text: str
+    tensors: dict[str, str]  # program tensor -> state-dict key, forward argument, or role
+    module: torch.nn.Module = field(repr=False)
+    schedule: dict = field(default_factory=dict)
+    routing: RoutingProbe | None = field(default=None, repr=False)
+    layout: AttentionLayout | None = field(default=None, repr=False)
+    arg_roles: dict[str, str] = field(default_factory=dict)  # decode attention: role -> argument
+
+    def values(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """The program's tensor values (float32) for these forward arguments: the module's
+        weights, the inputs, and for a MoE block the routing weights its router computes."""
+        state = self.module.state_dict()
+        args = dict(zip(self._arg_names(), inputs))
+        if self.layout is not None:
+            return self.layout.values(args, self.arg_roles)
+        out = {}
+        for name, src in self.tensors.items():
+            if src in state:
+                out[name] = _np(state[src])
+            elif src in args:
+                out[name] = _np(args[src])
+        if self.routing is not None:
+            ids, weights = self.routing(*inputs)
+            out[self.routing.weights_tensor] = _np(weights)
+        return out
+
+    def traces(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
+        """External streams for these inputs (a MoE block's `routing`: top-k expert ids;
+        decode attention's `kv_lens`)."""
+        if self.layout is not None:
+            args = dict(zip(self._arg_names(), inputs))
+            return {"kv_lens": args[self.arg_roles["kv_lens"]].numpy().astype(np.int64)}
+        if self.routing is None:
+            return {}
+        ids, _ = self.routing(*inputs)
+        return {"routing": ids.numpy().astype(np.int64)}
+
+    def save_weights(self, path: str, *inputs: torch.Tensor) -> None:
+        """Write `values(*inputs)` as a safetensors file for `stepc sim --weights`."""
+        from safetensors.numpy import save_file
+        save_file({k: np.ascontiguousarray(v) for k, v in self.values(*inputs).items()}, path)
+
+    def seeded_inputs(self, example: tuple, seed: int = 0) -> tuple:
+        """Real (CPU) forward arguments shaped like `example`: seeded normal floats; decode
+        attention's KV lengths seeded multiples of TILE_N less one, below MAXN (for which its
+        program's math is exact)."""
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for name, t in zip(self._arg_names(), example):
+            if t.is_floating_point():
+                out.append(torch.randn(t.shape, generator=g).to(t.dtype))
+            elif self.layout is not None and name == self.arg_roles.get("kv_lens"):
+                out.append(self.layout.seeded_lens(t.shape[0], g).to(t.dtype))
+            else:
+                raise LoweringError(f"forward argument `{name}`: no seeded example values for "
+                                    f"a {t.dtype} input of this block")
+        return tuple(out)
+
+    def on_module(self, module: torch.nn.Module) -> TorchProgram:
+        """This program with its values taken from `module` (the same class, e.g. built on
+        the CPU after lowering one on the meta device)."""
+        routing = (RoutingProbe(module.eval(), self.routing.ids_node, self.routing.weights_node)
+                   if self.routing is not None else None)
+        return replace(self, module=module.eval(), routing=routing)
+
+    def _arg_names(self) -> list[str]:
+        return [p for p in inspect.signature(self.module.forward).parameters]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy()
+
+
+def from_torch(module: torch.nn.Module, example_inputs: tuple,
+               schedule: str | dict | None = None) -> TorchProgram:
+    """Lower `module` (called on `example_inputs`) to a `.step` program.
+
+    `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
+    blocks take `"static"` (params `TB`, `TILE_F`); MoE blocks `"static"`, `"dynamic"` or
+    `"timemux"` (`TILE_N`, `TILE_F`, `R`, `BW`, ...); decode attention `"interleaved"`,
+    `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first.
+    Raises LoweringError naming the ATen operator, module path and source line of anything
+    it cannot lower; nothing is emitted then.
+    """
+    sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
+    tiling = sched.pop("tiling", None)
+    module = module.eval()
+    nodes = capture(module, example_inputs)
+    attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
+    tiling = tiling or ("interleaved" if attention else "static")
+    w = StepWriter()
+    cls = type(module)
+    try:
+        src = inspect.getsourcefile(cls)
+    except TypeError:  # a class defined interactively
+        src = None
+    w.header += [f"{cls.__name__} ({os.path.basename(src) if src else cls.__module__}), "
+                 f"lowered by `stepc from-torch` ({tiling} tiling).", ""]
+    if any(n.op == "topk" for n in nodes):
+        if tiling not in MOE_TILINGS:
+            raise LoweringError(f"unknown tiling `{tiling}` for a MoE block (choose "
+                                f"{', '.join(MOE_TILINGS)})")
+        tensors, (ids, weights) = lower_moe(nodes, w, tiling, sched)
+        return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                            RoutingProbe(module, ids, weights))
+    if attention:
+        if tiling not in ATTENTION_TILINGS:
+            raise LoweringError(f"unknown tiling `{tiling}` for decode attention (choose "
+                                f"{', '.join(ATTENTION_TILINGS)})")
+        tensors, layout, roles = lower_attention(nodes, w, tiling, sched)
+        return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                            layout=layout, arg_roles=roles)
+    if tiling != "static":
+        raise LoweringError(f"tiling `{tiling}` applies to top-k MoE blocks; a dense block is "
+                            "tiled statically (its params TB and TILE_F)")
+    unknown = sorted(set(sched) - set(DENSE_PARAMS))
+    if unknown:
+        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for a dense block "
+                            f"(it takes {', '.join(DENSE_PARAMS)})")
+    inputs = [n for n in nodes if n.op == "input"]
+    rows = inputs[0].shape[0] if inputs and inputs[0].shape else 0
+    sched = {"B": rows, "TB": sched.get("TB", _divisor(rows, 16)),
+             "TILE_F": sched.get("TILE_F", _divisor(_gcd_cols(nodes), 64))}
+    if rows % sched["TB"]:
+        raise LoweringError(f"TB = {sched['TB']} does not divide the {rows} rows of the input")
+    w.header += ["Activations [B, C] stream as B / TB row tiles [TB, C]; every linear layer",
+                 "re-reads its weights once per row tile, in tiles of TILE_F output columns."]
+    w.param("B", rows, "rows (tokens)")
+    w.param("TB", sched["TB"], "rows per tile")
+    w.param("TILE_F", sched["TILE_F"], "weight columns per tile")
+    w.param("MT", "B // TB", "row tiles")
+    tensors = lower_dense(nodes, w, sched)
+    return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
+
+
+def _divisor(n: int, cap: int) -> int:
+    """The largest power of two <= cap dividing n (n itself when n <= cap)."""
+    if 0 < n <= cap:
+        return n
+    d = cap
+    while d > 1 and n % d:
+        d //= 2
+    return max(d, 1)
+
+
+def _gcd_cols(nodes: list[Node]) -> int:
+    """The gcd of every linear layer's output width (what TILE_F must divide)."""
+    import math
+    g = 0
+    for n in nodes:
+        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
+            g = math.gcd(g, n.shape[-1])
+            if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
+                g = math.gcd(g, n.args[0].shape[-1])
+    return g or 64
+
+
+def load_module(spec: str) -> type:
+    """`path/to/file.py:ClassName` -> the class (the file is imported as a module)."""
+    import importlib.util
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise LoweringError(f"`{spec}`: expected FILE.py:ClassName")
+    if not os.path.isfile(path):
+        raise LoweringError(f"{path}: no such file")
+    mod_name = os.path.splitext(os.path.basename(path))[0]
+    spec_ = importlib.util.spec_from_file_location(mod_name, path)
+    mod = importlib.util.module_from_spec(spec_)
+    sys.modules[mod_name] = mod  # so that inspect and torch.export find its source
+    try:
+        spec_.loader.exec_module(mod)
+    except Exception as e:
+        raise LoweringError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
+    cls = getattr(mod, name, None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+        raise LoweringError(f"{path} has no torch.nn.Module class `{name}`")
+    return cls

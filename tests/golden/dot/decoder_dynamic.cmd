@@ -1,0 +1,1 @@
+dot programs/decoder_dynamic.step --collapse

@@ -1,0 +1,195 @@
+"""The Python API (stepc.load, compile, sweep, the result types, the errors): docs/api.md's
+examples run as written, results match the CLI's JSON, nothing is printed, and `import
+stepc` stays cheap."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import stepc
+from stepc.cli import main
+from test_sim_kernel import DEADLOCK
+
+REPO = Path(__file__).resolve().parent.parent
+API_DOC = REPO / "docs" / "api.md"
+DATA = REPO.parent / "shared" / "data"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+needs_data = pytest.mark.skipif(not (DATA / "expert_routing").is_dir(),
+                                reason="the paper's data (../shared/data) is absent")
+
+
+def doc_blocks(lang: str) -> list[str]:
+    return [body for kind, body in FENCE.findall(API_DOC.read_text(encoding="utf-8"))
+            if kind == lang]
+
+
+@pytest.fixture
+def at_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+# ---------------------------------------------------------------- docs/api.md
+def test_doc_examples(at_repo):
+    """Every `>>>` example of docs/api.md, in order, in one namespace, as doctests."""
+    text = "\n".join(doc_blocks("pycon"))
+    test = doctest.DocTestParser().get_doctest(text, {}, "docs/api.md", str(API_DOC), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    out: list[str] = []
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)
+    assert runner.tries >= 15
+
+
+@needs_data
+def test_doc_notebook_cells(at_repo):
+    """The real-trace cell and the Figure 9 Qwen cell run as written (public API only) and
+    draw the panel: four static points and the dynamic one."""
+    import matplotlib
+    matplotlib.use("Agg")
+    cells = doc_blocks("python")
+    assert len(cells) == 2
+    fig9 = cells[1]
+    assert len(fig9.strip().splitlines()) < 15
+    assert all(m in ("stepc", "matplotlib.pyplot") for m in
+               re.findall(r"^import (\S+)", fig9, re.M))
+    namespace: dict = {}
+    for cell in cells:
+        exec(compile(cell, str(API_DOC), "exec"), namespace)
+    ax = namespace["ax"]
+    static, dynamic = ax.get_lines()
+    assert len(static.get_xdata()) == 4 and len(dynamic.get_xdata()) == 1
+    assert [r["status"] for r in namespace["static"]] == ["ok"] * 4
+    assert namespace["dynamic"].cycles == namespace["run"].cycles  # the same point twice
+    assert ax.get_xscale() == "log"
+
+
+# ---------------------------------------------------------------- surface
+def test_import_is_cheap():
+    """`import stepc` loads neither the front end nor the API (the CLI's start-up time)."""
+    code = ("import sys, stepc; heavy = [m for m in ('sympy', 'textx', 'networkx', "
+            "'numpy', 'stepc.api') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_names():
+    for name in stepc.__all__:
+        assert getattr(stepc, name) is not None, name
+    assert issubclass(stepc.Deadlock, stepc.StepError)
+    assert issubclass(stepc.InputError, stepc.StepError)
+    with pytest.raises(AttributeError):
+        stepc.no_such_name  # noqa: B018
+
+
+def test_sweep_is_callable_and_still_a_package():
+    import stepc.sweep.runner as runner
+    assert callable(stepc.sweep) and stepc.sweep.runner is runner
+
+
+# ---------------------------------------------------------------- the CLI's schema
+def _cli_json(args: list[str]) -> dict:
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_to_dict_is_the_cli_json(at_repo):
+    prog = stepc.load("programs/moe_simple.step")
+    assert prog.report().to_dict() == _cli_json(["check", "--format", "json",
+                                                 "programs/moe_simple.step"])
+    cost = prog.analyze(hw="paper-eval", bind={"D_0": 4})
+    assert cost.to_dict() == _cli_json(["analyze", "--format", "json", "--hw", "paper-eval",
+                                        "--bind", "D_0=4", "programs/moe_simple.step"])
+    run = prog.simulate(hw="hdl-validation")
+    assert run.to_dict() == _cli_json(["sim", "--format", "json", "--hw", "hdl-validation",
+                                       "programs/moe_simple.step"])
+
+
+def test_api_prints_nothing(at_repo, capfd, tmp_path):
+    prog = stepc.load("programs/swiglu.step", TB=32)
+    prog.analyze(hw="paper-eval", set={"hbm.channels": 16})
+    run = prog.simulate(set=["hbm.model=dram", "hbm.latency=9"], timing_only=True)
+    assert run.warnings  # the dram model reads no fixed latency: returned, not printed
+    stepc.sweep("programs/swiglu.step", grid={"TB": [16]}, jobs=1)
+    assert capfd.readouterr() == ("", "")
+
+
+# ---------------------------------------------------------------- errors
+def test_errors_carry_diagnostics(at_repo, tmp_path):
+    with pytest.raises(stepc.StepError) as e:
+        stepc.load("no/such/file.step")
+    assert [d.code for d in e.value.diagnostics] == ["E0002"]
+    with pytest.raises(stepc.InputError) as e:
+        stepc.load("programs/moe_simple.step").analyze(bind={"D_9": 1})
+    assert [d.code for d in e.value.diagnostics] == ["E0106"]
+    with pytest.raises(stepc.InputError, match="no external stream `nope`"):
+        stepc.load("programs/moe_simple.step").simulate(traces={"nope": [[0]]})
+    with pytest.raises(stepc.InputError, match="hbm"):
+        stepc.load("programs/swiglu.step").simulate(set={"hbm.chanels": 3})
+
+
+def test_deadlock_carries_the_wait_for_report(tmp_path):
+    p = tmp_path / "dead.step"
+    p.write_text(DEADLOCK)
+    with pytest.raises(stepc.Deadlock) as e:
+        stepc.load(p).simulate()
+    assert "wait-for cycle" in e.value.report and "dead.step:" in e.value.report
+    assert e.value.blocked and e.value.run.deadlock == e.value.blocked
+    assert e.value.run.to_dict()["deadlock"]
+
+
+# ---------------------------------------------------------------- sweeps and pictures
+def test_sweep_results_and_file(at_repo, tmp_path):
+    out = tmp_path / "r.jsonl"
+    calls: list[dict] = []
+    results = stepc.sweep(["programs/swiglu.step"], grid={"TB": [16, 32]}, jobs=1,
+                          out=str(out), progress=calls.append)
+    assert len(results) == 2 and len(calls) == 2 and not results.failed
+    assert [json.loads(line)["cycles"] for line in out.read_text().splitlines()] == \
+        [r["cycles"] for r in results]
+    again = stepc.sweep(["programs/swiglu.step"], grid={"TB": [16, 32]}, out=str(out),
+                        resume=True)
+    assert again.reused == 2 and again.ran == 0
+    with pytest.raises(stepc.InputError, match="exists"):
+        stepc.sweep(["programs/swiglu.step"], out=str(out))
+    with pytest.raises(stepc.InputError, match="no parameter `TX`"):
+        stepc.sweep(["programs/swiglu.step"], grid={"TX": [1]})
+
+
+def test_to_pandas(at_repo, monkeypatch):
+    results = stepc.sweep("programs/swiglu.step", grid={"TB": [16]}, jobs=1)
+    rows = results.to_records()
+    assert rows[0]["TB"] == 16 and "params" not in rows[0]
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match="stepc\\[pandas\\]"):
+        results.to_pandas()
+    monkeypatch.undo()
+    pandas = pytest.importorskip("pandas")
+    frame = results.to_pandas()
+    assert isinstance(frame, pandas.DataFrame) and list(frame["TB"]) == [16]
+
+
+def test_repr_svg_with_and_without_graphviz(at_repo, monkeypatch):
+    import shutil
+    prog = stepc.load("programs/moe_simple.step")
+    if shutil.which("dot"):
+        assert "<svg" in prog._repr_svg_()
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert prog._repr_svg_() is None
+    assert "\ndigraph " in prog.dot()
+
+
+def test_reproduce_refuses_unknown_figures(tmp_path):
+    with pytest.raises(stepc.InputError, match="no experiment spec for figure 99"):
+        next(stepc.reproduce("99", out=str(tmp_path)))
+    assert not os.listdir(tmp_path)

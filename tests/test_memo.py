@@ -1,0 +1,86 @@
+"""Shortcuts of the front end give what the plain computation gives: formulas memoised
+per shape (symbols renamed), and exact evaluation of fully bound formulas."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import sympy
+
+from stepc.analyze import analyze, exact
+from stepc.analyze.analysis import _nonempty, _on_demand, _settle
+from stepc.canon import canonical, memo_renamed, rename
+from stepc.frontend import compile_file
+from stepc.types import ceil_div, divides
+
+PROGRAMS = Path(__file__).parent.parent / "programs"
+CASES = [("moe_static.step", {"E": 8}), ("moe_dynamic.step", {"E": 8}),
+         ("moe_timemux.step", {}), ("attention_dynamic.step", {}), ("swiglu.step", {}),
+         ("moe_simple.step", {})]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
+def analysis(request):
+    name, overrides = request.param
+    result = compile_file(str(PROGRAMS / name), overrides)
+    assert result.ok, result.diagnostics.items
+    return analyze(result.typed)
+
+
+def test_memoised_conditions_equal_direct(analysis):
+    for o in analysis.ops:
+        assert _nonempty(o.activity) == _nonempty.__wrapped__(o.activity), o.node
+        assert _on_demand(o.on_chip, o.activity) == \
+            _on_demand.__wrapped__(o.on_chip, o.activity), o.node
+
+
+def test_exact_values_equal_sympy(analysis):
+    rng = random.Random(7)
+    free = sorted({s for o in analysis.ops for e in (o.off_chip, o.on_chip, o.flops,
+                                                      o.on_chip_on_demand)
+                   for s in e.free_symbols}, key=lambda s: s.name)
+    if not free:
+        pytest.skip("no symbols to bind")
+    for zero in (False, True):  # empty streams take the other branch of each condition
+        values = {s: 0 if zero and i % 2 else rng.randint(1, 40) for i, s in enumerate(free)}
+        subs = {s: sympy.Integer(v) for s, v in values.items()}
+        for o in analysis.ops:
+            for e in (o.off_chip, o.on_chip, o.flops, o.on_chip_on_demand):
+                x = exact.value(e, values)
+                assert x is not None, e
+                assert exact.as_sympy(x) == _settle(e.xreplace(subs)), (o.node, e)
+
+
+def test_exact_value_declines_what_it_cannot_be_sure_of():
+    n = sympy.Symbol("n", integer=True, nonnegative=True)
+    assert exact.value(n / 3, {n: 7}) == sympy.Rational(7, 3)
+    assert exact.value(sympy.ceiling(n / 4) * 2, {n: 5}) == 4
+    assert exact.value(n * sympy.Float(0.5), {n: 2}) is None
+    assert exact.value(1 / n, {n: 0}) is None
+    assert exact.value(sympy.Mod(n, 3), {n: 5}) is None
+    assert exact.value(n + 1, {}) is None
+
+
+def test_renaming_round_trip_keeps_relations_unevaluated():
+    a, b = (sympy.Symbol(x, integer=True, nonnegative=True) for x in ("n_12", "m_3"))
+    e = sympy.Piecewise((8 * a, sympy.Or(a > 0, b > 0)), (0, True))
+    key, back = canonical((e,))
+    assert {s.name for s in key[0].free_symbols} == {"_c0", "_c1"}
+    assert rename(key[0], back) == e
+
+
+def test_memo_shares_one_computation_between_copies():
+    calls = []
+
+    @memo_renamed
+    def half_ceiling(d):
+        calls.append(d)
+        return sympy.ceiling(d / 2)
+
+    syms = [sympy.Symbol(f"n_{i}", integer=True, nonnegative=True) for i in range(5)]
+    assert [half_ceiling(s + 1) for s in syms] == [sympy.ceiling((s + 1) / 2) for s in syms]
+    assert len(calls) == 1
+    assert ceil_div(syms[0], 16) == sympy.ceiling(syms[0] / 16)
+    assert divides(4, 8 * syms[1]) is True and divides(4, syms[1]) is None
