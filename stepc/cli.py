@@ -622,6 +622,8 @@ def run() -> None:
 from stepc.cli_editor import fmt_cmd, lsp_cmd  # noqa: E402
 from stepc.cli_sweep import plot_cmd, reproduce_cmd, sweep_cmd  # noqa: E402
 from stepc.cli_torch import from_torch_cmd  # noqa: E402
+from stepc.cli_tune import tune_cmd  # noqa: E402
 
-for _command in (sweep_cmd, plot_cmd, reproduce_cmd, fmt_cmd, lsp_cmd, from_torch_cmd):
+for _command in (sweep_cmd, plot_cmd, reproduce_cmd, fmt_cmd, lsp_cmd, from_torch_cmd,
+                 tune_cmd):
     main.add_command(_command)

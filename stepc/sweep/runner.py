@@ -32,7 +32,8 @@ DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
 # Files of the package that only present results: editing them leaves records valid.
 PRESENTATION = ("api/", "cli.py", "cli_sweep.py", "docgen.py", "fidelity.py", "viz/",
                 "experiments/", "ops/examples/", "sweep/plot.py", "sweep/pareto.py",
-                "sweep/reproduce.py", "sweep/claims.py", "sweep/figure_plots.py")
+                "sweep/reproduce.py", "sweep/claims.py", "sweep/figure_plots.py",
+                "cli_tune.py", "tune/")
 
 
 @functools.cache

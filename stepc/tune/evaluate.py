@@ -1,0 +1,91 @@
+"""The cheap stages of a search, run in worker processes: compile and check a candidate,
+apply the `--where` conditions that need the program, and analyze it under every trace
+(exact on-chip bytes, off-chip bytes, FLOPs, allocated compute, and the roofline lower
+bound on cycles). Also how a candidate becomes the sweep points that simulate it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stepc.sweep.runner import Point
+from stepc.tune.space import ANALYSIS_METRICS, Candidate, Constraint
+
+
+@dataclass
+class AnalysisJob:
+    """What a worker needs to analyze one candidate; read by the submitting process."""
+    candidate: Candidate
+    files: dict[str, bytes]  # the program and its imports
+    overrides: dict[str, int]  # -D values the program declares, and the candidate's params
+    hw: object  # the hardware configuration (with the candidate's keys)
+    cases: list[dict] = field(default_factory=list)  # one {stream: array} per trace case
+    where: list[Constraint] = field(default_factory=list)
+
+
+def _number(e) -> float | None:
+    """A bound sympy value as an int or float; None while it is symbolic."""
+    from stepc.analyze.report import json_value
+    v = json_value(e)
+    return v if isinstance(v, (int, float)) else None
+
+
+def analyze_candidate(job: AnalysisJob) -> dict:
+    """Compile, check and analyze one candidate: `status` is `ok`, `infeasible` (the program
+    does not check, or a trace does not fit it) or `excluded` (a `--where` condition); an
+    ok record has one dict of metrics per trace case, with `lower_bound_cycles`."""
+    from stepc.analyze import analyze, trace_bindings
+    from stepc.analyze.analysis import roofline
+    from stepc.frontend import compile_files
+    from stepc.traces import TraceError
+
+    cand = job.candidate
+    try:
+        result = compile_files(job.files, cand.program, job.overrides)
+        if not result.ok:
+            first = result.diagnostics.errors[0]
+            where = f"{first.span}: " if first.span else ""
+            return {"status": "infeasible", "reason": f"{where}{first.message}"}
+        params = dict(result.typed.program.params)
+        for c in job.where:
+            if c.names <= params.keys() and not c.holds(params):
+                return {"status": "excluded", "reason": f"--where {c.text}"}
+        symbolic = analyze(result.typed, "artifact", job.hw)
+        cases = []
+        for arrays in job.cases:
+            bound = symbolic.bind(trace_bindings(result.typed, arrays)) if arrays \
+                else symbolic
+            totals = bound.totals
+            metrics = {m: _number(totals[m]) for m in ANALYSIS_METRICS
+                       if m != "allocated_compute"}
+            metrics["allocated_compute"] = bound.allocated_compute
+            metrics["lower_bound_cycles"] = _number(roofline(bound, job.hw).cycles)
+            cases.append(metrics)
+    except TraceError as e:
+        return {"status": "infeasible", "reason": f"trace: {e}"}
+    except Exception as e:  # one bad candidate must not end the search
+        return {"status": "infeasible", "reason": f"{type(e).__name__}: {e}"}
+    return {"status": "ok", "params": params, "cases": cases}
+
+
+def sim_points(cand: Candidate, overrides: dict[str, int], hw: str, sets: tuple[str, ...],
+               cases: list[tuple[tuple[str, str], ...]], model: str, tag: str) -> list[Point]:
+    """The sweep points simulating a candidate under every trace case with a memory model."""
+    return [Point(cand.program, tuple(sorted(overrides.items())), hw,
+                  tuple(sets) + cand.sets + (f"hbm.model={model}",), case, True, tag)
+            for case in cases]
+
+
+def sim_command(cand: Candidate, overrides: dict[str, int], hw: str, sets: tuple[str, ...],
+                case: tuple[tuple[str, str], ...], model: str) -> str:
+    """The `stepc sim` command that runs a candidate under one trace case."""
+    import shlex
+    parts = ["stepc", "sim", cand.program]
+    for k, v in sorted(overrides.items()):
+        parts += ["-D", f"{k}={v}"]
+    parts += ["--hw", hw]
+    for s in tuple(sets) + cand.sets + (f"hbm.model={model}",):
+        parts += ["--set", s]
+    for stream, path in case:
+        parts += ["--trace", f"{stream}={path}"]
+    parts.append("--timing-only")
+    return " ".join(shlex.quote(p) for p in parts)

@@ -1,0 +1,509 @@
+"""The multi-fidelity search behind `stepc tune`.
+
+Stages, each cheaper than the next:
+  1. analyze: compile, check and analyze every candidate; budgets on analysis metrics
+     (on-chip bytes, off-chip bytes, FLOPs, allocated compute) prune with exact numbers.
+  2. roofline: a candidate whose lower bound on cycles exceeds the incumbent (the best
+     schedule the confirming model simulated so far) cannot win and is pruned. Sound: the
+     bound is below any simulated cycle count, and mean, max and percentiles only grow
+     with their values.
+  3. fluid: the fluid memory model simulates the remaining candidates and ranks them; a
+     candidate it puts more than `margin` behind the incumbent is screened out (a model's
+     judgement, not a bound: the report gives the rank agreement with the confirming model).
+  4. confirm: the chosen model (`ref` by default) simulates the candidates left, best
+     first; the winner is the best confirmed schedule.
+By default every candidate within budget is screened, and the roofline prunes before each
+confirmation. With a probe (`probe=N`), the N candidates with the lowest bounds are screened
+first and the best of them confirmed, so the roofline prunes before the other fluid runs:
+fewer fluid runs, often one more confirming run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stepc.tune.evaluate import AnalysisJob, analyze_candidate, sim_command, sim_points
+from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
+                              TuneError, aggregate, percentile)
+
+RUNNERS_UP = 5
+
+
+@dataclass
+class Scored:
+    """A candidate and what each stage learned of it."""
+    candidate: Candidate
+    overrides: dict[str, int]  # the params it runs with (-D values and its own)
+    status: str = "new"  # new, excluded, infeasible, over_budget, pruned, screened_out,
+    #                      screened, confirmed, failed
+    reason: str = ""
+    analysis: list[dict] = field(default_factory=list)  # per trace case
+    fluid: dict[str, float] = field(default_factory=dict)  # aggregated metrics
+    confirmed: dict[str, float] = field(default_factory=dict)
+    worst: dict[str, float] = field(default_factory=dict)  # confirmed, max over traces
+
+    def lower_bound(self, how: str) -> float:
+        bounds = [c.get("lower_bound_cycles") for c in self.analysis]
+        return aggregate(bounds, how) if bounds and None not in bounds else 0.0
+
+    @property
+    def measured_by(self) -> str:
+        """Which model's numbers `metrics` holds: the confirming one's, or fluid's."""
+        return "confirm" if self.confirmed else ("fluid" if self.fluid else "analysis")
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.confirmed or self.fluid
+
+    def to_dict(self) -> dict:
+        return {"program": self.candidate.program, "params": dict(self.overrides),
+                "hw": list(self.candidate.sets), "status": self.status,
+                **({"reason": self.reason} if self.reason else {}),
+                "measured_by": self.measured_by, "metrics": self.metrics}
+
+
+@dataclass
+class TuneResult:
+    """The outcome of a search: the winner, runners-up, Pareto front and per-stage counts."""
+    winner: Scored | None
+    runners_up: list[Scored]
+    pareto: list[Scored]
+    stages: dict[str, int]
+    rank_agreement: dict
+    objectives: list[Objective]
+    budgets: list[Budget]
+    aggregate: str
+    model: str
+    wall_seconds: float
+    command: str  # the `stepc sim` command reproducing the winner (first trace case)
+    space_size: int
+    candidates: list[Scored] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "winner": self.winner.to_dict() if self.winner else None,
+            "runners_up": [s.to_dict() for s in self.runners_up],
+            "pareto": [s.to_dict() for s in self.pareto],
+            "stages": dict(self.stages),
+            "rank_agreement": dict(self.rank_agreement),
+            "objectives": [o.text() for o in self.objectives],
+            "budgets": [b.text() for b in self.budgets],
+            "aggregate": self.aggregate,
+            "model": self.model,
+            "space_size": self.space_size,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "command": self.command,
+        }
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau-b between two rankings (None for fewer than two points)."""
+    n = len(a)
+    if n < 2:
+        return None
+    conc = disc = ties_a = ties_b = 0
+    for i, j in itertools.combinations(range(n), 2):
+        da, db = a[i] - a[j], b[i] - b[j]
+        if da == 0 and db == 0:
+            continue
+        if da == 0:
+            ties_a += 1
+        elif db == 0:
+            ties_b += 1
+        elif (da > 0) == (db > 0):
+            conc += 1
+        else:
+            disc += 1
+    denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
+    return (conc - disc) / denom if denom else None
+
+
+class Search:
+    """The state of one search; `run` goes through the stages."""
+
+    def __init__(self, space: Space, budgets: list[Budget], objectives: list[Objective],
+                 traces: dict[str, list[str]], how: str, hw: str, sets: tuple[str, ...],
+                 model: str, out: str, resume: bool, executor, margin: float,
+                 max_confirm: int | None, jobs: int, log, probe: int = 0):
+        self.space, self.budgets, self.objectives = space, budgets, objectives
+        self.how, self.hw, self.sets, self.model = how, hw, tuple(sets), model
+        self.out, self.resume, self.executor = out, resume, executor
+        self.margin, self.max_confirm, self.jobs, self.log = margin, max_confirm, jobs, log
+        self.probe = probe
+        self.counts: Counter = Counter()
+        self.cases = [tuple(zip(sorted(traces), paths)) for paths in
+                      itertools.product(*(traces[n] for n in sorted(traces)))]
+        self._arrays: dict[str, object] = {}
+        self._files: dict[str, dict[str, bytes]] = {}
+        self._hw: dict[tuple, object] = {}
+        self.declared: dict[str, set[str]] = {}
+        self.scored: list[Scored] = []
+        self.incumbent: Scored | None = None
+
+    # ------------------------------------------------------------ setup
+    def load(self) -> None:
+        """Read programs, traces and hardware; refuse names no program declares."""
+        from stepc.frontend import compile_file, program_files
+        from stepc.hw import ConfigError, load_config
+        from stepc.traces import TraceError, load_array
+
+        for program in self.space.programs:
+            result = compile_file(program, {})
+            if result.typed is None or not result.ok:
+                errs = result.diagnostics.errors
+                msg = f"{errs[0].span}: {errs[0].message}" if errs and errs[0].span else \
+                    (errs[0].message if errs else "does not compile")
+                raise TuneError(f"{program}: {msg}")
+            self.declared[program] = set(result.typed.program.params)
+            self._files[program] = program_files(program)
+        every = set().union(*self.declared.values())
+        for name in list(self.space.params) + list(self.space.fixed):
+            if name not in every:
+                raise TuneError(f"{name}: no program of the search declares a param "
+                                f"`{name}`")
+        for c in self.space.where:
+            unknown = sorted(c.names - every)
+            if unknown:
+                raise TuneError(f"--where {c.text}: no program declares `{unknown[0]}`")
+        for case in self.cases:
+            for stream, path in case:
+                if path not in self._arrays:
+                    try:
+                        self._arrays[path] = load_array(path)
+                    except (OSError, TraceError) as e:
+                        raise TuneError(f"--trace {stream}: {e}") from None
+        for values in itertools.product(*(self.space.hw_keys[k]
+                                          for k in sorted(self.space.hw_keys))):
+            extra = tuple(f"{k}={v}" for k, v in zip(sorted(self.space.hw_keys), values))
+            try:
+                self._hw[extra] = load_config(self.hw, self.sets + extra)
+            except ConfigError as e:
+                raise TuneError(str(e)) from None
+
+    def overrides(self, cand: Candidate) -> dict[str, int]:
+        declared = self.declared[cand.program]
+        return {**{k: v for k, v in self.space.fixed.items() if k in declared},
+                **dict(cand.params)}
+
+    # ------------------------------------------------------------ stage 1: analyze
+    def analyze(self, cands: list[Candidate]) -> list[Scored]:
+        """Stage 1 for a batch: where-conditions, check, exact analysis, budgets."""
+        batch = [Scored(c, self.overrides(c)) for c in cands]
+        self.scored += batch
+        jobs = {}
+        for s in batch:
+            # conditions on the point's own values are decided before compiling
+            early = [w for w in self.space.where if w.names <= s.overrides.keys()]
+            failed = next((w for w in early if not w.holds(s.overrides)), None)
+            if failed is not None:
+                s.status, s.reason = "excluded", f"--where {failed.text}"
+                continue
+            job = AnalysisJob(s.candidate, self._files[s.candidate.program], s.overrides,
+                              self._hw[s.candidate.sets],
+                              [{st: self._arrays[p] for st, p in case}
+                               for case in self.cases],
+                              [w for w in self.space.where if w not in early])
+            jobs[self.executor.submit(analyze_candidate, job)] = s
+        for fut, s in jobs.items():
+            rec = fut.result()
+            s.status, s.reason = rec["status"], rec.get("reason", "")
+            if s.status == "ok":
+                s.analysis = rec["cases"]
+                s.status = "analyzed"
+                self._apply_analysis_budgets(s)
+        for s in batch:
+            self.counts[{"excluded": "excluded_by_where", "infeasible": "infeasible",
+                         "over_budget": "over_budget_analysis"}.get(s.status, "analyzed")] += 1
+        return [s for s in batch if s.status == "analyzed"]
+
+    def _apply_analysis_budgets(self, s: Scored) -> None:
+        for b in self.budgets:
+            if b.exact_before_simulation:
+                values = [c[b.metric] for c in s.analysis]
+                if None in values:
+                    s.status = "infeasible"
+                    s.reason = f"{b.metric} stays symbolic under the traces"
+                    return
+                worst = max(values)
+            elif b.metric == "cycles":  # the bound on cycles is exact as a bound
+                worst = max(c["lower_bound_cycles"] or 0 for c in s.analysis)
+            else:
+                continue
+            if worst > b.limit:
+                s.status, s.reason = "over_budget", f"{b.metric} {worst:,.0f} > {b.limit:,.0f}"
+                return
+
+    # ------------------------------------------------------------ stages 3 and 4: simulate
+    def _simulate(self, batch: list[Scored], model: str | None, path: str, tag: str) -> None:
+        from stepc.sweep.runner import Sweep
+
+        points, owner = [], []
+        for s in batch:
+            for p in sim_points(s.candidate, s.overrides, self.hw, self.sets, self.cases,
+                                model, tag):
+                points.append(p)
+                owner.append(s)
+        if not points:
+            return
+        sweep = Sweep(points, path, self.jobs, self.executor)
+        outcome = sweep.submit(self.executor, resume=True).collect()
+        self.counts[f"{tag}_points_reused"] += outcome.reused
+        self.counts[f"{tag}_points_simulated"] += outcome.ran
+        by_cand: dict[int, list[dict]] = {}
+        for rec, s in zip(outcome.records, owner):
+            by_cand.setdefault(id(s), []).append(rec)
+        for s in batch:
+            recs = by_cand[id(s)]
+            bad = next((r for r in recs if r["status"] != "ok"), None)
+            target = s.fluid if tag == "screen" else s.confirmed
+            if bad is not None:
+                s.status, s.reason = "failed", f"{tag}: {bad['status']} {bad.get('error', '')}"
+                continue
+            for m in ("cycles", "compute_utilization", "bw_utilization"):
+                vals = [r.get(m) for r in recs]
+                if None not in vals:
+                    target[m] = aggregate(vals, self.how)
+                    if tag == "confirm":
+                        s.worst[m] = max(vals)
+            for m in ANALYSIS_METRICS:
+                vals = [c[m] for c in s.analysis]
+                if None not in vals:
+                    target[m] = aggregate(vals, self.how)
+
+    def screen(self, batch: list[Scored]) -> None:
+        """Stage 3: the fluid model."""
+        todo = [s for s in batch if s.status == "analyzed"]
+        self._simulate(todo, "fluid", os.path.join(self.out, "screen.jsonl"), "screen")
+        for s in todo:
+            if s.status != "failed":
+                s.status = "screened"
+                self.counts["screened"] += 1
+
+    def confirm(self, s: Scored) -> None:
+        """Stage 4: the confirming model; the candidate may become the incumbent."""
+        self._simulate([s], self.model, os.path.join(self.out, "results.jsonl"), "confirm")
+        if s.status == "failed":
+            return
+        s.status = "confirmed"
+        self.counts["confirmed"] += 1
+        for b in self.budgets:
+            if not b.exact_before_simulation and s.worst.get(b.metric, 0) > b.limit:
+                s.status = "over_budget"
+                s.reason = f"{b.metric} {s.worst[b.metric]:,.0f} > {b.limit:,.0f}"
+                self.counts["over_budget_simulated"] += 1
+                return
+        if self.incumbent is None or self.cost(s.confirmed) < self.cost(self.incumbent.confirmed):
+            self.incumbent = s
+
+    # ------------------------------------------------------------ ranking helpers
+    def cost(self, metrics: dict) -> tuple:
+        return tuple(o.key(metrics.get(o.metric, math.inf)) for o in self.objectives)
+
+    def bounded(self) -> bool:
+        """Whether the roofline can prune: one objective, cycles minimised."""
+        return len(self.objectives) == 1 and self.objectives[0].metric == "cycles" and \
+            not self.objectives[0].maximise
+
+    def beaten_by_bound(self, s: Scored) -> bool:
+        """Stage 2: the bound shows the candidate cannot beat the incumbent."""
+        if self.incumbent is None:
+            return False
+        if self.bounded():
+            return s.lower_bound(self.how) > self.incumbent.confirmed["cycles"]
+        # two objectives: pruned when a confirmed point surely dominates it
+        if len(self.objectives) != 2:
+            return False
+        sim = [o for o in self.objectives if o.metric not in ANALYSIS_METRICS]
+        if [o.metric for o in sim] != ["cycles"] or sim[0].maximise:
+            return False
+        exact = next(o for o in self.objectives if o.metric in ANALYSIS_METRICS)
+        mine = aggregate([c[exact.metric] for c in s.analysis], self.how) \
+            if None not in [c[exact.metric] for c in s.analysis] else None
+        if mine is None:
+            return False
+        lb = s.lower_bound(self.how)
+        return any(q.status == "confirmed" and q.confirmed["cycles"] <= lb and
+                   exact.key(q.confirmed.get(exact.metric, math.inf)) <= exact.key(mine) and
+                   (q.confirmed["cycles"] < lb or
+                    exact.key(q.confirmed.get(exact.metric, math.inf)) < exact.key(mine))
+                   for q in self.scored)
+
+    def close_enough(self, s: Scored, front: list[Scored]) -> bool:
+        """Whether the fluid model puts the candidate within `margin` of the best: for one
+        objective of the incumbent, for two of some point of the fluid front."""
+        def relaxed(metrics: dict, o: Objective) -> float:
+            v = o.key(metrics.get(o.metric, math.inf))
+            if o.metric in ANALYSIS_METRICS:
+                return v
+            return v - self.margin * abs(v)
+        mine = tuple(relaxed(s.fluid, o) for o in self.objectives)
+        for q in front:
+            theirs = self.cost(q.fluid)
+            if all(t <= m for t, m in zip(theirs, mine)) and any(t < m for t, m in
+                                                                   zip(theirs, mine)):
+                return False
+        return True
+
+    # ------------------------------------------------------------ the search
+    def run(self, cands: list[Candidate]) -> None:
+        """Stages 1 to 4 over the given candidates (all of the space, or a sampler's)."""
+        alive = self.analyze(cands)
+        self.log(f"analyze: {len(alive)} of {len(cands)} candidates within budget")
+        self.search(alive)
+
+    def search(self, alive: list[Scored]) -> None:
+        """Stages 2 to 4 over analyzed candidates."""
+        alive.sort(key=lambda s: s.lower_bound(self.how))
+        if self.probe:
+            probe = [s for s in alive[:self.probe] if s.status == "analyzed"]
+            self.screen(probe)
+            screened = [s for s in probe if s.status == "screened"]
+            if screened and self.incumbent is None:
+                self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
+        rest = []
+        for s in alive:
+            if s.status == "analyzed" and self.beaten_by_bound(s):
+                s.status, s.reason = "pruned", "lower bound above the incumbent"
+                self.counts["pruned_by_roofline"] += 1
+            elif s.status == "analyzed":
+                rest.append(s)
+        self.screen(rest)
+        self.log(f"roofline and fluid: {self.counts['pruned_by_roofline']} pruned, "
+                 f"{self.counts['screened']} screened")
+        self.confirm_best([s for s in alive if s.status in ("screened", "confirmed")])
+
+    def confirm_best(self, pool: list[Scored]) -> None:
+        """Stage 4 in fluid order, with the bound and the margin checked before each run."""
+        pool.sort(key=lambda s: self.cost(s.fluid))
+        for s in pool:
+            if s.status != "screened":
+                continue
+            if self.beaten_by_bound(s):
+                s.status, s.reason = "pruned", "lower bound above the incumbent"
+                self.counts["pruned_by_roofline"] += 1
+                continue
+            if len(self.objectives) == 1:  # the best confirmed point within budget
+                reference = [self.incumbent] if self.incumbent is not None else []
+            else:  # the fluid front of the points not known to break a budget
+                usable = [q for q in pool if q.status in ("screened", "confirmed")]
+                reference = [usable[i] for i in pareto_front(usable,
+                                                             lambda q: self.cost(q.fluid))]
+            if not self.close_enough(s, [q for q in reference if q is not s]):
+                s.status, s.reason = "screened_out", \
+                    f"fluid puts it more than {self.margin:.0%} behind"
+                self.counts["screened_out_by_fluid"] += 1
+                continue
+            if self.max_confirm is not None and self.counts["confirmed"] >= self.max_confirm:
+                s.status, s.reason = "screened_out", "--max-confirm reached"
+                self.counts["screened_out_by_fluid"] += 1
+                continue
+            self.confirm(s)
+
+    # ------------------------------------------------------------ the result
+    def result(self, t0: float, space_size: int) -> TuneResult:
+        done = [s for s in self.scored if s.status == "confirmed"]
+        done.sort(key=lambda s: self.cost(s.confirmed))
+        winner = done[0] if done else None
+        if len(self.objectives) == 2:
+            pareto = [done[i] for i in pareto_front(done, lambda s: self.cost(s.confirmed))]
+        else:
+            o = self.objectives[0]
+            second = Objective("on_chip_bytes")
+            pareto = [done[i] for i in pareto_front(
+                done, lambda s: (o.key(s.confirmed.get(o.metric, math.inf)),
+                                 second.key(s.confirmed.get("on_chip_bytes", math.inf))))]
+        sim = next((o for o in self.objectives if o.metric not in ANALYSIS_METRICS), None)
+        agree: dict = {"points": len(done), "metric": sim.metric if sim else None,
+                       "kendall_tau": None}
+        if sim is not None:
+            both = [s for s in done if sim.metric in s.fluid and sim.metric in s.confirmed]
+            agree["points"] = len(both)
+            agree["kendall_tau"] = kendall_tau([s.fluid[sim.metric] for s in both],
+                                               [s.confirmed[sim.metric] for s in both])
+        stages = {"space": space_size, "candidates": len(self.scored)}
+        for name in ("excluded_by_where", "infeasible", "over_budget_analysis", "analyzed",
+                     "pruned_by_roofline", "screened", "screened_out_by_fluid", "confirmed",
+                     "over_budget_simulated", "screen_points_simulated",
+                     "screen_points_reused", "confirm_points_simulated",
+                     "confirm_points_reused"):
+            stages[name] = self.counts[name]
+        stages["failed"] = sum(s.status == "failed" for s in self.scored)
+        command = sim_command(winner.candidate, winner.overrides, self.hw, self.sets,
+                              self.cases[0], self.model) if winner else ""
+        runners = done[1:1 + RUNNERS_UP]
+        if len(runners) < RUNNERS_UP:  # then the best that only the fluid model ran
+            fluid_only = sorted((s for s in self.scored if s.fluid and not s.confirmed and
+                                 s.status in ("screened_out", "pruned")),
+                                key=lambda s: self.cost(s.fluid))
+            runners += fluid_only[:RUNNERS_UP - len(runners)]
+        return TuneResult(winner, runners, pareto, stages, agree,
+                          self.objectives, self.budgets, self.how, self.model,
+                          time.perf_counter() - t0, command, space_size, self.scored)
+
+
+def pareto_front(items: list, cost) -> list[int]:
+    """Indices of the items no other item dominates (all costs minimised)."""
+    from stepc.sweep.pareto import pareto_front as front
+    return front([cost(s) for s in items])
+
+
+def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (),
+         traces: dict[str, list[str]] | None = None, aggregate: str = "max",
+         hw: str = "paper-eval", sets: tuple[str, ...] = (), model: str = "ref",
+         out: str | None = None, resume: bool = False, jobs: int | None = None,
+         executor=None, margin: float = 0.05, max_confirm: int | None = None,
+         sampler: str = "auto", trials: int | None = None, max_exhaustive: int = 512,
+         seed: int = 0, probe: int = 0, log=None) -> TuneResult:
+    """The best schedule of `space` under `budgets` for `objectives` (one, or two for a
+    Pareto front), aggregated over `traces` by `aggregate` (mean, max or pNN).
+
+    Results go to `out` (a directory: `screen.jsonl` holds the fluid runs, `results.jsonl`
+    the confirmed ones, both in `stepc sweep`'s format); `resume` reuses their records.
+    `sampler` is `grid` (every point), `optuna` (`trials` points chosen by Optuna's TPE
+    sampler) or `auto` (grid up to `max_exhaustive` points). `margin`: confirm what the
+    fluid screen puts within this fraction of the best; `probe`: see the module doc."""
+    from stepc.sweep.runner import LocalPool
+
+    t0 = time.perf_counter()
+    if not 1 <= len(objectives) <= 2:
+        raise TuneError("give one objective, or two for a Pareto front")
+    if margin < 0:
+        raise TuneError("--margin must not be negative")
+    percentile(aggregate)
+    if sampler not in ("auto", "grid", "optuna"):
+        raise TuneError(f"--sampler {sampler}: expected auto, grid or optuna")
+    log = log or (lambda msg: None)
+    own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
+    out = own_dir.name if own_dir else out
+    os.makedirs(out, exist_ok=True)
+    if not resume:
+        for name in ("screen.jsonl", "results.jsonl"):
+            if os.path.exists(os.path.join(out, name)):
+                raise TuneError(f"{os.path.join(out, name)} exists: add --resume to continue "
+                                "that search, or choose another --out")
+    jobs = jobs or os.cpu_count() or 1
+    pool = executor or LocalPool(jobs)
+    try:
+        search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
+                        hw, tuple(sets), model, out, resume, pool, margin, max_confirm, jobs,
+                        log, probe)
+        search.load()
+        size = space.size(search.declared)
+        use_sampler = sampler == "optuna" or (sampler == "auto" and size > max_exhaustive)
+        if use_sampler:
+            from stepc.tune.sampler import sample
+            sample(search, trials or min(size, max(64, size // 10)), seed)
+        else:
+            search.run(list(space.candidates(search.declared)))
+        return search.result(t0, size)
+    finally:
+        if executor is None:
+            pool.shutdown()
+        if own_dir is not None:
+            own_dir.cleanup()

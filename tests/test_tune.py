@@ -1,0 +1,247 @@
+"""`stepc tune`: the space, the stages' soundness and counts, agreement with an exhaustive
+simulation, traces aggregation, Pareto fronts, the sampler and the command line (small
+spaces and synthetic traces; the paper's layers are in benchmarks/bench_tune.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from stepc.cli import main
+from stepc.frontend import compile_file
+from stepc.hw import load_config
+from stepc.sim.run import simulate
+from stepc.sweep.runner import read_results
+from stepc.tune import Budget, Constraint, Objective, Space, TuneError, tune
+from stepc.tune.search import kendall_tau
+from stepc.tune.space import aggregate, parse_amount
+
+REPO = Path(__file__).resolve().parent.parent
+SWIGLU = str(REPO / "programs" / "swiglu.step")
+MOE_STATIC = str(REPO / "programs" / "moe_static.step")
+MOE_DYNAMIC = str(REPO / "programs" / "moe_dynamic.step")
+SMALL_MOE = {"B": 16, "D": 64, "F": 128, "E": 4, "K": 2, "TILE_F": 64}
+
+
+def _routing(tmp_path, seed: int, name: str) -> str:
+    rng = np.random.default_rng(seed)
+    ids = np.stack([rng.choice(4, size=2, replace=False, p=[0.55, 0.25, 0.15, 0.05])
+                    for _ in range(16)])
+    path = tmp_path / name
+    np.save(path, ids.astype(np.int64))
+    return str(path)
+
+
+# ---------------------------------------------------------------- the space
+def test_amounts_constraints_and_aggregates():
+    assert parse_amount("64MiB") == 64 * 2**20
+    assert parse_amount("400k") == 400_000 and parse_amount("1e6") == 10**6
+    with pytest.raises(TuneError):
+        parse_amount("64 parsecs")
+    c = Constraint.parse("TILE_F <= F and F % TILE_F == 0")
+    assert c.names == {"TILE_F", "F"}
+    assert c.holds({"TILE_F": 64, "F": 128}) and not c.holds({"TILE_F": 96, "F": 128})
+    with pytest.raises(TuneError, match="only integers"):
+        Constraint.parse("__import__('os')")
+    assert aggregate([1, 3, 2], "max") == 3 and aggregate([1, 3, 2], "mean") == 2
+    assert aggregate([1, 2, 3, 4, 5], "p50") == 3
+    with pytest.raises(TuneError):
+        aggregate([1], "p200")
+
+
+def test_a_param_a_program_lacks_is_not_its_dimension():
+    space = Space(["a.step", "b.step"], {"TILE_N": [8, 16], "TILE_F": [32, 64]},
+                  {"hbm.channels": ["16", "32"]})
+    cands = list(space.candidates({"a.step": {"TILE_N", "TILE_F"}, "b.step": {"TILE_F"}}))
+    assert len(cands) == 2 * 2 * 2 + 2 * 2
+    assert space.size({"a.step": {"TILE_N", "TILE_F"}, "b.step": {"TILE_F"}}) == 12
+    assert {c.params for c in cands if c.program == "b.step"} == {(("TILE_F", 32),),
+                                                                   (("TILE_F", 64),)}
+    assert all(len(c.sets) == 1 for c in cands)
+
+
+def test_kendall_tau():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+    assert kendall_tau([1], [1]) is None
+
+
+# ---------------------------------------------------------------- the stages
+def _exhaustive(space_tb, space_ti, hw="hdl-validation"):
+    config = load_config(hw, ("hbm.model=ref",))
+    cycles = {}
+    for tb in space_tb:
+        for ti in space_ti:
+            typed = compile_file(SWIGLU, {"TB": tb, "TI": ti}).typed
+            cycles[(tb, ti)] = simulate(typed, config, functional=False).cycles
+    return cycles
+
+
+def test_tune_finds_the_exhaustive_best_and_its_bounds_hold(tmp_path):
+    tbs, tis = [32, 64], [64, 128, 256]
+    truth = _exhaustive(tbs, tis)
+    res = tune(Space([SWIGLU], {"TB": tbs, "TI": tis}), objectives=[Objective("cycles")],
+               hw="hdl-validation", out=str(tmp_path / "t"), jobs=1)
+    best = min(truth, key=truth.get)
+    assert (res.winner.overrides["TB"], res.winner.overrides["TI"]) == best
+    assert res.winner.confirmed["cycles"] == truth[best]
+    st = res.stages
+    assert st["space"] == st["candidates"] == 6
+    assert st["confirmed"] + st["pruned_by_roofline"] + st["screened_out_by_fluid"] == 6
+    assert st["confirmed"] < 6
+    for s in res.candidates:  # the roofline bound never exceeds a simulated cycle count
+        assert s.lower_bound("max") <= truth[(s.overrides["TB"], s.overrides["TI"])]
+    # confirmed runs are sweep records: stepc plot and sweep --resume read them
+    recs = read_results(str(tmp_path / "t" / "results.jsonl"))
+    assert len(recs) == st["confirm_points_simulated"] and all("seal" in r for r in recs)
+
+
+def test_budgets_where_and_infeasible_points_are_counted(tmp_path):
+    space = Space([SWIGLU], {"TB": [32, 64], "TI": [64, 128, 256, 100]},
+                  where=[Constraint.parse("TI <= 2 * TB")])
+    res = tune(space, objectives=[Objective("cycles")],
+               budgets=[Budget("on_chip_bytes", 500_000)], hw="hdl-validation",
+               out=str(tmp_path / "t"), jobs=1)
+    st = res.stages
+    assert st["excluded_by_where"] == 4  # TI 128, 256 and 100 for TB 32; TI 256 for TB 64
+    assert st["infeasible"] >= 1  # TI = 100 does not tile the hidden size
+    assert st["over_budget_analysis"] >= 1
+    assert res.winner.confirmed["on_chip_bytes"] <= 500_000
+    assert sum(st[k] for k in ("excluded_by_where", "infeasible", "over_budget_analysis",
+                               "analyzed")) == st["candidates"]
+
+
+def test_no_schedule_within_budget(tmp_path):
+    res = tune(Space([SWIGLU], {"TB": [64], "TI": [256]}), objectives=[Objective("cycles")],
+               budgets=[Budget("on_chip_bytes", 10)], hw="hdl-validation",
+               out=str(tmp_path / "t"), jobs=1)
+    assert res.winner is None and res.stages["over_budget_analysis"] == 1
+
+
+def test_a_cycles_budget_prunes_by_the_bound_and_after_simulation(tmp_path):
+    args = dict(objectives=[Objective("on_chip_bytes")], hw="hdl-validation", jobs=1)
+    space = Space([SWIGLU], {"TB": [16, 64], "TI": [256]})
+    res = tune(space, budgets=[Budget("cycles", 1)], out=str(tmp_path / "a"), **args)
+    assert res.winner is None and res.stages["over_budget_analysis"] == 2
+    truth = _exhaustive([16, 64], [256])
+    limit = max(truth.values()) - 1  # the slower point is over the budget
+    res = tune(space, budgets=[Budget("cycles", limit)], out=str(tmp_path / "b"),
+               margin=10.0, **args)
+    fast = min(truth, key=truth.get)
+    assert (res.winner.overrides["TB"], res.winner.overrides["TI"]) == fast
+    assert res.stages["over_budget_analysis"] + res.stages["over_budget_simulated"] == 1
+
+
+def test_programs_as_a_dimension_and_traces_aggregated(tmp_path):
+    traces = [_routing(tmp_path, s, f"r{s}.npy") for s in (1, 2, 3)]
+    space = Space([MOE_STATIC, MOE_DYNAMIC], {"TILE_N": [4, 8, 16]}, fixed=SMALL_MOE)
+    res = tune(space, objectives=[Objective("cycles")], traces={"routing": traces},
+               aggregate="max", out=str(tmp_path / "t"), jobs=1, margin=1.0)
+    assert res.stages["space"] == 4  # three static tiles and the dynamic program
+    per_point: dict = {}
+    for rec in read_results(str(tmp_path / "t" / "results.jsonl")):
+        key = (Path(rec["program"]).name, rec["params"].get("TILE_N"))
+        per_point.setdefault(key, []).append(rec["cycles"])
+    assert all(len(v) == 3 for v in per_point.values())
+    w = res.winner
+    assert w.confirmed["cycles"] == max(per_point[(Path(w.candidate.program).name,
+                                                   w.overrides.get("TILE_N"))])
+    assert w.confirmed["cycles"] == min(max(v) for v in per_point.values())
+
+
+def test_pareto_front_of_two_objectives(tmp_path):
+    res = tune(Space([SWIGLU], {"TB": [16, 64], "TI": [64, 256]}),
+               objectives=[Objective("cycles"), Objective("on_chip_bytes")],
+               hw="hdl-validation", out=str(tmp_path / "t"), jobs=1)
+    front = [(s.confirmed["cycles"], s.confirmed["on_chip_bytes"]) for s in res.pareto]
+    assert front
+    for a in front:
+        assert not any(b[0] <= a[0] and b[1] <= a[1] and b != a for b in front)
+
+
+def test_resume_reuses_every_simulation(tmp_path):
+    args = dict(objectives=[Objective("cycles")], hw="hdl-validation",
+                out=str(tmp_path / "t"), jobs=1)
+    space = Space([SWIGLU], {"TB": [32, 64], "TI": [128]})
+    first = tune(space, **args)
+    with pytest.raises(TuneError, match="--resume"):
+        tune(space, **args)
+    again = tune(space, resume=True, **args)
+    assert again.stages["screen_points_simulated"] == 0
+    assert again.stages["confirm_points_simulated"] == 0
+    assert again.winner.overrides == first.winner.overrides
+
+
+def test_sampler(tmp_path):
+    pytest.importorskip("optuna")
+    res = tune(Space([SWIGLU], {"TB": [16, 32, 64], "TI": [64, 128, 256]}),
+               objectives=[Objective("cycles")], hw="hdl-validation", sampler="optuna",
+               trials=4, out=str(tmp_path / "t"), jobs=1)
+    assert res.stages["candidates"] <= 4 and res.winner is not None
+
+
+# ---------------------------------------------------------------- the command
+def test_cli_json_document(tmp_path):
+    r = CliRunner().invoke(main, ["tune", SWIGLU, "--hw", "hdl-validation", "--space",
+                                  "TB=32,64", "--space", "TI=128..256:pow2", "-j", "1",
+                                  "--out", str(tmp_path / "t"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert set(doc["winner"]) >= {"program", "params", "metrics"}
+    assert doc["stages"]["space"] == 4 and isinstance(doc["pareto"], list)
+    assert doc["command"].startswith("stepc sim ")
+    report = (tmp_path / "t" / "report.md").read_text()
+    assert "## Winner" in report and "## Stages" in report and "stepc sim" in report
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--space", "TX=1,2"], "no program of the search declares"),
+    (["--budget", "joules=5"], "unknown metric"),
+    (["--objective", "cycles,flops,off_chip_bytes"], "two for a Pareto front"),
+    (["--where", "open('x')"], "only integers"),
+    (["--aggregate", "median"], "--aggregate"),
+    (["--space", "hbm.no_such_key=1"], "no_such_key"),
+])
+def test_cli_usage_errors(tmp_path, args, message):
+    r = CliRunner().invoke(main, ["tune", SWIGLU, "--hw", "hdl-validation", "-j", "1",
+                                  "--out", str(tmp_path / "t"), *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------- the paper's layers
+DATA = REPO.parent / "shared" / "data"
+FIG9 = [("qwen_b64", {}), ("mixtral_b64", {"D": 4096, "F": 14336, "E": 8, "K": 2})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("traces, params", FIG9, ids=[t for t, _ in FIG9])
+def test_figure9_best_static_tile_with_a_quarter_of_the_ref_runs(tmp_path, traces, params):
+    """On the paper's routing traces tune finds the exhaustive grid's best static tile
+    (TILE_N 8..64) with at most a quarter of the grid simulated with `ref`."""
+    found = sorted((DATA / "expert_routing" / traces).glob("*.npz"))
+    if not found:
+        pytest.skip(f"no paper traces under {DATA} (../shared/data is absent)")
+    from stepc.traces import load_array
+    arrays = {"routing": load_array(str(found[0]))}
+    config = load_config("paper-eval", ("hbm.model=ref",))
+    tiles = [8, 16, 32, 64]
+    truth = {t: simulate(compile_file(MOE_STATIC, {**params, "TILE_N": t}).typed, config,
+                         arrays, functional=False).cycles for t in tiles}
+    res = tune(Space([MOE_STATIC], {"TILE_N": tiles}, fixed=params),
+               objectives=[Objective("cycles")], traces={"routing": [str(found[0])]},
+               out=str(tmp_path / "t"), jobs=2)
+    assert res.winner.overrides["TILE_N"] == min(truth, key=truth.get)
+    assert res.stages["confirmed"] <= len(tiles) // 4
+
+
+def test_help_has_examples_and_every_option_explained():
+    r = CliRunner().invoke(main, ["tune", "--help"])
+    assert r.exit_code == 0 and "Examples:" in r.output and "stepc tune " in r.output
+    for param in main.commands["tune"].params:
+        if param.param_type_name == "option" and not param.hidden:
+            assert param.help, f"tune {param.opts[0]} has no help text"
