@@ -72,7 +72,6 @@ def _ratio_bars(opts: dict, records: list[dict], path: Path):
     """Bars of series[metric] / over[metric] for points matched on `match` keys, grouped by
     `group` keys (reduced by a geometric mean when a group holds several points): a table of
     the bars for the report, and a function drawing them."""
-    from stepc.sweep.plot import grouped_bars
     metric = opts.get("metric", "cycles")
     over, series = opts["over"], opts["series"]
     match = opts["match"]
@@ -102,22 +101,14 @@ def _ratio_bars(opts: dict, records: list[dict], path: Path):
             cols[s].append(geomean(*vals) if vals else None)
     ylabel = opts.get("ylabel", f"{metric} / {over} {metric}")
     head = "geomean of " if reduce == "geomean" else ""
-    out = ["| " + " ".join(group) + " | " + " | ".join(f"{head}{s} / {over}" for s in series)
-           + " |", "|---|" + "---|" * len(series)]
-    for i, n in enumerate(names):
-        out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
-                                            for s in series) + " |")
-
-    def draw() -> None:
-        grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
-                     title=opts.get("title"))
-    return out + [""], draw
+    header = [" ".join(group)] + [f"{head}{s} / {over}" for s in series]
+    return _bar_table(header, names, cols, series), _bar_drawing(names, cols, ylabel, path,
+                                                                  opts)
 
 
 def _expression_bars(opts: dict, records: list[dict], path: Path):
     """Grouped bars: `groups` maps a group's name to one claim expression per bar series
     (`series`, the bars' names), e.g. each variant's speedup over a baseline per model."""
-    from stepc.sweep.plot import grouped_bars
     series = opts["series"]
     cols: dict[str, list[float | None]] = {s: [] for s in series}
     for group, exprs in opts["groups"].items():
@@ -130,13 +121,25 @@ def _expression_bars(opts: dict, records: list[dict], path: Path):
                 cols[s].append(None)
     names = list(opts["groups"])
     ylabel = opts.get("ylabel", "")
-    out = [f"| {ylabel or 'group'} | " + " | ".join(series) + " |",
-           "|---|" + "---|" * len(series)]
+    header = [ylabel or "group"] + list(series)
+    return _bar_table(header, names, cols, series), _bar_drawing(names, cols, ylabel, path,
+                                                                  opts)
+
+
+def _bar_table(header: list[str], names: list[str], cols: dict, series: list[str]) -> list[str]:
+    """A Markdown table of grouped bars: one row per group, one column per series."""
+    out = ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(series)]
     for i, n in enumerate(names):
         out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
                                             for s in series) + " |")
+    return out + [""]
+
+
+def _bar_drawing(names: list[str], cols: dict, ylabel: str, path: Path, opts: dict):
+    """Draws the grouped bars (with a line at 1) when called."""
+    from stepc.sweep.plot import grouped_bars
 
     def draw() -> None:
         grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,
                      title=opts.get("title"))
-    return out + [""], draw
+    return draw
