@@ -37,9 +37,8 @@ def test_layers_scale_with_l(variant, tmp_path):
     one, mem_one = _sim(variant, {**params, "L": 1}, lens)
     two, mem_two = _sim(variant, {**params, "L": 2}, lens)
     assert abs(two / (2 * one) - 1) < 0.02, (one, two)
-    if variant != "timemux":  # its on-chip bytes stay symbolic in the merged tile rows
-        assert int(mem_two.split()[0].replace(",", "")) == \
-            2 * int(mem_one.split()[0].replace(",", ""))
+    assert int(mem_two.split()[0].replace(",", "")) == \
+        2 * int(mem_one.split()[0].replace(",", ""))
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
