@@ -10,7 +10,10 @@ from click.testing import CliRunner
 
 import stepc.sweep.reproduce as rp
 from stepc.cli import main
+from stepc.sim.run import OpStats
+from stepc.sweep.claims import PLACEHOLDER, fill_measured
 from stepc.sweep.reproduce import SpecError, choose, load_spec
+from stepc.sweep.runner import finish_cycles
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
@@ -87,6 +90,8 @@ def test_reproduce_17_chooses_from_figure_9_and_reports_the_eight_numbers(tmp_pa
                   "| 1.05 |", "| 1.14 |"):
         assert paper in report, paper
     assert done[0].reproduced + done[0].not_reproduced == 10
+    why = report.split("Why these claims are not reproduced")[-1].split("Measured, with")[0]
+    assert "n/a" not in why and "{" not in why  # every measured reason filled in
     assert "Assumptions (what the paper does not pin down):" in report
     assert "Layer count" in report and "QKV tiling" in report
     # the static points ran at the chosen tiles
@@ -113,3 +118,28 @@ def test_reproduce_17_with_the_papers_traces(tmp_path):
     for claim in ("is the fastest of the three", "least on-chip memory of the three"):
         row = next(line for line in report.splitlines() if claim in line)
         assert row.endswith("| reproduced |"), row
+
+
+def test_every_missable_claim_states_a_measured_reason():
+    """Each speedup and compute claim's quirk (shown when it misses) quotes numbers of the
+    run itself (`{expr}` placeholders over the points: stage cycles, allocations), and
+    those expressions check."""
+    spec = load_spec("17")
+    assert rp.check_claims(spec) == []
+    judged = [c for c in spec["claim"] if not isinstance(c["paper"], str)
+              and (".cycles" in c["value"] or "allocated_compute" in c["value"])]
+    assert len(judged) == 5
+    for c in judged:
+        assert PLACEHOLDER.search(c["quirk"]), c["text"]
+
+
+def test_measured_reasons_and_milestones_fill_from_records():
+    ops = [OpStats("done[1].qkv.y", "Map", 5, 40, 0), OpStats("done[1].qkv", "Accum", 1, 42, 0),
+           OpStats("done[1].qkvx", "Map", 1, 99, 0), OpStats("done[1].att.a", "Map", 1, 70, 0)]
+    assert finish_cycles(ops, {"qkv": "done[1].qkv", "att": "done[1].att", "no": "x"}) == \
+        {"qkv": 42, "att": 70, "no": None}
+    recs = [{"tag": "a", "status": "ok", "params": {}, "cycles": 100,
+             "finished": {"qkv": 42, "att": 70}}]
+    text = "MoE {a.cycles - a.finished_att:,.0f} cycles, {a.finished_qkv / a.cycles:.0%}"
+    assert fill_measured(text, recs) == "MoE 30 cycles, 42%"
+    assert fill_measured("{a.finished_nothing}", recs) == "n/a"

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from stepc.cli import main
 from stepc.sweep.claims import (Claim, NeedsData, Reference, claim_problems, claim_terms,
-                                load_references)
+                                load_references, select)
 from stepc.sweep.reproduce import (SpecError, available_figures, check_claims, evaluate_claim,
                                    expand_spec, load_spec, spec_points)
 
@@ -274,7 +274,7 @@ def test_the_same_ratio_is_judged_the_same_way_in_every_figure():
         recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.ident, {}),
                  "ident": p.ident.replace(str(rp.program_root()), "")} for p in exp.points]
         for c in spec["claim"]:  # the same expression over the same points
-            points = tuple(rp.select(recs, tag, want)[0]["ident"]
+            points = tuple(select(recs, tag, want)[0]["ident"]
                            for _, tag, want, _ in claim_terms(c["value"]))
             value = (" ".join(c["value"].split()), points)
             judged = (c["paper"], str(c.get("tolerance")))

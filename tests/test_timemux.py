@@ -120,3 +120,24 @@ def test_allocated_compute_at_the_qwen_defaults():
     for R, paper in ((128, 787_456), (32, 295_936)):
         r = compile_file(str(REPO / STATIC), {"R": R})
         assert analyze(r.typed).allocated_compute == paper + 1024 * 128
+
+
+@pytest.mark.parametrize("routing", sorted(ROUTINGS))
+def test_run_binds_the_merged_tile_rows(routing):
+    """The run determines the dynamic tiles' row counts: each expert's declared `?` rows
+    take its n_e and a region's merged rows the largest of its experts' (the tile its
+    compute operators' buffers must hold), so the on-chip bytes become a number that grows
+    with that tile."""
+    ids = ROUTINGS[routing]
+    typed = compile_(DYNAMIC, R=2)
+    res = run(typed, ids, functional=False)
+    counts = np.bincount(ids.reshape(-1), minlength=E)
+    for r in range(2):
+        assert res.bindings[f"mx_{r}_rows"] == max(counts[2 * r], counts[2 * r + 1])
+        for g in range(2):
+            assert res.bindings[f"xt_{r}_{g}_d"] == counts[2 * r + g]
+    bound = analyze(typed).bind(dict(res.bindings)).totals
+    assert bound["on_chip_bytes"].is_number and bound["on_chip_bytes_on_demand"].is_number
+    rows = {k: v for k, v in res.bindings.items() if k.startswith("mx_")}
+    bigger = analyze(typed).bind({**res.bindings, "mx_0_rows": rows["mx_0_rows"] + 1}).totals
+    assert bigger["on_chip_bytes"] > bound["on_chip_bytes"]

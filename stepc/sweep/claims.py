@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 METRICS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops",
            "compute_utilization", "bw_utilization", "allocated_compute")
+FINISHED = "finished_"  # `tag.finished_NAME`: the cycle the point's milestone NAME was reached
 TOLERANCE_KINDS = {"effect": "of the effect (ratio - 1)", "abs": "absolute",
                    "rel": "relative"}
 REFERENCE_KEYS = {"file", "match", "value", "about"}
@@ -242,10 +243,18 @@ def select(records: list[dict], tag: str, want: dict[str, str]) -> list[dict]:
             all(point_field(r, k) == v for k, v in want.items())]
 
 
+def known_metric(metric: str) -> bool:
+    """A metric every record has, or a milestone's finish cycle (`finished_NAME`)."""
+    return metric in METRICS or (metric.startswith(FINISHED) and len(metric) > len(FINISHED))
+
+
 def _metric(rec: dict, metric: str, term: str) -> float:
     if rec.get("status") != "ok":
         raise SpecError(f"`{term}` did not finish ({rec.get('status')})")
-    value = rec.get(metric)
+    if metric.startswith(FINISHED):
+        value = rec.get("finished", {}).get(metric[len(FINISHED):])
+    else:
+        value = rec.get(metric)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise SpecError(f"`{term}` is not a number ({value})")
     return float(value)
@@ -316,7 +325,7 @@ def evaluate_claim(expr: str, records: list[dict],
 
     def term(m: re.Match) -> str:
         tag, want, metric = m.group(1), _selector(m.group(3)), m.group(4)
-        if metric not in METRICS:
+        if not known_metric(metric):
             raise SpecError(f"unknown metric `{metric}`")
         hits = select(records, tag, want)
         if len(hits) != 1:
@@ -331,3 +340,48 @@ def evaluate_claim(expr: str, records: list[dict],
                           {f"v{i}": v for i, v in enumerate(values)}))
     except ZeroDivisionError:
         raise SpecError(f"claim expression `{expr}` divides by zero") from None
+
+
+# `{expr}` or `{expr:FORMAT}` in a claim's quirk: a number measured by this run
+PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]+))?\}")
+
+
+def fill_measured(text: str, records: list[dict],
+                  references: dict[str, Reference | str] | None = None) -> str:
+    """`text` with each `{expr}` replaced by the expression's value over the records
+    (formatted `.4g` or as `{expr:FORMAT}` says; `n/a` when a point is missing)."""
+    def value(m: re.Match) -> str:
+        try:
+            v = evaluate_claim(m.group(1), records, references)
+        except (SpecError, NeedsData):
+            return "n/a"
+        return format(v, m.group(2) or ".4g")
+    return PLACEHOLDER.sub(value, text)
+
+
+def expression_problems(what: str, value: str, records: list[dict],
+                        references: set[str]) -> list[str]:
+    """What is wrong with one claim expression over the points' records (settings only):
+    unknown metrics, terms that select no or several points, unknown references, syntax."""
+    problems = []
+    terms, series = claim_terms(value), series_terms(value)
+    if not terms and not series:
+        problems.append(f"{what}: no `tag.metric` term")
+    for text, tag, want, metric in terms:
+        if not known_metric(metric):
+            problems.append(f"{what}: `{text}`: unknown metric `{metric}`")
+        n = len(select(records, tag, want))
+        if n != 1:
+            problems.append(f"{what}: `{text}` selects {n} points, not one")
+    for text, tag, want, metric, ref in series:
+        if metric not in METRICS:
+            problems.append(f"{what}: `{text}`: unknown metric `{metric}`")
+        if not select(records, tag, want):
+            problems.append(f"{what}: `{text}` selects no point")
+        if ref not in references:
+            problems.append(f"{what}: `{text}`: no reference `{ref}` in the spec")
+    try:
+        arith(value, _TERM.sub("v0", _SERIES.sub("v0", value)))
+    except SpecError as e:
+        problems.append(f"{what}: {e}")
+    return problems

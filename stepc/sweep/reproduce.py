@@ -26,9 +26,9 @@ from importlib import resources
 from pathlib import Path
 
 import stepc
-from stepc.sweep.claims import (METRICS, Claim, NeedsData, SpecError, claim_problems,
-                                claim_terms, evaluate_claim, load_references, select,
-                                series_terms, validate_references)
+from stepc.sweep.claims import (METRICS, PLACEHOLDER, Claim, NeedsData, SpecError,
+                                claim_problems, evaluate_claim, expression_problems,
+                                fill_measured, load_references, validate_references)
 from stepc.sweep.runner import Point, Sweep, code_digest
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
@@ -43,7 +43,7 @@ CHOOSE_KEYS = {"figure", "static", "dynamic", "param", "axis", "about"}
 CHOOSE_AXES = {"memory": ("on_chip_bytes", "on_chip_bytes_on_demand"),
                "performance": ("cycles", "cycles")}
 SWEEP_KEYS = {"program", "name", "params", "grid", "hw", "sets", "trace", "plot_x",
-              "own_model"}
+              "own_model", "milestones"}
 CLAIM_KEYS = {"text", "value", "paper", "tolerance", "tolerance_reason", "quirk"}
 MEASURE_KEYS = {"text", "value", "note"}
 PLOT_KEYS = {"scatter": {"kind", "title", "tags", "x", "y", "label", "series_by", "xlabel",
@@ -285,7 +285,8 @@ def expand_spec(spec: dict, data: str | None, model: str,
                     labels.update(lab)
                 p = Point(str(root / sw["program"]), tuple(sorted(params.items())),
                           sw.get("hw", "paper-eval"), sets_, tuple(sorted(traces.items())),
-                          True, name)
+                          True, name,
+                          milestones=tuple(sorted(sw.get("milestones", {}).items())))
                 exp.points.append(p)
                 if labels:
                     exp.labels[p.ident] = labels
@@ -310,33 +311,21 @@ def spec_points(spec: dict, data: str | None, model: str,
 def check_claims(spec: dict) -> list[str]:
     """Without running anything: every claim parses, has a tolerance with a stated reason,
     and each of its terms names a known metric and selects exactly one point (a series:
-    at least one) of the spec's sweeps; every reference it names is in the spec."""
-    from stepc.sweep.claims import _SERIES, _TERM, arith
+    at least one) of the spec's sweeps; every reference it names is in the spec; every
+    `{expr}` of a quirk is such an expression too."""
     exp = expand_spec(spec, None, "ref")
     recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.ident, {})}
             for p in exp.points]
+    refs = set(spec.get("reference", {}))
     problems = []
     for c in [*spec.get("claim", []), *spec.get("measure", [])]:
-        terms, series = claim_terms(c["value"]), series_terms(c["value"])
-        if not terms and not series:
-            problems.append(f"{c['text']}: no `tag.metric` term")
-        for text, tag, want, metric in terms:
-            if metric not in METRICS:
-                problems.append(f"{c['text']}: `{text}`: unknown metric `{metric}`")
-            n = len(select(recs, tag, want))
-            if n != 1:
-                problems.append(f"{c['text']}: `{text}` selects {n} points, not one")
-        for text, tag, want, metric, ref in series:
-            if metric not in METRICS:
-                problems.append(f"{c['text']}: `{text}`: unknown metric `{metric}`")
-            if not select(recs, tag, want):
-                problems.append(f"{c['text']}: `{text}` selects no point")
-            if ref not in spec.get("reference", {}):
-                problems.append(f"{c['text']}: `{text}`: no reference `{ref}` in the spec")
-        try:
-            arith(c["value"], _TERM.sub("v0", _SERIES.sub("v0", c["value"])))
-        except SpecError as e:
-            problems.append(f"{c['text']}: {e}")
+        problems += expression_problems(c["text"], c["value"], recs, refs)
+        for m in PLACEHOLDER.finditer(c.get("quirk", "")):
+            problems += expression_problems(c["text"] + " (quirk)", m.group(1), recs, refs)
+            try:
+                format(1.0, m.group(2) or ".4g")
+            except ValueError:
+                problems.append(f"{c['text']} (quirk): bad format `{m.group(2)}`")
         if "paper" in c:
             problems += [f"{c['text']}: {p}" for p in claim_problems(c)]
     return problems
@@ -534,7 +523,8 @@ def _claim_lines(spec: dict, records: list[dict], references: dict, done: Reprod
         lines += ["", "Why these claims are not reproduced (likely reasons):", ""]
         why_of: dict[str, list[str]] = {}  # claims sharing a reason are listed together
         for claim, shown in failed:
-            why = " ".join(claim.quirk.split()) or "no known artifact quirk explains it: " \
+            why = fill_measured(" ".join(claim.quirk.split()), records, references) or \
+                "no known artifact quirk explains it: " \
                 "a difference between stepc and the artifact to investigate"
             why += "" if why.endswith((".", "!", "?", ")")) else "."
             why_of.setdefault(why, []).append(f"**{claim.text}** (stepc {shown})")

@@ -67,11 +67,16 @@ class Point:
     timing_only: bool = True
     tag: str = ""  # a name for the series this point belongs to
     digests: tuple[tuple[str, str], ...] = ()  # of its inputs and of stepc (see `prepare`)
+    # (name, node-name prefix): the record gets the cycle each prefix's operators finished
+    milestones: tuple[tuple[str, str], ...] = ()
 
     def settings(self) -> dict:
-        return {"program": self.program, "params": dict(self.params), "hw": self.hw,
-                "sets": list(self.sets), "traces": dict(self.traces),
-                "timing_only": self.timing_only, "tag": self.tag}
+        out = {"program": self.program, "params": dict(self.params), "hw": self.hw,
+               "sets": list(self.sets), "traces": dict(self.traces),
+               "timing_only": self.timing_only, "tag": self.tag}
+        if self.milestones:
+            out["milestones"] = dict(self.milestones)
+        return out
 
     @property
     def ident(self) -> str:
@@ -218,6 +223,8 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
             "hbm_model": hw.hbm.model,
             "row_hit_rate": run.row_hit_rate,
         })
+        if point.milestones:
+            record["finished"] = finish_cycles(run.ops, dict(point.milestones))
     except _InputError as e:
         record.update({"status": "error", "error": str(e)})
     except Exception as e:  # a bad point must not end the sweep
@@ -225,6 +232,16 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     record["wall_seconds"] = round(time.perf_counter() - t0, 3)
     record["seal"] = seal(record)
     return record
+
+
+def finish_cycles(ops, prefixes: dict[str, str]) -> dict[str, int | None]:
+    """The cycle by which the operators named `prefix` or `prefix.*` had all finished, for
+    each named prefix (None when no operator has that name)."""
+    out: dict[str, int | None] = {}
+    for name, prefix in prefixes.items():
+        times = [o.finish for o in ops if o.name == prefix or o.name.startswith(prefix + ".")]
+        out[name] = max(times) if times else None
+    return out
 
 
 class _InputError(Exception):
