@@ -34,7 +34,7 @@ def test_piped_analyze_never_wraps_names_and_has_no_trailing_spaces():
     lines = r.stdout.splitlines()
     assert not [ln for ln in lines if ln != ln.rstrip()], "trailing spaces"
     # every operator instance is on one line, whole, so grep finds it
-    assert any(re.match(r"\s+ffn\[0\]\.LinearOffChipLoad@9\s+LinearOffChipLoad\s", ln)
+    assert any(re.match(r"\s+moe\.ffn\[0\]\.LinearOffChipLoad@11\s+LinearOffChipLoad\s", ln)
                for ln in lines)
     assert not any(ln.strip().startswith("oad@") for ln in lines)
 

@@ -5,6 +5,7 @@ report puts the paper's eight numbers beside stepc's with the assumptions."""
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -143,3 +144,34 @@ def test_measured_reasons_and_milestones_fill_from_records():
     text = "MoE {a.cycles - a.finished_att:,.0f} cycles, {a.finished_qkv / a.cycles:.0%}"
     assert fill_measured(text, recs) == "MoE 30 cycles, 42%"
     assert fill_measured("{a.finished_nothing}", recs) == "n/a"
+
+
+def _lock_step_bounds(tiles: list[int], regions: int) -> tuple[float, float]:
+    """Interleaved attention's bounds over the balanced time sum(tiles) / regions: lock-step
+    (each round of `regions` tokens as long as its longest) and the round-robin split alone
+    (the busiest region's share)."""
+    balanced = sum(tiles) / regions
+    rounds = sum(max(tiles[i:i + regions]) for i in range(0, len(tiles), regions))
+    busiest = max(sum(tiles[r::regions]) for r in range(regions))
+    return rounds / balanced, busiest / balanced
+
+
+def test_lock_step_bounds_quoted_in_the_report_are_the_traces():
+    """The report quotes two properties of Figure 17's KV window (no run measures them):
+    recompute them, in KV tiles ceil((len + 1) / 32) over R = 4 regions, from the trace."""
+    trace = DATA / "azure_kv_trace" / "b64" / "conv_stdev0995_3123_3186.npy"
+    if not trace.is_file():
+        pytest.skip(f"no KV trace {trace.name} (../shared/data is absent)")
+    lens = np.load(trace).astype(int).ravel().tolist()
+    tiles = [-(-(n + 1) // 32) for n in lens]
+    lock, split = _lock_step_bounds(tiles, 4)
+    text = " ".join((REPO / "stepc" / "experiments" / "fig17.toml").read_text().split())
+    docs = " ".join((REPO / "docs" / "reproduce.md").read_text().split())
+    quoted = f"is {lock:.2f}x the balanced time and the round-robin split alone {split:.2f}x"
+    assert text.count(quoted) == 3, quoted
+    assert f"is {lock:.2f}x the balanced time, the round-robin split alone {split:.2f}x" in docs
+
+
+def test_lock_step_bounds_of_a_small_batch():
+    assert _lock_step_bounds([1, 3, 3, 1], 2) == (1.5, 1.0)    # balanced split, rounds of 3
+    assert _lock_step_bounds([1, 3, 1, 3], 2) == (1.5, 1.5)    # region 1 gets both 3s

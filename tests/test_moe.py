@@ -97,7 +97,7 @@ def test_qwen_static_unit_matches_artifact():
     Repeat element, three weight tiles, down accumulator)."""
     r = compile_file("programs/moe_static.step", {"TILE_N": 8})
     a = analyze(r.typed, "artifact")
-    unit = sum(o.on_chip for o in a.ops if o.node.startswith(("xt[0]", "ffn[0].")))
+    unit = sum(o.on_chip for o in a.ops if o.node.startswith(("moe.xt[0]", "moe.ffn[0].")))
     assert unit == 983_040
 
 

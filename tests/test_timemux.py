@@ -133,11 +133,11 @@ def test_run_binds_the_merged_tile_rows(routing):
     res = run(typed, ids, functional=False)
     counts = np.bincount(ids.reshape(-1), minlength=E)
     for r in range(2):
-        assert res.bindings[f"mx_{r}_rows"] == max(counts[2 * r], counts[2 * r + 1])
+        assert res.bindings[f"moe_mx_{r}_rows"] == max(counts[2 * r], counts[2 * r + 1])
         for g in range(2):
-            assert res.bindings[f"xt_{r}_{g}_d"] == counts[2 * r + g]
+            assert res.bindings[f"moe_xt_{r}_{g}_d"] == counts[2 * r + g]
     bound = analyze(typed).bind(dict(res.bindings)).totals
     assert bound["on_chip_bytes"].is_number and bound["on_chip_bytes_on_demand"].is_number
-    rows = {k: v for k, v in res.bindings.items() if k.startswith("mx_")}
-    bigger = analyze(typed).bind({**res.bindings, "mx_0_rows": rows["mx_0_rows"] + 1}).totals
+    rows = {k: v for k, v in res.bindings.items() if k.startswith("moe_mx_")}
+    bigger = analyze(typed).bind({**res.bindings, "moe_mx_0_rows": rows["moe_mx_0_rows"] + 1}).totals
     assert bigger["on_chip_bytes"] > bound["on_chip_bytes"]
