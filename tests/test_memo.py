@@ -10,7 +10,8 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, exact
-from stepc.analyze.analysis import _nonempty, _on_demand, _settle
+from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle
+from stepc.check import checker
 from stepc.canon import canonical, memo_renamed, rename
 from stepc.frontend import compile_file
 from stepc.types import ceil_div, divides
@@ -34,6 +35,57 @@ def test_memoised_conditions_equal_direct(analysis):
         assert _nonempty(o.activity) == _nonempty.__wrapped__(o.activity), o.node
         assert _on_demand(o.on_chip, o.activity) == \
             _on_demand.__wrapped__(o.on_chip, o.activity), o.node
+
+
+def test_on_demand_shortcut_equals_direct(analysis):
+    for o in analysis.ops:  # operators without on-chip bytes skip the memo
+        assert o.on_chip_on_demand == _on_demand.__wrapped__(o.on_chip, o.activity), o.node
+
+
+def _sympy_totals(a) -> dict:
+    """The totals summed term by term in sympy (what `Analysis.total` shortcuts)."""
+    out = {attr: _exact(sympy.Add(*(getattr(o, attr) for o in a.ops)))
+           for attr in ("off_chip", "on_chip", "flops")}
+    always, groups = sympy.Integer(0), {}
+    for o in a.ops:
+        if o.on_chip == 0:
+            continue
+        cond = _nonempty.__wrapped__(o.activity)
+        if cond is sympy.true:
+            always += o.on_chip
+        elif cond is not sympy.false:
+            groups[cond] = groups.get(cond, 0) + o.on_chip
+    out["on_chip_on_demand"] = sympy.Add(always, *(
+        sympy.Piecewise((cost, cond), (0, True))
+        for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))))
+    return out
+
+
+def test_totals_equal_sympy_sums(analysis):
+    free = sorted({s.name for o in analysis.ops for s in o.off_chip.free_symbols})
+    for a in (analysis, analysis.bind({n: 3 for n in free})):  # symbolic, then numbers
+        for attr, want in _sympy_totals(a).items():
+            got = a.total(attr)
+            assert got == want and type(got) is type(want), attr
+
+
+class _Mentions(set):
+    """A symbol set that claims to meet every substitution (disables the checker's skip)."""
+
+    def isdisjoint(self, other) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROGRAMS.glob("*.step")))
+def test_checker_substitution_skip_equals_direct(name, monkeypatch):
+    fast = compile_file(str(PROGRAMS / name))
+    plain = checker.free_symbols
+    monkeypatch.setattr(checker, "free_symbols", lambda t: _Mentions(plain(t)))
+    direct = compile_file(str(PROGRAMS / name))
+    assert fast.typed.types == direct.typed.types
+    assert fast.typed.subst == direct.typed.subst
+    assert [str(d) for d in fast.diagnostics.items] == \
+        [str(d) for d in direct.diagnostics.items]
 
 
 def test_exact_values_equal_sympy(analysis):

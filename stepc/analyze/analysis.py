@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -41,6 +42,8 @@ class OpCost:
     @cached_property
     def on_chip_on_demand(self) -> sympy.Expr:
         """On-chip bytes charged only when the operator's stream is non-empty."""
+        if self.on_chip == 0:  # what `_on_demand` returns, without renaming the activity
+            return self.on_chip
         return _on_demand(self.on_chip, self.activity)
 
 
@@ -58,23 +61,23 @@ class Analysis:
     def total(self, attr: str) -> sympy.Expr:
         if attr == "on_chip_on_demand":
             return self.on_demand_total()
-        return _exact(sympy.Add(*(getattr(o, attr) for o in self.ops)))
+        return _exact(_sum([getattr(o, attr) for o in self.ops]))
 
     def on_demand_total(self) -> sympy.Expr:
         """On-demand on-chip bytes, one term per distinct "stream is non-empty" condition."""
-        always = sympy.Integer(0)
-        groups: dict[sympy.Basic, sympy.Expr] = {}
+        always: list[sympy.Expr] = []
+        groups: dict[sympy.Basic, list[sympy.Expr]] = {}
         for o in self.ops:
             if o.on_chip == 0:
                 continue
             cond = _nonempty(o.activity)
             if cond is sympy.true:
-                always += o.on_chip
+                always.append(o.on_chip)
             elif cond is not sympy.false:
-                groups[cond] = groups.get(cond, 0) + o.on_chip
-        terms = [sympy.Piecewise((cost, cond), (0, True))
-                 for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
-        return sympy.Add(always, *terms)
+                groups.setdefault(cond, []).append(o.on_chip)
+        terms = [sympy.Piecewise((_sum(costs), cond), (0, True))
+                 for cond, costs in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
+        return sympy.Add(_sum(always), *terms)
 
     @cached_property
     def totals(self) -> dict[str, sympy.Expr]:
@@ -118,6 +121,17 @@ class Analysis:
                       o.compute_bw) for o in self.ops]
         return Analysis(self.program, self.params, self.mode, ops, self.symbols,
                         {**self.bindings, **values})
+
+
+def _sum(terms: list) -> sympy.Expr:
+    """`sympy.Add(*terms)`, added in Python integers and fractions when every term is a
+    rational (a bound program: thousands of numbers)."""
+    values = [exact.number(t) if isinstance(t, sympy.Basic) else None for t in terms]
+    if all(isinstance(v, int) for v in values):
+        return sympy.Integer(sum(values))
+    if all(v is not None for v in values):
+        return exact.as_sympy(sum(values, Fraction(0)))
+    return sympy.Add(*terms)
 
 
 def _ratio(flops, traffic) -> sympy.Expr:

@@ -97,6 +97,7 @@ class Checker:
                 self.symbolic.append(a)
         self.annotator = Annotator(self.symbols)
         self.uses: dict[sympy.Symbol, set] = {}  # symbol -> keys of the types that mention it
+        self.free: dict[tuple[str, int], set] = {}  # key -> the symbols its type mentions
 
     # ------------------------------------------------------------ driver
     def run(self) -> TypedProgram:
@@ -164,7 +165,9 @@ class Checker:
             except AnnotationError:
                 return None
         t = self.types.get((e.src, e.port))
-        return self.apply_subst(t) if t is not None else None
+        if t is None or self.free[(e.src, e.port)].isdisjoint(self.subst):
+            return t
+        return self.apply_subst(t)
 
     def feedback_type(self, key: tuple[str, int]) -> StreamType:
         """The declared type of a feedback stream; its `?` dims are named after the stream
@@ -224,7 +227,9 @@ class Checker:
         for w in ctx.warnings:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
-            self.store((node.name, port), self.apply_subst(t))
+            if not free_symbols(t).isdisjoint(self.subst):
+                t = self.apply_subst(t)
+            self.store((node.name, port), t)
         for port, anns in sorted(node.annotations.items()):
             for ann in anns:
                 if (node.name, port) in self.types:
@@ -317,8 +322,10 @@ class Checker:
         return self.annotator.substitute(t, self.subst)
 
     def store(self, key: tuple[str, int], t: StreamType) -> None:
+        free = free_symbols(t)
         self.types[key] = t
-        for sym in free_symbols(t):
+        self.free[key] = free
+        for sym in free:
             self.uses.setdefault(sym, set()).add(key)
 
     def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
