@@ -165,7 +165,7 @@ class Checker:
             except AnnotationError:
                 return None
         t = self.types.get((e.src, e.port))
-        if t is None or self.free[(e.src, e.port)].isdisjoint(self.subst):
+        if t is None or not self.substitutes(self.free[(e.src, e.port)]):
             return t
         return self.apply_subst(t)
 
@@ -227,7 +227,7 @@ class Checker:
         for w in ctx.warnings:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
-            if not free_symbols(t).isdisjoint(self.subst):
+            if self.substitutes(free_symbols(t)):
                 t = self.apply_subst(t)
             self.store((node.name, port), t)
         for port, anns in sorted(node.annotations.items()):
@@ -320,6 +320,11 @@ class Checker:
         if not self.subst:
             return t
         return self.annotator.substitute(t, self.subst)
+
+    def substitutes(self, symbols: set) -> bool:
+        """Whether a substitution replaces one of `symbols` (a walk over `symbols`, the
+        smaller side)."""
+        return not self.subst.keys().isdisjoint(symbols)
 
     def store(self, key: tuple[str, int], t: StreamType) -> None:
         free = free_symbols(t)
