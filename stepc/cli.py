@@ -7,6 +7,7 @@ Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage erro
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import io
 import json
@@ -38,6 +39,17 @@ def quick_exit(command):
     def wrapper(*args, **kwargs):
         global _quick_exit
         _quick_exit = True
+        return command(*args, **kwargs)
+    return wrapper
+
+
+def fewer_collections(command):
+    """For a command that compiles one program and exits: the cyclic garbage collector runs
+    ~100x less often (its passes over the growing heap of sympy expressions, most of them
+    live until the end, cost ~0.1 s of `stepc analyze` on a 2,442-operator program)."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        gc.set_threshold(50_000, 50, 100)
         return command(*args, **kwargs)
     return wrapper
 
@@ -224,6 +236,7 @@ def _presets(default: str | None = None) -> str:
 @_FORMAT
 @click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
 @quick_exit
+@fewer_collections
 def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
               werror: bool) -> None:
     """Type- and shape-check a .step program (FILE, or - for standard input).
@@ -287,6 +300,7 @@ def _load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
 @click.option("--all", "show_all", is_flag=True, help="List every operator instance (not one "
               "row per statement), also those with no cost.")
 @quick_exit
+@fewer_collections
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
                 show_all) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
