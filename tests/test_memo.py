@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, exact
-from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle
+from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, _symbol_names
 from stepc.check import checker
 from stepc.canon import canonical, memo_renamed, rename
 from stepc.frontend import compile_file
@@ -123,8 +123,21 @@ def test_exact_values_equal_sympy(analysis):
                 assert exact.as_sympy(x) == _settle(e.xreplace(subs)), (o.node, e)
 
 
+def test_symbol_names_equal_free_symbols(analysis):
+    exprs = [e for o in analysis.ops for e in (o.off_chip, o.on_chip, o.on_chip_on_demand,
+                                               o.flops, o.activity) if e is not None]
+    assert _symbol_names(exprs) == {s.name for e in exprs for s in e.free_symbols}
+
+
 def test_exact_value_declines_what_it_cannot_be_sure_of():
     n = sympy.Symbol("n", integer=True, nonnegative=True)
+    m = sympy.Symbol("m", integer=True, nonnegative=True)
+    # a value means every symbol had one, even where a branch or condition is decided
+    assert exact.value(sympy.Piecewise((n, n > 0), (m, True)), {n: 2}) is None
+    assert exact.value(sympy.Piecewise((n, sympy.Or(n > 0, m > 0)), (0, True)), {n: 2}) \
+        is None
+    assert exact.value(sympy.Piecewise((n, sympy.And(n > 0, m > 0)), (0, True)),
+                       {n: 0, m: 1}) == 0
     assert exact.value(n / 3, {n: 7}) == sympy.Rational(7, 3)
     assert exact.value(sympy.ceiling(n / 4) * 2, {n: 5}) == 4
     assert exact.value(n * sympy.Float(0.5), {n: 2}) is None

@@ -111,10 +111,9 @@ class Analysis:
             if not subs:
                 return e
             e = sympy.sympify(e)
-            if e.free_symbols <= numbers.keys():  # every symbol bound: no sympy needed
-                x = exact.value(e, numbers)
-                if x is not None:
-                    return exact.as_sympy(x)
+            x = exact.value(e, numbers)  # None unless every symbol is bound
+            if x is not None:
+                return exact.as_sympy(x)
             return _settle(e.xreplace(subs))
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
@@ -220,13 +219,27 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
                           on_chip, activity, flops, bw))
-    used = set()
-    for o in ops:
-        for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):
-            used |= {s.name for s in e.free_symbols}
+    used = _symbol_names([e for o in ops
+                          for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops)])
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
+
+
+def _symbol_names(exprs: list[sympy.Basic]) -> set[str]:
+    """The names of the symbols in `exprs` (their free symbols: cost formulas bind none),
+    each shared subexpression walked once."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = list(exprs)
+    while todo:
+        e = todo.pop()
+        if e.is_Symbol:
+            names.add(e.name)
+        elif e.args and id(e) not in seen:
+            seen.add(id(e))
+            todo.extend(e.args)
+    return names
 
 
 # ---------------------------------------------------------------- trace bindings
