@@ -10,9 +10,9 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, exact
-from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, _symbol_names
+from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle
 from stepc.check import checker
-from stepc.canon import canonical, memo_renamed, rename
+from stepc.canon import canonical, memo_renamed, rename, symbols_in
 from stepc.frontend import compile_file
 from stepc.types import ceil_div, divides
 
@@ -123,10 +123,10 @@ def test_exact_values_equal_sympy(analysis):
                 assert exact.as_sympy(x) == _settle(e.xreplace(subs)), (o.node, e)
 
 
-def test_symbol_names_equal_free_symbols(analysis):
+def test_symbols_in_equal_free_symbols(analysis):
     exprs = [e for o in analysis.ops for e in (o.off_chip, o.on_chip, o.on_chip_on_demand,
                                                o.flops, o.activity) if e is not None]
-    assert _symbol_names(exprs) == {s.name for e in exprs for s in e.free_symbols}
+    assert symbols_in(exprs) == {s for e in exprs for s in e.free_symbols}
 
 
 def test_exact_value_declines_what_it_cannot_be_sure_of():

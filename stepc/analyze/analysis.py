@@ -16,7 +16,7 @@ import numpy as np
 import sympy
 
 from stepc.analyze import exact
-from stepc.canon import memo_renamed
+from stepc.canon import memo_renamed, symbols_in
 from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
 from stepc.ops import FUNCTIONS, OPS
@@ -219,27 +219,11 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
                           on_chip, activity, flops, bw))
-    used = _symbol_names([e for o in ops
-                          for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops)])
+    used = {s.name for s in symbols_in([e for o in ops for e in (o.off_chip, o.on_chip,
+                                                                  o.on_chip_on_demand, o.flops)])}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
-
-
-def _symbol_names(exprs: list[sympy.Basic]) -> set[str]:
-    """The names of the symbols in `exprs` (their free symbols: cost formulas bind none),
-    each shared subexpression walked once."""
-    names: set[str] = set()
-    seen: set[int] = set()
-    todo = list(exprs)
-    while todo:
-        e = todo.pop()
-        if e.is_Symbol:
-            names.add(e.name)
-        elif e.args and id(e) not in seen:
-            seen.add(id(e))
-            todo.extend(e.args)
-    return names
 
 
 # ---------------------------------------------------------------- trace bindings
