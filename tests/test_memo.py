@@ -10,7 +10,7 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, exact
-from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle
+from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, add_all
 from stepc.check import checker
 from stepc.canon import canonical, memo_renamed, rename, symbols_in
 from stepc.frontend import compile_file
@@ -67,6 +67,16 @@ def test_totals_equal_sympy_sums(analysis):
         for attr, want in _sympy_totals(a).items():
             got = a.total(attr)
             assert got == want and type(got) is type(want), attr
+
+
+def test_add_all_equals_sympy_add():
+    n = sympy.Symbol("n", integer=True, nonnegative=True)
+    cases = [[], [sympy.Integer(3)] * 5, [sympy.Integer(1), sympy.Rational(1, 3)],
+             [sympy.Rational(2, 3), sympy.Rational(1, 3)], [sympy.Integer(2), n, 3 * n],
+             [sympy.Integer(1), sympy.Float(0.5)], [sympy.Integer(1), sympy.nan]]
+    for terms in cases:
+        got, want = add_all(terms), sympy.Add(*terms)
+        assert (got == want or got is want) and type(got) is type(want), terms
 
 
 # A dim fixed by `assume` before a second Partition of the same routing shares its symbol:

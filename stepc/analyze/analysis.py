@@ -61,7 +61,7 @@ class Analysis:
     def total(self, attr: str) -> sympy.Expr:
         if attr == "on_chip_on_demand":
             return self.on_demand_total()
-        return _exact(_sum([getattr(o, attr) for o in self.ops]))
+        return _exact(add_all([getattr(o, attr) for o in self.ops]))
 
     def on_demand_total(self) -> sympy.Expr:
         """On-demand on-chip bytes, one term per distinct "stream is non-empty" condition."""
@@ -75,9 +75,9 @@ class Analysis:
                 always.append(o.on_chip)
             elif cond is not sympy.false:
                 groups.setdefault(cond, []).append(o.on_chip)
-        terms = [sympy.Piecewise((_sum(costs), cond), (0, True))
+        terms = [sympy.Piecewise((add_all(costs), cond), (0, True))
                  for cond, costs in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
-        return sympy.Add(_sum(always), *terms)
+        return sympy.Add(add_all(always), *terms)
 
     @cached_property
     def totals(self) -> dict[str, sympy.Expr]:
@@ -122,7 +122,7 @@ class Analysis:
                         {**self.bindings, **values})
 
 
-def _sum(terms: list) -> sympy.Expr:
+def add_all(terms: list) -> sympy.Expr:
     """`sympy.Add(*terms)`, added in Python integers and fractions when every term is a
     rational (a bound program: thousands of numbers)."""
     values = [exact.number(t) if isinstance(t, sympy.Basic) else None for t in terms]

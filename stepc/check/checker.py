@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from stepc.canon import symbols_in
 from stepc.check.annotations import AnnotationError, Annotator
 from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
@@ -342,9 +343,10 @@ class Checker:
         self.note_subst_users(old)
         for key in sorted(self.uses.pop(old, ())):
             self.store(key, self.annotator.substitute(self.types[key], {old: new}))
-        for key, sym in list(self.shared.items()):
-            if sym == old and isinstance(new, sympy.Symbol):
-                self.shared[key] = new
+        if isinstance(new, sympy.Symbol):  # a renaming: shared dims follow it
+            for key, sym in list(self.shared.items()):
+                if sym == old:
+                    self.shared[key] = new
 
     def note_subst_users(self, key: sympy.Symbol) -> None:
         """Index the substitution of `key` under the symbols its value mentions."""
@@ -491,21 +493,18 @@ class Checker:
 
 def free_symbols(t: StreamType) -> set:
     """Every symbol a stream type mentions (shape, tile dims, buffer dims)."""
-    out: set = set()
-    for d in t.shape:
-        out |= d.free_symbols
+    dims = list(t.shape)
     elems = [t.elem]
     while elems:
         e = elems.pop()
         if isinstance(e, Tile):
-            out |= e.rows.free_symbols | e.cols.free_symbols
+            dims += (e.rows, e.cols)
         elif isinstance(e, Buffer):
             elems.append(e.tile)
-            for d in e.shape:
-                out |= d.free_symbols
+            dims += e.shape
         elif isinstance(e, Tuple):
             elems.extend(e.elems)
-    return out
+    return symbols_in(dims)
 
 
 def check(prog: Program, bag: DiagnosticBag) -> TypedProgram:
