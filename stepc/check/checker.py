@@ -344,8 +344,9 @@ class Checker:
         for key in sorted(self.uses.pop(old, ())):
             self.store(key, self.annotator.substitute(self.types[key], {old: new}))
         if isinstance(new, sympy.Symbol):  # a renaming: shared dims follow it
+            h = hash(old)  # cached by sympy: a cheap test before its slow equality
             for key, sym in list(self.shared.items()):
-                if sym == old:
+                if hash(sym) == h and sym == old:
                     self.shared[key] = new
 
     def note_subst_users(self, key: sympy.Symbol) -> None:
