@@ -3,8 +3,11 @@
 and the ratio to a baseline stepc (an earlier commit installed in a second environment)
 measured in the same run, runs of the two interleaved.
 
-    python benchmarks/bench_commands.py [--repeat 5] [--baseline /path/to/old/bin/stepc]
+    python benchmarks/bench_commands.py [--repeat 5] [--baseline /path/to/old/bin/stepc]...
         [--data ../shared/data] [--only sim-qwen,sim-mixtral] [--reproduce]
+
+`--baseline` may be given more than once (say, the code before all speed work and the
+last release): each gets its own median and speedup columns.
 
 Jobs that need the paper's traces are skipped when `--data` has no such file. `--reproduce`
 adds `stepc reproduce all` (minutes per run; run once each unless `--repeat` says more).
@@ -49,8 +52,9 @@ def jobs(data: Path, moe128: str, out: str) -> dict[str, tuple[str, list[str], s
     }
 
 
-def run_once(stepc: str, args: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident MiB of one whole process."""
+def run_once(stepc: str, args: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, peak resident MiB and CPU seconds (user + system) of one whole process
+    (on a shared machine the CPU time says what the wall time cannot)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([stepc, *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, cwd=ROOT)
@@ -60,13 +64,14 @@ def run_once(stepc: str, args: list[str]) -> tuple[float, float]:
     if code not in (0, 1):  # 1: a reproduce with claims not reproduced is still a run
         sys.exit(f"{stepc} {' '.join(args)}: exit {code}\n{proc.stderr.read().decode()}")
     proc.stderr.close()
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--baseline", help="another stepc executable to compare with")
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="another stepc executable to compare with (repeatable)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--only", help="comma-separated job names")
     ap.add_argument("--reproduce", action="store_true", help="add `stepc reproduce all`")
@@ -79,27 +84,30 @@ def main() -> None:
         table = jobs(data, moe128, os.path.join(tmp, "reproduction"))
         names = args.only.split(",") if args.only else [
             n for n in table if n != "reproduce-all" or args.reproduce]
-        print(f"| job | target | median | peak MiB | baseline median | speedup |")
-        print("|---|---|---|---|---|---|")
+        extra = "".join(f" baseline {i + 1} median (CPU) | speedup {i + 1} |"
+                        for i in range(len(args.baseline)))
+        print(f"| job | target | median (CPU) | peak MiB |{extra}")
+        print("|---|---|---|---|" + "---|---|" * len(args.baseline))
         for name in names:
             target, argv, needs = table[name]
             if needs and not (data / needs).exists():
-                print(f"| {name} | {target} | skipped: no {needs} under --data | | | |")
+                print(f"| {name} | {target} | skipped: no {needs} under --data |")
                 continue
             repeat = 1 if name == "reproduce-all" and args.repeat == 5 else args.repeat
-            ours, base = [], []
-            for _ in range(repeat):  # interleaved: both see the same machine state
+            ours: list[tuple[float, float, float]] = []
+            base: list[list[tuple[float, float, float]]] = [[] for _ in args.baseline]
+            for _ in range(repeat):  # interleaved: all see the same machine state
                 ours.append(run_once(stepc, argv))
-                if args.baseline:
-                    base.append(run_once(args.baseline, argv))
-            wall = statistics.median(w for w, _ in ours)
-            peak = max(m for _, m in ours)
-            row = f"| {name} | {target} | {wall:.2f} s | {peak:.0f} |"
-            if base:
-                bwall = statistics.median(w for w, _ in base)
-                row += f" {bwall:.2f} s | {bwall / wall:.2f}x |"
-            else:
-                row += " | |"
+                for runs, other in zip(base, args.baseline, strict=True):
+                    runs.append(run_once(other, argv))
+            wall = statistics.median(w for w, _, _ in ours)
+            cpu = statistics.median(c for _, _, c in ours)
+            peak = max(m for _, m, _ in ours)
+            row = f"| {name} | {target} | {wall:.2f} s ({cpu:.2f} s) | {peak:.0f} |"
+            for runs in base:
+                bwall = statistics.median(w for w, _, _ in runs)
+                bcpu = statistics.median(c for _, _, c in runs)
+                row += f" {bwall:.2f} s ({bcpu:.2f} s) | {bwall / wall:.2f}x |"
             print(row, flush=True)
 
 

@@ -38,13 +38,26 @@ def rename(e, mapping: dict):
     return e.func(*args)
 
 
+def symbols_in(exprs: list) -> set:
+    """The symbols in `exprs` (their free symbols: the formulas renamed here bind none),
+    each shared subexpression walked once."""
+    out: set = set()
+    seen: set[int] = set()
+    todo = list(exprs)
+    while todo:
+        e = todo.pop()
+        if e.is_Symbol:
+            out.add(e)
+        elif e.args and id(e) not in seen:
+            seen.add(id(e))
+            todo.extend(e.args)
+    return out
+
+
 def canonical(exprs: tuple) -> tuple[tuple, dict]:
     """`exprs` with their symbols renamed `_c0, _c1, ...` (in order of name), and the map
     back to the original symbols."""
-    free: set = set()
-    for e in exprs:
-        if isinstance(e, sympy.Basic):
-            free |= e.free_symbols
+    free = symbols_in([e for e in exprs if isinstance(e, sympy.Basic)])
     fwd = {s: sympy.Symbol(f"_c{i}", **s.assumptions0)
            for i, s in enumerate(sorted(free, key=lambda s: s.name))}
     return rename(exprs, fwd), {v: k for k, v in fwd.items()}

@@ -8,7 +8,6 @@ import re
 import sys
 
 import click
-import numpy as np
 
 from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_output_path, quick_exit
 
@@ -130,6 +129,7 @@ def from_torch_cmd(spec, inputs, tiling, params, out, weights_out, externals_out
     if weights_out:
         prog.save_weights(weights_out, *real)
         click.echo(f"wrote {weights_out}", err=True)
+    import numpy as np
     for name, path in streams.items():
         np.save(path, traces[name])
         click.echo(f"wrote {path}", err=True)

@@ -10,8 +10,9 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, exact
-from stepc.analyze.analysis import _nonempty, _on_demand, _settle
-from stepc.canon import canonical, memo_renamed, rename
+from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, add_all
+from stepc.check import checker
+from stepc.canon import canonical, memo_renamed, rename, symbols_in
 from stepc.frontend import compile_file
 from stepc.types import ceil_div, divides
 
@@ -36,6 +37,85 @@ def test_memoised_conditions_equal_direct(analysis):
             _on_demand.__wrapped__(o.on_chip, o.activity), o.node
 
 
+def test_on_demand_shortcut_equals_direct(analysis):
+    for o in analysis.ops:  # operators without on-chip bytes skip the memo
+        assert o.on_chip_on_demand == _on_demand.__wrapped__(o.on_chip, o.activity), o.node
+
+
+def _sympy_totals(a) -> dict:
+    """The totals summed term by term in sympy (what `Analysis.total` shortcuts)."""
+    out = {attr: _exact(sympy.Add(*(getattr(o, attr) for o in a.ops)))
+           for attr in ("off_chip", "on_chip", "flops")}
+    always, groups = sympy.Integer(0), {}
+    for o in a.ops:
+        if o.on_chip == 0:
+            continue
+        cond = _nonempty.__wrapped__(o.activity)
+        if cond is sympy.true:
+            always += o.on_chip
+        elif cond is not sympy.false:
+            groups[cond] = groups.get(cond, 0) + o.on_chip
+    out["on_chip_on_demand"] = sympy.Add(always, *(
+        sympy.Piecewise((cost, cond), (0, True))
+        for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))))
+    return out
+
+
+def test_totals_equal_sympy_sums(analysis):
+    free = sorted({s.name for o in analysis.ops for s in o.off_chip.free_symbols})
+    for a in (analysis, analysis.bind({n: 3 for n in free})):  # symbolic, then numbers
+        for attr, want in _sympy_totals(a).items():
+            got = a.total(attr)
+            assert got == want and type(got) is type(want), attr
+
+
+def test_add_all_equals_sympy_add():
+    n = sympy.Symbol("n", integer=True, nonnegative=True)
+    cases = [[], [sympy.Integer(3)] * 5, [sympy.Integer(1), sympy.Rational(1, 3)],
+             [sympy.Rational(2, 3), sympy.Rational(1, 3)], [sympy.Integer(2), n, 3 * n],
+             [sympy.Integer(1), sympy.Float(0.5)], [sympy.Integer(1), sympy.nan]]
+    for terms in cases:
+        got, want = add_all(terms), sympy.Add(*terms)
+        assert (got == want or got is want) and type(got) is type(want), terms
+
+
+# A dim fixed by `assume` before a second Partition of the same routing shares its symbol:
+# the second one's inferred type mentions the substituted symbol.
+SHARED_AFTER_ASSUME = """\
+param E = 2
+param N = 8
+param D = 64
+tensor X : bf16[N, D] input
+stream route : Strm<MultiHot<E>, 0>[N] = external("routing")
+x = LinearOffChipLoad(X, tile=[1, D])
+p = Partition(x, route, rank=1, consumers=E, dim="R")
+assume shape(p[0]) == [3, 1]
+q = Partition(x, route, rank=1, consumers=E, dim="R")
+for i in 0..E {
+    Sink(p[i])
+    Sink(q[i])
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["shared_after_assume"] + sorted(
+    p.name for p in PROGRAMS.glob("*.step")))
+def test_checker_substitution_skip_equals_direct(name, monkeypatch, tmp_path):
+    path = PROGRAMS / name
+    if name == "shared_after_assume":
+        path = tmp_path / "shared.step"
+        path.write_text(SHARED_AFTER_ASSUME)
+    fast = compile_file(str(path))
+    monkeypatch.setattr(checker.Checker, "substitutes", lambda self, symbols: True)
+    direct = compile_file(str(path))
+    assert fast.typed.types == direct.typed.types
+    assert fast.typed.subst == direct.typed.subst
+    assert [str(d) for d in fast.diagnostics.items] == \
+        [str(d) for d in direct.diagnostics.items]
+    if name == "shared_after_assume":
+        assert str(fast.typed.types[("q", 0)].shape) == "(3, 1)"
+
+
 def test_exact_values_equal_sympy(analysis):
     rng = random.Random(7)
     free = sorted({s for o in analysis.ops for e in (o.off_chip, o.on_chip, o.flops,
@@ -53,8 +133,21 @@ def test_exact_values_equal_sympy(analysis):
                 assert exact.as_sympy(x) == _settle(e.xreplace(subs)), (o.node, e)
 
 
+def test_symbols_in_equal_free_symbols(analysis):
+    exprs = [e for o in analysis.ops for e in (o.off_chip, o.on_chip, o.on_chip_on_demand,
+                                               o.flops, o.activity) if e is not None]
+    assert symbols_in(exprs) == {s for e in exprs for s in e.free_symbols}
+
+
 def test_exact_value_declines_what_it_cannot_be_sure_of():
     n = sympy.Symbol("n", integer=True, nonnegative=True)
+    m = sympy.Symbol("m", integer=True, nonnegative=True)
+    # a value means every symbol had one, even where a branch or condition is decided
+    assert exact.value(sympy.Piecewise((n, n > 0), (m, True)), {n: 2}) is None
+    assert exact.value(sympy.Piecewise((n, sympy.Or(n > 0, m > 0)), (0, True)), {n: 2}) \
+        is None
+    assert exact.value(sympy.Piecewise((n, sympy.And(n > 0, m > 0)), (0, True)),
+                       {n: 0, m: 1}) == 0
     assert exact.value(n / 3, {n: 7}) == sympy.Rational(7, 3)
     assert exact.value(sympy.ceiling(n / 4) * 2, {n: 5}) == 4
     assert exact.value(n * sympy.Float(0.5), {n: 2}) is None

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
 import sympy
 
 from stepc.analyze import exact
-from stepc.canon import memo_renamed
+from stepc.canon import memo_renamed, symbols_in
 from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
 from stepc.ops import FUNCTIONS, OPS
@@ -41,6 +42,8 @@ class OpCost:
     @cached_property
     def on_chip_on_demand(self) -> sympy.Expr:
         """On-chip bytes charged only when the operator's stream is non-empty."""
+        if self.on_chip == 0:  # what `_on_demand` returns, without renaming the activity
+            return self.on_chip
         return _on_demand(self.on_chip, self.activity)
 
 
@@ -58,23 +61,23 @@ class Analysis:
     def total(self, attr: str) -> sympy.Expr:
         if attr == "on_chip_on_demand":
             return self.on_demand_total()
-        return _exact(sympy.Add(*(getattr(o, attr) for o in self.ops)))
+        return _exact(add_all([getattr(o, attr) for o in self.ops]))
 
     def on_demand_total(self) -> sympy.Expr:
         """On-demand on-chip bytes, one term per distinct "stream is non-empty" condition."""
-        always = sympy.Integer(0)
-        groups: dict[sympy.Basic, sympy.Expr] = {}
+        always: list[sympy.Expr] = []
+        groups: dict[sympy.Basic, list[sympy.Expr]] = {}
         for o in self.ops:
             if o.on_chip == 0:
                 continue
             cond = _nonempty(o.activity)
             if cond is sympy.true:
-                always += o.on_chip
+                always.append(o.on_chip)
             elif cond is not sympy.false:
-                groups[cond] = groups.get(cond, 0) + o.on_chip
-        terms = [sympy.Piecewise((cost, cond), (0, True))
-                 for cond, cost in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
-        return sympy.Add(always, *terms)
+                groups.setdefault(cond, []).append(o.on_chip)
+        terms = [sympy.Piecewise((add_all(costs), cond), (0, True))
+                 for cond, costs in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
+        return sympy.Add(add_all(always), *terms)
 
     @cached_property
     def totals(self) -> dict[str, sympy.Expr]:
@@ -108,16 +111,26 @@ class Analysis:
             if not subs:
                 return e
             e = sympy.sympify(e)
-            if e.free_symbols <= numbers.keys():  # every symbol bound: no sympy needed
-                x = exact.value(e, numbers)
-                if x is not None:
-                    return exact.as_sympy(x)
+            x = exact.value(e, numbers)  # None unless every symbol is bound
+            if x is not None:
+                return exact.as_sympy(x)
             return _settle(e.xreplace(subs))
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
                       o.compute_bw) for o in self.ops]
         return Analysis(self.program, self.params, self.mode, ops, self.symbols,
                         {**self.bindings, **values})
+
+
+def add_all(terms: list) -> sympy.Expr:
+    """`sympy.Add(*terms)`, added in Python integers and fractions when every term is a
+    rational (a bound program: thousands of numbers)."""
+    values = [exact.number(t) if isinstance(t, sympy.Basic) else None for t in terms]
+    if all(isinstance(v, int) for v in values):
+        return sympy.Integer(sum(values))
+    if all(v is not None for v in values):
+        return exact.as_sympy(sum(values, Fraction(0)))
+    return sympy.Add(*terms)
 
 
 def _ratio(flops, traffic) -> sympy.Expr:
@@ -206,10 +219,8 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
                           on_chip, activity, flops, bw))
-    used = set()
-    for o in ops:
-        for e in (o.off_chip, o.on_chip, o.on_chip_on_demand, o.flops):
-            used |= {s.name for s in e.free_symbols}
+    used = {s.name for s in symbols_in([e for o in ops for e in (o.off_chip, o.on_chip,
+                                                                  o.on_chip_on_demand, o.flops)])}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)

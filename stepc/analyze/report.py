@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from stepc.analyze.analysis import Analysis, Roofline, trace_decidable
+from stepc.analyze.analysis import Analysis, Roofline, add_all, trace_decidable
 from stepc.analyze.fold import family, fmt_folded, fold_names
 from stepc.hw import HardwareConfig
 from stepc.types import natural_key
@@ -120,7 +120,7 @@ def _rows(a: Analysis, grouped: bool) -> list[_Row]:
         for part in parts:
             name = _name_pattern([o.node for o in part]) or part[0].node
             rows.append(_Row(name, op, len(part),
-                             *(sympy.Add(*(getattr(o, k) for o in part))
+                             *(add_all([getattr(o, k) for o in part])
                                for k in ("off_chip", "on_chip", "flops"))))
     return rows
 

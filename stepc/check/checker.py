@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from stepc.canon import symbols_in
 from stepc.check.annotations import AnnotationError, Annotator
 from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
@@ -97,6 +98,7 @@ class Checker:
                 self.symbolic.append(a)
         self.annotator = Annotator(self.symbols)
         self.uses: dict[sympy.Symbol, set] = {}  # symbol -> keys of the types that mention it
+        self.free: dict[tuple[str, int], set] = {}  # key -> the symbols its type mentions
 
     # ------------------------------------------------------------ driver
     def run(self) -> TypedProgram:
@@ -164,7 +166,9 @@ class Checker:
             except AnnotationError:
                 return None
         t = self.types.get((e.src, e.port))
-        return self.apply_subst(t) if t is not None else None
+        if t is None or not self.substitutes(self.free[(e.src, e.port)]):
+            return t
+        return self.apply_subst(t)
 
     def feedback_type(self, key: tuple[str, int]) -> StreamType:
         """The declared type of a feedback stream; its `?` dims are named after the stream
@@ -224,7 +228,9 @@ class Checker:
         for w in ctx.warnings:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
-            self.store((node.name, port), self.apply_subst(t))
+            if self.substitutes(free_symbols(t)):
+                t = self.apply_subst(t)
+            self.store((node.name, port), t)
         for port, anns in sorted(node.annotations.items()):
             for ann in anns:
                 if (node.name, port) in self.types:
@@ -316,9 +322,16 @@ class Checker:
             return t
         return self.annotator.substitute(t, self.subst)
 
+    def substitutes(self, symbols: set) -> bool:
+        """Whether a substitution replaces one of `symbols` (a walk over `symbols`, the
+        smaller side)."""
+        return not self.subst.keys().isdisjoint(symbols)
+
     def store(self, key: tuple[str, int], t: StreamType) -> None:
+        free = free_symbols(t)
         self.types[key] = t
-        for sym in free_symbols(t):
+        self.free[key] = free
+        for sym in free:
             self.uses.setdefault(sym, set()).add(key)
 
     def substitute(self, old: sympy.Symbol, new: sympy.Expr) -> None:
@@ -330,9 +343,11 @@ class Checker:
         self.note_subst_users(old)
         for key in sorted(self.uses.pop(old, ())):
             self.store(key, self.annotator.substitute(self.types[key], {old: new}))
-        for key, sym in list(self.shared.items()):
-            if sym == old and isinstance(new, sympy.Symbol):
-                self.shared[key] = new
+        if isinstance(new, sympy.Symbol):  # a renaming: shared dims follow it
+            h = hash(old)  # cached by sympy: a cheap test before its slow equality
+            for key, sym in list(self.shared.items()):
+                if hash(sym) == h and sym == old:
+                    self.shared[key] = new
 
     def note_subst_users(self, key: sympy.Symbol) -> None:
         """Index the substitution of `key` under the symbols its value mentions."""
@@ -479,21 +494,18 @@ class Checker:
 
 def free_symbols(t: StreamType) -> set:
     """Every symbol a stream type mentions (shape, tile dims, buffer dims)."""
-    out: set = set()
-    for d in t.shape:
-        out |= d.free_symbols
+    dims = list(t.shape)
     elems = [t.elem]
     while elems:
         e = elems.pop()
         if isinstance(e, Tile):
-            out |= e.rows.free_symbols | e.cols.free_symbols
+            dims += (e.rows, e.cols)
         elif isinstance(e, Buffer):
             elems.append(e.tile)
-            for d in e.shape:
-                out |= d.free_symbols
+            dims += e.shape
         elif isinstance(e, Tuple):
             elems.extend(e.elems)
-    return out
+    return symbols_in(dims)
 
 
 def check(prog: Program, bag: DiagnosticBag) -> TypedProgram:
