@@ -91,7 +91,8 @@ def test_tune_finds_the_exhaustive_best_and_its_bounds_hold(tmp_path):
     assert res.winner.confirmed["cycles"] == truth[best]
     st = res.stages
     assert st["space"] == st["candidates"] == 6
-    assert st["confirmed"] + st["pruned_by_roofline"] + st["screened_out_by_fluid"] == 6
+    assert st["confirmed"] + st["pruned_by_roofline"] + st["screened_out_by_fluid"] + \
+        st["not_confirmed"] == 6
     assert st["confirmed"] < 6
     for s in res.candidates:  # the roofline bound never exceeds a simulated cycle count
         assert s.lower_bound("max") <= truth[(s.overrides["TB"], s.overrides["TI"])]
