@@ -58,7 +58,10 @@ def markdown(result: TuneResult) -> str:
                  f"({result.aggregate} over traces); budgets: "
                  f"{', '.join(b.text() for b in result.budgets) or 'none'}; confirmed with "
                  f"the `{result.model}` memory model (`{result.policy}` policy, margin "
-                 f"{result.margin:.0%}). Wall time {result.wall_seconds:.1f} s.")
+                 f"{result.margin:.0%}). Wall time {result.wall_seconds:.1f} s ("
+                 + ", ".join(f"{name} {result.stage_seconds.get(key, 0):.1f} s" for key, name
+                             in (("analyze", "analysis"), ("screen", "fluid"),
+                                 ("confirm", result.model))) + ").")
     lines += ["", "## Winner", ""]
     if result.winner is None:
         lines.append("No schedule satisfies the budgets.")

@@ -64,6 +64,7 @@ class TuneResult:
     unconfirmed: list[Scored] = field(default_factory=list)  # within the margin per fluid
     policy: str = "adaptive"
     margin: float = 0.05
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # analyze, screen, confirm
 
     def to_dict(self) -> dict:
         return {
@@ -81,6 +82,7 @@ class TuneResult:
             "model": self.model,
             "space_size": self.space_size,
             "wall_seconds": round(self.wall_seconds, 3),
+            "stage_seconds": dict(self.stage_seconds),
             "command": self.command,
         }
 

@@ -54,6 +54,7 @@ class Search:
         self.margin, self.max_confirm, self.jobs, self.log = margin, max_confirm, jobs, log
         self.probe, self.policy = probe, policy
         self.counts: Counter = Counter()
+        self.seconds: Counter = Counter()  # wall time per stage: analyze, screen, confirm
         self.cases = [tuple(zip(sorted(traces), paths)) for paths in
                       itertools.product(*(traces[n] for n in sorted(traces)))]
         self._arrays: dict[str, object] = {}
@@ -111,6 +112,7 @@ class Search:
     # ------------------------------------------------------------ stage 1: analyze
     def analyze(self, cands: list[Candidate]) -> list[Scored]:
         """Stage 1 for a batch: where-conditions, check, exact analysis, budgets."""
+        t0 = time.perf_counter()
         batch = [Scored(c, self.overrides(c)) for c in cands]
         self.scored += batch
         jobs = {}
@@ -137,6 +139,7 @@ class Search:
         for s in batch:
             self.counts[{"excluded": "excluded_by_where", "infeasible": "infeasible",
                          "over_budget": "over_budget_analysis"}.get(s.status, "analyzed")] += 1
+        self.seconds["analyze"] += time.perf_counter() - t0
         return [s for s in batch if s.status == "analyzed"]
 
     def _apply_analysis_budgets(self, s: Scored) -> None:
@@ -169,7 +172,9 @@ class Search:
         if not points:
             return
         sweep = Sweep(points, path, self.jobs, self.executor)
+        t0 = time.perf_counter()
         outcome = sweep.submit(self.executor, resume=True).collect()
+        self.seconds[tag] += time.perf_counter() - t0
         self.counts[f"{tag}_points_reused"] += outcome.reused
         self.counts[f"{tag}_points_simulated"] += outcome.ran
         by_cand: dict[int, list[dict]] = {}
@@ -494,7 +499,8 @@ class Search:
         return TuneResult(winner, runners, pareto, self.stage_counts(space_size), agree,
                           self.objectives, self.budgets, self.how, self.model,
                           time.perf_counter() - t0, command, space_size, self.scored,
-                          unconfirmed, self.policy, self.margin)
+                          unconfirmed, self.policy, self.margin,
+                          {k: round(v, 3) for k, v in self.seconds.items()})
 
 
 def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (),
