@@ -386,6 +386,8 @@ class Search:
             screened = [s for s in probe if s.status == "screened"]
             if screened and self.incumbent is None:
                 self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
+        if self.bounded() and self.incumbent is None:
+            self.screen_up_to_bound(alive)
         rest = []
         for s in alive:
             if s.status in ("analyzed", "screened") and self.beaten_by_bound(s):
@@ -396,6 +398,27 @@ class Search:
         self.log(f"roofline and fluid: {sum(s.status == 'pruned' for s in alive)} pruned, "
                  f"{sum(bool(s.fluid) for s in alive)} screened")
         self.confirm_best([s for s in alive if s.status in ("screened", "confirmed")])
+
+    def screen_up_to_bound(self, alive: list[Scored]) -> None:
+        """Screen in order of the lower bound, a batch of worker-count candidates at a
+        time, until the next bound exceeds the best fluid cycles so far; then confirm the
+        fluid best, so the roofline prunes the rest before their fluid runs. No candidate
+        left unscreened can have better fluid cycles (fluid, like any simulation, is not
+        below the bound: checked on every screened point, else everything is screened), so
+        the confirmed one is the one a full screen would confirm first."""
+        todo = [s for s in alive if s.status == "analyzed"]  # sorted by bound
+        best = math.inf
+        while todo and todo[0].lower_bound(self.how) <= best:
+            batch, todo = todo[:max(1, self.jobs)], todo[max(1, self.jobs):]
+            self.screen(batch)
+            done = [s for s in batch if s.status == "screened"]
+            if any(s.fluid.get("cycles", math.inf) < s.lower_bound(self.how) for s in done):
+                self.screen(todo)  # fluid below the bound: no shortcut
+                todo = []
+            best = min([best] + [s.fluid.get("cycles", math.inf) for s in done])
+        screened = [s for s in alive if s.status == "screened"]
+        if screened and todo:
+            self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
 
     def confirm_best(self, pool: list[Scored]) -> None:
         """Stage 4 in fluid order. Before each run: the bound, the margin, and (policy
