@@ -401,21 +401,20 @@ class Search:
 
     def screen_up_to_bound(self, alive: list[Scored]) -> None:
         """Screen in order of the lower bound, a batch of worker-count candidates at a
-        time, until the next bound exceeds the best fluid cycles so far; then confirm the
-        fluid best, so the roofline prunes the rest before their fluid runs. No candidate
-        left unscreened can have better fluid cycles (fluid, like any simulation, is not
-        below the bound: checked on every screened point, else everything is screened), so
-        the confirmed one is the one a full screen would confirm first."""
+        time, while the next bound is within the margin of the best fluid cycles so far;
+        then confirm the fluid best, so the roofline prunes the rest (soundly, against
+        its confirmed cycles) before their fluid runs. A candidate left unscreened here
+        that fluid would rank first costs one more confirming run later, never a wrong
+        winner: it could only be one whose fluid cycles fall below its own bound by more
+        than the margin."""
         todo = [s for s in alive if s.status == "analyzed"]  # sorted by bound
         best = math.inf
-        while todo and todo[0].lower_bound(self.how) <= best:
-            batch, todo = todo[:max(1, self.jobs)], todo[max(1, self.jobs):]
+        step = max(1, self.jobs)
+        while todo and todo[0].lower_bound(self.how) <= best * (1 + self.margin):
+            batch, todo = todo[:step], todo[step:]
             self.screen(batch)
-            done = [s for s in batch if s.status == "screened"]
-            if any(s.fluid.get("cycles", math.inf) < s.lower_bound(self.how) for s in done):
-                self.screen(todo)  # fluid below the bound: no shortcut
-                todo = []
-            best = min([best] + [s.fluid.get("cycles", math.inf) for s in done])
+            best = min([best] + [s.fluid.get("cycles", math.inf) for s in batch
+                                 if s.status == "screened"])
         screened = [s for s in alive if s.status == "screened"]
         if screened and todo:
             self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
