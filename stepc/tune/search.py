@@ -5,8 +5,8 @@ Stages, each cheaper than the next:
      (on-chip bytes, off-chip bytes, FLOPs, allocated compute) prune with exact numbers.
   2. roofline: a candidate whose lower bound on cycles exceeds the incumbent (the best
      schedule the confirming model simulated so far) cannot win and is pruned. Sound: the
-     bound is below any simulated cycle count, and mean, max and percentiles only grow
-     with their values.
+     bound is below the confirming model's cycle counts (fluid's may dip under it), and
+     mean, max and percentiles only grow with their values.
   3. fluid: the fluid memory model simulates the remaining candidates and ranks them; a
      candidate it puts more than `margin` behind the incumbent is screened out (a model's
      judgement, not a bound: the report gives the rank agreement with the confirming model).
@@ -18,10 +18,11 @@ Stages, each cheaper than the next:
      program without a confirmed point is judged by the margin alone. Candidates within the
      margin that this rules out are reported as not confirmed (policy `margin` confirms
      them all).
-By default every candidate within budget is screened, and the roofline prunes before each
-confirmation. With a probe (`probe=N`), the N candidates with the lowest bounds are screened
-first and the best of them confirmed, so the roofline prunes before the other fluid runs:
-fewer fluid runs, often one more confirming run.
+With one objective, cycles, fluid screens in order of the lower bound while the next bound
+is within the margin of the best fluid cycles, then the fluid best is confirmed and the
+roofline prunes the rest before their fluid runs; other objectives screen every candidate
+within budget first. With a probe (`probe=N`), the N candidates with the lowest bounds are
+screened first and the best of them confirmed.
 A relative budget (`cycles=1.05*min`) first searches for the fastest schedule, then for the
 best in the objective among those within the factor of it.
 """
