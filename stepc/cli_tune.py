@@ -17,7 +17,7 @@ Examples:
       --space TILE_N=8..64:pow2 --budget on_chip_bytes=128MiB \\
       --objective cycles --trace routing=a.npz,b.npz --aggregate max -j 2 --out tune/
   stepc tune programs/moe_timemux.step --space R=4..128:pow2 \\
-      --budget allocated_compute=450000 --objective cycles
+      --objective allocated_compute --budget 'cycles=1.05*min'
 Exit codes: 0 a winner was found, 1 no schedule satisfies the budgets, 2 usage error,
 130 interrupted (finished simulations are kept: rerun with --resume)."""
 
@@ -84,7 +84,8 @@ def _trace_paths(name: str, text: str) -> list[str]:
               type=click.Choice(["ref", "dram"]),
               help="The memory model that confirms the best candidates.")
 @click.option("--margin", default=0.05, show_default=True, type=float,
-              help="Confirm candidates the fluid screen puts within this fraction of the best.")
+              help="Keep candidates the fluid screen puts within this fraction of the best "
+              "(see --confirm for which are simulated).")
 @click.option("--confirm", "confirm_policy", type=click.Choice(["adaptive", "margin"]),
               default="adaptive", show_default=True,
               help="Which candidates within the margin the chosen model simulates: those "
