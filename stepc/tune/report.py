@@ -74,10 +74,11 @@ def markdown(result: TuneResult) -> str:
         lines += _table(result.runners_up, metrics, result.model)
     if result.unconfirmed:
         lines += ["", "## Not confirmed", "", f"The fluid screen puts these within "
-                  f"{result.margin:.0%} of the winner, but fluid's error observed on the "
-                  "confirmed points of their program says they cannot win, so they were "
-                  f"not simulated with `{result.model}` (`--confirm margin` confirms them). "
-                  "Their numbers are fluid's.", ""]
+                  f"{result.margin:.0%} of the winner, but they were not simulated with "
+                  f"`{result.model}`: fluid's error observed on the confirmed points of their "
+                  "program says they cannot win, or --max-confirm was reached (the reason "
+                  "of each is below; `--confirm margin` confirms them). Their numbers are "
+                  "fluid's.", ""]
         lines += _table(result.unconfirmed, metrics, result.model)
         lines += [""] + [f"- {os.path.basename(s.candidate.program)} "
                          f"{', '.join(f'{k}={v}' for k, v in sorted(s.overrides.items()))}: "
