@@ -1,5 +1,5 @@
 """What a search produces: each candidate's record (`Scored`) and the outcome (`TuneResult`),
-with the rank agreement and Pareto helpers the result needs."""
+with the rank agreement and Pareto functions the result needs."""
 
 from __future__ import annotations
 
