@@ -17,7 +17,7 @@ Examples:
       --space TILE_N=8..64:pow2 --budget on_chip_bytes=128MiB \\
       --objective cycles --trace routing=a.npz,b.npz --aggregate max -j 2 --out tune/
   stepc tune programs/moe_timemux.step --space R=4..128:pow2 \\
-      --budget allocated_compute=450000 --objective cycles
+      --objective allocated_compute --budget 'cycles=1.05*min'
 Exit codes: 0 a winner was found, 1 no schedule satisfies the budgets, 2 usage error,
 130 interrupted (finished simulations are kept: rerun with --resume)."""
 
@@ -66,7 +66,8 @@ def _trace_paths(name: str, text: str) -> list[str]:
               "failing it are counted, not run).")
 @click.option("--budget", "budgets", multiple=True, metavar="METRIC=LIMIT",
               help="An upper limit that must hold for every trace, e.g. "
-              "on_chip_bytes=64MiB, allocated_compute=400000, cycles=2e6 (repeatable).")
+              "on_chip_bytes=64MiB, allocated_compute=400000, cycles=2e6, or relative to "
+              "the best value in the space: cycles=1.05*min (repeatable).")
 @click.option("--objective", "objectives", default="cycles", show_default=True,
               metavar="M[,M2]", help="The metric to minimise (max:METRIC maximises), or two "
               "for a Pareto front.")
@@ -83,7 +84,13 @@ def _trace_paths(name: str, text: str) -> list[str]:
               type=click.Choice(["ref", "dram"]),
               help="The memory model that confirms the best candidates.")
 @click.option("--margin", default=0.05, show_default=True, type=float,
-              help="Confirm candidates the fluid screen puts within this fraction of the best.")
+              help="Keep candidates the fluid screen puts within this fraction of the best "
+              "(see --confirm for which are simulated).")
+@click.option("--confirm", "confirm_policy", type=click.Choice(["adaptive", "margin"]),
+              default="adaptive", show_default=True,
+              help="Which candidates within the margin the chosen model simulates: those "
+              "that could still win after fluid's error seen on confirmed points of their "
+              "program (adaptive), or all of them (margin).")
 @click.option("--max-confirm", type=click.IntRange(min=1), default=None, metavar="N",
               help="Confirm at most N candidates.")
 @click.option("--probe", type=click.IntRange(min=0), default=0, show_default=True,
@@ -111,8 +118,8 @@ def _trace_paths(name: str, text: str) -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Print the report (text) or one JSON document.")
 def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggregate, hw,
-             sets, model, margin, max_confirm, probe, sampler, trials, max_exhaustive, seed, jobs,
-             out, resume, backend, scheduler, fmt):
+             sets, model, margin, confirm_policy, max_confirm, probe, sampler, trials,
+             max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
     from stepc.tune import Budget, Constraint, Objective, Space, TuneError, tune
@@ -143,7 +150,8 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
                           aggregate=aggregate, hw=hw, sets=tuple(sets), model=model, out=out,
                           resume=resume, jobs=jobs,
                           executor=client.get_executor() if client else None,
-                          margin=margin, max_confirm=max_confirm, sampler=sampler,
+                          margin=margin, confirm=confirm_policy, max_confirm=max_confirm,
+                          sampler=sampler,
                           trials=trials, max_exhaustive=max_exhaustive, seed=seed, probe=probe,
                           log=lambda m: click.echo(m, err=True))
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from stepc.tune.search import Scored, TuneResult
+from stepc.tune.result import Scored, TuneResult
 
 _STAGES = [
     ("space", "points in the search space"),
@@ -13,9 +13,11 @@ _STAGES = [
     ("excluded_by_where", "excluded by --where"),
     ("infeasible", "infeasible (do not check, or a trace does not fit)"),
     ("over_budget_analysis", "over budget by the analysis (exact)"),
-    ("pruned_by_roofline", "pruned by the roofline bound (cannot beat the incumbent)"),
+    ("pruned_by_roofline", "pruned by the roofline bound or an exact objective (cannot "
+     "beat the incumbent)"),
     ("screened", "simulated with the fluid model"),
     ("screened_out_by_fluid", "screened out by the fluid model"),
+    ("not_confirmed", "within the margin per fluid, not confirmed"),
     ("confirmed", "confirmed with the chosen model"),
     ("over_budget_simulated", "over a budget on a simulated metric"),
     ("failed", "failed to simulate (error or deadlock)"),
@@ -55,7 +57,11 @@ def markdown(result: TuneResult) -> str:
     lines.append(f"Objective: {', '.join(o.text() for o in result.objectives)} "
                  f"({result.aggregate} over traces); budgets: "
                  f"{', '.join(b.text() for b in result.budgets) or 'none'}; confirmed with "
-                 f"the `{result.model}` memory model. Wall time {result.wall_seconds:.1f} s.")
+                 f"the `{result.model}` memory model (`{result.policy}` policy, margin "
+                 f"{result.margin:.0%}). Wall time {result.wall_seconds:.1f} s ("
+                 + ", ".join(f"{name} {result.stage_seconds.get(key, 0):.1f} s" for key, name
+                             in (("analyze", "analysis"), ("screen", "fluid"),
+                                 ("confirm", result.model))) + ").")
     lines += ["", "## Winner", ""]
     if result.winner is None:
         lines.append("No schedule satisfies the budgets.")
@@ -66,6 +72,17 @@ def markdown(result: TuneResult) -> str:
         lines += ["", "## Runners-up", "", "Rows measured by `fluid` were screened out or "
                   "pruned, never confirmed.", ""]
         lines += _table(result.runners_up, metrics, result.model)
+    if result.unconfirmed:
+        lines += ["", "## Not confirmed", "", f"The fluid screen puts these within "
+                  f"{result.margin:.0%} of the winner, but they were not simulated with "
+                  f"`{result.model}`: fluid's error observed on the confirmed points of their "
+                  "program says they cannot win, or --max-confirm was reached (the reason "
+                  "of each is below; `--confirm margin` confirms them). Their numbers are "
+                  "fluid's.", ""]
+        lines += _table(result.unconfirmed, metrics, result.model)
+        lines += [""] + [f"- {os.path.basename(s.candidate.program)} "
+                         f"{', '.join(f'{k}={v}' for k, v in sorted(s.overrides.items()))}: "
+                         f"{s.reason}" for s in result.unconfirmed]
     if result.pareto:
         over = [o.metric for o in result.objectives]
         if len(over) == 1:

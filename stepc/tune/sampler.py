@@ -47,4 +47,6 @@ def sample(search, trials: int, seed: int) -> None:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     search.counts["sampled_trials"] = trials
     search.log(f"sampler: {trials} trials, {len(search.scored)} distinct candidates")
-    search.confirm_best([s for s in search.scored if s.status == "screened"])
+    pool = search.resolve_relative_budgets([s for s in search.scored
+                                            if s.status == "screened"])
+    search.confirm_best([s for s in pool if s.status in ("screened", "confirmed")])

@@ -5,17 +5,26 @@ Stages, each cheaper than the next:
      (on-chip bytes, off-chip bytes, FLOPs, allocated compute) prune with exact numbers.
   2. roofline: a candidate whose lower bound on cycles exceeds the incumbent (the best
      schedule the confirming model simulated so far) cannot win and is pruned. Sound: the
-     bound is below any simulated cycle count, and mean, max and percentiles only grow
-     with their values.
+     bound is below the confirming model's cycle counts (fluid's may dip under it), and
+     mean, max and percentiles only grow with their values.
   3. fluid: the fluid memory model simulates the remaining candidates and ranks them; a
      candidate it puts more than `margin` behind the incumbent is screened out (a model's
      judgement, not a bound: the report gives the rank agreement with the confirming model).
   4. confirm: the chosen model (`ref` by default) simulates the candidates left, best
-     first; the winner is the best confirmed schedule.
-By default every candidate within budget is screened, and the roofline prunes before each
-confirmation. With a probe (`probe=N`), the N candidates with the lowest bounds are screened
-first and the best of them confirmed, so the roofline prunes before the other fluid runs:
-fewer fluid runs, often one more confirming run.
+     by fluid first; the winner is the best confirmed schedule. With the `adaptive` policy
+     (the default) a candidate is confirmed only if it could still win once fluid's error
+     is taken into account: the ratio of the confirming model to fluid observed on the
+     confirmed points of the same program scales its fluid value at its most favourable; a
+     program without a confirmed point is judged by the margin alone. Candidates within the
+     margin that this rules out are reported as not confirmed (policy `margin` confirms
+     them all).
+With one objective, cycles, fluid screens in order of the lower bound while the next bound
+is within the margin of the best fluid cycles, then the fluid best is confirmed and the
+roofline prunes the rest before their fluid runs; other objectives screen every candidate
+within budget first. With a probe (`probe=N`), the N candidates with the lowest bounds are
+screened first and the best of them confirmed.
+A relative budget (`cycles=1.05*min`) first searches for the fastest schedule, then for the
+best in the objective among those within the factor of it.
 """
 
 from __future__ import annotations
@@ -26,103 +35,11 @@ import os
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 from stepc.tune.evaluate import AnalysisJob, analyze_candidate, sim_command, sim_points
+from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
-
-RUNNERS_UP = 5
-
-
-@dataclass
-class Scored:
-    """A candidate and what each stage learned of it."""
-    candidate: Candidate
-    overrides: dict[str, int]  # the params it runs with (-D values and its own)
-    status: str = "new"  # new, excluded, infeasible, over_budget, pruned, screened_out,
-    #                      screened, confirmed, failed
-    reason: str = ""
-    analysis: list[dict] = field(default_factory=list)  # per trace case
-    fluid: dict[str, float] = field(default_factory=dict)  # aggregated metrics
-    confirmed: dict[str, float] = field(default_factory=dict)
-    worst: dict[str, float] = field(default_factory=dict)  # confirmed, max over traces
-
-    def lower_bound(self, how: str) -> float:
-        bounds = [c.get("lower_bound_cycles") for c in self.analysis]
-        return aggregate(bounds, how) if bounds and None not in bounds else 0.0
-
-    @property
-    def measured_by(self) -> str:
-        """Which model's numbers `metrics` holds: the confirming one's, or fluid's."""
-        return "confirm" if self.confirmed else ("fluid" if self.fluid else "analysis")
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        return self.confirmed or self.fluid
-
-    def to_dict(self) -> dict:
-        return {"program": self.candidate.program, "params": dict(self.overrides),
-                "hw": list(self.candidate.sets), "status": self.status,
-                **({"reason": self.reason} if self.reason else {}),
-                "measured_by": self.measured_by, "metrics": self.metrics}
-
-
-@dataclass
-class TuneResult:
-    """The outcome of a search: the winner, runners-up, Pareto front and per-stage counts."""
-    winner: Scored | None
-    runners_up: list[Scored]
-    pareto: list[Scored]
-    stages: dict[str, int]
-    rank_agreement: dict
-    objectives: list[Objective]
-    budgets: list[Budget]
-    aggregate: str
-    model: str
-    wall_seconds: float
-    command: str  # the `stepc sim` command reproducing the winner (first trace case)
-    space_size: int
-    candidates: list[Scored] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "winner": self.winner.to_dict() if self.winner else None,
-            "runners_up": [s.to_dict() for s in self.runners_up],
-            "pareto": [s.to_dict() for s in self.pareto],
-            "stages": dict(self.stages),
-            "rank_agreement": dict(self.rank_agreement),
-            "objectives": [o.text() for o in self.objectives],
-            "budgets": [b.text() for b in self.budgets],
-            "aggregate": self.aggregate,
-            "model": self.model,
-            "space_size": self.space_size,
-            "wall_seconds": round(self.wall_seconds, 3),
-            "command": self.command,
-        }
-
-
-def kendall_tau(a: list[float], b: list[float]) -> float | None:
-    """Kendall's tau-b between two rankings (None for fewer than two points)."""
-    n = len(a)
-    if n < 2:
-        return None
-    conc = disc = ties_a = ties_b = 0
-    for i, j in itertools.combinations(range(n), 2):
-        da, db = a[i] - a[j], b[i] - b[j]
-        if da == 0 and db == 0:
-            continue
-        if da == 0:
-            ties_a += 1
-        elif db == 0:
-            ties_b += 1
-        elif (da > 0) == (db > 0):
-            conc += 1
-        else:
-            disc += 1
-    denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
-    return (conc - disc) / denom if denom else None
-
 
 class Search:
     """The state of one search; `run` goes through the stages."""
@@ -130,13 +47,15 @@ class Search:
     def __init__(self, space: Space, budgets: list[Budget], objectives: list[Objective],
                  traces: dict[str, list[str]], how: str, hw: str, sets: tuple[str, ...],
                  model: str, out: str, resume: bool, executor, margin: float,
-                 max_confirm: int | None, jobs: int, log, probe: int = 0):
+                 max_confirm: int | None, jobs: int, log, probe: int = 0,
+                 policy: str = "adaptive"):
         self.space, self.budgets, self.objectives = space, budgets, objectives
         self.how, self.hw, self.sets, self.model = how, hw, tuple(sets), model
         self.out, self.resume, self.executor = out, resume, executor
         self.margin, self.max_confirm, self.jobs, self.log = margin, max_confirm, jobs, log
-        self.probe = probe
+        self.probe, self.policy = probe, policy
         self.counts: Counter = Counter()
+        self.seconds: Counter = Counter()  # wall time per stage: analyze, screen, confirm
         self.cases = [tuple(zip(sorted(traces), paths)) for paths in
                       itertools.product(*(traces[n] for n in sorted(traces)))]
         self._arrays: dict[str, object] = {}
@@ -194,6 +113,7 @@ class Search:
     # ------------------------------------------------------------ stage 1: analyze
     def analyze(self, cands: list[Candidate]) -> list[Scored]:
         """Stage 1 for a batch: where-conditions, check, exact analysis, budgets."""
+        t0 = time.perf_counter()
         batch = [Scored(c, self.overrides(c)) for c in cands]
         self.scored += batch
         jobs = {}
@@ -220,6 +140,7 @@ class Search:
         for s in batch:
             self.counts[{"excluded": "excluded_by_where", "infeasible": "infeasible",
                          "over_budget": "over_budget_analysis"}.get(s.status, "analyzed")] += 1
+        self.seconds["analyze"] += time.perf_counter() - t0
         return [s for s in batch if s.status == "analyzed"]
 
     def _apply_analysis_budgets(self, s: Scored) -> None:
@@ -252,7 +173,9 @@ class Search:
         if not points:
             return
         sweep = Sweep(points, path, self.jobs, self.executor)
+        t0 = time.perf_counter()
         outcome = sweep.submit(self.executor, resume=True).collect()
+        self.seconds[tag] += time.perf_counter() - t0
         self.counts[f"{tag}_points_reused"] += outcome.reused
         self.counts[f"{tag}_points_simulated"] += outcome.ran
         by_cand: dict[int, list[dict]] = {}
@@ -283,7 +206,6 @@ class Search:
         for s in todo:
             if s.status != "failed":
                 s.status = "screened"
-                self.counts["screened"] += 1
 
     def confirm(self, s: Scored) -> None:
         """Stage 4: the confirming model; the candidate may become the incumbent."""
@@ -291,15 +213,17 @@ class Search:
         if s.status == "failed":
             return
         s.status = "confirmed"
-        self.counts["confirmed"] += 1
+        self._check_simulated_budgets(s)
+        if s.status == "confirmed" and (self.incumbent is None or self.cost(s.confirmed) <
+                                        self.cost(self.incumbent.confirmed)):
+            self.incumbent = s
+
+    def _check_simulated_budgets(self, s: Scored) -> None:
         for b in self.budgets:
             if not b.exact_before_simulation and s.worst.get(b.metric, 0) > b.limit:
                 s.status = "over_budget"
                 s.reason = f"{b.metric} {s.worst[b.metric]:,.0f} > {b.limit:,.0f}"
-                self.counts["over_budget_simulated"] += 1
                 return
-        if self.incumbent is None or self.cost(s.confirmed) < self.cost(self.incumbent.confirmed):
-            self.incumbent = s
 
     # ------------------------------------------------------------ ranking helpers
     def cost(self, metrics: dict) -> tuple:
@@ -310,21 +234,28 @@ class Search:
         return len(self.objectives) == 1 and self.objectives[0].metric == "cycles" and \
             not self.objectives[0].maximise
 
+    def _exact(self, s: Scored, metric: str) -> float | None:
+        values = [c[metric] for c in s.analysis]
+        return aggregate(values, self.how) if values and None not in values else None
+
     def beaten_by_bound(self, s: Scored) -> bool:
-        """Stage 2: the bound shows the candidate cannot beat the incumbent."""
+        """Stage 2: the bound (or an exact objective) shows the candidate cannot beat the
+        incumbent."""
         if self.incumbent is None:
             return False
         if self.bounded():
             return s.lower_bound(self.how) > self.incumbent.confirmed["cycles"]
+        if len(self.objectives) == 1:  # an exact objective no better than the incumbent's
+            o = self.objectives[0]
+            mine = self._exact(s, o.metric) if o.metric in ANALYSIS_METRICS else None
+            return mine is not None and \
+                o.key(mine) >= o.key(self.incumbent.confirmed.get(o.metric, math.inf))
         # two objectives: pruned when a confirmed point surely dominates it
-        if len(self.objectives) != 2:
-            return False
         sim = [o for o in self.objectives if o.metric not in ANALYSIS_METRICS]
         if [o.metric for o in sim] != ["cycles"] or sim[0].maximise:
             return False
         exact = next(o for o in self.objectives if o.metric in ANALYSIS_METRICS)
-        mine = aggregate([c[exact.metric] for c in s.analysis], self.how) \
-            if None not in [c[exact.metric] for c in s.analysis] else None
+        mine = self._exact(s, exact.metric)
         if mine is None:
             return False
         lb = s.lower_bound(self.how)
@@ -350,12 +281,102 @@ class Search:
                 return False
         return True
 
+    # ------------------------------------------------------------ fluid's observed error
+    def ratios(self, s: Scored, metric: str) -> list[float]:
+        """The confirming model's value over fluid's, on the confirmed points of the same
+        program and hardware as `s` (fluid's error is a property of the memory traffic a
+        program makes, so it is calibrated per program)."""
+        return [q.confirmed[metric] / q.fluid[metric] for q in self.scored
+                if q.confirmed and q.candidate.program == s.candidate.program and
+                q.candidate.sets == s.candidate.sets and q.fluid.get(metric) and
+                metric in q.confirmed]
+
+    def optimistic(self, s: Scored, metric: str, maximise: bool = False) -> float | None:
+        """The best value the confirming model may give `s`'s metric, by fluid's value
+        scaled with the most favourable ratio seen on its program's confirmed points; None
+        before any of them is confirmed."""
+        if metric in ANALYSIS_METRICS:
+            return s.fluid.get(metric)
+        r = self.ratios(s, metric)
+        if not r or metric not in s.fluid:
+            return None
+        return s.fluid[metric] * (max(r) if maximise else min(r))
+
+    def over_budget_by_fluid(self, s: Scored) -> str:
+        """Why fluid, scaled by its observed error, puts `s` over a simulated budget."""
+        for b in self.budgets:
+            if b.exact_before_simulation:
+                continue
+            best = self.optimistic(s, b.metric)
+            if best is not None and best > b.limit:
+                return f"fluid puts {b.metric} at {best:,.0f} after its observed error, " \
+                       f"over {b.limit:,.0f}"
+        return ""
+
+    def cannot_win_by_fluid(self, s: Scored) -> bool:
+        """Whether `s`, at its most favourable value after fluid's observed error, is no
+        better than a confirmed point in every objective. A program without a confirmed
+        point has no observed error: the margin alone decides."""
+        mine = []
+        for o in self.objectives:
+            v = self.optimistic(s, o.metric, o.maximise)
+            if v is None:
+                return False
+            mine.append(o.key(v))
+        return any(q.status == "confirmed" and
+                   all(t <= m for t, m in zip(self.cost(q.confirmed), mine))
+                   for q in self.scored)
+
     # ------------------------------------------------------------ the search
     def run(self, cands: list[Candidate]) -> None:
         """Stages 1 to 4 over the given candidates (all of the space, or a sampler's)."""
         alive = self.analyze(cands)
         self.log(f"analyze: {len(alive)} of {len(cands)} candidates within budget")
+        alive = self.resolve_relative_budgets(alive)
         self.search(alive)
+
+    def resolve_relative_budgets(self, alive: list[Scored]) -> list[Scored]:
+        """Give relative budgets (`F*min`) their limits: over the analyzed candidates for
+        an analysis metric (exact); for cycles, by a search for the fastest schedule first.
+        Returns the candidates still in play."""
+        for i, b in enumerate(self.budgets):
+            if b.factor is None or not b.exact_before_simulation:
+                continue
+            values = [self._exact(s, b.metric) for s in alive]
+            known = [v for v in values if v is not None]
+            if known:
+                self.budgets[i] = b.resolved(min(known))
+                for s in alive:
+                    self._apply_analysis_budgets(s)
+        alive = [s for s in alive if s.status in ("analyzed", "screened")]
+        relative = [i for i, b in enumerate(self.budgets) if b.factor is not None and
+                    math.isnan(b.limit)]
+        if not relative:
+            return alive
+        if len(relative) > 1 or self.budgets[relative[0]].metric != "cycles":
+            raise TuneError("a relative budget on a simulated metric must be on cycles, "
+                            "and only one")
+        goal, budgets = self.objectives, self.budgets
+        self.objectives = [Objective("cycles")]
+        self.budgets = [b for b in budgets if b.factor is None or not math.isnan(b.limit)]
+        self.search(alive)
+        fastest = self.incumbent
+        self.objectives, self.budgets, self.incumbent = goal, budgets, None
+        if fastest is None:
+            return []
+        self.budgets[relative[0]] = budgets[relative[0]].resolved(fastest.confirmed["cycles"])
+        self.log(f"fastest schedule: {fastest.candidate.label()}; budget "
+                 f"{self.budgets[relative[0]].text()}")
+        for s in alive:  # what the fastest search left undecided is in play again
+            if s.status in ("pruned", "screened_out", "unconfirmed"):
+                s.status, s.reason = ("screened" if s.fluid else "analyzed"), ""
+            if s.status == "confirmed":
+                self._check_simulated_budgets(s)
+            elif s.status in ("analyzed", "screened"):
+                self._apply_analysis_budgets(s)
+        done = [s for s in alive if s.status == "confirmed"]
+        self.incumbent = min(done, key=lambda s: self.cost(s.confirmed)) if done else None
+        return [s for s in alive if s.status in ("analyzed", "screened", "confirmed")]
 
     def search(self, alive: list[Scored]) -> None:
         """Stages 2 to 4 over analyzed candidates."""
@@ -366,27 +387,50 @@ class Search:
             screened = [s for s in probe if s.status == "screened"]
             if screened and self.incumbent is None:
                 self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
+        if self.bounded() and self.incumbent is None:
+            self.screen_up_to_bound(alive)
         rest = []
         for s in alive:
-            if s.status == "analyzed" and self.beaten_by_bound(s):
+            if s.status in ("analyzed", "screened") and self.beaten_by_bound(s):
                 s.status, s.reason = "pruned", "lower bound above the incumbent"
-                self.counts["pruned_by_roofline"] += 1
             elif s.status == "analyzed":
                 rest.append(s)
         self.screen(rest)
-        self.log(f"roofline and fluid: {self.counts['pruned_by_roofline']} pruned, "
-                 f"{self.counts['screened']} screened")
+        self.log(f"roofline and fluid: {sum(s.status == 'pruned' for s in alive)} pruned, "
+                 f"{sum(bool(s.fluid) for s in alive)} screened")
         self.confirm_best([s for s in alive if s.status in ("screened", "confirmed")])
 
+    def screen_up_to_bound(self, alive: list[Scored]) -> None:
+        """Screen in order of the lower bound, a batch of worker-count candidates at a
+        time, while the next bound is within the margin of the best fluid cycles so far;
+        then confirm the fluid best, so the roofline prunes the rest (soundly, against
+        its confirmed cycles) before their fluid runs. A candidate left unscreened here
+        that fluid would rank first costs one more confirming run later, never a wrong
+        winner: it could only be one whose fluid cycles fall below its own bound by more
+        than the margin."""
+        todo = [s for s in alive if s.status == "analyzed"]  # sorted by bound
+        best = math.inf
+        step = max(1, self.jobs)
+        while todo and todo[0].lower_bound(self.how) <= best * (1 + self.margin):
+            batch, todo = todo[:step], todo[step:]
+            self.screen(batch)
+            best = min([best] + [s.fluid.get("cycles", math.inf) for s in batch
+                                 if s.status == "screened"])
+        screened = [s for s in alive if s.status == "screened"]
+        if screened and todo:
+            self.confirm(min(screened, key=lambda s: self.cost(s.fluid)))
+
     def confirm_best(self, pool: list[Scored]) -> None:
-        """Stage 4 in fluid order, with the bound and the margin checked before each run."""
+        """Stage 4 in fluid order. Before each run: the bound, the margin, and (policy
+        `adaptive`) whether fluid's error observed on the confirmed points leaves the
+        candidate a chance to win; candidates within the margin that it rules out are
+        reported as not confirmed."""
         pool.sort(key=lambda s: self.cost(s.fluid))
         for s in pool:
             if s.status != "screened":
                 continue
             if self.beaten_by_bound(s):
                 s.status, s.reason = "pruned", "lower bound above the incumbent"
-                self.counts["pruned_by_roofline"] += 1
                 continue
             if len(self.objectives) == 1:  # the best confirmed point within budget
                 reference = [self.incumbent] if self.incumbent is not None else []
@@ -397,15 +441,55 @@ class Search:
             if not self.close_enough(s, [q for q in reference if q is not s]):
                 s.status, s.reason = "screened_out", \
                     f"fluid puts it more than {self.margin:.0%} behind"
-                self.counts["screened_out_by_fluid"] += 1
                 continue
-            if self.max_confirm is not None and self.counts["confirmed"] >= self.max_confirm:
-                s.status, s.reason = "screened_out", "--max-confirm reached"
-                self.counts["screened_out_by_fluid"] += 1
+            if self.policy == "adaptive":
+                over = self.over_budget_by_fluid(s)
+                if over:
+                    s.status, s.reason = "screened_out", over
+                    continue
+                if self.cannot_win_by_fluid(s):
+                    s.status, s.reason = "unconfirmed", self._gap_text(s) + \
+                        "; cannot win after fluid's error on its program's confirmed points"
+                    continue
+            if self.max_confirm is not None and self.ref_runs() >= self.max_confirm:
+                s.status, s.reason = "unconfirmed", self._gap_text(s) + \
+                    "; --max-confirm reached"
                 continue
             self.confirm(s)
 
+    def ref_runs(self) -> int:
+        return sum(bool(s.confirmed) for s in self.scored)
+
+    def _gap_text(self, s: Scored) -> str:
+        """How far fluid puts `s` from the incumbent, in its first simulated objective."""
+        o = next((o for o in self.objectives if o.metric not in ANALYSIS_METRICS), None)
+        inc = self.incumbent
+        if o is None or inc is None or not inc.fluid.get(o.metric):
+            return "within the margin per fluid"
+        gap = s.fluid.get(o.metric, math.inf) / inc.fluid[o.metric] - 1
+        return f"{gap:+.2%} {o.metric} from the winner per fluid"
+
     # ------------------------------------------------------------ the result
+    def stage_counts(self, space_size: int) -> dict[str, int]:
+        """What each stage removed, from the candidates' final states."""
+        st = Counter(s.status for s in self.scored)
+        over_sim = sum(s.status == "over_budget" and bool(s.confirmed) for s in self.scored)
+        stages = {"space": space_size, "candidates": len(self.scored),
+                  "excluded_by_where": st["excluded"], "infeasible": st["infeasible"],
+                  "over_budget_analysis": st["over_budget"] - over_sim,
+                  "analyzed": self.counts["analyzed"],
+                  "pruned_by_roofline": st["pruned"],
+                  "screened": sum(bool(s.fluid) for s in self.scored),
+                  "screened_out_by_fluid": st["screened_out"],
+                  "not_confirmed": st["unconfirmed"],
+                  "confirmed": self.ref_runs(),
+                  "over_budget_simulated": over_sim, "failed": st["failed"]}
+        for name in ("screen_points_simulated", "screen_points_reused",
+                     "confirm_points_simulated", "confirm_points_reused", "sampled_trials"):
+            if name in self.counts or not name.startswith("sampled"):
+                stages[name] = self.counts[name]
+        return stages
+
     def result(self, t0: float, space_size: int) -> TuneResult:
         done = [s for s in self.scored if s.status == "confirmed"]
         done.sort(key=lambda s: self.cost(s.confirmed))
@@ -418,39 +502,28 @@ class Search:
             pareto = [done[i] for i in pareto_front(
                 done, lambda s: (o.key(s.confirmed.get(o.metric, math.inf)),
                                  second.key(s.confirmed.get("on_chip_bytes", math.inf))))]
-        sim = next((o for o in self.objectives if o.metric not in ANALYSIS_METRICS), None)
-        agree: dict = {"points": len(done), "metric": sim.metric if sim else None,
-                       "kendall_tau": None}
-        if sim is not None:
-            both = [s for s in done if sim.metric in s.fluid and sim.metric in s.confirmed]
-            agree["points"] = len(both)
-            agree["kendall_tau"] = kendall_tau([s.fluid[sim.metric] for s in both],
-                                               [s.confirmed[sim.metric] for s in both])
-        stages = {"space": space_size, "candidates": len(self.scored)}
-        for name in ("excluded_by_where", "infeasible", "over_budget_analysis", "analyzed",
-                     "pruned_by_roofline", "screened", "screened_out_by_fluid", "confirmed",
-                     "over_budget_simulated", "screen_points_simulated",
-                     "screen_points_reused", "confirm_points_simulated",
-                     "confirm_points_reused"):
-            stages[name] = self.counts[name]
-        stages["failed"] = sum(s.status == "failed" for s in self.scored)
+        sim = next((o for o in self.objectives if o.metric not in ANALYSIS_METRICS),
+                   Objective("cycles"))
+        both = [s for s in self.scored if s.confirmed and sim.metric in s.fluid and
+                sim.metric in s.confirmed]
+        agree = {"points": len(both), "metric": sim.metric,
+                 "kendall_tau": kendall_tau([s.fluid[sim.metric] for s in both],
+                                            [s.confirmed[sim.metric] for s in both])}
         command = sim_command(winner.candidate, winner.overrides, self.hw, self.sets,
                               self.cases[0], self.model) if winner else ""
         runners = done[1:1 + RUNNERS_UP]
         if len(runners) < RUNNERS_UP:  # then the best that only the fluid model ran
             fluid_only = sorted((s for s in self.scored if s.fluid and not s.confirmed and
-                                 s.status in ("screened_out", "pruned")),
+                                 s.status in ("screened_out", "pruned", "unconfirmed")),
                                 key=lambda s: self.cost(s.fluid))
             runners += fluid_only[:RUNNERS_UP - len(runners)]
-        return TuneResult(winner, runners, pareto, stages, agree,
+        unconfirmed = sorted((s for s in self.scored if s.status == "unconfirmed"),
+                             key=lambda s: self.cost(s.fluid))
+        return TuneResult(winner, runners, pareto, self.stage_counts(space_size), agree,
                           self.objectives, self.budgets, self.how, self.model,
-                          time.perf_counter() - t0, command, space_size, self.scored)
-
-
-def pareto_front(items: list, cost) -> list[int]:
-    """Indices of the items no other item dominates (all costs minimised)."""
-    from stepc.sweep.pareto import pareto_front as front
-    return front([cost(s) for s in items])
+                          time.perf_counter() - t0, command, space_size, self.scored,
+                          unconfirmed, self.policy, self.margin,
+                          {k: round(v, 3) for k, v in self.seconds.items()})
 
 
 def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (),
@@ -459,7 +532,8 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
          out: str | None = None, resume: bool = False, jobs: int | None = None,
          executor=None, margin: float = 0.05, max_confirm: int | None = None,
          sampler: str = "auto", trials: int | None = None, max_exhaustive: int = 512,
-         seed: int = 0, probe: int = 0, log=None) -> TuneResult:
+         seed: int = 0, probe: int = 0, confirm: str = "adaptive",
+         log=None) -> TuneResult:
     """The best schedule of `space` under `budgets` for `objectives` (one, or two for a
     Pareto front), aggregated over `traces` by `aggregate` (mean, max or pNN).
 
@@ -467,7 +541,9 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     the confirmed ones, both in `stepc sweep`'s format); `resume` reuses their records.
     `sampler` is `grid` (every point), `optuna` (`trials` points chosen by Optuna's TPE
     sampler) or `auto` (grid up to `max_exhaustive` points). `margin`: confirm what the
-    fluid screen puts within this fraction of the best; `probe`: see the module doc."""
+    fluid screen puts within this fraction of the best; `confirm`: `adaptive` (skip those
+    that fluid's error observed on confirmed points rules out) or `margin` (confirm them
+    all); `probe`: see the module doc."""
     from stepc.sweep.runner import LocalPool
 
     t0 = time.perf_counter()
@@ -478,6 +554,8 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     percentile(aggregate)
     if sampler not in ("auto", "grid", "optuna"):
         raise TuneError(f"--sampler {sampler}: expected auto, grid or optuna")
+    if confirm not in ("adaptive", "margin"):
+        raise TuneError(f"--confirm {confirm}: expected adaptive or margin")
     log = log or (lambda msg: None)
     own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
     out = own_dir.name if own_dir else out
@@ -492,7 +570,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     try:
         search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
                         hw, tuple(sets), model, out, resume, pool, margin, max_confirm, jobs,
-                        log, probe)
+                        log, probe, confirm)
         search.load()
         size = space.size(search.declared)
         use_sampler = sampler == "optuna" or (sampler == "auto" and size > max_exhaustive)

@@ -47,20 +47,45 @@ def _known_metric(name: str, flag: str) -> str:
 
 @dataclass(frozen=True)
 class Budget:
-    """An upper limit on a metric; it must hold for every trace."""
+    """An upper limit on a metric; it must hold for every trace. A relative budget
+    (`cycles=1.05*min`) has a `factor` instead: its limit is that factor times the best
+    value of the metric in the space, found by the search (`limit` is then set)."""
     metric: str
-    limit: float
+    limit: float = math.nan
+    factor: float | None = None
 
     @classmethod
     def parse(cls, metric: str, limit: str) -> Budget:
-        return cls(_known_metric(metric, "--budget"), parse_amount(limit))
+        """`METRIC=LIMIT` or `METRIC<=LIMIT`, LIMIT an amount or `F*min` (F >= 1)."""
+        metric = _known_metric(metric.strip().removesuffix("<"), "--budget")
+        m = re.fullmatch(r"\s*(?:([0-9.eE+]+)\s*\*\s*min|min\s*\*\s*([0-9.eE+]+))\s*",
+                         limit)
+        if m is None:
+            return cls(metric, parse_amount(limit))
+        try:
+            factor = float(m.group(1) or m.group(2))
+        except ValueError:
+            raise TuneError(f"--budget {metric}: expected F*min, found {limit!r}") from None
+        if factor < 1:
+            raise TuneError(f"--budget {metric}={limit}: the factor must be at least 1")
+        if metric in ("compute_utilization", "bw_utilization"):
+            raise TuneError(f"--budget {metric}={limit}: a relative budget needs a metric "
+                            "to minimise (cycles or an analysis metric)")
+        return cls(metric, factor=factor)
 
     @property
     def exact_before_simulation(self) -> bool:
         return self.metric in ANALYSIS_METRICS
 
+    def resolved(self, best: float) -> Budget:
+        """The relative budget with its limit, given the best value found."""
+        return Budget(self.metric, self.factor * best, self.factor)
+
     def text(self) -> str:
-        return f"{self.metric} <= {self.limit:,.0f}"
+        if self.factor is None:
+            return f"{self.metric} <= {self.limit:,.0f}"
+        known = "" if math.isnan(self.limit) else f" = {self.limit:,.0f}"
+        return f"{self.metric} <= {self.factor:g} x min{known}"
 
 
 @dataclass(frozen=True)
