@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepc.hw.config import Hbm
+from stepc.sim.hbm.ref_backlog import serve_in_order
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.window import WindowedMemory
 
@@ -24,7 +25,7 @@ def _load_compiled():
     return serve_ranges_compiled
 
 
-COMPILE_AFTER = 2_000_000  # requests served before trying the compiled kernel
+COMPILE_AFTER = 2_000_000  # requests served request by request before trying numba
 PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats numpy
 _preloaded = None  # the compiled kernel, loaded up front by `prefer_compiled`
 
@@ -55,15 +56,26 @@ class RefHbm(WindowedMemory):
         windows without numba, in numpy. All give the same cycles."""
         if not self.grants and not self.outstanding and \
                 all(type(c) is range for _, c in picked):
+            size = sum(len(c) * b.per_message for b, c in picked)
+            if size >= PYTHON_BELOW and not self.compiled:
+                return serve_in_order(self, picked, ended)
             if self.compiled is None and self.served > COMPILE_AFTER:
                 self.compiled = _load_compiled()
-            size = sum(len(c) * b.per_message for b, c in picked)
             if self.compiled or size < PYTHON_BELOW:
                 self.served += size
                 return serve_window(self, picked, ended, self.compiled or None)
         n_req, completion, first = super()._requests(picked, ended, c1)
         self.served += int(n_req.sum())
         return n_req, completion, first
+
+    def _done_floor(self) -> int:
+        """No request starts before the first channel frees up."""
+        return int(self.free.min()) + self.min_latency
+
+    def _earliest_done(self, b, cycle: int) -> int:
+        """Besides the pickups still to come: a burst ends no earlier than the responses
+        it already has."""
+        return max(super()._earliest_done(b, cycle), b.completion)
 
     def _serve(self, cycles, burst, request, bursts):
         """Request i of a cycle with offset o goes to channel o + i(i+1)/2 (mod N), the next
