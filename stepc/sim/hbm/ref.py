@@ -9,6 +9,7 @@ import numpy as np
 
 from stepc.hw.config import Hbm
 from stepc.sim.hbm.ref_backlog import serve_in_order
+from stepc.sim.hbm.ref_periodic import serve_backlogged
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.window import WindowedMemory
 
@@ -51,19 +52,22 @@ class RefHbm(WindowedMemory):
 
     def _requests(self, picked, ended, c1: int):
         """Windows whose ports each issue one message per cycle (no arbiter, no credit
-        limit) are served request by request: in Python while they are small, compiled
-        by numba once a long run has loaded it (when installed). The others, and large
-        windows without numba, in numpy. All give the same cycles."""
+        limit): in closed form while every channel is backlogged; otherwise request by
+        request, compiled by numba once a long run has loaded it (when installed), in
+        Python while small, else in numpy in pickup order. Other windows in numpy. All
+        give the same cycles."""
         if not self.grants and not self.outstanding and \
                 all(type(c) is range for _, c in picked):
-            size = sum(len(c) * b.per_message for b, c in picked)
-            if size >= PYTHON_BELOW and not self.compiled:
-                return serve_in_order(self, picked, ended)
+            served = serve_backlogged(self, picked, ended)
+            if served is not None:
+                return served
             if self.compiled is None and self.served > COMPILE_AFTER:
                 self.compiled = _load_compiled()
+            size = sum(len(c) * b.per_message for b, c in picked)
+            self.served += size
             if self.compiled or size < PYTHON_BELOW:
-                self.served += size
                 return serve_window(self, picked, ended, self.compiled or None)
+            return serve_in_order(self, picked, ended)
         n_req, completion, first = super()._requests(picked, ended, c1)
         self.served += int(n_req.sum())
         return n_req, completion, first

@@ -8,8 +8,6 @@ requests: the channel choice and one stable radix sort by channel."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 
@@ -43,9 +41,6 @@ def serve_in_order(model, picked, ended):
     model.offset = int((model.offset + int(jumps.sum())) % n)
     model.stats.note(c0)
     model.stats.note(c_end - 1)
-    if cells is active and int(free.min()) >= c_end and int(row_total.max()) <= n and \
-            _distinct_in_a_cycle(n):
-        return (n_req, *_backlogged_cells(model, active, offsets, span))
     total = int(row_total.sum())
     row_start = np.cumsum(row_total) - row_total
     i = np.arange(total, dtype=np.int64) - np.repeat(row_start, row_total)
@@ -83,39 +78,3 @@ def serve_in_order(model, picked, ended):
         earliest[flat] = np.minimum.reduceat(done, head)
     return (n_req, latest.reshape(span, k).max(0), earliest.reshape(span, k).min(0))
 
-
-@lru_cache(maxsize=None)
-def _distinct_in_a_cycle(n: int) -> bool:
-    """Whether requests 0..n-1 of a cycle go to n different channels (i(i+1)/2 mod n is
-    one-to-one on 0..n-1: true when n is a power of two)."""
-    return len({i * (i + 1) // 2 % n for i in range(n)}) == n
-
-
-@lru_cache(maxsize=None)
-def _channel_steps(n: int) -> np.ndarray:
-    """i(i+1)/2 mod n for i = 0..n, the channel of request i of a cycle relative to the
-    cycle's offset (index -1, for cells without a request, is never read)."""
-    i = np.arange(n + 1, dtype=np.int64)
-    return i * (i + 1) // 2 % n
-
-
-def _backlogged_cells(model, active: np.ndarray, offsets: np.ndarray, span: int):
-    """Every channel busy past the window and one request per message, at most one per
-    channel in a cycle: the request of cell (cycle c, burst k) is its channel's r-th of
-    the window, r counted over the cycles before c alone, and starts at free + r * II.
-    Works on the cycle x burst matrix: no sort. Per burst its latest and earliest
-    completion."""
-    n, ii = model.cfg.channels, model.cfg.request_interval
-    position = np.cumsum(active, axis=1) - 1  # request i of its cycle (where active)
-    chan = (offsets[:, None] + _channel_steps(n)[position]) % n
-    key = chan + (np.arange(span, dtype=np.int64) * n)[:, None]  # (cycle, channel)
-    per_cycle = np.bincount(key[active], minlength=span * n).reshape(span, n)
-    before = np.cumsum(per_cycle, axis=0) - per_cycle  # earlier requests per channel
-    counts = before[-1] + per_cycle[-1]
-    free = model.free
-    done = (free + model.min_latency)[chan] + ii * before.ravel()[key]
-    free += counts * ii
-    model.stats.per_channel += counts
-    latest = np.where(active, done, -1).max(0)
-    earliest = np.where(active, done, np.iinfo(np.int64).max).min(0)
-    return latest, earliest

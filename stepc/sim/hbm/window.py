@@ -147,9 +147,12 @@ class WindowedMemory(MemoryModel):
             cycle = max(cycle, min(b.next_cycle for b in active))
             if limit is not None and cycle > limit:
                 break
-            earliest_done = max(self._done_floor(),
-                                min(self._earliest_done(b, cycle) for b in active))
-            last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
+            floor = self._done_floor()
+            if limit is not None and floor > limit:  # no burst can end before the limit
+                last = limit
+            else:
+                earliest_done = max(floor, min(self._earliest_done(b, cycle) for b in active))
+                last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
             finished, last = self._window(cycle, last)
             for b in finished:
                 if b.completion < last:  # a woken operator's next burst would be missed
