@@ -9,7 +9,7 @@ import numpy as np
 
 from stepc.hw.config import Hbm
 from stepc.sim.hbm.ref_backlog import serve_in_order
-from stepc.sim.hbm.ref_periodic import serve_backlogged
+from stepc.sim.hbm.ref_periodic import serve_periodic
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.window import WindowedMemory
 
@@ -41,9 +41,10 @@ def prefer_compiled() -> None:
 class RefHbm(WindowedMemory):
     """Exact emulation of the reference simulator's channel-pool HBM node."""
 
-    def __init__(self, kernel, cfg: Hbm):
+    def __init__(self, kernel, cfg: Hbm, want_first: bool = True):
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
+        self.want_first = want_first  # track each burst's first response (streamed tiles)
         self.free = np.zeros(cfg.channels, dtype=np.int64)  # next free cycle per channel
         self.offset = 0
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
@@ -52,13 +53,13 @@ class RefHbm(WindowedMemory):
 
     def _requests(self, picked, ended, c1: int):
         """Windows whose ports each issue one message per cycle (no arbiter, no credit
-        limit): in closed form while every channel is backlogged; otherwise request by
-        request, compiled by numba once a long run has loaded it (when installed), in
+        limit), at most one request per channel in a cycle: in closed form; otherwise
+        request by request, compiled by numba once a long run has loaded it (when installed), in
         Python while small, else in numpy in pickup order. Other windows in numpy. All
         give the same cycles."""
         if not self.grants and not self.outstanding and \
                 all(type(c) is range for _, c in picked):
-            served = serve_backlogged(self, picked, ended)
+            served = serve_periodic(self, picked, ended)
             if served is not None:
                 return served
             if self.compiled is None and self.served > COMPILE_AFTER:

@@ -335,7 +335,8 @@ class WindowedMemory(MemoryModel):
             else:
                 self.stats.read_requests += n
             b.completion = max(b.completion, int(completion[i]))
-            b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
+            if first is not None:
+                b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
             if ended[i]:
                 self.active.remove(b)
                 finished.append(b)
