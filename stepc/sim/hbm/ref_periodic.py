@@ -19,54 +19,55 @@ from math import gcd
 import numpy as np
 
 
-@lru_cache(maxsize=None)
-def _distinct_in_a_cycle(n: int) -> bool:
-    """Whether requests 0..n-1 of a cycle go to n different channels (i(i+1)/2 mod n is
-    one-to-one on 0..n-1: true when n is a power of two)."""
-    return len({i * (i + 1) // 2 % n for i in range(n)}) == n
-
-
 NONE = -(1 << 60)  # below any running maximum
+
+
+@lru_cache(maxsize=1024)
+def _pattern(n: int, ii: int, ports: int):
+    """One period of the channel pattern of `ports` requests per cycle from offset 0, with
+    what the service needs of it: (P, J, channel[t, i], requests per channel in rows < t
+    for t = 0..P, the rank of request (t, i) on its channel within the period, and per
+    channel the prefix and suffix maxima of t_r + 1 - r * II over its r-th visit's row
+    t_r)."""
+    i = np.arange(ports, dtype=np.int64)
+    step = ports * (ports + 1) // 2 % n
+    p = n // gcd(step, n)
+    rows = np.repeat(np.arange(p, dtype=np.int64), ports)  # in service order: cycle, port
+    flat = (step * rows + np.tile(i * (i + 1) // 2, p)) % n
+    per_row = np.zeros((p + 1, n), dtype=np.int64)
+    np.add.at(per_row, (rows + 1, flat), 1)
+    before = np.cumsum(per_row, axis=0)  # before[t]: requests in rows < t
+    q = before[-1]
+    order = np.argsort(flat, kind="stable")  # by channel, then service order
+    ahead = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(q) - q, q)
+    rank = np.empty(len(flat), dtype=np.int64)  # requests ahead on its channel
+    rank[order] = ahead
+    chan_sorted = flat[order]
+    term = rows[order] + 1 - ii * ahead
+    lift = chan_sorted * (p + ii * len(flat) + 2)  # keeps channels apart
+    prefix = np.full((n, int(q.max()) + 1), NONE, dtype=np.int64)
+    suffix = np.full_like(prefix, NONE)
+    prefix[chan_sorted, ahead] = np.maximum.accumulate(term + lift) - lift
+    suffix[chan_sorted, ahead] = (np.maximum.accumulate((term - lift)[::-1]) + lift[::-1])[::-1]
+    return p, step, flat.reshape(p, ports), before, rank.reshape(p, ports), prefix, suffix
 
 
 @lru_cache(maxsize=4096)
 def _period(n: int, ii: int, ports: int, offset: int):
-    """One period of the channel pattern of `ports` requests per cycle from `offset`, with
-    what the service needs of it: (P, J, channel[t, i], requests per channel in rows < t
-    for t = 0..P, the rank of request (t, i) on its channel within the period, and per
-    channel its requests per period q, D = P - q * II, and the prefix and suffix maxima of
-    t_r + 1 - r * II over its r-th visit's row t_r)."""
-    i = np.arange(ports, dtype=np.int64)
-    step = ports * (ports + 1) // 2 % n
-    p = n // gcd(step, n)
-    t = np.arange(p, dtype=np.int64)[:, None]
-    chan = (offset + step * t + i * (i + 1) // 2) % n
-    per_row = np.zeros((p + 1, n), dtype=np.int64)
-    np.add.at(per_row, (np.repeat(np.arange(1, p + 1), ports), chan.ravel()), 1)
-    before = np.cumsum(per_row, axis=0)  # before[t]: requests in rows < t
-    rank = np.take_along_axis(before[:-1], chan, axis=1)
+    """`_pattern` from `offset`: channels move by the offset, ranks stay; per channel
+    also its requests per period q and D = P - q * II."""
+    p, step, chan, before, rank, prefix, suffix = _pattern(n, ii, ports)
+    moved = (np.arange(n) - offset) % n  # the channel that becomes each channel
+    before = before[:, moved]
     q = before[-1]
-    width = int(q.max()) + 1
-    prefix = np.full((n, width), NONE, dtype=np.int64)
-    suffix = np.full((n, width), NONE, dtype=np.int64)
-    rows = np.broadcast_to(t, chan.shape)
-    for ch in range(n):
-        visits = np.sort(rows[chan == ch])  # at most one per row
-        if len(visits):
-            term = visits + 1 - ii * np.arange(len(visits), dtype=np.int64)
-            prefix[ch, :len(visits)] = np.maximum.accumulate(term)
-            suffix[ch, :len(visits)] = np.maximum.accumulate(term[::-1])[::-1]
-    return p, step, chan, before, rank, q, p - q * ii, prefix, suffix
+    return (p, step, (chan + offset) % n, before, rank, q, p - q * ii, prefix[moved],
+            suffix[moved])
 
 
-def _starts(free_rel, chan, rank, periods, backlogged, q, d, prefix, suffix, ii):
+def _starts(free_rel, chan, rank, periods, q, d, prefix, suffix, ii):
     """Start cycles (relative to the stretch) of requests by channel, rank within their
-    period and whole periods before them. `backlogged`: every channel is busy past the
-    stretch's last arrival, so each request starts when its channel frees up."""
-    qc = q[chan]
-    if backlogged:
-        return (periods * qc + rank) * ii + free_rel[chan]
-    dc = d[chan]
+    period and whole periods before them."""
+    qc, dc = q[chan], d[chan]
     pre = prefix[chan, rank]
     later = suffix[chan, rank + 1]  # visits after it in the period before
     grows = np.maximum(pre + periods * dc, np.where(periods > 0, later + (periods - 1) * dc,
@@ -76,22 +77,47 @@ def _starts(free_rel, chan, rank, periods, backlogged, q, d, prefix, suffix, ii)
     return (periods * qc + rank) * ii + np.maximum(free_rel[chan], ahead)
 
 
+@lru_cache(maxsize=8192)
+def _drift(n: int, ii: int, ports: int, offset: int, rest: int) -> np.ndarray:
+    """Backlogged, the last P cycles of a stretch of `whole` periods plus `rest` cycles:
+    request (t, i) starts at free + II * whole * q[ch] plus this (rows t >= rest are one
+    period earlier)."""
+    p, _, chan, _, rank, q, _, _, _ = _period(n, ii, ports, offset)
+    earlier = (np.arange(p) >= rest)[:, None]
+    return ii * (rank - q[chan] * earlier)
+
+
+def _general(free, free_rel, a, chan, rank, counts, whole, rest, rows, tables):
+    """Starts (relative to the stretch) of the first P cycles' and of the last P cycles'
+    requests, with the running maximum of arrivals; moves `free` past each channel's last
+    request of the stretch."""
+    q, ii = tables[0], tables[-1]
+    length = whole * chan.shape[0] + rest
+    early = _starts(free_rel, chan[:rows], rank[:rows], 0, *tables)
+    if length <= chan.shape[0]:
+        late = early
+    else:  # rows t < rest are after `whole` periods, the others one fewer
+        periods = whole - (np.arange(chan.shape[0]) >= rest)[:, None]
+        late = _starts(free_rel, chan, rank, periods, *tables)
+    used = np.flatnonzero(counts)
+    final = counts[used] - 1  # each channel's last request of the stretch
+    free[used] = a + ii + _starts(free_rel, used, final % q[used], final // q[used], *tables)
+    return early, late
+
+
 def serve_periodic(model, picked, ended):
     """`RefHbm._requests` for bursts (in port order) issuing one single-request message
-    per cycle over ranges of cycles, at most `channels` of them at once; None for other
-    windows (the caller serves them request by request). The earliest completions are
+    per cycle over ranges of cycles; None for other windows (the caller serves them request by request). The earliest completions are
     None unless `model.want_first`."""
     n, ii = model.cfg.channels, model.cfg.request_interval
     k = len(picked)
-    if any(b.per_message != 1 for b, _ in picked) or not _distinct_in_a_cycle(n):
+    if any(b.per_message != 1 for b, _ in picked):
         return None
     starts = [c.start for _, c in picked]
     stops = [c.stop for _, c in picked]
     bounds = sorted(set(starts) | set(stops))
     stretches = [(a, b, [j for j in range(k) if starts[j] <= a and stops[j] >= b])
                  for a, b in zip(bounds, bounds[1:])]
-    if any(len(ports) > n for _, _, ports in stretches):
-        return None
     free = model.free
     total = np.zeros(n, dtype=np.int64)
     latest, earliest = [-1] * k, [1 << 62] * k
@@ -103,38 +129,26 @@ def serve_periodic(model, picked, ended):
         p, step, chan, before, rank, q, d, prefix, suffix = _period(n, ii, width, offset)
         whole, rest = divmod(length, p)
         counts = whole * before[-1] + before[rest]
-        used = np.flatnonzero(counts)
-        final = counts[used] - 1  # each channel's last request of the stretch
-        qu = q[used]
-        # one query: the last P cycles (each port's last visit to each channel), the
-        # first P cycles if wanted (first visits) and each channel's last request
-        rows = min(p, length)
-        tail = rows * width
-        chans, ranks = [chan[:rows].ravel()], [rank[:rows].ravel()]
-        if length > p:  # row t of the last P cycles is cycle m_t, after m_t // P periods
-            m = length - p + (np.arange(p) - (length - p)) % p
-            periods = [np.repeat(m // p, width)]
-            if model.want_first:
-                chans.append(chans[0])
-                ranks.append(ranks[0])
-                periods.append(np.zeros(tail, dtype=np.int64))
-        else:
-            periods = [np.zeros(tail, dtype=np.int64)]
         free_rel = free - a
-        start = _starts(free_rel, np.concatenate(chans + [used]),
-                        np.concatenate(ranks + [final % qu]),
-                        np.concatenate(periods + [final // qu]),
-                        int(free_rel.min()) >= length, q, d, prefix, suffix, ii)
+        rows = min(p, length)
+        if int(free_rel.min()) >= length:  # backlogged: each request waits for its channel
+            early = free_rel[chan[:rows]] + ii * rank[:rows]
+            if length <= p:
+                late = early
+            else:  # the last P cycles: rows t < rest after `whole` periods, the others one fewer
+                late = (free_rel + ii * whole * q)[chan] + _drift(n, ii, width, offset, rest)
+            free += ii * counts
+        else:
+            early, late = _general(free, free_rel, a, chan, rank, counts, whole, rest, rows,
+                                   (q, d, prefix, suffix, ii))
         done = a + model.min_latency
-        for j, hi in zip(ports, start[:tail].reshape(rows, width).max(0).tolist()):
+        for j, hi in zip(ports, late.max(0).tolist()):
             if hi + done > latest[j]:
                 latest[j] = hi + done
         if model.want_first:
-            head = start[tail:2 * tail] if length > p else start[:tail]
-            for j, lo in zip(ports, head.reshape(rows, width).min(0).tolist()):
+            for j, lo in zip(ports, early.min(0).tolist()):
                 if lo + done < earliest[j]:
                     earliest[j] = lo + done
-        free[used] = a + ii + start[len(start) - len(used):]
         total += counts
         offset = (offset + length * step) % n
     model.offset = offset
