@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import gcd
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,63 +53,70 @@ def _pattern(n: int, ii: int, ports: int):
     return p, step, flat.reshape(p, ports), before, rank.reshape(p, ports), prefix, suffix
 
 
+class Period(NamedTuple):
+    """One period of the channel pattern from an offset, per request (t, i) of it: its
+    channel, II x its rank on the channel within the period, and the running maximum of
+    t_r + 1 - r * II over the visits to that channel up to it; per channel its requests
+    in rows < t (t = 0..P), its requests per period q and D = P - q * II."""
+
+    p: int
+    step: int
+    chan: np.ndarray
+    ii_rank: np.ndarray
+    ahead: np.ndarray
+    before: np.ndarray
+    q: np.ndarray
+    d: np.ndarray
+    prefix: np.ndarray
+    suffix: np.ndarray
+
+
 @lru_cache(maxsize=4096)
-def _period(n: int, ii: int, ports: int, offset: int):
-    """`_pattern` from `offset`: channels move by the offset, ranks stay; per channel
-    also its requests per period q and D = P - q * II."""
+def _period(n: int, ii: int, ports: int, offset: int) -> Period:
+    """`_pattern` from `offset`: channels move by the offset, ranks stay."""
     p, step, chan, before, rank, prefix, suffix = _pattern(n, ii, ports)
     moved = (np.arange(n) - offset) % n  # the channel that becomes each channel
     before = before[:, moved]
     q = before[-1]
-    return (p, step, (chan + offset) % n, before, rank, q, p - q * ii, prefix[moved],
-            suffix[moved])
+    chan = (chan + offset) % n
+    prefix = prefix[moved]
+    return Period(p, step, chan, ii * rank, prefix[chan, rank], before, q, p - q * ii,
+                  prefix, suffix[moved])
 
 
-def _starts(free_rel, chan, rank, periods, q, d, prefix, suffix, ii):
+@lru_cache(maxsize=8192)
+def _tail(n: int, ii: int, ports: int, offset: int, rest: int):
+    """The last P cycles of a stretch of W >= 2 whole periods plus `rest` cycles, where
+    rows t < rest come after W periods and the others after W - 1: request (t, i) starts at
+    W * II * q + drift + max(free, lift + W * slope), all per request. (Over periods the
+    running maximum grows by D a period when D >= 0, else stays the first period's.)"""
+    per = _period(n, ii, ports, offset)
+    chan, q, d = per.chan, per.q, per.d
+    fewer = (np.arange(per.p) >= rest)[:, None]  # one period fewer
+    rank = per.ii_rank // ii
+    drift = per.ii_rank - ii * q[chan] * fewer
+    grows = np.maximum(per.ahead, per.suffix[chan, rank + 1] - d[chan]) - fewer * d[chan]
+    lift = np.where(d[chan] >= 0, grows, per.prefix[chan, q[chan] - 1])
+    return ii * q[chan], drift, lift, np.maximum(d, 0)[chan]
+
+
+def _starts(free_rel, chan, rank, periods, per: Period, ii: int):
     """Start cycles (relative to the stretch) of requests by channel, rank within their
     period and whole periods before them."""
-    qc, dc = q[chan], d[chan]
-    pre = prefix[chan, rank]
-    later = suffix[chan, rank + 1]  # visits after it in the period before
+    qc, dc = per.q[chan], per.d[chan]
+    pre = per.prefix[chan, rank]
+    later = per.suffix[chan, rank + 1]  # visits after it in the period before
     grows = np.maximum(pre + periods * dc, np.where(periods > 0, later + (periods - 1) * dc,
                                                     NONE))
-    first_max = np.where(periods > 0, prefix[chan, qc - 1], pre)
+    first_max = np.where(periods > 0, per.prefix[chan, qc - 1], pre)
     ahead = np.where(dc >= 0, grows, first_max)
     return (periods * qc + rank) * ii + np.maximum(free_rel[chan], ahead)
 
 
-@lru_cache(maxsize=8192)
-def _drift(n: int, ii: int, ports: int, offset: int, rest: int) -> np.ndarray:
-    """Backlogged, the last P cycles of a stretch of `whole` periods plus `rest` cycles:
-    request (t, i) starts at free + II * whole * q[ch] plus this (rows t >= rest are one
-    period earlier)."""
-    p, _, chan, _, rank, q, _, _, _ = _period(n, ii, ports, offset)
-    earlier = (np.arange(p) >= rest)[:, None]
-    return ii * (rank - q[chan] * earlier)
-
-
-def _general(free, free_rel, a, chan, rank, counts, whole, rest, rows, tables):
-    """Starts (relative to the stretch) of the first P cycles' and of the last P cycles'
-    requests, with the running maximum of arrivals; moves `free` past each channel's last
-    request of the stretch."""
-    q, ii = tables[0], tables[-1]
-    length = whole * chan.shape[0] + rest
-    early = _starts(free_rel, chan[:rows], rank[:rows], 0, *tables)
-    if length <= chan.shape[0]:
-        late = early
-    else:  # rows t < rest are after `whole` periods, the others one fewer
-        periods = whole - (np.arange(chan.shape[0]) >= rest)[:, None]
-        late = _starts(free_rel, chan, rank, periods, *tables)
-    used = np.flatnonzero(counts)
-    final = counts[used] - 1  # each channel's last request of the stretch
-    free[used] = a + ii + _starts(free_rel, used, final % q[used], final // q[used], *tables)
-    return early, late
-
-
 def serve_periodic(model, picked, ended):
     """`RefHbm._requests` for bursts (in port order) issuing one single-request message
-    per cycle over ranges of cycles; None for other windows (the caller serves them request by request). The earliest completions are
-    None unless `model.want_first`."""
+    per cycle over ranges of cycles; None for other windows (the caller serves them
+    request by request). The earliest completions are None unless `model.want_first`."""
     n, ii = model.cfg.channels, model.cfg.request_interval
     k = len(picked)
     if any(b.per_message != 1 for b, _ in picked):
@@ -126,21 +134,24 @@ def serve_periodic(model, picked, ended):
         if not ports:
             continue
         width, length = len(ports), b - a
-        p, step, chan, before, rank, q, d, prefix, suffix = _period(n, ii, width, offset)
+        per = _period(n, ii, width, offset)
+        p = per.p
         whole, rest = divmod(length, p)
-        counts = whole * before[-1] + before[rest]
+        counts = whole * per.before[-1] + per.before[rest]
         free_rel = free - a
         rows = min(p, length)
-        if int(free_rel.min()) >= length:  # backlogged: each request waits for its channel
-            early = free_rel[chan[:rows]] + ii * rank[:rows]
-            if length <= p:
-                late = early
-            else:  # the last P cycles: rows t < rest after `whole` periods, the others one fewer
-                late = (free_rel + ii * whole * q)[chan] + _drift(n, ii, width, offset, rest)
-            free += ii * counts
-        else:
-            early, late = _general(free, free_rel, a, chan, rank, counts, whole, rest, rows,
-                                   (q, d, prefix, suffix, ii))
+        # the first P cycles (each port's first visit to each channel) and the last P
+        # (its last visits; each channel's last request of the stretch is among them)
+        early = per.ii_rank[:rows] + np.maximum(free_rel[per.chan[:rows]], per.ahead[:rows])
+        if length <= p:
+            late = early
+        elif whole >= 2:
+            ii_q, drift, lift, slope = _tail(n, ii, width, offset, rest)
+            late = whole * ii_q + drift + np.maximum(free_rel[per.chan], lift + whole * slope)
+        else:  # rows t >= rest come after no whole period
+            periods = 1 - (np.arange(p) >= rest)[:, None]
+            late = _starts(free_rel, per.chan, per.ii_rank // ii, periods, per, ii)
+        np.maximum.at(free, per.chan[:rows].ravel(), (late + (a + ii)).ravel())
         done = a + model.min_latency
         for j, hi in zip(ports, late.max(0).tolist()):
             if hi + done > latest[j]:
@@ -150,7 +161,7 @@ def serve_periodic(model, picked, ended):
                 if lo + done < earliest[j]:
                     earliest[j] = lo + done
         total += counts
-        offset = (offset + length * step) % n
+        offset = (offset + length * per.step) % n
     model.offset = offset
     model.stats.per_channel += total
     model.stats.note(min(starts))
