@@ -1,10 +1,10 @@
-"""The `ref` model's service of a window whose ports each issue one message per cycle,
-built straight in pickup order (cycle, then port): no sort by cycle. A channel's j-th
-request of the window starts at `j * II + max(free, max over l <= j of (arrival_l + 1 -
-l * II))`; while every channel stays busy past the window's last pickup (in the paper's
-MoE layers the queues run tens of thousands of cycles deep) that is `free + j * II`, and
-the running maximum is skipped. A window costs a handful of array operations on its
-requests: the channel choice and one stable radix sort by channel."""
+"""The `ref` model's service, request by request in numpy, of a window whose ports each
+issue one message per cycle (windows the closed form leaves: several requests per
+message), built straight in pickup order (cycle, then port): no sort by cycle. A channel's
+j-th request of the window starts at `j * II + max(free, max over l <= j of (arrival_l +
+1 - l * II))`; while every channel stays busy past the window's last pickup that is
+`free + j * II`, and the running maximum is skipped. A window costs a handful of array
+operations on its requests: the channel choice and one stable radix sort by channel."""
 
 from __future__ import annotations
 
