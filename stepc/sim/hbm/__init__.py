@@ -24,4 +24,4 @@ def make_memory(kernel, hw: HardwareConfig):
         return FluidHbm(kernel, hw.hbm)
     if hw.hbm.model == "dram":
         return DramHbm(kernel, hw)
-    return RefHbm(kernel, hw.hbm)
+    return RefHbm(kernel, hw.hbm, want_first=hw.fabric.stream_tile)

@@ -1,13 +1,17 @@
-"""`ref`: the reference simulator's HBM node, request by request: one message of
-`par_dispatch` requests per port per cycle (readers, then writers, in registration order),
-the triangular round-robin channel choice, per-channel FIFO service every
-`request_interval` cycles, `startup + latency` per request, +1 per hop."""
+"""`ref`: the reference simulator's HBM node, exactly: one message of `par_dispatch`
+requests per port per cycle (readers, then writers, in registration order), the
+triangular round-robin channel choice, per-channel FIFO service every `request_interval`
+cycles, `startup + latency` per request, +1 per hop. Served in closed form per stretch of
+constant ports where each message is one request (`ref_periodic.py`), else request by
+request."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from stepc.hw.config import Hbm
+from stepc.sim.hbm.ref_in_order import serve_in_order
+from stepc.sim.hbm.ref_periodic import serve_periodic
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.window import WindowedMemory
 
@@ -24,7 +28,9 @@ def _load_compiled():
     return serve_ranges_compiled
 
 
-COMPILE_AFTER = 2_000_000  # requests served before trying the compiled kernel
+# Requests served request by request before trying numba: loading it costs about 0.75 s
+# (and ~120 MiB) against ~35 ns a request saved over numpy, so it repays after ~20 M.
+COMPILE_AFTER = 20_000_000
 PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats numpy
 _preloaded = None  # the compiled kernel, loaded up front by `prefer_compiled`
 
@@ -39,9 +45,10 @@ def prefer_compiled() -> None:
 class RefHbm(WindowedMemory):
     """Exact emulation of the reference simulator's channel-pool HBM node."""
 
-    def __init__(self, kernel, cfg: Hbm):
+    def __init__(self, kernel, cfg: Hbm, want_first: bool = True):
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
+        self.want_first = want_first  # track each burst's first response (streamed tiles)
         self.free = np.zeros(cfg.channels, dtype=np.int64)  # next free cycle per channel
         self.offset = 0
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
@@ -50,20 +57,34 @@ class RefHbm(WindowedMemory):
 
     def _requests(self, picked, ended, c1: int):
         """Windows whose ports each issue one message per cycle (no arbiter, no credit
-        limit) are served request by request: in Python while they are small, compiled
-        by numba once a long run has loaded it (when installed). The others, and large
-        windows without numba, in numpy. All give the same cycles."""
+        limit), at most one request per channel in a cycle: in closed form; otherwise
+        request by request, compiled by numba once a long run has loaded it (when installed), in
+        Python while small, else in numpy in pickup order. Other windows in numpy. All
+        give the same cycles."""
         if not self.grants and not self.outstanding and \
                 all(type(c) is range for _, c in picked):
+            served = serve_periodic(self, picked, ended)
+            if served is not None:
+                return served
             if self.compiled is None and self.served > COMPILE_AFTER:
                 self.compiled = _load_compiled()
             size = sum(len(c) * b.per_message for b, c in picked)
+            self.served += size
             if self.compiled or size < PYTHON_BELOW:
-                self.served += size
                 return serve_window(self, picked, ended, self.compiled or None)
+            return serve_in_order(self, picked, ended)
         n_req, completion, first = super()._requests(picked, ended, c1)
         self.served += int(n_req.sum())
         return n_req, completion, first
+
+    def _done_floor(self) -> int:
+        """No request starts before the first channel frees up."""
+        return int(self.free.min()) + self.min_latency
+
+    def _earliest_done(self, b, cycle: int) -> int:
+        """Besides the pickups still to come: a burst ends no earlier than the responses
+        it already has."""
+        return max(super()._earliest_done(b, cycle), b.completion)
 
     def _serve(self, cycles, burst, request, bursts):
         """Request i of a cycle with offset o goes to channel o + i(i+1)/2 (mod N), the next

@@ -120,7 +120,7 @@ class WindowedMemory(MemoryModel):
     def __init__(self, kernel, channels: int, arbiter_grants: int = 0, outstanding: int = 0):
         super().__init__(kernel, channels)
         self.active: list[Burst] = []  # bursts with messages to issue, in posting order
-        self.queues: dict[tuple[int, int], deque[Burst]] = {}  # per port, in order
+        self.queues: dict[tuple[int, int], deque[Burst]] = {}  # per issuing port, in order
         self.grants = arbiter_grants  # ports granted per cycle (0: every port, every cycle)
         self.last_granted: tuple[int, int] | None = None  # the arbiter's round-robin pointer
         self.outstanding = outstanding  # requests a port may have in flight (0: no limit)
@@ -147,8 +147,12 @@ class WindowedMemory(MemoryModel):
             cycle = max(cycle, min(b.next_cycle for b in active))
             if limit is not None and cycle > limit:
                 break
-            earliest_done = min(self._earliest_done(b, cycle) for b in active)
-            last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
+            floor = self._done_floor()
+            if limit is not None and floor > limit:  # no burst can end before the limit
+                last = limit
+            else:
+                earliest_done = max(floor, min(self._earliest_done(b, cycle) for b in active))
+                last = earliest_done - 1 if limit is None else min(limit, earliest_done - 1)
             finished, last = self._window(cycle, last)
             for b in finished:
                 if b.completion < last:  # a woken operator's next burst would be missed
@@ -162,6 +166,10 @@ class WindowedMemory(MemoryModel):
             cycle = last + 1
         if active:
             self._schedule(max(cycle, min(b.next_cycle for b in active)))
+
+    def _done_floor(self) -> int:
+        """A lower bound of the cycle at which any burst still issuing completes."""
+        return 0
 
     def _earliest_done(self, b: Burst, cycle: int) -> int:
         """A lower bound of the cycle at which burst `b` completes, serving from `cycle`."""
@@ -183,6 +191,8 @@ class WindowedMemory(MemoryModel):
                 queue.popleft()
                 if queue:  # the port's next burst starts after this one's last message
                     queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
+                else:  # only ports with bursts to issue are walked
+                    del self.queues[b.port]
         return picked, c1
 
     def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, range]]:
@@ -325,7 +335,8 @@ class WindowedMemory(MemoryModel):
             else:
                 self.stats.read_requests += n
             b.completion = max(b.completion, int(completion[i]))
-            b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
+            if first is not None:
+                b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
             if ended[i]:
                 self.active.remove(b)
                 finished.append(b)
