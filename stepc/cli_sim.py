@@ -1,0 +1,187 @@
+"""The `stepc sim` command (registered by stepc.cli): one simulation, its report and the
+files it was asked to write."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from stepc.cli import (
+    _DEFINE, _FORMAT, EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, _load_hw, _pairs,
+    _presets, check_output_path, check_overrides, compile_file, emit_diagnostics, input_error,
+    parse_defines, print_report, quick_exit,
+)
+
+if TYPE_CHECKING:
+    from stepc.frontend import Compiled
+
+
+@click.command("sim", short_help="Simulate a program cycle by cycle.")
+@click.argument("file", type=str)
+@_DEFINE
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware (presets: {_presets('paper-eval')}; or a TOML file).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
+@click.option("--weights", "weights", default=None, metavar="FILE",
+              help="Tensor values by name (.safetensors, or a PyTorch state dict read with "
+              "weights_only): a module's weights and inputs for a program from `stepc "
+              "from-torch`.")
+@click.option("--timing-only", is_flag=True,
+              help="Carry shapes, selectors and addresses but no tile values (faster; same "
+              "cycles). The default for programs whose tensors exceed 256 MiB.")
+@click.option("--functional", is_flag=True,
+              help="Compute tile values even for programs with large tensors.")
+@click.option("--out", "out_dir", default=None, metavar="DIR",
+              help="Write output tensors as DIR/<tensor>.npy (functional mode).")
+@click.option("--trace-out", default=None, metavar="FILE.json",
+              help="Write a Chrome/Perfetto trace (one track per operator).")
+@_FORMAT
+@click.option("--print-config", is_flag=True, help="Print the effective hardware config "
+              "as TOML and exit.")
+@click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop with an error if the run passes cycle N.")
+@quick_exit
+def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, out_dir,
+            trace_out, fmt, print_config, max_cycles):
+    """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
+
+    \b
+    Examples:
+      stepc sim programs/moe_simple.step
+      stepc sim programs/swiglu.step --hw hdl-validation --set hbm.model=fluid
+      stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
+      stepc sim programs/moe_simple.step --out results/ --trace-out run.json
+    """
+    from stepc.api.errors import Deadlock, InputError, SimulationError
+    from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
+    from stepc.sim.report import render_text
+
+    config = _load_hw(hw, sets)
+    if print_config:
+        click.echo(config.to_toml(), nl=False)
+        sys.exit(EXIT_OK)
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    result = report.compiled
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_PROGRAM)
+    if out_dir:
+        check_output_path("--out", out_dir, directory=True)
+    if trace_out:
+        check_output_path("--trace-out", trace_out)
+    if timing_only and functional:
+        raise click.UsageError("--timing-only and --functional exclude each other")
+    values = _load_weights(weights, result) if weights else None
+    if values is not None and timing_only:
+        raise click.UsageError("--weights sets tensor values, which --timing-only does not "
+                               "compute")
+    prog = report.program()
+    size = tensor_bytes(prog)
+    if not timing_only and not functional and size > FUNCTIONAL_LIMIT:
+        timing_only = True
+        click.echo(f"note: timing-only run: the tensors hold {size / 2**20:,.0f} MiB "
+                   "(--functional computes values anyway)", err=True)
+    deadlock = None
+    try:
+        with _progress() as progress:
+            run = prog.simulate(hw=config, traces=dict(_pairs(traces, "--trace")),
+                                timing_only=timing_only, max_cycles=max_cycles,
+                                trace_ops=trace_out is not None, progress=progress,
+                                values=values)
+    except InputError as e:
+        input_error(e, traces)
+    except SimulationError as e:
+        click.echo(e.located(), err=True)
+        sys.exit(EXIT_PROGRAM)
+    except Deadlock as e:
+        run, deadlock = e.run, e.report
+    if fmt == "json":
+        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(lambda console: render_text(run.result, console, run.totals))
+    _write_sim_outputs(run.result, out_dir, trace_out)
+    emit_diagnostics(result)
+    if deadlock:
+        click.echo(deadlock, err=True, nl=False)
+        sys.exit(EXIT_DEADLOCK)
+    sys.exit(EXIT_OK)
+
+
+def _load_weights(path: str, result: Compiled) -> dict:
+    """The program's tensor values from a weights file; a file that does not fit is a usage
+    error, entries the program has no tensor for are named on stderr."""
+    from stepc.weights import WeightsError, load_weights, match_weights
+    try:
+        values, unused = match_weights(result.typed.program.tensors, load_weights(path))
+    except WeightsError as e:
+        click.echo(f"stepc: error: --weights {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not values:
+        click.echo(f"stepc: error: --weights {path}: no entry names a tensor of the program",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    if unused:
+        click.echo(f"note: --weights: {len(unused)} entries are not tensors of the program: "
+                   f"{', '.join(sorted(unused)[:8])}{' ...' if len(unused) > 8 else ''}",
+                   err=True)
+    return values
+
+
+def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
+    """The files `sim` was asked for, each announced on stderr (after the report, so a
+    failed write loses no result)."""
+    import numpy as np
+
+    from stepc.sim.report import perfetto_trace, write_atomic, write_json
+    try:
+        if trace_out:
+            write_json(trace_out, perfetto_trace(run))
+            click.echo(f"wrote the Perfetto trace to {trace_out} (open it in ui.perfetto.dev "
+                       "or chrome://tracing)", err=True)
+        if out_dir and not run.outputs:
+            click.echo(f"--out {out_dir}: nothing written: a timing-only run computes no "
+                       "tensor values (--functional computes them)", err=True)
+        elif out_dir and run.deadlock:
+            click.echo(f"--out {out_dir}: nothing written: the run deadlocked", err=True)
+        elif out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            names = sorted(run.outputs)
+            for name in names:
+                write_atomic(os.path.join(out_dir, f"{name}.npy"),
+                             lambda f, a=run.outputs[name]: np.save(f, a))
+            click.echo(f"wrote {', '.join(f'{n}.npy' for n in names)} to {out_dir}",
+                       err=True)
+    except OSError as e:
+        click.echo(f"stepc: error: cannot write {e.filename or 'the output'}: "
+                   f"{e.strerror or e}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+class _progress:
+    """A spinner with the simulated cycle on stderr, only on a terminal."""
+
+    def __enter__(self):
+        self.live = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            self.live = Progress(SpinnerColumn(), TextColumn("simulating: cycle {task.fields[c]:,}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+            self.live.__enter__()
+            self.task = self.live.add_task("sim", total=None, c=0)
+            return lambda t: self.live.update(self.task, c=t)
+        return None
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+        return False
