@@ -18,6 +18,8 @@ Examples:
       --objective cycles --trace routing=a.npz,b.npz --aggregate max -j 2 --out tune/
   stepc tune programs/moe_timemux.step --space R=4..128:pow2 \\
       --objective allocated_compute --budget 'cycles=1.05*min'
+  stepc tune programs/moe_timemux.step --space R=4..128:pow2 \\
+      --budget 'allocated_compute=0.5*max'
 Exit codes: 0 a winner was found, 1 no schedule satisfies the budgets, 2 usage error,
 130 interrupted (finished simulations are kept: rerun with --resume)."""
 
@@ -67,7 +69,8 @@ def _trace_paths(name: str, text: str) -> list[str]:
 @click.option("--budget", "budgets", multiple=True, metavar="METRIC=LIMIT",
               help="An upper limit that must hold for every trace, e.g. "
               "on_chip_bytes=64MiB, allocated_compute=400000, cycles=2e6, or relative to "
-              "the best value in the space: cycles=1.05*min (repeatable).")
+              "the best value in the space, cycles=1.05*min, or to the largest value of an "
+              "analysis metric, allocated_compute=0.5*max (repeatable).")
 @click.option("--objective", "objectives", default="cycles", show_default=True,
               metavar="M[,M2]", help="The metric to minimise (max:METRIC maximises), or two "
               "for a Pareto front.")

@@ -62,6 +62,13 @@ def test_relative_budgets_parse_and_refuse():
         Budget.parse("cycles", "0.9*min")
     with pytest.raises(TuneError, match="minimise"):
         Budget.parse("compute_utilization", "1.1*min")
+    half = Budget.parse("allocated_compute", "0.5*max")
+    assert (half.factor, half.relative_to) == (0.5, "max") and "0.5 x max" in half.text()
+    assert Budget.parse("on_chip_bytes<", "max*0.25").resolved(4000).limit == 1000
+    with pytest.raises(TuneError, match="analysis metric"):
+        Budget.parse("cycles", "0.5*max")
+    with pytest.raises(TuneError, match=r"\(0, 1\]"):
+        Budget.parse("allocated_compute", "2*max")
 
 
 def test_a_param_a_program_lacks_is_not_its_dimension():
@@ -244,6 +251,35 @@ def test_fewest_regions_within_a_factor_of_the_fastest(tmp_path, program):
     assert res.winner.overrides["R"] == want
     assert res.budgets[0].limit == pytest.approx(1.5 * fastest)
     assert res.winner.confirmed["cycles"] == cycles[want]
+
+
+@pytest.mark.parametrize("program", sorted(TIMEMUX))
+def test_fastest_regions_within_a_share_of_the_largest_compute(tmp_path, program):
+    """`--budget allocated_compute=0.5*max` keeps the region counts allocating at most half
+    the compute of the most expensive one and picks the fastest of them, as an exhaustive
+    simulation says."""
+    path = str(REPO / "programs" / program)
+    fixed = {**SMALL_TIMEMUX, **TIMEMUX[program]}
+    trace = _routing8(tmp_path)
+    from stepc.analyze import analyze
+    from stepc.traces import load_array
+    config = load_config("paper-eval", ("hbm.model=ref",))
+    regions = [8, 4, 2, 1]
+    cycles, compute = {}, {}
+    for r in regions:
+        typed = compile_file(path, {**fixed, "R": r}).typed
+        cycles[r] = simulate(typed, config, {"routing": load_array(trace)},
+                             functional=False).cycles
+        compute[r] = analyze(typed, "artifact", config).allocated_compute
+    limit = 0.5 * max(compute.values())
+    want = min((r for r in regions if compute[r] <= limit), key=cycles.get)
+    res = tune(Space([path], {"R": regions}, fixed=fixed), objectives=[Objective("cycles")],
+               budgets=[Budget.parse("allocated_compute", "0.5*max")],
+               traces={"routing": [trace]}, out=str(tmp_path / "t"), jobs=1)
+    assert res.budgets[0].limit == pytest.approx(limit)
+    assert res.winner.overrides["R"] == want
+    assert res.winner.confirmed["cycles"] == cycles[want]
+    assert res.stages["over_budget_analysis"] == sum(compute[r] > limit for r in regions)
 
 
 def _routing8(tmp_path) -> str:

@@ -336,16 +336,17 @@ class Search:
         self.search(alive)
 
     def resolve_relative_budgets(self, alive: list[Scored]) -> list[Scored]:
-        """Give relative budgets (`F*min`) their limits: over the analyzed candidates for
-        an analysis metric (exact); for cycles, by a search for the fastest schedule first.
-        Returns the candidates still in play."""
+        """Give relative budgets (`F*min`, `F*max`) their limits: over the analyzed
+        candidates for an analysis metric (exact); for cycles, by a search for the fastest
+        schedule first. Returns the candidates still in play."""
         for i, b in enumerate(self.budgets):
             if b.factor is None or not b.exact_before_simulation:
                 continue
             values = [self._exact(s, b.metric) for s in alive]
             known = [v for v in values if v is not None]
             if known:
-                self.budgets[i] = b.resolved(min(known))
+                self.budgets[i] = b.resolved(max(known) if b.relative_to == "max"
+                                             else min(known))
                 for s in alive:
                     self._apply_analysis_budgets(s)
         alive = [s for s in alive if s.status in ("analyzed", "screened")]

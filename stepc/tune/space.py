@@ -47,45 +47,58 @@ def _known_metric(name: str, flag: str) -> str:
 
 @dataclass(frozen=True)
 class Budget:
-    """An upper limit on a metric; it must hold for every trace. A relative budget
-    (`cycles=1.05*min`) has a `factor` instead: its limit is that factor times the best
-    value of the metric in the space, found by the search (`limit` is then set)."""
+    """An upper limit on a metric; it must hold for every trace. A relative budget has a
+    `factor` of the best (`cycles=1.05*min`) or, for an analysis metric, of the largest
+    (`allocated_compute=0.5*max`) value of the metric in the space, found by the search
+    (`limit` is then set)."""
     metric: str
     limit: float = math.nan
     factor: float | None = None
+    relative_to: str = "min"  # or "max"
 
     @classmethod
     def parse(cls, metric: str, limit: str) -> Budget:
-        """`METRIC=LIMIT` or `METRIC<=LIMIT`, LIMIT an amount or `F*min` (F >= 1)."""
+        """`METRIC=LIMIT` or `METRIC<=LIMIT`, LIMIT an amount, `F*min` (F >= 1) or `F*max`
+        (0 < F <= 1, analysis metrics)."""
         metric = _known_metric(metric.strip().removesuffix("<"), "--budget")
-        m = re.fullmatch(r"\s*(?:([0-9.eE+]+)\s*\*\s*min|min\s*\*\s*([0-9.eE+]+))\s*",
+        m = re.fullmatch(r"\s*(?:([0-9.eE+]+)\s*\*\s*(min|max)|(min|max)\s*\*\s*([0-9.eE+]+))\s*",
                          limit)
         if m is None:
             return cls(metric, parse_amount(limit))
+        relative_to = m.group(2) or m.group(3)
         try:
-            factor = float(m.group(1) or m.group(2))
+            factor = float(m.group(1) or m.group(4))
         except ValueError:
-            raise TuneError(f"--budget {metric}: expected F*min, found {limit!r}") from None
-        if factor < 1:
-            raise TuneError(f"--budget {metric}={limit}: the factor must be at least 1")
+            raise TuneError(f"--budget {metric}: expected F*{relative_to}, found "
+                            f"{limit!r}") from None
         if metric in ("compute_utilization", "bw_utilization"):
             raise TuneError(f"--budget {metric}={limit}: a relative budget needs a metric "
                             "to minimise (cycles or an analysis metric)")
-        return cls(metric, factor=factor)
+        if relative_to == "min" and factor < 1:
+            raise TuneError(f"--budget {metric}={limit}: the factor must be at least 1")
+        if relative_to == "max":
+            if metric not in ANALYSIS_METRICS:
+                raise TuneError(f"--budget {metric}={limit}: F*max needs an analysis metric "
+                                f"({', '.join(ANALYSIS_METRICS)}): the largest {metric} is "
+                                "known only by simulating every point")
+            if not 0 < factor <= 1:
+                raise TuneError(f"--budget {metric}={limit}: the factor of max must be in "
+                                "(0, 1]")
+        return cls(metric, factor=factor, relative_to=relative_to)
 
     @property
     def exact_before_simulation(self) -> bool:
         return self.metric in ANALYSIS_METRICS
 
-    def resolved(self, best: float) -> Budget:
-        """The relative budget with its limit, given the best value found."""
-        return Budget(self.metric, self.factor * best, self.factor)
+    def resolved(self, reference: float) -> Budget:
+        """The relative budget with its limit, given the best (or largest) value found."""
+        return Budget(self.metric, self.factor * reference, self.factor, self.relative_to)
 
     def text(self) -> str:
         if self.factor is None:
             return f"{self.metric} <= {self.limit:,.0f}"
         known = "" if math.isnan(self.limit) else f" = {self.limit:,.0f}"
-        return f"{self.metric} <= {self.factor:g} x min{known}"
+        return f"{self.metric} <= {self.factor:g} x {self.relative_to}{known}"
 
 
 @dataclass(frozen=True)
