@@ -107,8 +107,7 @@ def prepare(point: Point, traces: dict | None = None) -> tuple[Point, Inputs]:
 
     traces = {} if traces is None else traces
     inputs = Inputs(files=program_files(point.program))
-    digests = {"program": _sha(*(c for name in sorted(inputs.files)
-                                 for c in (name.encode(), inputs.files[name])))}
+    digests = {"program": program_digest(inputs.files)}
     for stream, path in point.traces:
         if path not in traces:
             try:
@@ -130,6 +129,11 @@ def prepare(point: Point, traces: dict | None = None) -> tuple[Point, Inputs]:
         inputs.error = inputs.error or str(e)
     digests["stepc"] = code_digest()
     return replace(point, digests=tuple(sorted(digests.items()))), inputs
+
+
+def program_digest(files: dict[str, bytes]) -> str:
+    """The digest of a program's files (names and contents) that a point's key holds."""
+    return _sha(*(c for name in sorted(files) for c in (name.encode(), files[name])))
 
 
 def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str],
@@ -170,6 +174,14 @@ def _remember(cache: dict, key, make):
         while len(cache) > _RECENT:
             cache.pop(next(iter(cache)))
     return cache[key]
+
+
+def keep_compiled(digest: str, program: str, params: tuple[tuple[str, int], ...],
+                  result) -> None:
+    """Let this process's next points of the program (`program_digest`) with these params
+    reuse `result`, compiled before: `stepc tune` compiles each candidate once, for its
+    analysis and its runs."""
+    _remember(_compiled, (digest, program, params), lambda: result)
 
 
 def _program_and_analysis(point: Point, inputs: Inputs):

@@ -20,6 +20,9 @@ class AnalysisJob:
     hw: object  # the hardware configuration (with the candidate's keys)
     cases: list[dict] = field(default_factory=list)  # one {stream: array} per trace case
     where: list[Constraint] = field(default_factory=list)
+    # (program digest, program, params) when the worker keeps the compiled candidate for its
+    # simulations (see stepc/tune/workers.py); None: compiled for the analysis alone
+    key: tuple | None = None
 
 
 def _number(e) -> float | None:
@@ -37,10 +40,14 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     from stepc.analyze.analysis import roofline
     from stepc.frontend import compile_files
     from stepc.traces import TraceError
+    from stepc.tune.workers import compile_once, remember
 
     cand = job.candidate
     try:
-        result = compile_files(job.files, cand.program, job.overrides)
+        if job.key is None:
+            result = compile_files(job.files, cand.program, job.overrides)
+        else:
+            result = compile_once(job.files, cand.program, job.overrides)
         if not result.ok:
             first = result.diagnostics.errors[0]
             where = f"{first.span}: " if first.span else ""
@@ -49,6 +56,7 @@ def analyze_candidate(job: AnalysisJob) -> dict:
         for c in job.where:
             if c.names <= params.keys() and not c.holds(params):
                 return {"status": "excluded", "reason": f"--where {c.text}"}
+        remember(job.key, result)
         symbolic = analyze(result.typed, "artifact", job.hw)
         cases = []
         for arrays in job.cases:
