@@ -15,6 +15,7 @@ import pytest
 
 from stepc.analyze import analyze
 from stepc.frontend import compile_files, program_files
+from stepc.hw import load_config
 from stepc.sweep.runner import LocalPool
 from stepc.tune import Budget, Objective, Space, tune
 from stepc.tune.workers import CandidatePool, can_fork, compile_once
@@ -86,6 +87,22 @@ def test_compile_once_gives_the_program_compile_files_gives(tile):
         assert got.ok and list(got.typed.program.nodes) == list(plain.typed.program.nodes)
         assert got.typed.types == plain.typed.types
         assert analyze(got.typed, "artifact").totals == want
+
+
+@pytest.mark.parametrize("hw", ["paper-eval", "hdl-validation"])
+def test_runs_share_the_analysis_of_hardware_with_the_same_fabric(hw):
+    """What the search relies on to hand the analysis stage's analysis to the runs."""
+    typed = compile_files(program_files(MOE_STATIC), MOE_STATIC, SMALL_MOE).typed
+    base = load_config(hw)
+    want = analyze(typed, "artifact", base)
+    for model in ("fluid", "ref", "dram"):
+        run = load_config(hw, (f"hbm.model={model}",))
+        assert run.fabric == base.fabric
+        got = analyze(typed, "artifact", run)
+        assert got.totals == want.totals and got.allocated_compute == want.allocated_compute
+        assert [(o.node, o.off_chip, o.on_chip, o.activity, o.flops, o.compute_bw)
+                for o in got.ops] == [(o.node, o.off_chip, o.on_chip, o.activity, o.flops,
+                                       o.compute_bw) for o in want.ops]
 
 
 def test_compile_once_reports_errors_as_compile_files(tmp_path):

@@ -23,6 +23,9 @@ class AnalysisJob:
     # (program digest, program, params) when the worker keeps the compiled candidate for its
     # simulations (see stepc/tune/workers.py); None: compiled for the analysis alone
     key: tuple | None = None
+    # the `hw_digest`s of the configurations the candidate is simulated with whose symbolic
+    # analysis is this one's (they differ from `hw` only where the analysis does not read)
+    same_analysis: tuple[str, ...] = ()
 
 
 def _number(e) -> float | None:
@@ -56,8 +59,8 @@ def analyze_candidate(job: AnalysisJob) -> dict:
         for c in job.where:
             if c.names <= params.keys() and not c.holds(params):
                 return {"status": "excluded", "reason": f"--where {c.text}"}
-        remember(job.key, result)
         symbolic = analyze(result.typed, "artifact", job.hw)
+        remember(job.key, result, symbolic, job.same_analysis)
         cases = []
         for arrays in job.cases:
             bound = symbolic.bind(trace_bindings(result.typed, arrays)) if arrays \

@@ -63,6 +63,7 @@ class Search:
         self._files: dict[str, dict[str, bytes]] = {}
         self._digests: dict[str, str] = {}  # program -> digest of its files
         self._hw: dict[tuple, object] = {}
+        self._same_analysis: dict[tuple, tuple[str, ...]] = {}  # see `load`
         self.declared: dict[str, set[str]] = {}
         self.scored: list[Scored] = []
         self.incumbent: Scored | None = None
@@ -72,7 +73,7 @@ class Search:
         """Read programs, traces and hardware; refuse names no program declares."""
         from stepc.frontend import compile_file, program_files
         from stepc.hw import ConfigError, load_config
-        from stepc.sweep.runner import program_digest
+        from stepc.sweep.runner import hw_digest, program_digest
         from stepc.traces import TraceError, load_array
 
         for program in self.space.programs:
@@ -106,9 +107,15 @@ class Search:
                                           for k in sorted(self.space.hw_keys))):
             extra = tuple(f"{k}={v}" for k, v in zip(sorted(self.space.hw_keys), values))
             try:
-                self._hw[extra] = load_config(self.hw, self.sets + extra)
+                base = self._hw[extra] = load_config(self.hw, self.sets + extra)
+                runs = [load_config(self.hw, self.sets + extra + (f"hbm.model={m}",))
+                        for m in sorted({"fluid", self.model})]
             except ConfigError as e:
                 raise TuneError(str(e)) from None
+            # the symbolic analysis reads the fabric alone of the hardware: the runs whose
+            # fabric is the analysis stage's reuse its analysis
+            self._same_analysis[extra] = tuple(hw_digest(c) for c in runs
+                                               if c.fabric == base.fabric)
 
     def overrides(self, cand: Candidate) -> dict[str, int]:
         declared = self.declared[cand.program]
@@ -130,13 +137,15 @@ class Search:
                 s.status, s.reason = "excluded", f"--where {failed.text}"
                 continue
             program = s.candidate.program
+            shared = isinstance(self.executor, CandidatePool)
             key = (self._digests[program], program, tuple(sorted(s.overrides.items()))) \
-                if isinstance(self.executor, CandidatePool) else None
+                if shared else None
             job = AnalysisJob(s.candidate, self._files[program], s.overrides,
                               self._hw[s.candidate.sets],
                               [{st: self._arrays[p] for st, p in case}
                                for case in self.cases],
-                              [w for w in self.space.where if w not in early], key)
+                              [w for w in self.space.where if w not in early], key,
+                              self._same_analysis[s.candidate.sets] if shared else ())
             jobs[self.executor.submit(analyze_candidate, job)] = s
         for fut, s in jobs.items():
             rec = fut.result()

@@ -47,10 +47,15 @@ def compile_once(files: dict[str, bytes], program: str, overrides: dict[str, int
     return compile_source(src, overrides, path, load, module)
 
 
-def remember(job_key: tuple | None, result) -> None:
-    """Keep a candidate compiled by the analysis stage for its simulations in this worker."""
+GATHER_SECONDS = 0.02  # a batch's submissions arrive within this time of the first
+KEEP = 8  # candidates a worker keeps compiled (and analysed) for their simulations
+
+
+def remember(job_key: tuple | None, result, analysis, hw_digests: tuple[str, ...]) -> None:
+    """Keep a candidate compiled and analysed by the analysis stage for its simulations in
+    this worker, the analysis for each hardware configuration (`hw_digest`) given."""
     if job_key is not None:
-        keep_compiled(*job_key, result)
+        keep_compiled(*job_key, result, {d: analysis for d in hw_digests}, KEEP)
 
 
 def _start() -> None:
@@ -87,29 +92,52 @@ class CandidatePool(LocalPool):
         self._held: list[set] = [set() for _ in self._workers]
         self._queue: deque = deque()
         self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def submit(self, fn, *args) -> Future:
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
         with self._lock:
             self._queue.append((fn, args, fut, task_key(args)))
-            self._dispatch()
+            if self._timer is None:  # tasks submitted together are placed together
+                self._timer = threading.Timer(GATHER_SECONDS, self._gathered)
+                self._timer.daemon = True
+                self._timer.start()
         return fut
 
+    def _gathered(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._dispatch()
+
     def _dispatch(self) -> None:
-        """Start queued tasks, oldest first, while a worker is idle (holding the lock)."""
+        """Start queued tasks while a worker is idle (holding the lock): on an idle worker
+        the oldest task of a candidate it compiled, else the oldest that no worker did,
+        else the oldest."""
         while self._queue:
             idle = [i for i, busy in enumerate(self._busy) if not busy]
             if not idle:
                 return
-            fn, args, fut, key = self._queue.popleft()
-            w = next((i for i in idle if key is not None and key in self._held[i]), idle[0])
+            w, i = self._pick(idle)
+            fn, args, fut, key = self._queue[i]
+            del self._queue[i]
             self._busy[w] = True
             if key is not None:
                 self._held[w].add(key)
             self._workers[w].apply_async(
                 fn, args, callback=lambda r, w=w, fut=fut: self._done(w, fut, r, None),
                 error_callback=lambda e, w=w, fut=fut: self._done(w, fut, None, e))
+
+    def _pick(self, idle: list[int]) -> tuple[int, int]:
+        """(worker, queue index) of the next task to start."""
+        keys = [task[3] for task in self._queue]
+        for w in idle:
+            i = next((i for i, k in enumerate(keys) if k is not None and k in self._held[w]),
+                     None)
+            if i is not None:
+                return w, i
+        return idle[0], next((i for i, k in enumerate(keys)
+                              if not any(k in held for held in self._held)), 0)
 
     def _done(self, w: int, fut: Future, result, error) -> None:
         with self._lock:
@@ -122,6 +150,8 @@ class CandidatePool(LocalPool):
 
     def terminate(self) -> None:
         self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
         for p in self._workers:
             p.terminate()
 
