@@ -78,6 +78,17 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     return {"status": "ok", "params": params, "cases": cases}
 
 
+def hardware(hw: str, sets: tuple[str, ...], model: str) -> tuple[object, tuple[str, ...]]:
+    """The analysis stage's hardware configuration, and the `hw_digest`s of the run
+    configurations (fluid's and `model`'s) that reuse its symbolic analysis: those with its
+    fabric, the only part of the hardware the analysis reads."""
+    from stepc.hw import load_config
+    from stepc.sweep.runner import hw_digest
+    base = load_config(hw, sets)
+    runs = [load_config(hw, sets + (f"hbm.model={m}",)) for m in sorted({"fluid", model})]
+    return base, tuple(hw_digest(c) for c in runs if c.fabric == base.fabric)
+
+
 def sim_points(cand: Candidate, overrides: dict[str, int], hw: str, sets: tuple[str, ...],
                cases: list[tuple[tuple[str, str], ...]], model: str, tag: str) -> list[Point]:
     """The sweep points simulating a candidate under every trace case with a memory model."""

@@ -36,7 +36,8 @@ import tempfile
 import time
 from collections import Counter
 
-from stepc.tune.evaluate import AnalysisJob, analyze_candidate, sim_command, sim_points
+from stepc.tune.evaluate import (AnalysisJob, analyze_candidate, hardware, sim_command,
+                                 sim_points)
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
@@ -72,8 +73,8 @@ class Search:
     def load(self) -> None:
         """Read programs, traces and hardware; refuse names no program declares."""
         from stepc.frontend import compile_file, program_files
-        from stepc.hw import ConfigError, load_config
-        from stepc.sweep.runner import hw_digest, program_digest
+        from stepc.hw import ConfigError
+        from stepc.sweep.runner import program_digest
         from stepc.traces import TraceError, load_array
 
         for program in self.space.programs:
@@ -107,15 +108,10 @@ class Search:
                                           for k in sorted(self.space.hw_keys))):
             extra = tuple(f"{k}={v}" for k, v in zip(sorted(self.space.hw_keys), values))
             try:
-                base = self._hw[extra] = load_config(self.hw, self.sets + extra)
-                runs = [load_config(self.hw, self.sets + extra + (f"hbm.model={m}",))
-                        for m in sorted({"fluid", self.model})]
+                self._hw[extra], self._same_analysis[extra] = \
+                    hardware(self.hw, self.sets + extra, self.model)
             except ConfigError as e:
                 raise TuneError(str(e)) from None
-            # the symbolic analysis reads the fabric alone of the hardware: the runs whose
-            # fabric is the analysis stage's reuse its analysis
-            self._same_analysis[extra] = tuple(hw_digest(c) for c in runs
-                                               if c.fabric == base.fabric)
 
     def overrides(self, cand: Candidate) -> dict[str, int]:
         declared = self.declared[cand.program]
