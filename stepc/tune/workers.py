@@ -70,6 +70,7 @@ def _start() -> None:
 
 
 def can_fork() -> bool:
+    """Whether this platform starts processes by forking (CandidatePool needs it)."""
     return "fork" in multiprocessing.get_all_start_methods()
 
 
