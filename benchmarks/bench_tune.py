@@ -4,6 +4,9 @@ the paper's routing traces.
     python benchmarks/bench_tune.py --data ../shared/data [-j 2] [--out bench-tune]
         [--reuse]   use the reproductions already in OUT/repro (and their times) instead of
                     timing fresh ones
+        [--pairs N] only time N back-to-back pairs: a fresh `stepc reproduce 10`, then the
+                    fresh unbudgeted static-tile tunes of the B = 1024 layers; prints each
+                    pair with the load average and the median ratios
 
 Steps: time `stepc reproduce 10` (fresh) and run `stepc reproduce 9` for its grid; for each
 MoE layer (Qwen3, Mixtral; B = 64 and 1024) read the best static tile of the exhaustive grid
@@ -25,6 +28,8 @@ import argparse
 import glob
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -180,6 +185,31 @@ def sampler_vs_exhaustive(args) -> bool:
     return ok
 
 
+def load_average() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def pairs(args, routing: Path, count: int) -> None:
+    """Tune's time over `stepc reproduce 10`'s, measured back to back `count` times."""
+    print("| pair | reproduce 10 s | load after | layer | tune s | load after | / reproduce 10 |")
+    print("|---|---|---|---|---|---|---|")
+    ratios: dict[str, list[float]] = {}
+    for i in range(count):
+        base = reproduce("10", args.data, os.path.join(args.out, "pairs-repro"), args.jobs)
+        after = load_average()
+        for name, _, _, params, tiles, tdir, sets in CASES[2:]:
+            trace = sorted(glob.glob(str(routing / tdir / "*.npz")))[0]
+            out = os.path.join(args.out, f"pairs-{tdir}")
+            shutil.rmtree(out, ignore_errors=True)
+            _, secs = run_tune(["moe_static.step"], params, tiles, trace, sets, None,
+                               args.jobs, out, resume=False)
+            ratios.setdefault(name, []).append(secs / base)
+            print(f"| {i + 1} | {base:.1f} | {after} | {name} | {secs:.1f} | "
+                  f"{load_average()} | {secs / base:.3f} |")
+    print("\nmedian tune / reproduce 10: " + ", ".join(
+        f"{name} {statistics.median(r):.3f}" for name, r in ratios.items()))
+
+
 def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -187,11 +217,16 @@ def main() -> int:
     ap.add_argument("--out", default="bench-tune")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--pairs", type=int, default=0)
     args = ap.parse_args()
     routing = Path(args.data) / "expert_routing"
     if not routing.is_dir():
         print(f"no paper traces under {args.data}", file=sys.stderr)
         return 2
+    if args.pairs:
+        os.makedirs(args.out, exist_ok=True)
+        pairs(args, routing, args.pairs)
+        return 0
     repro = os.path.join(args.out, "repro")
     times_path = os.path.join(args.out, "reproduce_times.json")
     times = json.loads(Path(times_path).read_text()) \

@@ -107,8 +107,7 @@ def prepare(point: Point, traces: dict | None = None) -> tuple[Point, Inputs]:
 
     traces = {} if traces is None else traces
     inputs = Inputs(files=program_files(point.program))
-    digests = {"program": _sha(*(c for name in sorted(inputs.files)
-                                 for c in (name.encode(), inputs.files[name])))}
+    digests = {"program": program_digest(inputs.files)}
     for stream, path in point.traces:
         if path not in traces:
             try:
@@ -124,12 +123,22 @@ def prepare(point: Point, traces: dict | None = None) -> tuple[Point, Inputs]:
         inputs.error = inputs.error or error
     try:
         inputs.hw = load_config(point.hw, point.sets)
-        digests["hw"] = _sha(inputs.hw.to_toml().encode())
+        digests["hw"] = hw_digest(inputs.hw)
     except ConfigError as e:
         digests["hw"] = "unreadable"
         inputs.error = inputs.error or str(e)
     digests["stepc"] = code_digest()
     return replace(point, digests=tuple(sorted(digests.items()))), inputs
+
+
+def program_digest(files: dict[str, bytes]) -> str:
+    """The digest of a program's files (names and contents) that a point's key holds."""
+    return _sha(*(c for name in sorted(files) for c in (name.encode(), files[name])))
+
+
+def hw_digest(hw) -> str:
+    """The digest of a hardware configuration that a point's key holds."""
+    return _sha(hw.to_toml().encode())
 
 
 def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str],
@@ -161,6 +170,7 @@ def _diagnostic_text(d) -> str:
 _RECENT = 4  # programs (and their analyses) a worker keeps for the points that follow
 _compiled: dict = {}
 _analyses: dict = {}
+_kept: dict = {}  # programs compiled elsewhere, with their analyses (`keep_compiled`)
 
 
 def _remember(cache: dict, key, make):
@@ -172,6 +182,18 @@ def _remember(cache: dict, key, make):
     return cache[key]
 
 
+def keep_compiled(digest: str, program: str, params: tuple[tuple[str, int], ...],
+                  result, analyses: dict, room: int) -> None:
+    """Let this process's next points of the program (`program_digest`) with these params
+    reuse `result`, compiled before, and its symbolic analysis under each hardware of
+    `analyses` (`hw_digest` -> analysis); the `room` latest such programs are kept, apart
+    from the recent ones: `stepc tune` compiles and analyses each candidate once, for its
+    analysis stage and its runs."""
+    _kept[(digest, program, params)] = (result, analyses)
+    while len(_kept) > room:
+        _kept.pop(next(iter(_kept)))
+
+
 def _program_and_analysis(point: Point, inputs: Inputs):
     """The point's compiled program and its symbolic analysis, shared by the points that
     follow with the same program contents and params (and hardware, for the analysis):
@@ -181,8 +203,12 @@ def _program_and_analysis(point: Point, inputs: Inputs):
 
     digests = dict(point.digests)
     key = (digests.get("program"), point.program, point.params)
-    result = _remember(_compiled, key, lambda: compile_files(inputs.files, point.program,
-                                                             dict(point.params)))
+    kept = _kept.get(key)
+    if kept is not None and digests.get("hw") in kept[1]:
+        return kept[0], kept[1][digests.get("hw")]
+    result = kept[0] if kept is not None else \
+        _remember(_compiled, key, lambda: compile_files(inputs.files, point.program,
+                                                        dict(point.params)))
     if not result.ok:
         errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
         raise _InputError("; ".join(errors))

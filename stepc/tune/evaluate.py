@@ -20,6 +20,12 @@ class AnalysisJob:
     hw: object  # the hardware configuration (with the candidate's keys)
     cases: list[dict] = field(default_factory=list)  # one {stream: array} per trace case
     where: list[Constraint] = field(default_factory=list)
+    # (program digest, program, params) when the worker keeps the compiled candidate for its
+    # simulations (see stepc/tune/workers.py); None: compiled for the analysis alone
+    key: tuple | None = None
+    # the `hw_digest`s of the configurations the candidate is simulated with whose symbolic
+    # analysis is this one's (they differ from `hw` only where the analysis does not read)
+    same_analysis: tuple[str, ...] = ()
 
 
 def _number(e) -> float | None:
@@ -37,10 +43,14 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     from stepc.analyze.analysis import roofline
     from stepc.frontend import compile_files
     from stepc.traces import TraceError
+    from stepc.tune.workers import compile_once, remember
 
     cand = job.candidate
     try:
-        result = compile_files(job.files, cand.program, job.overrides)
+        if job.key is None:
+            result = compile_files(job.files, cand.program, job.overrides)
+        else:
+            result = compile_once(job.files, cand.program, job.overrides)
         if not result.ok:
             first = result.diagnostics.errors[0]
             where = f"{first.span}: " if first.span else ""
@@ -50,6 +60,7 @@ def analyze_candidate(job: AnalysisJob) -> dict:
             if c.names <= params.keys() and not c.holds(params):
                 return {"status": "excluded", "reason": f"--where {c.text}"}
         symbolic = analyze(result.typed, "artifact", job.hw)
+        remember(job.key, result, symbolic, job.same_analysis)
         cases = []
         for arrays in job.cases:
             bound = symbolic.bind(trace_bindings(result.typed, arrays)) if arrays \
@@ -65,6 +76,17 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     except Exception as e:  # one bad candidate must not end the search
         return {"status": "infeasible", "reason": f"{type(e).__name__}: {e}"}
     return {"status": "ok", "params": params, "cases": cases}
+
+
+def hardware(hw: str, sets: tuple[str, ...], model: str) -> tuple[object, tuple[str, ...]]:
+    """The analysis stage's hardware configuration, and the `hw_digest`s of the run
+    configurations (fluid's and `model`'s) that reuse its symbolic analysis: those with its
+    fabric, the only part of the hardware the analysis reads."""
+    from stepc.hw import load_config
+    from stepc.sweep.runner import hw_digest
+    base = load_config(hw, sets)
+    runs = [load_config(hw, sets + (f"hbm.model={m}",)) for m in sorted({"fluid", model})]
+    return base, tuple(hw_digest(c) for c in runs if c.fabric == base.fabric)
 
 
 def sim_points(cand: Candidate, overrides: dict[str, int], hw: str, sets: tuple[str, ...],

@@ -36,10 +36,12 @@ import tempfile
 import time
 from collections import Counter
 
-from stepc.tune.evaluate import AnalysisJob, analyze_candidate, sim_command, sim_points
+from stepc.tune.evaluate import (AnalysisJob, analyze_candidate, hardware, sim_command,
+                                 sim_points)
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
+from stepc.tune.workers import CandidatePool, can_fork, compile_once
 
 class Search:
     """The state of one search; `run` goes through the stages."""
@@ -60,7 +62,9 @@ class Search:
                       itertools.product(*(traces[n] for n in sorted(traces)))]
         self._arrays: dict[str, object] = {}
         self._files: dict[str, dict[str, bytes]] = {}
+        self._digests: dict[str, str] = {}  # program -> digest of its files
         self._hw: dict[tuple, object] = {}
+        self._same_analysis: dict[tuple, tuple[str, ...]] = {}  # see `load`
         self.declared: dict[str, set[str]] = {}
         self.scored: list[Scored] = []
         self.incumbent: Scored | None = None
@@ -69,18 +73,21 @@ class Search:
     def load(self) -> None:
         """Read programs, traces and hardware; refuse names no program declares."""
         from stepc.frontend import compile_file, program_files
-        from stepc.hw import ConfigError, load_config
+        from stepc.hw import ConfigError
+        from stepc.sweep.runner import program_digest
         from stepc.traces import TraceError, load_array
 
         for program in self.space.programs:
-            result = compile_file(program, {})
+            self._files[program] = program_files(program)
+            result = compile_once(self._files[program], program, {})  # parsed for the workers
             if result.typed is None or not result.ok:
+                result = compile_file(program, {})  # its diagnostics, as `stepc check` words them
                 errs = result.diagnostics.errors
                 msg = f"{errs[0].span}: {errs[0].message}" if errs and errs[0].span else \
                     (errs[0].message if errs else "does not compile")
                 raise TuneError(f"{program}: {msg}")
             self.declared[program] = set(result.typed.program.params)
-            self._files[program] = program_files(program)
+            self._digests[program] = program_digest(self._files[program])
         every = set().union(*self.declared.values())
         for name in list(self.space.params) + list(self.space.fixed):
             if name not in every:
@@ -101,7 +108,8 @@ class Search:
                                           for k in sorted(self.space.hw_keys))):
             extra = tuple(f"{k}={v}" for k, v in zip(sorted(self.space.hw_keys), values))
             try:
-                self._hw[extra] = load_config(self.hw, self.sets + extra)
+                self._hw[extra], self._same_analysis[extra] = \
+                    hardware(self.hw, self.sets + extra, self.model)
             except ConfigError as e:
                 raise TuneError(str(e)) from None
 
@@ -124,11 +132,16 @@ class Search:
             if failed is not None:
                 s.status, s.reason = "excluded", f"--where {failed.text}"
                 continue
-            job = AnalysisJob(s.candidate, self._files[s.candidate.program], s.overrides,
+            program = s.candidate.program
+            shared = isinstance(self.executor, CandidatePool)
+            key = (self._digests[program], program, tuple(sorted(s.overrides.items()))) \
+                if shared else None
+            job = AnalysisJob(s.candidate, self._files[program], s.overrides,
                               self._hw[s.candidate.sets],
                               [{st: self._arrays[p] for st, p in case}
                                for case in self.cases],
-                              [w for w in self.space.where if w not in early])
+                              [w for w in self.space.where if w not in early], key,
+                              self._same_analysis[s.candidate.sets] if shared else ())
             jobs[self.executor.submit(analyze_candidate, job)] = s
         for fut, s in jobs.items():
             rec = fut.result()
@@ -567,12 +580,13 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
                 raise TuneError(f"{os.path.join(out, name)} exists: add --resume to continue "
                                 "that search, or choose another --out")
     jobs = jobs or os.cpu_count() or 1
-    pool = executor or LocalPool(jobs)
+    search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
+                    hw, tuple(sets), model, out, resume, executor, margin, max_confirm, jobs,
+                    log, probe, confirm)
     try:
-        search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
-                        hw, tuple(sets), model, out, resume, pool, margin, max_confirm, jobs,
-                        log, probe, confirm)
         search.load()
+        if executor is None:  # forked now, the workers start with the parsed programs
+            search.executor = CandidatePool(jobs) if can_fork() else LocalPool(jobs)
         size = space.size(search.declared)
         use_sampler = sampler == "optuna" or (sampler == "auto" and size > max_exhaustive)
         if use_sampler:
@@ -582,7 +596,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
             search.run(list(space.candidates(search.declared)))
         return search.result(t0, size)
     finally:
-        if executor is None:
-            pool.shutdown()
+        if executor is None and search.executor is not None:
+            search.executor.shutdown()
         if own_dir is not None:
             own_dir.cleanup()
