@@ -16,7 +16,8 @@ smallest (every step of the Pareto plot's memory axis); `ref` may simulate at mo
 of the grid's points in every run. Figure 12 (`stepc reproduce 12` for its grid): tune the
 region count R with the general rule "the least allocated compute within a factor of the
 fastest schedule" (`--objective allocated_compute --budget cycles=F*min`) and compare with
-the rule applied to the grid. Optuna's sampler: a 4-dimensional power-of-two space, sampled
+the rule applied to the grid; and as the fastest schedule within half of the largest
+allocated compute (`--budget allocated_compute=0.5*max`). Optuna's sampler: a 4-dimensional power-of-two space, sampled
 against its exhaustive `ref` simulation.
 Prints one Markdown table per question; exits 1 when tune disagrees with the grid or runs
 `ref` on more than a quarter of a run's grid.
@@ -133,6 +134,45 @@ def figure12(args, repro: str, routing: Path, factor: float) -> bool:
         ok &= got == want
         print(f"| {program} | {shape} | R = {want} | R = {got} | {res.stages['confirmed']} | "
               f"{time.perf_counter() - t0:.1f} | {factors_picking(grid, 32)} |")
+    return ok
+
+
+COMPUTE_SHARE = 0.5  # "free at least half of the most expensive region count's compute"
+
+
+def figure12_compute_budget(args, repro: str, routing: Path) -> bool:
+    """Tune Figure 12's region count as the fastest schedule within a share of the largest
+    allocated compute (`--budget allocated_compute=0.5*max`), for each program and both
+    together; compare with the same rule applied to the grid."""
+    print(f"\nFigure 12 (Qwen3 B=64): the fastest schedule allocating at most "
+          f"{COMPUTE_SHARE:g} x the largest compute in the space\n")
+    print("| programs | rule on grid | tune picks | ref runs / points | tune s |")
+    print("|---|---|---|---|---|")
+    records = latest_records(read_results(os.path.join(repro, "fig12", "results.jsonl")))
+    trace = sorted(glob.glob(str(routing / "qwen_b64" / "*.npz")))[0]
+    programs = {"static": "moe_timemux.step", "dynamic": "moe_timemux_dynamic.step"}
+    ok = True
+    for tags in (["static"], ["dynamic"], ["static", "dynamic"]):
+        grid = [r for r in records if r["tag"] in tags and r["status"] == "ok"]
+        limit = COMPUTE_SHARE * max(r["allocated_compute"] for r in grid)
+        best = min((r for r in grid if r["allocated_compute"] <= limit),
+                   key=lambda r: r["cycles"])
+        want = (programs[best["tag"]], best["params"]["R"])
+        space = Space([str(ROOT / "programs" / programs[t]) for t in tags],
+                      {"R": [128, 64, 32, 16, 8, 4]}, {}, [],
+                      {"TILE_F": 48, "BW": 1024, **({"TILE_N": 32} if "static" in tags else {})})
+        t0 = time.perf_counter()
+        res = tune(space, objectives=[Objective("cycles")],
+                   budgets=[Budget.parse("allocated_compute", f"{COMPUTE_SHARE}*max")],
+                   traces={"routing": [trace]},
+                   out=os.path.join(args.out, f"fig12-compute-{'-'.join(tags)}"),
+                   jobs=args.jobs)
+        w = res.winner
+        got = (os.path.basename(w.candidate.program), w.overrides["R"]) if w else None
+        ok &= got == want
+        print(f"| {' + '.join(programs[t] for t in tags)} | {want[0]} R = {want[1]} | "
+              f"{got[0] + ' R = ' + str(got[1]) if got else 'none'} | "
+              f"{res.stages['confirmed']} / {len(grid)} | {time.perf_counter() - t0:.1f} |")
     return ok
 
 
@@ -289,6 +329,7 @@ def main() -> int:
             print(f"| {name} | {_amount(budget)} | {want} ({best['cycles']:,}) | {got} | "
                   f"{res.stages['confirmed']} / {len(tiles) + 1} | {secs:.1f} |")
     ok &= figure12(args, repro, routing, FACTOR)
+    ok &= figure12_compute_budget(args, repro, routing)
     ok &= sampler_vs_exhaustive(args)
     print("\nall agree with the grid" if ok else "\nDISAGREEMENT with the grid")
     return 0 if ok else 1
