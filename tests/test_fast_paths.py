@@ -1,0 +1,42 @@
+"""More front-end shortcuts checked against the plain computation they replace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stepc.analyze.analysis import _selector_stand_in, _stand_in
+from stepc.frontend import compile_file
+
+PROGRAMS = Path(__file__).parent.parent / "programs"
+BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))
+
+
+@pytest.fixture(scope="module", params=BUNDLED)
+def typed(request):
+    result = compile_file(str(PROGRAMS / request.param))
+    assert result.ok, result.diagnostics.items
+    return result.typed
+
+
+def test_selector_stand_in_equals_numpy_trace(typed):
+    externals: dict[str, list] = {}
+    for n in typed.program.nodes.values():
+        if n.op == "External" and (n.name, 0) in typed.types:
+            externals.setdefault(n.attrs["name"], []).append(n)
+    shortcuts = 0
+    for name, nodes in externals.items():
+        types = [typed.types[(n.name, 0)] for n in nodes]
+        for st in types:
+            if not all(d.is_Integer for d in st.shape):
+                continue
+            for shape in (tuple(int(d) for d in st.shape),
+                          tuple(int(d) for d in st.shape) + (2,), (3,), (0,)):
+                got = _selector_stand_in(typed, nodes, shape)
+                if got is not None:
+                    shortcuts += 1
+                    assert got == _stand_in(typed, name, types, shape), (name, shape)
+    if any(type(typed.types[(n[0].name, 0)].elem).__name__ == "Select"
+           for n in externals.values()):
+        assert shortcuts
