@@ -16,6 +16,9 @@ from sympy.printing.str import StrPrinter
 
 from stepc.canon import memo_renamed
 from stepc.source import Span
+from stepc.sympy_lazy import defer_tensor_module
+
+defer_tensor_module()
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
 INT_DTYPES = ("i32", "u32", "u64")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,30 @@ def test_selector_stand_in_equals_numpy_trace(typed):
     if any(type(typed.types[(n[0].name, 0)].elem).__name__ == "Select"
            for n in externals.values()):
         assert shortcuts
+
+
+def _python(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_sums_do_not_load_the_tensor_module():
+    code = ("import sys, sympy, stepc.types\n"
+            "x = sympy.Symbol('x')\n"
+            "print(sympy.Add(x, 2 * x + 1), 'sympy.combinatorics' in sys.modules)")
+    assert _python(code) == "3*x + 1 False"
+
+
+def test_tensors_still_work_after_the_stand_in():
+    code = ("import sympy, stepc.types\n"
+            "x = sympy.Symbol('x')\n"
+            "sympy.Add(x, 2 * x)\n"
+            "from sympy.tensor.tensor import TensorIndexType, TensorHead, tensor_indices\n"
+            "import sympy.tensor.tensor as tt\n"
+            "L = TensorIndexType('L'); i = tensor_indices('i', L)\n"
+            "A, B = TensorHead('A', [L]), TensorHead('B', [L])\n"
+            "e = A(i) + B(i) + A(i)\n"
+            "print(e, isinstance(e, tt.TensExpr), tt.__name__)")
+    assert _python(code) == "2*A(i) + B(i) True sympy.tensor.tensor"
