@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stepc.analyze.analysis import _selector_stand_in, _stand_in
+from stepc.analyze import analyze
+from stepc.analyze.analysis import _selector_stand_in, _stand_in, cost_formulas
+from stepc.canon import symbols_in
 from stepc.frontend import compile_file
 
 PROGRAMS = Path(__file__).parent.parent / "programs"
@@ -69,3 +71,12 @@ def test_tensors_still_work_after_the_stand_in():
             "e = A(i) + B(i) + A(i)\n"
             "print(e, isinstance(e, tt.TensExpr), tt.__name__)")
     assert _python(code) == "2*A(i) + B(i) True sympy.tensor.tensor"
+
+
+def test_cost_formulas_mention_the_symbols_of_every_cost(typed):
+    for mode in ("artifact", "paper"):
+        a = analyze(typed, mode)
+        direct = symbols_in([e for o in a.ops for e in (o.off_chip, o.on_chip,
+                                                        o.on_chip_on_demand, o.flops)])
+        assert symbols_in(cost_formulas(a.ops)) == direct
+        assert set(a.symbols) == {s.name for s in direct} & set(typed.symbols.infos)

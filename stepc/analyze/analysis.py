@@ -222,11 +222,24 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
                           on_chip, activity, flops, bw))
-    used = {s.name for s in symbols_in([e for o in ops for e in (o.off_chip, o.on_chip,
-                                                                  o.on_chip_on_demand, o.flops)])}
+    used = {s.name for s in symbols_in(cost_formulas(ops))}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
+
+
+def cost_formulas(ops: list[OpCost]) -> list[sympy.Basic]:
+    """Formulas that mention every symbol of the operators' costs: off-chip, on-chip and FLOPs,
+    and the "stream is non-empty" condition that the on-demand on-chip bytes add (cheaper
+    than building each operator's on-demand piecewise cost)."""
+    out: list[sympy.Basic] = []
+    for o in ops:
+        out += (o.off_chip, o.on_chip, o.flops)
+        if o.on_chip != 0:
+            cond = _nonempty(o.activity)
+            if cond is not sympy.true and cond is not sympy.false:
+                out.append(cond)
+    return out
 
 
 # ---------------------------------------------------------------- trace bindings
