@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import sympy
 
-from stepc.analyze import analyze
+from stepc.analyze import analyze, fold, report
 from stepc.analyze.analysis import _selector_stand_in, _stand_in, cost_formulas
 from stepc.canon import symbols_in
 from stepc.frontend import compile_file
@@ -80,3 +81,29 @@ def test_cost_formulas_mention_the_symbols_of_every_cost(typed):
                                                         o.on_chip_on_demand, o.flops)])
         assert symbols_in(cost_formulas(a.ops)) == direct
         assert set(a.symbols) == {s.name for s in direct} & set(typed.symbols.infos)
+
+
+class _DirectFold(fold._FoldPrinter):
+    def _canonical(self, term, letter):
+        return fold._canonical(term, letter)
+
+
+def test_folding_memo_equals_direct(typed):
+    a = analyze(typed)
+    exprs = [e for r in report._rows(a, True) for e in (r.off_chip, r.on_chip, r.flops)]
+    exprs += list(a.totals.values())
+    for e in exprs:
+        e = sympy.sympify(e)
+        if e.is_number:
+            continue
+        assert fold.fmt_folded(e) == _DirectFold({"order": "none"}).doprint(e)
+
+
+def test_folding_memo_keeps_mixed_and_unindexed_terms_apart():
+    n0, n1, m1, k = (sympy.Symbol(s, integer=True, nonnegative=True)
+                     for s in ("n_0", "n_1", "m_1", "k"))
+    n2, n3 = (sympy.Symbol(f"n_{i}", integer=True, nonnegative=True) for i in (2, 3))
+    n4 = sympy.Symbol("n_4", integer=True)  # other assumptions: another family member
+    e = sympy.Add(*(sympy.ceiling(s / 16) for s in (n0, n1, n2, n3)), n0 * m1, k, n4)
+    assert fold.fmt_folded(e) == _DirectFold({"order": "none"}).doprint(e)
+    assert fold.fmt_folded(e).count("Σ") == 1
