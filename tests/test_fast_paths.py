@@ -10,7 +10,8 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, fold, report
-from stepc.analyze.analysis import _selector_stand_in, _stand_in, cost_formulas
+from stepc.analyze.analysis import (_charged_when, _nonempty, _selector_stand_in, _stand_in,
+                                    cost_formulas)
 from stepc.canon import symbols_in
 from stepc.frontend import compile_file
 
@@ -107,3 +108,16 @@ def test_folding_memo_keeps_mixed_and_unindexed_terms_apart():
     e = sympy.Add(*(sympy.ceiling(s / 16) for s in (n0, n1, n2, n3)), n0 * m1, k, n4)
     assert fold.fmt_folded(e) == _DirectFold({"order": "none"}).doprint(e)
     assert fold.fmt_folded(e).count("Σ") == 1
+
+
+def test_charged_when_memo_equals_direct(typed):
+    a = analyze(typed)
+    for o in a.ops:
+        if o.on_chip == 0:
+            continue
+        cond = _nonempty(o.activity)
+        if cond is sympy.true or cond is sympy.false:
+            continue
+        got = _charged_when(o.on_chip, cond)
+        want = sympy.Piecewise((o.on_chip, cond), (0, True))
+        assert got == want and str(got) == str(want), o.node

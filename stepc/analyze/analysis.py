@@ -78,7 +78,7 @@ class Analysis:
                 always.append(o.on_chip)
             elif cond is not sympy.false:
                 groups.setdefault(cond, []).append(o.on_chip)
-        terms = [sympy.Piecewise((add_all(costs), cond), (0, True))
+        terms = [_charged_when(add_all(costs), cond)
                  for cond, costs in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
         return sympy.Add(add_all(always), *terms)
 
@@ -188,6 +188,13 @@ def _nonempty_of(activity: sympy.Expr | None) -> sympy.Basic:
 
 
 _nonempty = memo_renamed(_nonempty_of)
+
+
+@memo_renamed
+def _charged_when(cost: sympy.Expr, cond: sympy.Basic) -> sympy.Expr:
+    """`cost` if `cond` else 0, built once per shape (its evaluation asks sympy's
+    assumptions)."""
+    return sympy.Piecewise((cost, cond), (0, True))
 
 
 @memo_renamed
