@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import sympy
 from sympy.printing.str import StrPrinter
@@ -164,9 +165,9 @@ class StreamType:
     def rank(self) -> int:
         return len(self.shape) - 1
 
-    @property
+    @cached_property
     def card(self) -> Dim:
-        """||X||: the number of elements the stream carries."""
+        """||X||: the number of elements the stream carries (computed once per type)."""
         return sympy.Mul(*self.shape)
 
     def __str__(self) -> str:

@@ -126,3 +126,12 @@ def test_charged_when_memo_equals_direct(typed):
         got = _charged_when(o.on_chip, cond)
         want = sympy.Piecewise((o.on_chip, cond), (0, True))
         assert got == want and str(got) == str(want), o.node
+
+
+def test_typed_nodes_inputs_equal_input_types(typed):
+    pairs = list(typed.typed_nodes_inputs())
+    assert [n for n, _ in pairs] == list(typed.typed_nodes())
+    for node, inputs in pairs:
+        assert inputs == typed.input_types(node.name)
+    for t in typed.types.values():
+        assert t.card == sympy.Mul(*t.shape) and t.card is t.card

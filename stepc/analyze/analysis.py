@@ -213,9 +213,8 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
     """Cost formulas of every operator of a checked program."""
     ops: list[OpCost] = []
     default_bw = hw.fabric.compute_bw if hw is not None else None
-    for node in typed.typed_nodes():
+    for node, inputs in typed.typed_nodes_inputs():
         spec = OPS[node.op]
-        inputs = typed.input_types(node.name)
         outputs = [typed.types[(node.name, p)] for p in range(len(node.outputs))]
         ctx = CostCtx(node.name, inputs, outputs, node.attrs)
         on_chip = sympy.sympify(spec.on_chip(ctx, mode))
