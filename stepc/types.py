@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import sympy
 from sympy.printing.str import StrPrinter
 
 from stepc.canon import memo_renamed
 from stepc.source import Span
+from stepc.sympy_lazy import defer_tensor_module
+
+defer_tensor_module()
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
 INT_DTYPES = ("i32", "u32", "u64")
@@ -161,9 +165,9 @@ class StreamType:
     def rank(self) -> int:
         return len(self.shape) - 1
 
-    @property
+    @cached_property
     def card(self) -> Dim:
-        """||X||: the number of elements the stream carries."""
+        """||X||: the number of elements the stream carries (computed once per type)."""
         return sympy.Mul(*self.shape)
 
     def __str__(self) -> str:

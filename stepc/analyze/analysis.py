@@ -11,8 +11,9 @@ import difflib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
+from math import prod
+from typing import TYPE_CHECKING
 
-import numpy as np
 import sympy
 
 from stepc.analyze import exact
@@ -22,8 +23,10 @@ from stepc.hw import HardwareConfig
 from stepc.ops import FUNCTIONS, OPS
 from stepc.ops.base import CostCtx
 from stepc.source import Span
-from stepc.traces import TraceError, check_ids
 from stepc.types import Select, SymbolInfo, Tile, natural_key
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class Analysis:
                 always.append(o.on_chip)
             elif cond is not sympy.false:
                 groups.setdefault(cond, []).append(o.on_chip)
-        terms = [sympy.Piecewise((add_all(costs), cond), (0, True))
+        terms = [_charged_when(add_all(costs), cond)
                  for cond, costs in sorted(groups.items(), key=lambda kv: sympy.sstr(kv[0]))]
         return sympy.Add(add_all(always), *terms)
 
@@ -188,6 +191,13 @@ _nonempty = memo_renamed(_nonempty_of)
 
 
 @memo_renamed
+def _charged_when(cost: sympy.Expr, cond: sympy.Basic) -> sympy.Expr:
+    """`cost` if `cond` else 0, built once per shape (its evaluation asks sympy's
+    assumptions)."""
+    return sympy.Piecewise((cost, cond), (0, True))
+
+
+@memo_renamed
 def _on_demand(cost: sympy.Expr, activity: sympy.Expr | None) -> sympy.Expr:
     """Charge `cost` only when the operator's stream is non-empty."""
     cond = _nonempty_of(activity)
@@ -203,9 +213,8 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
     """Cost formulas of every operator of a checked program."""
     ops: list[OpCost] = []
     default_bw = hw.fabric.compute_bw if hw is not None else None
-    for node in typed.typed_nodes():
+    for node, inputs in typed.typed_nodes_inputs():
         spec = OPS[node.op]
-        inputs = typed.input_types(node.name)
         outputs = [typed.types[(node.name, p)] for p in range(len(node.outputs))]
         ctx = CostCtx(node.name, inputs, outputs, node.attrs)
         on_chip = sympy.sympify(spec.on_chip(ctx, mode))
@@ -219,16 +228,32 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
                           on_chip, activity, flops, bw))
-    used = {s.name for s in symbols_in([e for o in ops for e in (o.off_chip, o.on_chip,
-                                                                  o.on_chip_on_demand, o.flops)])}
+    used = {s.name for s in symbols_in(cost_formulas(ops))}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}
     return Analysis(typed.program.name, dict(typed.program.params), mode, ops, symbols)
 
 
+def cost_formulas(ops: list[OpCost]) -> list[sympy.Basic]:
+    """Formulas that mention every symbol of the operators' costs: off-chip, on-chip and FLOPs,
+    and the "stream is non-empty" condition that the on-demand on-chip bytes add (cheaper
+    than building each operator's on-demand piecewise cost)."""
+    out: list[sympy.Basic] = []
+    for o in ops:
+        out += (o.off_chip, o.on_chip, o.flops)
+        if o.on_chip != 0:
+            cond = _nonempty(o.activity)
+            if cond is not sympy.true and cond is not sympy.false:
+                out.append(cond)
+    return out
+
+
 # ---------------------------------------------------------------- trace bindings
 def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
     """A trace for a selector stream as a [elements, n] boolean matrix."""
+    import numpy as np
+
+    from stepc.traces import TraceError, check_ids
     n = declared.elem.n
     dims = len(declared.shape)
     check_ids(arr, n, f"trace for `{name}`")
@@ -247,6 +272,7 @@ def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
 
 
 def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> None:
+    from stepc.traces import TraceError
     if len(shape) < len(declared.shape):
         raise TraceError(f"trace for `{name}` has shape {list(shape)}; {declared} needs "
                          f"{len(declared.shape)} dims")
@@ -261,6 +287,7 @@ def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> N
 def _bind_external(node, declared, arr: np.ndarray, name: str, bindings: dict,
                    selectors: dict) -> None:
     """The dims one traced external stream fixes (and its selectors, for a selector trace)."""
+    from stepc.traces import TraceError
     if isinstance(declared.elem, Select):
         mat = _selector_matrix(name, declared, arr)
         dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
@@ -280,6 +307,7 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     Partition driven by a traced selector (the per-expert token counts of a MoE), and the
     group size of every Reassemble driven by one (its mean, so totals stay exact).
     """
+    from stepc.traces import TraceError
     prog = typed.program
     externals: dict[str, list] = {}
     for n in prog.nodes.values():
@@ -305,6 +333,14 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
              for node in nodes if isinstance(typed.types[(node.name, 0)].elem, Tile)}
     if tiles:
         _bind_int_streams(typed, tiles, bindings)
+    _bind_selected(typed, selectors, bindings)
+    return bindings
+
+
+def _bind_selected(typed: TypedProgram, selectors: dict, bindings: dict) -> None:
+    """The per-output counts of every Partition and the group size of every Reassemble
+    driven by one of `selectors` (external node -> its [elements, n] selection matrix)."""
+    prog = typed.program
     for node in prog.nodes.values():
         if node.op not in ("Partition", "Reassemble"):
             continue
@@ -327,7 +363,6 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
             d = out.shape[typed.types[(src, 0)].rank + 1]
             if d.is_Symbol and mat.shape[0]:
                 bindings.setdefault(d.name, sympy.Rational(int(mat.sum()), mat.shape[0]))
-    return bindings
 
 
 def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
@@ -337,6 +372,7 @@ def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
     Reshape, Flatten and Parallelize to each FlatMap that expands a length into a stream
     (cache_read_addr, filter_last_tile), whose ragged dim is bound to the mean length (so
     the stream's element count, a sum over its elements, stays exact)."""
+    import numpy as np
     prog = typed.program
     vals: dict[tuple[str, int], object] = {}
     for name, node in prog.nodes.items():
@@ -396,23 +432,77 @@ def trace_decidable(typed: TypedProgram, free: set[str]) -> dict[str, list[str]]
     externals: dict[str, list] = {}
     for n in typed.program.nodes.values():
         if n.op == "External" and (n.name, 0) in typed.types:
-            externals.setdefault(n.attrs["name"], []).append(typed.types[(n.name, 0)])
-    for name, types in sorted(externals.items()):
+            externals.setdefault(n.attrs["name"], []).append(n)
+    for name, nodes in sorted(externals.items()):
+        types = [typed.types[(n.name, 0)] for n in nodes]
         # one trace feeds every stream of this name: try each declared shape
         for shape in sorted({tuple(st.shape) for st in types}, key=len, reverse=True):
             if any(not d.is_Integer for d in shape):
                 continue
-            fill = np.zeros if isinstance(types[0].elem, Select) else np.ones
-            try:
-                bound = trace_bindings(typed, {name: fill(tuple(int(d) for d in shape),
-                                                          dtype=np.int64)})
-            except TraceError:
+            shape = tuple(int(d) for d in shape)
+            bound = _selector_stand_in(typed, nodes, shape)
+            if bound is None:
+                bound = _stand_in(typed, name, types, shape)
+            if bound is None:
                 continue
-            hit = sorted(free & set(bound), key=natural_key)
+            hit = sorted(free & bound, key=natural_key)
             if hit:
                 out[name] = hit
             break
     return out
+
+
+def _stand_in(typed: TypedProgram, name: str, types: list, shape: tuple[int, ...]
+              ) -> set[str] | None:
+    """The symbols `trace_bindings` binds from a trace of `shape` for the external stream
+    `name` (zeros for a selector, ones for integers); None when such a trace does not fit."""
+    import numpy as np
+
+    from stepc.traces import TraceError
+    fill = np.zeros if isinstance(types[0].elem, Select) else np.ones
+    try:
+        return set(trace_bindings(typed, {name: fill(shape, dtype=np.int64)}))
+    except TraceError:
+        return None
+
+
+class _ZeroSelection:
+    """An all-zero [rows, n] selection matrix: as much of one as `_bind_selected` reads."""
+
+    def __init__(self, rows: int, n: int):
+        self.shape = (rows, n)
+
+    def sum(self, axis: int | None = None):
+        return [0] * self.shape[1] if axis == 0 else 0
+
+
+def _selector_stand_in(typed: TypedProgram, nodes: list, shape: tuple[int, ...]
+                       ) -> set[str] | None:
+    """`_stand_in` for external streams that all carry selectors, without building the
+    arrays (numpy is not loaded for a symbolic report); None when it cannot say (other
+    element types, empty traces, a trace that does not fit: `_stand_in` decides)."""
+    if not shape or 0 in shape:
+        return None
+    bindings: dict[str, sympy.Expr] = {}
+    selectors: dict[str, _ZeroSelection] = {}
+    for node in nodes:
+        declared = typed.types[(node.name, 0)]
+        if not isinstance(declared.elem, Select) or declared.elem.n <= 0:
+            return None
+        if len(shape) == len(declared.shape) + 1:  # a multi-hot selector per row of ids
+            dims = shape[:-1]
+        elif len(shape) == len(declared.shape):  # a one-hot selector per id
+            dims = shape
+        else:
+            return None
+        for d, actual in zip(declared.shape, dims, strict=True):
+            if d.is_Symbol:
+                bindings.setdefault(d.name, sympy.Integer(actual))
+            elif d.is_Integer and int(d) != actual:
+                return None
+        selectors[node.name] = _ZeroSelection(prod(dims), declared.elem.n)
+    _bind_selected(typed, selectors, bindings)
+    return set(bindings)
 
 
 def _source(prog, node: str) -> str:

@@ -11,6 +11,7 @@ that run over the same range share it; a summand with a second index folds again
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -23,6 +24,7 @@ MIN_FOLD = 3  # terms a Σ must replace
 LETTERS = "ijklmn"
 
 
+@functools.lru_cache(maxsize=65536)
 def family(name: str) -> tuple[str, tuple[int, ...]] | None:
     """(template, indices) of an indexed symbol name: `xt_2_1_d'` -> ("xt_{}_{}_d'", (2, 1))."""
     if not re.match(r"[A-Za-z_]", name):
@@ -39,7 +41,7 @@ class _FoldPrinter(DimPrinter):
         groups: dict[sympy.Basic, dict[int, sympy.Basic]] = {}
         rest = []
         for term in expr.args:
-            key = _canonical(term, letter)
+            key = self._canonical(term, letter)
             if key is None or key[1] in groups.get(key[0], {}):
                 rest.append(term)
             else:
@@ -67,6 +69,55 @@ class _FoldPrinter(DimPrinter):
         else:
             parts = [self._print(t) for t in rest]
         return " + ".join(parts + sums)
+
+    def _canonical(self, term, letter: str) -> tuple[sympy.Basic, int] | None:
+        """`_canonical(term, letter)`, rebuilt once per shape of term: terms whose trees
+        are the same once their indexed symbols are renamed give the same result."""
+        shape = _shape(term, letter)
+        if shape is None:
+            return None
+        key, index = shape
+        if key not in _CANONICAL:
+            if len(_CANONICAL) >= MEMO_SIZE:
+                _CANONICAL.clear()
+            _CANONICAL[key] = _canonical(term, letter)[0]
+        return _CANONICAL[key], index
+
+
+MEMO_SIZE = 65536  # term shapes kept (then the memo starts over)
+_CANONICAL: dict[tuple, sympy.Basic] = {}
+
+
+class _MixedIndices(Exception):
+    """A term whose indexed symbols differ in their first index."""
+
+
+def _shape(term, letter: str) -> tuple[tuple, int] | None:
+    """A hashable tree of `term` with each indexed symbol replaced by its name with the
+    first index written as `letter` (and its assumptions), and that index; None where
+    `_canonical` gives None. Equal trees rebuild to equal terms."""
+    index = None
+
+    def walk(e):
+        nonlocal index
+        if e.is_Symbol:
+            f = family(e.name)
+            if f is None:
+                return e
+            if index is None:
+                index = f[1][0]
+            elif f[1][0] != index:
+                raise _MixedIndices
+            return (f[0].format(letter, *f[1][1:]), tuple(sorted(e.assumptions0.items())))
+        if not e.args:
+            return e
+        return (e.func, *(walk(a) for a in e.args))
+
+    try:
+        key = walk(term)
+    except _MixedIndices:
+        return None
+    return None if index is None else ((letter, key), index)
 
 
 def _canonical(term, letter: str) -> tuple[sympy.Basic, int] | None:

@@ -59,7 +59,6 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     import sympy
 
     from stepc.analyze import analyze, roofline, trace_bindings
-    from stepc.traces import TraceError
 
     if onchip_model not in ("artifact", "paper"):
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
@@ -68,10 +67,12 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     typed = prog.typed
     a = analyze(typed, onchip_model, config)
     values: dict = {}
-    try:
-        values.update(trace_bindings(typed, trace_arrays(traces)))
-    except TraceError as e:
-        raise trace_input_error(e, prog._compiled.sources) from None
+    if traces:  # numpy is loaded only for traces
+        from stepc.traces import TraceError
+        try:
+            values.update(trace_bindings(typed, trace_arrays(traces)))
+        except TraceError as e:
+            raise trace_input_error(e, prog._compiled.sources) from None
     known = {n: info.span for n, info in typed.symbols.infos.items()}
     for name, val in (bind or {}).items():
         if name not in known:

@@ -51,10 +51,16 @@ class TypedProgram:
 
     def typed_nodes(self):
         """Nodes whose inputs and outputs are all typed, in source order."""
+        for node, _ in self.typed_nodes_inputs():
+            yield node
+
+    def typed_nodes_inputs(self):
+        """(node, its `input_types`) for each of `typed_nodes`."""
         for name, node in self.program.nodes.items():
-            if all((name, p) in self.types for p in range(len(node.outputs))) and \
-                    all(t is not None for t in _flat(self.input_types(name).values())):
-                yield node
+            if all((name, p) in self.types for p in range(len(node.outputs))):
+                inputs = self.input_types(name)
+                if all(t is not None for t in _flat(inputs.values())):
+                    yield node, inputs
 
 
     def streams_in_order(self):
