@@ -389,7 +389,9 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
     point. A figure whose params are chosen from other figures' results (`[choose]`) is
     submitted once those are in; a figure it needs that was not asked for runs too (its
     records are kept, its report is not written). Yields each asked figure's `Reproduced`
-    in order (`progress(figure)` gives the figure's per-record callback)."""
+    in order (`progress(figure)` gives the figure's per-record callback). The points of
+    figures on a chain of choices run before the others, so that a figure waiting on
+    another's results does not start last and leave a worker idle at the end."""
     from stepc.sweep.runner import LocalPool
 
     needs = {f: depends_on(load_spec(f)) for f in figures}
@@ -408,7 +410,9 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
             if figure not in started and all(d in results for d in needs[figure]):
                 started[figure] = make_sweep(figure, data, out_dir, jobs, model, fresh,
                                              results)
-                pending.append(started[figure][2].submit(pool, resume=True))
+                chained = bool(needs[figure]) or any(figure in ds for ds in needs.values())
+                pending.append(started[figure][2].submit(pool, resume=True,
+                                                         rank=0 if chained else 1))
     try:
         start_ready()
         for figure in order:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import itertools
 import json
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, as_completed
@@ -161,6 +163,7 @@ def _diagnostic_text(d) -> str:
 _RECENT = 4  # programs (and their analyses) a worker keeps for the points that follow
 _compiled: dict = {}
 _analyses: dict = {}
+_parsed: dict = {}  # (file name, contents) -> (source, syntax tree), for every later compile
 
 
 def _remember(cache: dict, key, make):
@@ -172,17 +175,50 @@ def _remember(cache: dict, key, make):
     return cache[key]
 
 
+def _compile(files: dict[str, bytes], path: str, params: dict[str, int]):
+    """`compile_files`, parsing each file once per worker: a file's syntax tree does not
+    depend on the params, and a figure compiles the same files under many of them."""
+    from stepc.diagnostics import StepError
+    from stepc.frontend import compile_files, compile_source
+    from stepc.grammar.parse import decode_source, parse
+
+    path = os.path.normpath(path)
+    try:
+        for name, data in files.items():
+            if (name, data) not in _parsed:
+                src = decode_source(name, data)
+                _parsed[name, data] = (src, parse(src))
+    except StepError:  # the uncached path reports it, located
+        return compile_files(files, path, params)
+    if path not in files:
+        return compile_files(files, path, params)
+
+    def load(name: str, span):
+        if name not in files:  # the uncached path says which import is missing
+            raise _Uncached
+        return _parsed[name, files[name]]
+
+    src, module = _parsed[path, files[path]]
+    try:
+        return compile_source(src, params, path, load, module)
+    except _Uncached:
+        return compile_files(files, path, params)
+
+
+class _Uncached(Exception):
+    """An import outside the files read for the point: compile without the cache."""
+
+
 def _program_and_analysis(point: Point, inputs: Inputs):
     """The point's compiled program and its symbolic analysis, shared by the points that
     follow with the same program contents and params (and hardware, for the analysis):
     a figure's traces of one schedule compile and analyse once per worker."""
     from stepc.analyze import analyze
-    from stepc.frontend import compile_files
 
     digests = dict(point.digests)
     key = (digests.get("program"), point.program, point.params)
-    result = _remember(_compiled, key, lambda: compile_files(inputs.files, point.program,
-                                                             dict(point.params)))
+    result = _remember(_compiled, key, lambda: _compile(inputs.files, point.program,
+                                                        dict(point.params)))
     if not result.ok:
         errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
         raise _InputError("; ".join(errors))
@@ -207,14 +243,14 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
         hw = inputs.hw
         run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
         a = analysis.bind(dict(run.bindings))
-        t = a.totals
         alloc = a.allocated_compute
         record.update({
             "status": "deadlock" if run.deadlock else "ok",
             "cycles": run.cycles,
             "off_chip_bytes": run.useful_bytes,
-            "on_chip_bytes": json_value(t["on_chip_bytes"]),
-            "on_chip_bytes_on_demand": json_value(t["on_chip_bytes_on_demand"]),
+            # the two totals a record keeps (`a.totals` would also simplify the others)
+            "on_chip_bytes": json_value(a.total("on_chip")),
+            "on_chip_bytes_on_demand": json_value(a.total("on_chip_on_demand")),
             "flops": run.flops,
             "allocated_compute": alloc,
             "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles
@@ -393,26 +429,58 @@ def _start_worker() -> None:
 
 class LocalPool:
     """A local process pool with the Executor methods a sweep uses, whose workers ignore
-    Ctrl-C and can all be ended at once (`terminate`)."""
+    Ctrl-C and can all be ended at once (`terminate`). Work waits in the pool's own queue
+    and goes to a worker only when one is free, lowest `rank` first (in submission order
+    within a rank), so work submitted later with a lower rank overtakes what still waits."""
 
     def __init__(self, jobs: int):
         import multiprocessing
-        self._pool = multiprocessing.Pool(max(1, jobs), initializer=_start_worker)
+        self.jobs = max(1, jobs)
+        self._pool = multiprocessing.Pool(self.jobs, initializer=_start_worker)
+        self._waiting: list = []  # heap of (rank, order, fn, args, future)
+        self._order = itertools.count()
+        self._running = 0
+        self._idle = threading.Condition()
 
-    def submit(self, fn, *args) -> Future:
+    def submit(self, fn, *args, rank: int = 1) -> Future:
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
-        self._pool.apply_async(fn, args, callback=fut.set_result,
-                               error_callback=fut.set_exception)
+        with self._idle:
+            heapq.heappush(self._waiting, (rank, next(self._order), fn, args, fut))
+            self._dispatch()
         return fut
+
+    def _dispatch(self) -> None:
+        """Hand waiting work to free workers (the caller holds `_idle`)."""
+        while self._running < self.jobs and self._waiting and not self.stopped:
+            _, _, fn, args, fut = heapq.heappop(self._waiting)
+            self._running += 1
+            self._pool.apply_async(fn, args, callback=functools.partial(self._done, fut, True),
+                                   error_callback=functools.partial(self._done, fut, False))
+
+    def _done(self, fut: Future, ok: bool, value) -> None:
+        with self._idle:
+            self._running -= 1
+            self._dispatch()
+            self._idle.notify_all()
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
 
     stopped = False
 
     def terminate(self) -> None:
-        self.stopped = True
+        with self._idle:
+            self.stopped = True
+            self._waiting.clear()
         self._pool.terminate()
 
     def shutdown(self, wait: bool = True) -> None:
+        """Close the pool; with `wait`, once all submitted work has run."""
+        if wait:
+            with self._idle:
+                self._idle.wait_for(lambda: not self._waiting and not self._running)
         self._pool.close()
         if wait:
             self._pool.join()
@@ -454,9 +522,10 @@ class Sweep:
             if self.executor is None and not _interrupted(executor):
                 executor.shutdown()
 
-    def submit(self, executor, resume: bool = False) -> Pending:
+    def submit(self, executor, resume: bool = False, rank: int = 1) -> Pending:
         """Hand the points without a reusable record to `executor`; `collect` the records.
-        Several sweeps submitted to one pool keep its workers busy between them."""
+        Several sweeps submitted to one pool keep its workers busy between them; a
+        `LocalPool` runs the points of a lower `rank` first."""
         if not resume and self.out and os.path.exists(self.out):
             raise FileExistsError(self.out)
         earlier = self.earlier() if resume else Earlier()
@@ -471,8 +540,10 @@ class Sweep:
                 if self.inputs[i].error:  # nothing to run: record the reason
                     pending.keep(i, run_point(self.points[i], self.inputs[i]))
                 else:
-                    pending.futures[executor.submit(run_point, self.points[i],
-                                                    self.inputs[i])] = i
+                    args = (run_point, self.points[i], self.inputs[i])
+                    fut = executor.submit(*args, rank=rank) \
+                        if isinstance(executor, LocalPool) else executor.submit(*args)
+                    pending.futures[fut] = i
         except KeyboardInterrupt:
             pending.stop()
         return pending
