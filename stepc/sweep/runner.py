@@ -160,7 +160,7 @@ def _diagnostic_text(d) -> str:
     return f"{d.span}: {d.message}" if d.span else d.message
 
 
-_RECENT = 4  # programs (and their analyses) a worker keeps for the points that follow
+_RECENT = 1  # programs (and analyses) a worker keeps: the next point often shares it
 _compiled: dict = {}
 _analyses: dict = {}
 _parsed: dict = {}  # (file name, contents) -> (source, syntax tree), for every later compile
@@ -420,11 +420,10 @@ class Interrupted(Exception):
 
 
 def _start_worker() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them; being long-lived, they
-    load the compiled memory kernels (when installed) from the first point on."""
+    """Workers leave Ctrl-C to the main process, which stops them. Like `stepc sim`, a
+    point loads the compiled memory kernels (numba: ~120 MiB) only once its own run has
+    served enough requests one by one to repay them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from stepc.sim.hbm.ref import prefer_compiled
-    prefer_compiled()
 
 
 class LocalPool:
