@@ -11,7 +11,8 @@ from pathlib import Path
 
 from stepc.frontend import compile_files, program_files
 from stepc.sweep import runner
-from stepc.sweep.runner import LocalPool, Sweep, grid_points, prepare, run_point
+from stepc.sweep.pool import LocalPool
+from stepc.sweep.runner import Sweep, grid_points, prepare, run_point
 
 REPO = Path(__file__).resolve().parent.parent
 IGNORED = ("wall_seconds", "seal")

@@ -392,7 +392,7 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
     in order (`progress(figure)` gives the figure's per-record callback). The points of
     figures on a chain of choices run before the others, so that a figure waiting on
     another's results does not start last and leave a worker idle at the end."""
-    from stepc.sweep.runner import LocalPool
+    from stepc.sweep.pool import LocalPool
 
     needs = {f: depends_on(load_spec(f)) for f in figures}
     extra = sorted({d for ds in needs.values() for d in ds} - set(figures))
