@@ -12,10 +12,13 @@ from concurrent.futures import Future
 
 
 def _start_worker() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them. Like `stepc sim`, a
-    point loads the compiled memory kernels (numba: ~120 MiB) only once its own run has
-    served enough requests one by one to repay them."""
+    """Workers leave Ctrl-C to the main process, which stops them; being long-lived, they
+    load the compiled memory kernels (when installed) from the first point on: ~120 MiB
+    more per worker, repaid by points that serve many windows request by request (the
+    decoder layers of Figure 17)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from stepc.sim.hbm.ref import prefer_compiled
+    prefer_compiled()
 
 
 class LocalPool:
