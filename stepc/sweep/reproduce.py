@@ -389,15 +389,21 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
     point. A figure whose params are chosen from other figures' results (`[choose]`) is
     submitted once those are in; a figure it needs that was not asked for runs too (its
     records are kept, its report is not written). Yields each asked figure's `Reproduced`
-    in order (`progress(figure)` gives the figure's per-record callback)."""
-    from stepc.sweep.runner import LocalPool
+    (`progress(figure)` gives the figure's per-record callback): first those that others
+    choose from, then the others in the order asked, then those that choose. The points
+    of figures on a chain of choices run before the others, so that a figure waiting on
+    another's results does not start last and leave a worker idle at the end."""
+    from stepc.sweep.pool import LocalPool
 
     needs = {f: depends_on(load_spec(f)) for f in figures}
     extra = sorted({d for ds in needs.values() for d in ds} - set(figures))
     needs.update({d: depends_on(load_spec(d)) for d in extra})
     if any(needs[d] for d in extra):
         raise SpecError("a figure that others choose params from must not choose its own")
-    order = extra + [f for f in figures if not needs[f]] + [f for f in figures if needs[f]]
+    chosen_from = {d for ds in needs.values() for d in ds}
+    order = extra + [f for f in figures if f in chosen_from] + \
+        [f for f in figures if not needs[f] and f not in chosen_from] + \
+        [f for f in figures if needs[f]]
     results: dict[str, list[dict]] = {}
     started: dict[str, tuple] = {}
     pool = LocalPool(jobs)
@@ -408,7 +414,9 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
             if figure not in started and all(d in results for d in needs[figure]):
                 started[figure] = make_sweep(figure, data, out_dir, jobs, model, fresh,
                                              results)
-                pending.append(started[figure][2].submit(pool, resume=True))
+                chained = bool(needs[figure]) or figure in chosen_from
+                pending.append(started[figure][2].submit(pool, resume=True,
+                                                         rank=0 if chained else 1))
     try:
         start_ready()
         for figure in order:

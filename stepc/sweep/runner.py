@@ -19,14 +19,14 @@ import hashlib
 import itertools
 import json
 import os
-import signal
 import time
 from collections import Counter
-from concurrent.futures import Future, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import stepc
+from stepc.sweep.pool import LocalPool
 
 DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
 # Files of the package that only present results: editing them leaves records valid.
@@ -167,10 +167,11 @@ def _diagnostic_text(d) -> str:
     return f"{d.span}: {d.message}" if d.span else d.message
 
 
-_RECENT = 4  # programs (and their analyses) a worker keeps for the points that follow
+_RECENT = 1  # programs (and analyses) a worker keeps: the next point often shares it
 _compiled: dict = {}
 _analyses: dict = {}
 _kept: dict = {}  # programs compiled elsewhere, with their analyses (`keep_compiled`)
+_parsed: dict = {}  # (file name, contents) -> (source, syntax tree), for every later compile
 
 
 def _remember(cache: dict, key, make):
@@ -194,12 +195,45 @@ def keep_compiled(digest: str, program: str, params: tuple[tuple[str, int], ...]
         _kept.pop(next(iter(_kept)))
 
 
+def _compile(files: dict[str, bytes], path: str, params: dict[str, int]):
+    """`compile_files`, parsing each file once per worker: a file's syntax tree does not
+    depend on the params, and a figure compiles the same files under many of them."""
+    from stepc.diagnostics import StepError
+    from stepc.frontend import compile_files, compile_source
+    from stepc.grammar.parse import decode_source, parse
+
+    path = os.path.normpath(path)
+    try:
+        for name, data in files.items():
+            if (name, data) not in _parsed:
+                src = decode_source(name, data)
+                _parsed[name, data] = (src, parse(src))
+    except StepError:  # the uncached path reports it, located
+        return compile_files(files, path, params)
+    if path not in files:
+        return compile_files(files, path, params)
+
+    def load(name: str, span):
+        if name not in files:  # the uncached path says which import is missing
+            raise _Uncached
+        return _parsed[name, files[name]]
+
+    src, module = _parsed[path, files[path]]
+    try:
+        return compile_source(src, params, path, load, module)
+    except _Uncached:
+        return compile_files(files, path, params)
+
+
+class _Uncached(Exception):
+    """An import outside the files read for the point: compile without the cache."""
+
+
 def _program_and_analysis(point: Point, inputs: Inputs):
     """The point's compiled program and its symbolic analysis, shared by the points that
     follow with the same program contents and params (and hardware, for the analysis):
     a figure's traces of one schedule compile and analyse once per worker."""
     from stepc.analyze import analyze
-    from stepc.frontend import compile_files
 
     digests = dict(point.digests)
     key = (digests.get("program"), point.program, point.params)
@@ -207,8 +241,8 @@ def _program_and_analysis(point: Point, inputs: Inputs):
     if kept is not None and digests.get("hw") in kept[1]:
         return kept[0], kept[1][digests.get("hw")]
     result = kept[0] if kept is not None else \
-        _remember(_compiled, key, lambda: compile_files(inputs.files, point.program,
-                                                        dict(point.params)))
+        _remember(_compiled, key, lambda: _compile(inputs.files, point.program,
+                                                   dict(point.params)))
     if not result.ok:
         errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
         raise _InputError("; ".join(errors))
@@ -233,14 +267,14 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
         hw = inputs.hw
         run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
         a = analysis.bind(dict(run.bindings))
-        t = a.totals
         alloc = a.allocated_compute
         record.update({
             "status": "deadlock" if run.deadlock else "ok",
             "cycles": run.cycles,
             "off_chip_bytes": run.useful_bytes,
-            "on_chip_bytes": json_value(t["on_chip_bytes"]),
-            "on_chip_bytes_on_demand": json_value(t["on_chip_bytes_on_demand"]),
+            # the two totals a record keeps (`a.totals` would also simplify the others)
+            "on_chip_bytes": json_value(a.total("on_chip")),
+            "on_chip_bytes_on_demand": json_value(a.total("on_chip_on_demand")),
             "flops": run.flops,
             "allocated_compute": alloc,
             "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles
@@ -409,41 +443,6 @@ class Interrupted(Exception):
         self.finished, self.total = finished, total
 
 
-def _start_worker() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them; being long-lived, they
-    load the compiled memory kernels (when installed) from the first point on."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from stepc.sim.hbm.ref import prefer_compiled
-    prefer_compiled()
-
-
-class LocalPool:
-    """A local process pool with the Executor methods a sweep uses, whose workers ignore
-    Ctrl-C and can all be ended at once (`terminate`)."""
-
-    def __init__(self, jobs: int):
-        import multiprocessing
-        self._pool = multiprocessing.Pool(max(1, jobs), initializer=_start_worker)
-
-    def submit(self, fn, *args) -> Future:
-        fut: Future = Future()
-        fut.set_running_or_notify_cancel()
-        self._pool.apply_async(fn, args, callback=fut.set_result,
-                               error_callback=fut.set_exception)
-        return fut
-
-    stopped = False
-
-    def terminate(self) -> None:
-        self.stopped = True
-        self._pool.terminate()
-
-    def shutdown(self, wait: bool = True) -> None:
-        self._pool.close()
-        if wait:
-            self._pool.join()
-
-
 def _stop(executor, futures) -> None:
     """End a sweep now: a local pool's workers at once, else the futures not started."""
     if isinstance(executor, LocalPool):
@@ -480,9 +479,10 @@ class Sweep:
             if self.executor is None and not _interrupted(executor):
                 executor.shutdown()
 
-    def submit(self, executor, resume: bool = False) -> Pending:
+    def submit(self, executor, resume: bool = False, rank: int = 1) -> Pending:
         """Hand the points without a reusable record to `executor`; `collect` the records.
-        Several sweeps submitted to one pool keep its workers busy between them."""
+        Several sweeps submitted to one pool keep its workers busy between them; a
+        `LocalPool` runs the points of a lower `rank` first."""
         if not resume and self.out and os.path.exists(self.out):
             raise FileExistsError(self.out)
         earlier = self.earlier() if resume else Earlier()
@@ -497,8 +497,10 @@ class Sweep:
                 if self.inputs[i].error:  # nothing to run: record the reason
                     pending.keep(i, run_point(self.points[i], self.inputs[i]))
                 else:
-                    pending.futures[executor.submit(run_point, self.points[i],
-                                                    self.inputs[i])] = i
+                    args = (run_point, self.points[i], self.inputs[i])
+                    fut = executor.submit(*args, rank=rank) \
+                        if isinstance(executor, LocalPool) else executor.submit(*args)
+                    pending.futures[fut] = i
         except KeyboardInterrupt:
             pending.stop()
         return pending
@@ -551,5 +553,6 @@ class Pending:
         raise Interrupted(sum(r is not None for r in self.records), len(self.records))
 
 
-__all__ = ["Point", "Sweep", "Pending", "Outcome", "Interrupted", "grid_points", "run_point",
-           "read_results", "latest_records", "prepare", "code_digest", "point_order"]
+__all__ = ["Point", "Sweep", "LocalPool", "Pending", "Outcome", "Interrupted", "grid_points",
+           "run_point", "read_results", "latest_records", "prepare", "code_digest",
+           "point_order"]

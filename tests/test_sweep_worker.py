@@ -1,0 +1,106 @@
+"""A sweep worker's shared work and the pool's order: compiling with the worker's parse
+cache gives the records a fresh compile gives, whatever ran before in the worker, and the
+local pool runs waiting points lowest rank first."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from stepc.frontend import compile_files, program_files
+from stepc.sweep import runner
+from stepc.sweep.pool import LocalPool
+from stepc.sweep.runner import Sweep, grid_points, prepare, run_point
+
+REPO = Path(__file__).resolve().parent.parent
+IGNORED = ("wall_seconds", "seal")
+
+
+def _same(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in IGNORED}
+
+
+def _fresh_worker() -> None:
+    for cache in (runner._compiled, runner._analyses, runner._parsed):
+        cache.clear()
+
+
+def test_cached_compile_equals_a_fresh_compile():
+    path = str(REPO / "programs" / "moe_static.step")
+    files = program_files(path)
+    _fresh_worker()
+    for params in ({"TILE_N": 16}, {"TILE_N": 64}, {"TILE_N": 16, "B": 128}):
+        fresh = compile_files(files, path, params)
+        cached = runner._compile(files, path, params)
+        assert cached.ok and fresh.ok
+        assert cached.typed.program.nodes.keys() == fresh.typed.program.nodes.keys()
+        assert {k: str(v) for k, v in cached.typed.types.items()} == \
+            {k: str(v) for k, v in fresh.typed.types.items()}
+        assert cached.unknown_overrides == fresh.unknown_overrides
+    assert len(runner._parsed) == len(files)  # each file parsed once
+
+
+def test_cached_compile_reports_errors_like_a_fresh_one(tmp_path):
+    bad = tmp_path / "bad.step"
+    bad.write_text('import "missing.step"\n')
+    files = program_files(str(bad))
+    fresh = compile_files(files, str(bad), {})
+    cached = runner._compile(files, str(bad), {})
+    assert not cached.ok
+    assert [d.message for d in cached.diagnostics.errors] == \
+        [d.message for d in fresh.diagnostics.errors]
+
+
+def test_records_do_not_depend_on_what_the_worker_ran_before():
+    points = grid_points([str(REPO / "programs" / "swiglu.step")],
+                         {"TB": [32, 64], "TI": [128, 256]}, ["hdl-validation"], (), {}, True)
+    prepared = [prepare(p) for p in points]
+    alone = []
+    for p, inputs in prepared:
+        _fresh_worker()
+        alone.append(_same(run_point(p, inputs)))
+    _fresh_worker()
+    warm = [_same(run_point(p, inputs)) for p, inputs in reversed(prepared)][::-1]
+    assert warm == alone
+
+
+def _note(name: str, log: str, gate: str) -> str:
+    """Wait for `gate` to exist, then append `name` to `log` (one worker: in run order)."""
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+    with open(log, "a") as f:
+        f.write(name + "\n")
+    return name
+
+
+def test_the_pool_runs_waiting_work_lowest_rank_first(tmp_path):
+    log, gate = str(tmp_path / "log"), str(tmp_path / "gate")
+    pool = LocalPool(1)
+    try:
+        futures = [pool.submit(_note, "first", log, gate)]  # holds the only worker
+        futures += [pool.submit(_note, name, log, gate, rank=rank)
+                    for name, rank in (("b1", 1), ("c1", 1), ("a0", 0), ("d0", 0))]
+        Path(gate).touch()
+        assert [f.result(timeout=60) for f in futures] == ["first", "b1", "c1", "a0", "d0"]
+    finally:
+        pool.shutdown()
+    assert Path(log).read_text().split() == ["first", "a0", "d0", "b1", "c1"]
+
+
+def test_a_sweep_gives_the_same_records_in_any_rank(tmp_path):
+    points = grid_points([str(REPO / "programs" / "swiglu.step")],
+                         {"TB": [32, 64], "TI": [128]}, ["hdl-validation"], (), {}, True)
+    outs = []
+    for rank, name in ((0, "a.jsonl"), (1, "b.jsonl")):
+        pool = LocalPool(2)
+        try:
+            outcome = Sweep(points, str(tmp_path / name)).submit(pool, rank=rank).collect()
+        finally:
+            pool.shutdown()
+        outs.append([_same(r) for r in outcome.records])
+    assert outs[0] == outs[1] and all(r["status"] == "ok" for r in outs[0])
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["status"] == "ok" for x in lines)
+
