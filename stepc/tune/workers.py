@@ -95,7 +95,8 @@ class CandidatePool(LocalPool):
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
-    def submit(self, fn, *args) -> Future:
+    def submit(self, fn, *args, rank: int = 1) -> Future:
+        """Queue a task; tune's tasks share one rank, placed by candidate (see `_dispatch`)."""
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
         with self._lock:
