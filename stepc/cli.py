@@ -89,6 +89,17 @@ def check_overrides(report: CheckReport) -> None:
         usage_diagnostics(report.compiled, unknown)
 
 
+def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
+    """The checked program of `file` with the -D values; its diagnostics and exit 1 if it
+    has errors (unknown -D names are usage errors)."""
+    report = compile_file(file, parse_defines(defines))
+    check_overrides(report)
+    if not report.compiled.ok:
+        emit_diagnostics(report.compiled)
+        sys.exit(EXIT_PROGRAM)
+    return report
+
+
 def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
     """A setting the API refused: coded diagnostics (a --trace file that does not fit gets
     a note naming the flag) then exit 2, or a plain usage error."""
@@ -372,12 +383,8 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
             check_target(out, force)
         except RenderError as e:
             raise click.UsageError(str(e)) from None
-    report = compile_file(file, parse_defines(defines))
-    check_overrides(report)
+    report = compiled_or_exit(file, defines)
     result = report.compiled
-    if not result.ok:
-        emit_diagnostics(result)
-        sys.exit(EXIT_PROGRAM)
     prog = report.program()
     if annotate == "analysis":
         text = prog.dot(collapse, _cost(report, binds, traces, onchip_model))

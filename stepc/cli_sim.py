@@ -12,8 +12,8 @@ import click
 
 from stepc.cli import (
     _DEFINE, _FORMAT, EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, _load_hw, _pairs,
-    _presets, check_output_path, check_overrides, compile_file, emit_diagnostics, input_error,
-    parse_defines, print_report, quick_exit,
+    _presets, check_output_path, compiled_or_exit, emit_diagnostics, input_error,
+    print_report, quick_exit,
 )
 
 if TYPE_CHECKING:
@@ -67,12 +67,8 @@ def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, o
     if print_config:
         click.echo(config.to_toml(), nl=False)
         sys.exit(EXIT_OK)
-    report = compile_file(file, parse_defines(defines))
-    check_overrides(report)
+    report = compiled_or_exit(file, defines)
     result = report.compiled
-    if not result.ok:
-        emit_diagnostics(result)
-        sys.exit(EXIT_PROGRAM)
     if out_dir:
         check_output_path("--out", out_dir, directory=True)
     if trace_out:

@@ -229,19 +229,8 @@ def test_fewest_regions_within_a_factor_of_the_fastest(tmp_path, program):
     """`--objective allocated_compute --budget cycles=1.5*min` picks the region count with
     the least compute among those within 1.5x of the fastest, as an exhaustive simulation
     of every region count says."""
-    path = str(REPO / "programs" / program)
-    fixed = {**SMALL_TIMEMUX, **TIMEMUX[program]}
-    trace = _routing8(tmp_path)
-    from stepc.analyze import analyze
-    from stepc.traces import load_array
-    config = load_config("paper-eval", ("hbm.model=ref",))
-    regions = [8, 4, 2, 1]
-    cycles, compute = {}, {}
-    for r in regions:
-        typed = compile_file(path, {**fixed, "R": r}).typed
-        sim = simulate(typed, config, {"routing": load_array(trace)}, functional=False)
-        cycles[r] = sim.cycles
-        compute[r] = analyze(typed, "artifact", config).allocated_compute
+    path, fixed, trace, regions = *_small_timemux(program, tmp_path), [8, 4, 2, 1]
+    cycles, compute = _every_region_count(path, fixed, trace, regions)
     fastest = min(cycles.values())
     want = min((r for r in regions if cycles[r] <= 1.5 * fastest), key=compute.get)
     res = tune(Space([path], {"R": regions}, fixed=fixed),
@@ -258,19 +247,8 @@ def test_fastest_regions_within_a_share_of_the_largest_compute(tmp_path, program
     """`--budget allocated_compute=0.5*max` keeps the region counts allocating at most half
     the compute of the most expensive one and picks the fastest of them, as an exhaustive
     simulation says."""
-    path = str(REPO / "programs" / program)
-    fixed = {**SMALL_TIMEMUX, **TIMEMUX[program]}
-    trace = _routing8(tmp_path)
-    from stepc.analyze import analyze
-    from stepc.traces import load_array
-    config = load_config("paper-eval", ("hbm.model=ref",))
-    regions = [8, 4, 2, 1]
-    cycles, compute = {}, {}
-    for r in regions:
-        typed = compile_file(path, {**fixed, "R": r}).typed
-        cycles[r] = simulate(typed, config, {"routing": load_array(trace)},
-                             functional=False).cycles
-        compute[r] = analyze(typed, "artifact", config).allocated_compute
+    path, fixed, trace, regions = *_small_timemux(program, tmp_path), [8, 4, 2, 1]
+    cycles, compute = _every_region_count(path, fixed, trace, regions)
     limit = 0.5 * max(compute.values())
     want = min((r for r in regions if compute[r] <= limit), key=cycles.get)
     res = tune(Space([path], {"R": regions}, fixed=fixed), objectives=[Objective("cycles")],
@@ -280,6 +258,26 @@ def test_fastest_regions_within_a_share_of_the_largest_compute(tmp_path, program
     assert res.winner.overrides["R"] == want
     assert res.winner.confirmed["cycles"] == cycles[want]
     assert res.stages["over_budget_analysis"] == sum(compute[r] > limit for r in regions)
+
+
+def _small_timemux(program: str, tmp_path) -> tuple[str, dict, str]:
+    """A small time-multiplexed MoE program, its fixed params and an 8-expert trace."""
+    return (str(REPO / "programs" / program), {**SMALL_TIMEMUX, **TIMEMUX[program]},
+            _routing8(tmp_path))
+
+
+def _every_region_count(path: str, fixed: dict, trace: str, regions: list[int]):
+    """The exhaustive answer: `ref` cycles and allocated compute of every region count."""
+    from stepc.analyze import analyze
+    from stepc.traces import load_array
+    config = load_config("paper-eval", ("hbm.model=ref",))
+    cycles, compute = {}, {}
+    for r in regions:
+        typed = compile_file(path, {**fixed, "R": r}).typed
+        cycles[r] = simulate(typed, config, {"routing": load_array(trace)},
+                             functional=False).cycles
+        compute[r] = analyze(typed, "artifact", config).allocated_compute
+    return cycles, compute
 
 
 def _routing8(tmp_path) -> str:
