@@ -75,23 +75,32 @@ def program_files(path: str) -> dict[str, bytes]:
 
 
 def compile_files(files: dict[str, bytes], path: str,
-                  overrides: dict[str, int] | None = None) -> Compiled:
-    """Compile a program from contents read earlier (`program_files`), not from disk."""
+                  overrides: dict[str, int] | None = None,
+                  parsed: dict | None = None) -> Compiled:
+    """Compile a program from contents read earlier (`program_files`), not from disk.
+    `parsed` ((file name, contents) -> (source, syntax tree)), when given, keeps each
+    file's parse for later compiles: a syntax tree does not depend on the overrides."""
     def load(name: str, span: Span | None):
         if name not in files:
             raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {name}",
                                         span)])
+        key = (name, files[name])
+        if parsed is not None and key in parsed:
+            return parsed[key]
         src = decode_source(name, files[name])
-        return src, parse(src)
+        out = src, parse(src)
+        if parsed is not None:
+            parsed[key] = out
+        return out
 
     path = os.path.normpath(path)
     try:
-        src, _ = load(path, None)
+        src, module = load(path, None)
     except StepError as e:
         bag = DiagnosticBag()
         bag.extend(e.diagnostics)
         return Compiled(path, None, bag, {}, [])
-    return compile_source(src, overrides, path, load)
+    return compile_source(src, overrides, path, load, module)
 
 
 def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,

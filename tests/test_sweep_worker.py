@@ -33,7 +33,7 @@ def test_cached_compile_equals_a_fresh_compile():
     _fresh_worker()
     for params in ({"TILE_N": 16}, {"TILE_N": 64}, {"TILE_N": 16, "B": 128}):
         fresh = compile_files(files, path, params)
-        cached = runner._compile(files, path, params)
+        cached = runner.compile_cached(files, path, params)
         assert cached.ok and fresh.ok
         assert cached.typed.program.nodes.keys() == fresh.typed.program.nodes.keys()
         assert {k: str(v) for k, v in cached.typed.types.items()} == \
@@ -47,7 +47,7 @@ def test_cached_compile_reports_errors_like_a_fresh_one(tmp_path):
     bad.write_text('import "missing.step"\n')
     files = program_files(str(bad))
     fresh = compile_files(files, str(bad), {})
-    cached = runner._compile(files, str(bad), {})
+    cached = runner.compile_cached(files, str(bad), {})
     assert not cached.ok
     assert [d.message for d in cached.diagnostics.errors] == \
         [d.message for d in fresh.diagnostics.errors]

@@ -18,7 +18,8 @@ from stepc.frontend import compile_files, program_files
 from stepc.hw import load_config
 from stepc.sweep.runner import LocalPool
 from stepc.tune import Budget, Objective, Space, tune
-from stepc.tune.workers import CandidatePool, can_fork, compile_once
+from stepc.sweep.runner import compile_cached
+from stepc.tune.workers import CandidatePool, can_fork
 
 REPO = Path(__file__).resolve().parent.parent
 MOE_STATIC = str(REPO / "programs" / "moe_static.step")
@@ -77,10 +78,10 @@ def test_shared_compiles_decide_and_record_as_unshared(tmp_path, budgets):
 
 
 @pytest.mark.parametrize("tile", [4, 16])
-def test_compile_once_gives_the_program_compile_files_gives(tile):
+def test_compile_cached_gives_the_program_compile_files_gives(tile):
     files = program_files(MOE_STATIC)
     overrides = {**SMALL_MOE, "TILE_N": tile}
-    once = [compile_once(files, MOE_STATIC, overrides) for _ in range(2)]  # parsed, reused
+    once = [compile_cached(files, MOE_STATIC, overrides) for _ in range(2)]  # parsed, reused
     plain = compile_files(files, MOE_STATIC, overrides)
     want = analyze(plain.typed, "artifact").totals
     for got in once:
@@ -105,11 +106,11 @@ def test_runs_share_the_analysis_of_hardware_with_the_same_fabric(hw):
                                        o.compute_bw) for o in want.ops]
 
 
-def test_compile_once_reports_errors_as_compile_files(tmp_path):
+def test_compile_cached_reports_errors_as_compile_files(tmp_path):
     bad = tmp_path / "bad.step"
     bad.write_text("param N = 4\nx = Nope(\n")
     files = program_files(str(bad))
-    got = compile_once(files, str(bad), {})
+    got = compile_cached(files, str(bad), {})
     want = compile_files(files, str(bad), {})
     assert not got.ok
     assert [(d.code, d.message, str(d.span)) for d in got.diagnostics.errors] == \

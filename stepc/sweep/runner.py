@@ -195,38 +195,11 @@ def keep_compiled(digest: str, program: str, params: tuple[tuple[str, int], ...]
         _kept.pop(next(iter(_kept)))
 
 
-def _compile(files: dict[str, bytes], path: str, params: dict[str, int]):
-    """`compile_files`, parsing each file once per worker: a file's syntax tree does not
-    depend on the params, and a figure compiles the same files under many of them."""
-    from stepc.diagnostics import StepError
-    from stepc.frontend import compile_files, compile_source
-    from stepc.grammar.parse import decode_source, parse
-
-    path = os.path.normpath(path)
-    try:
-        for name, data in files.items():
-            if (name, data) not in _parsed:
-                src = decode_source(name, data)
-                _parsed[name, data] = (src, parse(src))
-    except StepError:  # the uncached path reports it, located
-        return compile_files(files, path, params)
-    if path not in files:
-        return compile_files(files, path, params)
-
-    def load(name: str, span):
-        if name not in files:  # the uncached path says which import is missing
-            raise _Uncached
-        return _parsed[name, files[name]]
-
-    src, module = _parsed[path, files[path]]
-    try:
-        return compile_source(src, params, path, load, module)
-    except _Uncached:
-        return compile_files(files, path, params)
-
-
-class _Uncached(Exception):
-    """An import outside the files read for the point: compile without the cache."""
+def compile_cached(files: dict[str, bytes], path: str, params: dict[str, int]):
+    """`compile_files`, parsing each file once per process: a file's syntax tree does not
+    depend on the params, and a figure (or a search) compiles the same files under many."""
+    from stepc.frontend import compile_files
+    return compile_files(files, path, params, _parsed)
 
 
 def _program_and_analysis(point: Point, inputs: Inputs):
@@ -241,8 +214,8 @@ def _program_and_analysis(point: Point, inputs: Inputs):
     if kept is not None and digests.get("hw") in kept[1]:
         return kept[0], kept[1][digests.get("hw")]
     result = kept[0] if kept is not None else \
-        _remember(_compiled, key, lambda: _compile(inputs.files, point.program,
-                                                   dict(point.params)))
+        _remember(_compiled, key, lambda: compile_cached(inputs.files, point.program,
+                                                         dict(point.params)))
     if not result.ok:
         errors = [_diagnostic_text(d) for d in result.diagnostics.errors[:3]]
         raise _InputError("; ".join(errors))

@@ -43,14 +43,15 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     from stepc.analyze.analysis import roofline
     from stepc.frontend import compile_files
     from stepc.traces import TraceError
-    from stepc.tune.workers import compile_once, remember
+    from stepc.sweep.runner import compile_cached
+    from stepc.tune.workers import remember
 
     cand = job.candidate
     try:
         if job.key is None:
             result = compile_files(job.files, cand.program, job.overrides)
         else:
-            result = compile_once(job.files, cand.program, job.overrides)
+            result = compile_cached(job.files, cand.program, job.overrides)
         if not result.ok:
             first = result.diagnostics.errors[0]
             where = f"{first.span}: " if first.span else ""

@@ -41,7 +41,8 @@ from stepc.tune.evaluate import (AnalysisJob, analyze_candidate, hardware, sim_c
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
-from stepc.tune.workers import CandidatePool, can_fork, compile_once
+from stepc.sweep.runner import compile_cached
+from stepc.tune.workers import CandidatePool, can_fork
 
 class Search:
     """The state of one search; `run` goes through the stages."""
@@ -79,7 +80,7 @@ class Search:
 
         for program in self.space.programs:
             self._files[program] = program_files(program)
-            result = compile_once(self._files[program], program, {})  # parsed for the workers
+            result = compile_cached(self._files[program], program, {})  # parsed for the workers
             if result.typed is None or not result.ok:
                 result = compile_file(program, {})  # its diagnostics, as `stepc check` words them
                 errs = result.diagnostics.errors

@@ -12,40 +12,11 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
-import os
 import threading
 from collections import deque
 from concurrent.futures import Future
 
 from stepc.sweep.runner import LocalPool, Point, keep_compiled
-
-_parsed: dict = {}  # (file name, contents) -> parsed module, inherited by forked workers
-
-
-def compile_once(files: dict[str, bytes], program: str, overrides: dict[str, int]):
-    """`compile_files`, parsing each file (the program and its imports) once per process:
-    the AST is immutable; elaborating and checking do the rest for the overrides."""
-    from stepc.diagnostics import Diagnostic, Severity, StepError
-    from stepc.frontend import compile_files, compile_source
-    from stepc.grammar.parse import decode_source, parse
-
-    def load(name: str, span):
-        if name not in files:
-            raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {name}",
-                                        span)])
-        key = (name, files[name])
-        if key not in _parsed:
-            src = decode_source(name, files[name])
-            _parsed[key] = (src, parse(src))
-        return _parsed[key]
-
-    path = os.path.normpath(program)
-    try:
-        src, module = load(path, None)
-    except StepError:  # the program is missing or does not parse: its usual diagnostic
-        return compile_files(files, program, overrides)
-    return compile_source(src, overrides, path, load, module)
-
 
 GATHER_SECONDS = 0.02  # a batch's submissions arrive within this time of the first
 KEEP = 8  # candidates a worker keeps compiled (and analysed) for their simulations
