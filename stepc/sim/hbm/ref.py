@@ -79,7 +79,7 @@ class RefHbm(WindowedMemory):
 
     def _done_floor(self) -> int:
         """No request starts before the first channel frees up."""
-        return int(self.free.min()) + self.min_latency
+        return int(np.minimum.reduce(self.free)) + self.min_latency
 
     def _earliest_done(self, b, cycle: int) -> int:
         """Besides the pickups still to come: a burst ends no earlier than the responses

@@ -84,20 +84,31 @@ def _period(n: int, ii: int, ports: int, offset: int) -> Period:
                   prefix, suffix[moved])
 
 
+@lru_cache(maxsize=4096)
+def _tail_rows(n: int, ii: int, ports: int, offset: int):
+    """`_tail`'s per-request terms for rows after W periods and for rows after W - 1
+    (request (t, i) starts at W * II * q + drift + max(free, lift + W * slope)): (II * q,
+    slope, drift after W, after W - 1, lift after W, after W - 1). Over periods the running
+    maximum grows by D a period when D >= 0, else stays the first period's."""
+    per = _period(n, ii, ports, offset)
+    chan, q, d = per.chan, per.q, per.d
+    dc = d[chan]
+    rank = per.ii_rank // ii
+    grows = np.maximum(per.ahead, per.suffix[chan, rank + 1] - dc)
+    first_max = per.prefix[chan, q[chan] - 1]
+    return (ii * q[chan], np.maximum(d, 0)[chan], per.ii_rank, per.ii_rank - ii * q[chan],
+            np.where(dc >= 0, grows, first_max), np.where(dc >= 0, grows - dc, first_max))
+
+
 @lru_cache(maxsize=8192)
 def _tail(n: int, ii: int, ports: int, offset: int, rest: int):
     """The last P cycles of a stretch of W >= 2 whole periods plus `rest` cycles, where
-    rows t < rest come after W periods and the others after W - 1: request (t, i) starts at
-    W * II * q + drift + max(free, lift + W * slope), all per request. (Over periods the
-    running maximum grows by D a period when D >= 0, else stays the first period's.)"""
-    per = _period(n, ii, ports, offset)
-    chan, q, d = per.chan, per.q, per.d
-    fewer = (np.arange(per.p) >= rest)[:, None]  # one period fewer
-    rank = per.ii_rank // ii
-    drift = per.ii_rank - ii * q[chan] * fewer
-    grows = np.maximum(per.ahead, per.suffix[chan, rank + 1] - d[chan]) - fewer * d[chan]
-    lift = np.where(d[chan] >= 0, grows, per.prefix[chan, q[chan] - 1])
-    return ii * q[chan], drift, lift, np.maximum(d, 0)[chan]
+    rows t < rest come after W periods and the others after W - 1: (II * q, drift, lift,
+    slope) per request, as `_tail_rows` gives them."""
+    ii_q, slope, drift_w, drift_fewer, lift_w, lift_fewer = _tail_rows(n, ii, ports, offset)
+    drift = np.concatenate((drift_w[:rest], drift_fewer[rest:]))
+    lift = np.concatenate((lift_w[:rest], lift_fewer[rest:]))
+    return ii_q, drift, lift, slope
 
 
 def _starts(free_rel, chan, rank, periods, per: Period, ii: int):
@@ -119,25 +130,35 @@ def serve_periodic(model, picked, ended):
     request by request). The earliest completions are None unless `model.want_first`."""
     n, ii = model.cfg.channels, model.cfg.request_interval
     k = len(picked)
-    if any(b.per_message != 1 for b, _ in picked):
-        return None
-    starts = [c.start for _, c in picked]
-    stops = [c.stop for _, c in picked]
-    bounds = sorted(set(starts) | set(stops))
-    stretches = [(a, b, [j for j in range(k) if starts[j] <= a and stops[j] >= b])
-                 for a, b in zip(bounds, bounds[1:])]
+    starts, stops = [], []
+    for b, c in picked:
+        if b.per_message != 1:
+            return None
+        starts.append(c.start)
+        stops.append(c.stop)
+    lo, hi = min(starts), max(stops)
+    if starts.count(lo) == k and stops.count(hi) == k:  # every port issues throughout
+        stretches = [(lo, hi, None)]
+    else:
+        bounds = sorted(set(starts) | set(stops))
+        stretches = [(a, b, [j for j in range(k) if starts[j] <= a and stops[j] >= b])
+                     for a, b in zip(bounds, bounds[1:])]
     free = model.free
-    total = np.zeros(n, dtype=np.int64)
+    per_channel = model.stats.per_channel
+    want_first = model.want_first
     latest, earliest = [-1] * k, [1 << 62] * k
     offset = model.offset
     for a, b, ports in stretches:
-        if not ports:
+        width = k if ports is None else len(ports)
+        if not width:
             continue
-        width, length = len(ports), b - a
+        length = b - a
         per = _period(n, ii, width, offset)
         p = per.p
         whole, rest = divmod(length, p)
-        counts = whole * per.before[-1] + per.before[rest]
+        per_channel += per.before[rest]
+        if whole:
+            per_channel += whole * per.q
         free_rel = free - a
         rows = min(p, length)
         # the first P cycles (each port's first visit to each channel) and the last P
@@ -153,18 +174,21 @@ def serve_periodic(model, picked, ended):
             late = _starts(free_rel, per.chan, per.ii_rank // ii, periods, per, ii)
         np.maximum.at(free, per.chan[:rows].ravel(), (late + (a + ii)).ravel())
         done = a + model.min_latency
-        for j, hi in zip(ports, late.max(0).tolist()):
-            if hi + done > latest[j]:
-                latest[j] = hi + done
-        if model.want_first:
-            for j, lo in zip(ports, early.min(0).tolist()):
-                if lo + done < earliest[j]:
-                    earliest[j] = lo + done
-        total += counts
+        if ports is None:  # every burst, in order
+            latest = (np.maximum.reduce(late) + done).tolist()
+            if want_first:
+                earliest = (np.minimum.reduce(early) + done).tolist()
+        else:
+            for j, t in zip(ports, np.maximum.reduce(late).tolist()):
+                if t + done > latest[j]:
+                    latest[j] = t + done
+            if want_first:
+                for j, t in zip(ports, np.minimum.reduce(early).tolist()):
+                    if t + done < earliest[j]:
+                        earliest[j] = t + done
         offset = (offset + length * per.step) % n
     model.offset = offset
-    model.stats.per_channel += total
-    model.stats.note(min(starts))
-    model.stats.note(max(stops) - 1)
+    model.stats.note(lo)
+    model.stats.note(hi - 1)
     return ([stops[j] - starts[j] for j in range(k)], latest,
-            earliest if model.want_first else None)
+            earliest if want_first else None)

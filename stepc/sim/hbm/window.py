@@ -178,37 +178,54 @@ class WindowedMemory(MemoryModel):
     # ------------------------------------------------------------ issuing
     def _pickups(self, c0: int, c1: int) -> tuple[list[tuple[Burst, np.ndarray]], int]:
         """The pickup cycles, within c0..c1 (or an earlier end it returns), of each
-        burst's messages; advances the bursts and the port queues."""
+        burst's messages, in port order; advances the bursts and the port queues."""
         if self.outstanding:
             picked, c1 = self._limited(c0, c1)
+        elif self.grants:
+            picked = self._arbitrate(c0, c1)
         else:
-            picked = self._arbitrate(c0, c1) if self.grants else self._every_port(c0, c1)
+            return self._every_port(c0, c1), c1
         for b, cyc in picked:
             b.messages -= len(cyc)
             b.next_cycle = int(cyc[-1]) + 1
             if b.messages == 0:
-                queue = self.queues[b.port]
-                queue.popleft()
-                if queue:  # the port's next burst starts after this one's last message
-                    queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
-                else:  # only ports with bursts to issue are walked
-                    del self.queues[b.port]
+                self._next_in_queue(b)
+        picked.sort(key=lambda p: p[0].port)  # then a stable sort by cycle: cycle, port
         return picked, c1
 
+    def _next_in_queue(self, b: Burst) -> None:
+        """Burst `b` has issued its last message: its port moves on to the next burst."""
+        queue = self.queues[b.port]
+        queue.popleft()
+        if queue:  # the port's next burst starts after this one's last message
+            queue[0].next_cycle = max(queue[0].next_cycle, b.next_cycle)
+        else:  # only ports with bursts to issue are walked
+            del self.queues[b.port]
+
     def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, range]]:
-        """No arbiter: each port issues one message per cycle."""
+        """No arbiter: each port issues one message per cycle, its bursts back to back
+        (ports in order; advances the bursts and the port queues as it goes)."""
         out = []
-        for queue in self.queues.values():
+        for port in sorted(self.queues):
+            queue = self.queues[port]
             c = c0
-            for b in queue:
-                s = max(c, b.next_cycle)
+            while True:
+                b = queue[0]
+                s = c if c > b.next_cycle else b.next_cycle
                 if s > c1:
                     break
-                e = min(c1, s + b.messages - 1)
-                out.append((b, range(s, e + 1)))
-                if e < s + b.messages - 1:
+                e = s + b.messages - 1
+                if e > c1:  # it goes on after the window
+                    out.append((b, range(s, c1 + 1)))
+                    b.messages = e - c1
+                    b.next_cycle = c1 + 1
                     break
-                c = e + 1
+                out.append((b, range(s, e + 1)))
+                b.messages = 0
+                b.next_cycle = c = e + 1
+                self._next_in_queue(b)
+                if port not in self.queues:
+                    break
         return out
 
     def _arbitrate(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
@@ -322,24 +339,28 @@ class WindowedMemory(MemoryModel):
         picked, c1 = self._pickups(c0, c1)
         if not picked:
             return [], c1
-        picked.sort(key=lambda p: p[0].port)  # then a stable sort by cycle: cycle, port
         bursts = [b for b, _ in picked]
         ended = [b.messages == 0 for b in bursts]
         n_req, completion, first = self._requests(picked, ended, c1)
         finished = []
+        reads = writes = 0
         for i, b in enumerate(bursts):
             n = int(n_req[i])
             b.issued += n
             if b.write:
-                self.stats.write_requests += n
+                writes += n
             else:
-                self.stats.read_requests += n
-            b.completion = max(b.completion, int(completion[i]))
+                reads += n
+            done = int(completion[i])
+            if done > b.completion:
+                b.completion = done
             if first is not None:
                 b.first = int(first[i]) if b.first is None else min(b.first, int(first[i]))
             if ended[i]:
                 self.active.remove(b)
                 finished.append(b)
+        self.stats.read_requests += reads
+        self.stats.write_requests += writes
         return finished, c1
 
     def _requests(self, picked, ended, c1: int):
