@@ -1,18 +1,21 @@
 """A sweep worker's shared work and the pool's order: compiling with the worker's parse
-cache gives the records a fresh compile gives, whatever ran before in the worker, and the
-local pool runs waiting points lowest rank first."""
+cache gives the records a fresh compile gives, whatever ran before in the worker, the
+local pool runs waiting points lowest rank first, and a point two sweeps share (all but
+their tags) runs once for both."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from stepc.frontend import compile_files, program_files
 from stepc.sweep import runner
 from stepc.sweep.pool import LocalPool
-from stepc.sweep.runner import Sweep, grid_points, prepare, run_point
+from stepc.sweep.runner import (Sweep, earlier_results, grid_points, prepare, run_point,
+                                seal)
 
 REPO = Path(__file__).resolve().parent.parent
 IGNORED = ("wall_seconds", "seal")
@@ -104,3 +107,39 @@ def test_a_sweep_gives_the_same_records_in_any_rank(tmp_path):
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(x)["status"] == "ok" for x in lines)
 
+
+
+def test_work_under_one_share_key_runs_once(tmp_path):
+    log, gate = str(tmp_path / "log"), str(tmp_path / "gate")
+    Path(gate).touch()
+    pool = LocalPool(2)
+    try:
+        futures = [pool.submit(_note, name, log, gate, share=key)
+                   for name, key in (("a", "k"), ("b", "k"), ("c", None), ("d", "other"))]
+        assert [f.result(timeout=60) for f in futures] == ["a", "a", "c", "d"]
+    finally:
+        pool.shutdown()
+    assert sorted(Path(log).read_text().split()) == ["a", "c", "d"]
+
+
+def test_sweeps_sharing_a_point_run_it_once_and_keep_their_own_tags(tmp_path):
+    """Two figures' series with the same point (as Figures 12 and 13, or 14 and 21, have):
+    one simulation, and each results file holds a sealed record under its own tag that a
+    resumed run reuses."""
+    base = grid_points([str(REPO / "programs" / "swiglu.step")], {"TB": [32], "TI": [128]},
+                       ["hdl-validation"], (), {}, True)
+    sweeps = [Sweep([replace(p, tag=tag) for p in base], str(tmp_path / f"{tag}.jsonl"))
+              for tag in ("first", "second")]
+    pool = LocalPool(2)
+    try:
+        pending = [s.submit(pool) for s in sweeps]
+        records = [p.collect().records for p in pending]
+    finally:
+        pool.shutdown()
+    (a,), (b,) = records
+    assert a["tag"] == "first" and b["tag"] == "second"
+    assert a["wall_seconds"] == b["wall_seconds"]  # one run: its record, retagged
+    assert _same({**a, "tag": None, "key": None}) == _same({**b, "tag": None, "key": None})
+    for s, rec in zip(sweeps, (a, b)):
+        assert rec["key"] == s.points[0].key and rec["seal"] == seal(rec)
+        assert list(earlier_results(s.out, s.points).reusable) == [s.points[0].key]

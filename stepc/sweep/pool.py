@@ -1,5 +1,6 @@
 """A local process pool with the Executor methods a sweep uses: its workers ignore Ctrl-C,
-and work waits in the pool's own queue, ranked, until a worker is free."""
+work waits in the pool's own queue, ranked, until a worker is free, and work submitted
+again under the same `share` key runs once."""
 
 from __future__ import annotations
 
@@ -21,11 +22,20 @@ def _start_worker() -> None:
     prefer_compiled()
 
 
+def _copy_outcome(to: Future, done: Future) -> None:
+    if done.exception() is None:
+        to.set_result(done.result())
+    else:
+        to.set_exception(done.exception())
+
+
 class LocalPool:
     """A local process pool with the Executor methods a sweep uses, whose workers ignore
     Ctrl-C and can all be ended at once (`terminate`). Work waits in the pool's own queue
     and goes to a worker only when one is free, lowest `rank` first (in submission order
-    within a rank), so work submitted later with a lower rank overtakes what still waits."""
+    within a rank), so work submitted later with a lower rank overtakes what still waits.
+    Work submitted with a `share` key that earlier work had gets that work's result (the
+    figures of `stepc reproduce all` share some points)."""
 
     def __init__(self, jobs: int):
         import multiprocessing
@@ -35,14 +45,23 @@ class LocalPool:
         self._order = itertools.count()
         self._running = 0
         self._idle = threading.Condition()
+        self._shared: dict = {}  # share key -> the future of the work that runs for it
 
-    def submit(self, fn, *args, rank: int = 1) -> Future:
+    def submit(self, fn, *args, rank: int = 1, share=None) -> Future:
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
+        if share is not None:
+            first = self._shared.setdefault(share, fut)
+            if first is not fut:
+                first.add_done_callback(functools.partial(_copy_outcome, fut))
+                return fut
+        self._enqueue(fn, args, fut, rank)
+        return fut
+
+    def _enqueue(self, fn, args: tuple, fut: Future, rank: int) -> None:
         with self._idle:
             heapq.heappush(self._waiting, (rank, next(self._order), fn, args, fut))
             self._dispatch()
-        return fut
 
     def _dispatch(self) -> None:
         """Hand waiting work to free workers (the caller holds `_idle`)."""

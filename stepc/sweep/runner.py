@@ -88,6 +88,22 @@ class Point:
         """Settings and input digests: a record with this key ran on these very inputs."""
         return json.dumps({**self.settings(), "digests": dict(self.digests)}, sort_keys=True)
 
+    @property
+    def run_key(self) -> str:
+        """The key without the series tag: points with equal run keys simulate alike."""
+        return json.dumps({**self.settings(), "tag": None, "digests": dict(self.digests)},
+                          sort_keys=True)
+
+
+def record_for(record: dict, point: Point) -> dict:
+    """A record of a point with `point`'s run key (another series' point that simulated
+    the same), under `point`'s tag and key."""
+    if record.get("key") == point.key:
+        return record
+    out = {**record, "tag": point.tag, "key": point.key}
+    out["seal"] = seal(out)
+    return out
+
 
 @dataclass
 class Inputs:
@@ -471,7 +487,7 @@ class Sweep:
                     pending.keep(i, run_point(self.points[i], self.inputs[i]))
                 else:
                     args = (run_point, self.points[i], self.inputs[i])
-                    fut = executor.submit(*args, rank=rank) \
+                    fut = executor.submit(*args, rank=rank, share=self.points[i].run_key) \
                         if isinstance(executor, LocalPool) else executor.submit(*args)
                     pending.futures[fut] = i
         except KeyboardInterrupt:
@@ -495,6 +511,7 @@ class Pending:
         self.progress = None
 
     def keep(self, i: int, rec: dict) -> None:
+        rec = record_for(rec, self.sweep.points[i])
         if self.sweep.out:
             with open(self.sweep.out, "a", encoding="utf-8") as f:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")

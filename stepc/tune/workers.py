@@ -65,18 +65,16 @@ class CandidatePool(LocalPool):
         self._queue: deque = deque()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._shared: dict = {}
 
-    def submit(self, fn, *args, rank: int = 1) -> Future:
+    def _enqueue(self, fn, args: tuple, fut: Future, rank: int) -> None:
         """Queue a task; tune's tasks share one rank, placed by candidate (see `_dispatch`)."""
-        fut: Future = Future()
-        fut.set_running_or_notify_cancel()
         with self._lock:
             self._queue.append((fn, args, fut, task_key(args)))
             if self._timer is None:  # tasks submitted together are placed together
                 self._timer = threading.Timer(GATHER_SECONDS, self._gathered)
                 self._timer.daemon = True
                 self._timer.start()
-        return fut
 
     def _gathered(self) -> None:
         with self._lock:
