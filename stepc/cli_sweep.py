@@ -402,6 +402,7 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
                     f" ({done.needs_data} need the paper's data: --data DIR)"
                     if done.needs_data else "")
                 points = f"{done.reused} points reused, {done.simulated} simulated" + (
+                    f", {done.shared} shared with other figures" if done.shared else "") + (
                     f", {done.failed_points} FAILED" if done.failed_points else "")
                 click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
                 failed += done.failed_points

@@ -133,10 +133,11 @@ def test_sweeps_sharing_a_point_run_it_once_and_keep_their_own_tags(tmp_path):
     pool = LocalPool(2)
     try:
         pending = [s.submit(pool) for s in sweeps]
-        records = [p.collect().records for p in pending]
+        outcomes = [p.collect() for p in pending]
     finally:
         pool.shutdown()
-    (a,), (b,) = records
+    assert [(o.ran, o.shared) for o in outcomes] == [(1, 0), (1, 1)]
+    (a,), (b,) = [o.records for o in outcomes]
     assert a["tag"] == "first" and b["tag"] == "second"
     assert a["wall_seconds"] == b["wall_seconds"]  # one run: its record, retagged
     assert _same({**a, "tag": None, "key": None}) == _same({**b, "tag": None, "key": None})

@@ -342,6 +342,7 @@ class Reproduced:
     failed_points: int = 0
     reused: int = 0
     simulated: int = 0
+    shared: int = 0  # records taken from identical points of other figures in the run
 
     @property
     def ok(self) -> bool:
@@ -449,7 +450,7 @@ def _report(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcom
     from stepc.sweep.figure_plots import spec_plots
     plot_lines = spec_plots(spec, records, fig_dir)
     done = Reproduced(str(fig_dir / "report.md"), reused=outcome.reused,
-                      simulated=outcome.ran,
+                      simulated=outcome.ran - outcome.shared, shared=outcome.shared,
                       failed_points=sum(r.get("status") != "ok" for r in records))
     lines = [f"# Figure {figure}: {spec['title']}", ""]
     lines += _run_lines(spec, records, outcome, exp.notes, model, data)
@@ -488,8 +489,9 @@ def _run_lines(spec: dict, records: list[dict], outcome, notes: list[str], model
     why = ", ".join(f"{n} {reason}" for reason, n in sorted(outcome.why_run.items()))
     lines.append(f"Reused {outcome.reused} point(s) from an earlier run in this directory "
                  f"(same program and imports, traces, hardware and stepc); simulated "
-                 f"{outcome.ran} now" + (f" ({why})" if why else "") +
-                 f". stepc {code_digest()}.")
+                 f"{outcome.ran - outcome.shared} now" + (f" ({why})" if why else "") +
+                 (f", and took {outcome.shared} from the identical points of other figures "
+                  "in this run" if outcome.shared else "") + f". stepc {code_digest()}.")
     lines += [f"- {n}" for n in notes]
     for name, ref in spec.get("reference", {}).items():
         where = f"`{ref['file']}` under {data}" if data else "not at hand (no --data)"

@@ -98,8 +98,6 @@ class Point:
 def record_for(record: dict, point: Point) -> dict:
     """A record of a point with `point`'s run key (another series' point that simulated
     the same), under `point`'s tag and key."""
-    if record.get("key") == point.key:
-        return record
     out = {**record, "tag": point.tag, "key": point.key}
     out["seal"] = seal(out)
     return out
@@ -422,6 +420,7 @@ class Outcome:
     reused: int
     ran: int
     why_run: Counter  # reason -> points (re)run for it ("new" for points never run)
+    shared: int = 0  # of those run, the records taken from another sweep's identical point
 
 
 class Interrupted(Exception):
@@ -509,9 +508,12 @@ class Pending:
         self.reused, self.why = reused, why
         self.futures: dict = {}
         self.progress = None
+        self.shared = 0
 
     def keep(self, i: int, rec: dict) -> None:
-        rec = record_for(rec, self.sweep.points[i])
+        if rec.get("key") != self.sweep.points[i].key:
+            self.shared += 1
+            rec = record_for(rec, self.sweep.points[i])
         if self.sweep.out:
             with open(self.sweep.out, "a", encoding="utf-8") as f:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -528,7 +530,7 @@ class Pending:
         except KeyboardInterrupt:
             self.stop()
         ran = sum(self.why.values())
-        return Outcome(self.records, self.reused, ran, self.why)
+        return Outcome(self.records, self.reused, ran, self.why, self.shared)
 
     def keep_finished(self) -> None:
         """Write the records of points already finished (before stopping)."""
