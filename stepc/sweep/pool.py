@@ -13,13 +13,11 @@ from concurrent.futures import Future
 
 
 def _start_worker() -> None:
-    """Workers leave Ctrl-C to the main process, which stops them; being long-lived, they
-    load the compiled memory kernels (when installed) from the first point on: ~120 MiB
-    more per worker, repaid by points that serve many windows request by request (the
-    decoder layers of Figure 17)."""
+    """Workers leave Ctrl-C to the main process, which stops them. They do not load numba
+    up front: on the evaluation fabric (one request per message) every window is served in
+    closed form, and a run that serves many requests singly (the validation fabric's
+    four-request messages) loads it by itself (`ref.COMPILE_AFTER`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from stepc.sim.hbm.ref import prefer_compiled
-    prefer_compiled()
 
 
 def _copy_outcome(to: Future, done: Future) -> None:

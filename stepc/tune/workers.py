@@ -36,8 +36,6 @@ def _start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
-    from stepc.sim.hbm.ref import prefer_compiled
-    prefer_compiled()
 
 
 def can_fork() -> bool:

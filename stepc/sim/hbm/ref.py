@@ -32,14 +32,6 @@ def _load_compiled():
 # (and ~120 MiB) against ~35 ns a request saved over numpy, so it repays after ~20 M.
 COMPILE_AFTER = 20_000_000
 PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats numpy
-_preloaded = None  # the compiled kernel, loaded up front by `prefer_compiled`
-
-
-def prefer_compiled() -> None:
-    """Load the compiled kernel now (when numba is installed), for every run of this
-    process: for long-lived processes, such as a sweep's workers, that run many points."""
-    global _preloaded
-    _preloaded = _load_compiled()
 
 
 class RefHbm(WindowedMemory):
@@ -52,7 +44,7 @@ class RefHbm(WindowedMemory):
         self.free = np.zeros(cfg.channels, dtype=np.int64)  # next free cycle per channel
         self.offset = 0
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
-        self.compiled = _preloaded  # numba's serve_ranges, once loaded (None: not yet)
+        self.compiled = None  # numba's serve_ranges, once loaded (False: not installed)
         self.served = 0
 
     def _requests(self, picked, ended, c1: int):
