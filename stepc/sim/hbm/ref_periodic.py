@@ -4,7 +4,9 @@ ending in a window, not with its requests.
 Between two cycles at which a burst starts or ends, the same L ports each issue one
 request per cycle; request i of a cycle goes to channel `o + i(i+1)/2 (mod n)` and the
 offset `o` grows by `J = L(L+1)/2` per cycle, so the channel pattern repeats every
-`P = n / gcd(J, n)` cycles (cached per L and offset). A channel serving arrivals a_l starts
+`P = n / gcd(J, n)` cycles. The pattern from offset `o` is the one from offset 0 with every
+channel moved by `o`, so the tables are kept per L only, in the channels of offset 0 (the
+free cycles are moved there and back per stretch). A channel serving arrivals a_l starts
 its l-th request at `l * II + max(free, max over l' <= l of (a_l' + 1 - l' * II))`; with
 arrivals repeating every period (q per period, a_{l+q} = a_l + P) that running maximum
 is a per-period table plus `(P - q * II)` per period (or the first period's maximum when
@@ -23,13 +25,28 @@ import numpy as np
 NONE = -(1 << 60)  # below any running maximum
 
 
+class Period(NamedTuple):
+    """One period of the channel pattern of `ports` requests per cycle from offset 0, per
+    request (t, i) of it: its channel, II x its rank on the channel within the period, and
+    the running maximum of t_r + 1 - r * II over the visits to that channel up to it; per
+    channel its requests in rows < t (t = 0..P), its requests per period q, D = P - q * II,
+    and the prefix and suffix maxima of t_r + 1 - r * II over its r-th visit's row t_r."""
+
+    p: int
+    step: int
+    chan: np.ndarray
+    ii_rank: np.ndarray
+    ahead: np.ndarray
+    before: np.ndarray
+    q: np.ndarray
+    d: np.ndarray
+    prefix: np.ndarray
+    suffix: np.ndarray
+
+
 @lru_cache(maxsize=1024)
-def _pattern(n: int, ii: int, ports: int):
-    """One period of the channel pattern of `ports` requests per cycle from offset 0, with
-    what the service needs of it: (P, J, channel[t, i], requests per channel in rows < t
-    for t = 0..P, the rank of request (t, i) on its channel within the period, and per
-    channel the prefix and suffix maxima of t_r + 1 - r * II over its r-th visit's row
-    t_r)."""
+def _period(n: int, ii: int, ports: int) -> Period:
+    """The channel pattern's period and what the service needs of it."""
     i = np.arange(ports, dtype=np.int64)
     step = ports * (ports + 1) // 2 % n
     p = n // gcd(step, n)
@@ -50,47 +67,24 @@ def _pattern(n: int, ii: int, ports: int):
     suffix = np.full_like(prefix, NONE)
     prefix[chan_sorted, ahead] = np.maximum.accumulate(term + lift) - lift
     suffix[chan_sorted, ahead] = (np.maximum.accumulate((term - lift)[::-1]) + lift[::-1])[::-1]
-    return p, step, flat.reshape(p, ports), before, rank.reshape(p, ports), prefix, suffix
-
-
-class Period(NamedTuple):
-    """One period of the channel pattern from an offset, per request (t, i) of it: its
-    channel, II x its rank on the channel within the period, and the running maximum of
-    t_r + 1 - r * II over the visits to that channel up to it; per channel its requests
-    in rows < t (t = 0..P), its requests per period q and D = P - q * II."""
-
-    p: int
-    step: int
-    chan: np.ndarray
-    ii_rank: np.ndarray
-    ahead: np.ndarray
-    before: np.ndarray
-    q: np.ndarray
-    d: np.ndarray
-    prefix: np.ndarray
-    suffix: np.ndarray
-
-
-@lru_cache(maxsize=4096)
-def _period(n: int, ii: int, ports: int, offset: int) -> Period:
-    """`_pattern` from `offset`: channels move by the offset, ranks stay."""
-    p, step, chan, before, rank, prefix, suffix = _pattern(n, ii, ports)
-    moved = (np.arange(n) - offset) % n  # the channel that becomes each channel
-    before = before[:, moved]
-    q = before[-1]
-    chan = (chan + offset) % n
-    prefix = prefix[moved]
+    chan, rank = flat.reshape(p, ports), rank.reshape(p, ports)
     return Period(p, step, chan, ii * rank, prefix[chan, rank], before, q, p - q * ii,
-                  prefix, suffix[moved])
+                  prefix, suffix)
 
 
-@lru_cache(maxsize=4096)
-def _tail_rows(n: int, ii: int, ports: int, offset: int):
+@lru_cache(maxsize=1024)
+def _moved(n: int, offset: int) -> np.ndarray:
+    """The channel that channel j of offset 0 is from `offset` on: (j + offset) mod n."""
+    return (np.arange(n) + offset) % n
+
+
+@lru_cache(maxsize=1024)
+def _tail_rows(n: int, ii: int, ports: int):
     """`_tail`'s per-request terms for rows after W periods and for rows after W - 1
     (request (t, i) starts at W * II * q + drift + max(free, lift + W * slope)): (II * q,
     slope, drift after W, after W - 1, lift after W, after W - 1). Over periods the running
     maximum grows by D a period when D >= 0, else stays the first period's."""
-    per = _period(n, ii, ports, offset)
+    per = _period(n, ii, ports)
     chan, q, d = per.chan, per.q, per.d
     dc = d[chan]
     rank = per.ii_rank // ii
@@ -100,12 +94,11 @@ def _tail_rows(n: int, ii: int, ports: int, offset: int):
             np.where(dc >= 0, grows, first_max), np.where(dc >= 0, grows - dc, first_max))
 
 
-@lru_cache(maxsize=8192)
-def _tail(n: int, ii: int, ports: int, offset: int, rest: int):
+def _tail(n: int, ii: int, ports: int, rest: int):
     """The last P cycles of a stretch of W >= 2 whole periods plus `rest` cycles, where
     rows t < rest come after W periods and the others after W - 1: (II * q, drift, lift,
     slope) per request, as `_tail_rows` gives them."""
-    ii_q, slope, drift_w, drift_fewer, lift_w, lift_fewer = _tail_rows(n, ii, ports, offset)
+    ii_q, slope, drift_w, drift_fewer, lift_w, lift_fewer = _tail_rows(n, ii, ports)
     drift = np.concatenate((drift_w[:rest], drift_fewer[rest:]))
     lift = np.concatenate((lift_w[:rest], lift_fewer[rest:]))
     return ii_q, drift, lift, slope
@@ -153,13 +146,12 @@ def serve_periodic(model, picked, ended):
         if not width:
             continue
         length = b - a
-        per = _period(n, ii, width, offset)
+        per = _period(n, ii, width)
         p = per.p
         whole, rest = divmod(length, p)
-        per_channel += per.before[rest]
-        if whole:
-            per_channel += whole * per.q
-        free_rel = free - a
+        moved = _moved(n, offset)
+        per_channel[moved] += per.before[rest] + whole * per.q
+        free_rel = free[moved] - a  # in the channels of offset 0
         rows = min(p, length)
         # the first P cycles (each port's first visit to each channel) and the last P
         # (its last visits; each channel's last request of the stretch is among them)
@@ -167,12 +159,13 @@ def serve_periodic(model, picked, ended):
         if length <= p:
             late = early
         elif whole >= 2:
-            ii_q, drift, lift, slope = _tail(n, ii, width, offset, rest)
+            ii_q, drift, lift, slope = _tail(n, ii, width, rest)
             late = whole * ii_q + drift + np.maximum(free_rel[per.chan], lift + whole * slope)
         else:  # rows t >= rest come after no whole period
             periods = 1 - (np.arange(p) >= rest)[:, None]
             late = _starts(free_rel, per.chan, per.ii_rank // ii, periods, per, ii)
-        np.maximum.at(free, per.chan[:rows].ravel(), (late + (a + ii)).ravel())
+        np.maximum.at(free_rel, per.chan[:rows].ravel(), (late + ii).ravel())
+        free[moved] = free_rel + a
         done = a + model.min_latency
         if ports is None:  # every burst, in order
             latest = (np.maximum.reduce(late) + done).tolist()
