@@ -58,6 +58,7 @@ class Elaborator(Evaluator):
         self.import_stack: list[str] = []
         self.global_scope = Scope(None)
         self.named: set[tuple[str, int]] = set()  # streams referenced by name
+        self.walked_arrays: dict[int, tuple[list | tuple, int]] = {}  # see `referenced`
         self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
         self.iterations = 0  # loop iterations unrolled so far
         self.truncated = False  # a size limit stopped elaboration

@@ -52,6 +52,7 @@ class Evaluator:
     edges: list[tuple[Any, str, int, Span]]
     sources: dict[str, SourceFile]
     named: set[tuple[str, int]]
+    walked_arrays: dict[int, tuple[list | tuple, int]]  # id -> (array of streams, length)
     graph_stack: list[str]
     last_node: OpNode
 
@@ -133,12 +134,21 @@ class Evaluator:
 
     def referenced(self, v: Any) -> None:
         """Remember streams the source names: an unconsumed-stream warning for them would
-        only repeat an error reported where they are used."""
+        only repeat an error reported where they are used.
+
+        An array of streams is walked once per length (`p[e]` in a loop names all of `p`
+        in every iteration): its elements are never replaced (assigning an element twice
+        is an error; only missing ones are filled in, and such an array is walked again)."""
         if isinstance(v, StreamVal):
             self.named.add((v.node, v.port))
         elif isinstance(v, (list, tuple)):
+            walked = self.walked_arrays.get(id(v))
+            if walked is not None and walked[0] is v and walked[1] == len(v):
+                return
             for x in v:
                 self.referenced(x)
+            if all(isinstance(x, StreamVal) for x in v):
+                self.walked_arrays[id(v)] = (v, len(v))
 
     def undefined(self, name: str, span: Span, scope: Scope) -> Abort:
         later = self.defined_later(name)
