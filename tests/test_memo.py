@@ -219,3 +219,25 @@ def test_walked_array_memo_equals_direct(name, monkeypatch, tmp_path):
     assert fast.typed.program.named == direct.typed.program.named
     assert [str(d) for d in fast.diagnostics.items] == \
         [str(d) for d in direct.diagnostics.items]
+
+
+def test_cached_condition_equals_direct(analysis):
+    for o in analysis.ops:
+        assert o.nonempty == _nonempty.__wrapped__(o.activity), o.node
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROGRAMS.glob("*.step")))
+def test_passed_free_symbols_equal_direct(name, monkeypatch):
+    """The symbols `visit` hands to `store` are those of the type it stores."""
+    passed = []
+    store = checker.Checker.store
+
+    def checked_store(self, key, t, free=None):
+        if free is not None:
+            assert free == checker.free_symbols(t), key
+            passed.append(key)
+        store(self, key, t, free)
+
+    monkeypatch.setattr(checker.Checker, "store", checked_store)
+    assert compile_file(str(PROGRAMS / name)).typed is not None
+    assert passed
