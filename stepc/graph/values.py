@@ -54,6 +54,7 @@ class Evaluator:
     named: set[tuple[str, int]]
     walked_arrays: dict[int, tuple[list | tuple, int]]  # id -> (array of streams, length)
     graph_stack: list[str]
+    hit_poison: bool
     last_node: OpNode
 
     def error(self, code: str, message: str, span: Span | None, notes=()) -> Abort:
