@@ -118,6 +118,20 @@ def test_to_dict_is_the_cli_json(at_repo):
                                        "programs/moe_simple.step"])
 
 
+def test_per_op_is_built_on_first_use(at_repo):
+    """`Cost.per_op` (which `stepc analyze`'s text report never reads) is built when first
+    read, from the analysis the cost carries."""
+    cost = stepc.load("programs/moe_simple.step").analyze(bind={"D_0": 4})
+    assert "per_op" not in vars(cost)
+    ops = cost.analysis.ops
+    assert list(cost.per_op) == [o.node for o in ops]
+    for o in ops:
+        assert cost.per_op[o.node] == {
+            "op": o.op, "off_chip_bytes": o.off_chip, "on_chip_bytes": o.on_chip,
+            "on_chip_bytes_on_demand": o.on_chip_on_demand, "flops": o.flops,
+            "compute_bw": o.compute_bw}, o.node
+
+
 def test_api_prints_nothing(at_repo, capfd, tmp_path):
     prog = stepc.load("programs/swiglu.step", TB=32)
     prog.analyze(hw="paper-eval", set={"hbm.channels": 16})

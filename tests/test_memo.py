@@ -14,6 +14,8 @@ from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, add_a
 from stepc.check import checker
 from stepc.canon import canonical, memo_renamed, rename, symbols_in
 from stepc.frontend import compile_file
+from stepc.graph.scope import StreamVal
+from stepc.graph.values import Evaluator
 from stepc.types import ceil_div, divides
 
 PROGRAMS = Path(__file__).parent.parent / "programs"
@@ -177,3 +179,65 @@ def test_memo_shares_one_computation_between_copies():
     assert len(calls) == 1
     assert ceil_div(syms[0], 16) == sympy.ceiling(syms[0] / 16)
     assert divides(4, 8 * syms[1]) is True and divides(4, syms[1]) is None
+
+
+def _referenced_direct(self, v) -> None:
+    """`Evaluator.referenced` without its walked-array memo."""
+    if isinstance(v, StreamVal):
+        self.named.add((v.node, v.port))
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _referenced_direct(self, x)
+
+
+FILLED_LATER = """
+tensor X : f32[4, 4] input
+a[0] = LinearOffChipLoad(X, tile=[1, 4])
+Sink(a[0])
+a[1] = LinearOffChipLoad(X, tile=[1, 4])
+b = a[0]
+c[1] = LinearOffChipLoad(X, tile=[1, 4])
+Sink(c[1])
+c[0] = LinearOffChipLoad(X, tile=[1, 4])
+d = c[1]
+Sink(nowhere)
+"""
+
+
+@pytest.mark.parametrize("name", ["filled_later"] + sorted(
+    p.name for p in PROGRAMS.glob("*.step")))
+def test_walked_array_memo_equals_direct(name, monkeypatch, tmp_path):
+    """The streams an elaboration counts as named (and so its diagnostics) are the same
+    when each array of streams is walked at every use."""
+    path = PROGRAMS / name
+    if name == "filled_later":  # an array read, then filled in further, then read again
+        path = tmp_path / "filled.step"
+        path.write_text(FILLED_LATER)
+    fast = compile_file(str(path))
+    monkeypatch.setattr(Evaluator, "referenced", _referenced_direct)
+    direct = compile_file(str(path))
+    assert fast.typed.program.named == direct.typed.program.named
+    assert [str(d) for d in fast.diagnostics.items] == \
+        [str(d) for d in direct.diagnostics.items]
+
+
+def test_cached_condition_equals_direct(analysis):
+    for o in analysis.ops:
+        assert o.nonempty == _nonempty.__wrapped__(o.activity), o.node
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROGRAMS.glob("*.step")))
+def test_passed_free_symbols_equal_direct(name, monkeypatch):
+    """The symbols `visit` hands to `store` are those of the type it stores."""
+    passed = []
+    store = checker.Checker.store
+
+    def checked_store(self, key, t, free=None):
+        if free is not None:
+            assert free == checker.free_symbols(t), key
+            passed.append(key)
+        store(self, key, t, free)
+
+    monkeypatch.setattr(checker.Checker, "store", checked_store)
+    assert compile_file(str(PROGRAMS / name)).typed is not None
+    assert passed

@@ -43,6 +43,12 @@ class OpCost:
     compute_bw: int | None  # FLOPs/cycle allocated, for higher-order operators
 
     @cached_property
+    def nonempty(self) -> sympy.Basic:
+        """The condition "the operator's stream has elements" (computed once: both the
+        symbols of the costs and the on-demand total ask for it)."""
+        return _nonempty(self.activity)
+
+    @cached_property
     def on_chip_on_demand(self) -> sympy.Expr:
         """On-chip bytes charged only when the operator's stream is non-empty."""
         if self.on_chip == 0:  # what `_on_demand` returns, without renaming the activity
@@ -73,7 +79,7 @@ class Analysis:
         for o in self.ops:
             if o.on_chip == 0:
                 continue
-            cond = _nonempty(o.activity)
+            cond = o.nonempty
             if cond is sympy.true:
                 always.append(o.on_chip)
             elif cond is not sympy.false:
@@ -242,7 +248,7 @@ def cost_formulas(ops: list[OpCost]) -> list[sympy.Basic]:
     for o in ops:
         out += (o.off_chip, o.on_chip, o.flops)
         if o.on_chip != 0:
-            cond = _nonempty(o.activity)
+            cond = o.nonempty
             if cond is not sympy.true and cond is not sympy.false:
                 out.append(cond)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.errors import Deadlock, InputError, SimulationError
@@ -39,13 +40,23 @@ class Cost:
     program: str
     onchip_model: str
     totals: dict[str, Any]  # off_chip_bytes, on_chip_bytes, on_chip_bytes_on_demand, flops, ...
-    per_op: dict[str, dict[str, Any]]  # operator -> {op, off_chip_bytes, on_chip_bytes, ...}
     bindings: dict[str, Any]
     roofline: dict[str, Any] | None = None  # memory_cycles, compute_cycles, bound (with hw)
     warnings: list[str] = field(default_factory=list)
     analysis: Analysis | None = field(default=None, repr=False)
     hw: HardwareConfig | None = field(default=None, repr=False)
     roofline_bound: Any = field(default=None, repr=False)  # the Roofline, for renderers
+
+    @cached_property
+    def per_op(self) -> dict[str, dict[str, Any]]:
+        """Operator -> {op, off_chip_bytes, on_chip_bytes, on_chip_bytes_on_demand, flops,
+        compute_bw}, built on first use (the text report does not read it, and each
+        operator's on-demand cost is a piecewise formula to build)."""
+        return {o.node: {"op": o.op, "off_chip_bytes": plain(o.off_chip),
+                         "on_chip_bytes": plain(o.on_chip),
+                         "on_chip_bytes_on_demand": plain(o.on_chip_on_demand),
+                         "flops": plain(o.flops), "compute_bw": o.compute_bw}
+                for o in self.analysis.ops}
 
     def to_dict(self) -> dict:
         """The document of `stepc analyze --format json`."""
@@ -82,14 +93,10 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     if values:
         a = a.bind(values)
     roof = roofline(a, config) if config is not None else None
-    per_op = {o.node: {"op": o.op, "off_chip_bytes": plain(o.off_chip),
-                       "on_chip_bytes": plain(o.on_chip),
-                       "on_chip_bytes_on_demand": plain(o.on_chip_on_demand),
-                       "flops": plain(o.flops), "compute_bw": o.compute_bw} for o in a.ops}
     roof_dict = None if roof is None else {
         "memory_cycles": plain(roof.memory_cycles), "compute_cycles": plain(roof.compute_cycles),
         "bound": roof.bound}
-    return Cost(a.program, onchip_model, {k: plain(v) for k, v in a.totals.items()}, per_op,
+    return Cost(a.program, onchip_model, {k: plain(v) for k, v in a.totals.items()},
                 {k: plain(v) for k, v in a.bindings.items()}, roof_dict, warnings, a, config,
                 roof)
 

@@ -234,9 +234,11 @@ class Checker:
         for w in ctx.warnings:
             self.report(node, w, in_edges, inputs, warning=True)
         for port, t in enumerate(outs):
-            if self.substitutes(free_symbols(t)):
+            free = free_symbols(t)
+            if self.substitutes(free):
                 t = self.apply_subst(t)
-            self.store((node.name, port), t)
+                free = free_symbols(t)
+            self.store((node.name, port), t, free)
         for port, anns in sorted(node.annotations.items()):
             for ann in anns:
                 if (node.name, port) in self.types:
@@ -333,8 +335,11 @@ class Checker:
         smaller side)."""
         return not self.subst.keys().isdisjoint(symbols)
 
-    def store(self, key: tuple[str, int], t: StreamType) -> None:
-        free = free_symbols(t)
+    def store(self, key: tuple[str, int], t: StreamType, free: set | None = None) -> None:
+        """Record `key`'s type and index it under its symbols (`free`, when the caller has
+        them already: `free_symbols(t)`)."""
+        if free is None:
+            free = free_symbols(t)
         self.types[key] = t
         self.free[key] = free
         for sym in free:
