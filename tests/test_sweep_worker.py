@@ -1,7 +1,7 @@
 """A sweep worker's shared work and the pool's order: compiling with the worker's parse
 cache gives the records a fresh compile gives, whatever ran before in the worker, the
 local pool runs waiting points lowest rank first, and a point two sweeps share (all but
-their tags) runs once for both."""
+their tags) runs once for both, and the second counts it as shared."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from stepc.frontend import compile_files, program_files
 from stepc.sweep import runner
@@ -122,14 +124,16 @@ def test_work_under_one_share_key_runs_once(tmp_path):
     assert sorted(Path(log).read_text().split()) == ["a", "c", "d"]
 
 
-def test_sweeps_sharing_a_point_run_it_once_and_keep_their_own_tags(tmp_path):
-    """Two figures' series with the same point (as Figures 12 and 13, or 14 and 21, have):
-    one simulation, and each results file holds a sealed record under its own tag that a
-    resumed run reuses."""
+@pytest.mark.parametrize("tags", [("first", "second"), ("static", "static")])
+def test_sweeps_sharing_a_point_run_it_once_and_keep_their_own_tags(tmp_path, tags):
+    """Two figures' series with the same point (as Figures 12 and 13, or 14 and 21, have,
+    under different or equal series tags): one simulation, counted as shared by the second,
+    and each results file holds a sealed record under its own tag that a resumed run
+    reuses."""
     base = grid_points([str(REPO / "programs" / "swiglu.step")], {"TB": [32], "TI": [128]},
                        ["hdl-validation"], (), {}, True)
-    sweeps = [Sweep([replace(p, tag=tag) for p in base], str(tmp_path / f"{tag}.jsonl"))
-              for tag in ("first", "second")]
+    sweeps = [Sweep([replace(p, tag=tag) for p in base], str(tmp_path / f"{n}.jsonl"))
+              for n, tag in enumerate(tags)]
     pool = LocalPool(2)
     try:
         pending = [s.submit(pool) for s in sweeps]
@@ -138,7 +142,7 @@ def test_sweeps_sharing_a_point_run_it_once_and_keep_their_own_tags(tmp_path):
         pool.shutdown()
     assert [(o.ran, o.shared) for o in outcomes] == [(1, 0), (1, 1)]
     (a,), (b,) = [o.records for o in outcomes]
-    assert a["tag"] == "first" and b["tag"] == "second"
+    assert (a["tag"], b["tag"]) == tags
     assert a["wall_seconds"] == b["wall_seconds"]  # one run: its record, retagged
     assert _same({**a, "tag": None, "key": None}) == _same({**b, "tag": None, "key": None})
     for s, rec in zip(sweeps, (a, b)):

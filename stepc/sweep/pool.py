@@ -33,7 +33,7 @@ class LocalPool:
     and goes to a worker only when one is free, lowest `rank` first (in submission order
     within a rank), so work submitted later with a lower rank overtakes what still waits.
     Work submitted with a `share` key that earlier work had gets that work's result (the
-    figures of `stepc reproduce all` share some points)."""
+    figures of `stepc reproduce all` share some points); such a future has `shared` set."""
 
     def __init__(self, jobs: int):
         import multiprocessing
@@ -51,6 +51,7 @@ class LocalPool:
         if share is not None:
             first = self._shared.setdefault(share, fut)
             if first is not fut:
+                fut.shared = True  # the result is `first`'s: no work of its own
                 first.add_done_callback(functools.partial(_copy_outcome, fut))
                 return fut
         self._enqueue(fn, args, fut, rank)

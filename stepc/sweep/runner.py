@@ -494,6 +494,11 @@ class Sweep:
         return pending
 
 
+def _shared(fut) -> bool:
+    """Whether the future's record came from another sweep's identical point."""
+    return getattr(fut, "shared", False)
+
+
 def _interrupted(executor) -> bool:
     return getattr(executor, "stopped", False)
 
@@ -510,9 +515,9 @@ class Pending:
         self.progress = None
         self.shared = 0
 
-    def keep(self, i: int, rec: dict) -> None:
+    def keep(self, i: int, rec: dict, shared: bool = False) -> None:
+        self.shared += shared
         if rec.get("key") != self.sweep.points[i].key:
-            self.shared += 1
             rec = record_for(rec, self.sweep.points[i])
         if self.sweep.out:
             with open(self.sweep.out, "a", encoding="utf-8") as f:
@@ -526,7 +531,7 @@ class Pending:
         self.progress = progress
         try:
             for fut in as_completed(self.futures):
-                self.keep(self.futures.pop(fut), fut.result())
+                self.keep(self.futures.pop(fut), fut.result(), _shared(fut))
         except KeyboardInterrupt:
             self.stop()
         ran = sum(self.why.values())
@@ -536,7 +541,7 @@ class Pending:
         """Write the records of points already finished (before stopping)."""
         for fut in [f for f in self.futures if f.done() and not f.cancelled()]:
             if fut.exception() is None:
-                self.keep(self.futures.pop(fut), fut.result())
+                self.keep(self.futures.pop(fut), fut.result(), _shared(fut))
 
     def stop(self):
         """Ctrl-C: keep what finished, end the executor's work, raise `Interrupted`."""
