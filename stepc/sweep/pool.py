@@ -21,6 +21,7 @@ def _start_worker() -> None:
 
 
 def _copy_outcome(to: Future, done: Future) -> None:
+    """Give `to` the result (or exception) of the finished `done`."""
     if done.exception() is None:
         to.set_result(done.result())
     else:

@@ -516,8 +516,9 @@ class Pending:
         self.shared = 0
 
     def keep(self, i: int, rec: dict, shared: bool = False) -> None:
-        self.shared += shared
-        if rec.get("key") != self.sweep.points[i].key:
+        """Record point i's result; `shared`: it is another sweep's identical point's."""
+        if shared:
+            self.shared += 1
             rec = record_for(rec, self.sweep.points[i])
         if self.sweep.out:
             with open(self.sweep.out, "a", encoding="utf-8") as f:

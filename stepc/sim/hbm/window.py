@@ -190,7 +190,7 @@ class WindowedMemory(MemoryModel):
             b.next_cycle = int(cyc[-1]) + 1
             if b.messages == 0:
                 self._next_in_queue(b)
-        picked.sort(key=lambda p: p[0].port)  # then a stable sort by cycle: cycle, port
+        picked.sort(key=lambda p: p[0].port)  # the servers order by cycle, then port
         return picked, c1
 
     def _next_in_queue(self, b: Burst) -> None:
