@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from stepc.torch import families
 from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
                                    lower_attention)
 from stepc.torch.capture import LoweringError, Node, capture
@@ -117,6 +118,13 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
     module = module.eval()
+    family = families.find(module)
+    if family is not None:
+        tiling = tiling or family.tilings[0]
+        if tiling not in family.tilings:
+            raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "
+                                f"{family.kind} block: choose {', '.join(family.tilings)})")
+        return family.lowering()(module, example_inputs, tiling, sched)
     nodes = capture(module, example_inputs)
     attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
     tiling = tiling or ("interleaved" if attention else "static")
