@@ -53,8 +53,7 @@ class TorchProgram:
             elif src in args:
                 out[name] = _np(args[src])
         if self.routing is not None:
-            ids, weights = self.routing(*inputs)
-            out[self.routing.weights_tensor] = _np(weights)
+            out.update({k: _np(v) for k, v in self.routing.values(*inputs).items()})
         return out
 
     def traces(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
@@ -92,8 +91,7 @@ class TorchProgram:
     def on_module(self, module: torch.nn.Module) -> TorchProgram:
         """This program with its values taken from `module` (the same class, e.g. built on
         the CPU after lowering one on the meta device)."""
-        routing = (RoutingProbe(module.eval(), self.routing.ids_node, self.routing.weights_node)
-                   if self.routing is not None else None)
+        routing = self.routing.on_module(module.eval()) if self.routing is not None else None
         return replace(self, module=module.eval(), routing=routing)
 
     def _arg_names(self) -> list[str]:

@@ -34,6 +34,26 @@ class Family:
 
 FAMILIES: list[Family] = []
 
+# Hugging Face transformers' sparse MoE blocks (stepc/torch/hf_moe.py): router ahead of the
+# program, fused SwiGLU experts, optional shared expert
+MOE_TILINGS = ("static", "dynamic", "timemux")
+_HF_MOE = "stepc.torch.hf_moe:lower_hf_moe"
+FAMILIES += [
+    Family("mixtral-moe", ("MixtralSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "Mixtral sparse MoE: softmax router, top-k renormalised, SwiGLU experts"),
+    Family("qwen3-moe", ("Qwen3MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "Qwen3-MoE sparse MoE: softmax router, top-k (norm_topk_prob), SwiGLU experts"),
+    Family("qwen2-moe", ("Qwen2MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "Qwen2-MoE sparse MoE: softmax router, top-k (norm_topk_prob), SwiGLU experts, "
+           "a shared expert scaled by its sigmoid gate"),
+    Family("deepseek-v3-moe", ("DeepseekV3MoE",), "moe", MOE_TILINGS, _HF_MOE,
+           "DeepSeek-V3 MoE: sigmoid router, group-limited top-k with correction bias, "
+           "norm_topk_prob, routed_scaling_factor, SwiGLU experts, shared experts"),
+    Family("deepseek-v2-moe", ("DeepseekV2Moe",), "moe", MOE_TILINGS, _HF_MOE,
+           "DeepSeek-V2 MoE: softmax router, greedy or group-limited top-k, "
+           "routed_scaling_factor, SwiGLU experts, shared experts"),
+]
+
 
 def find(module) -> Family | None:
     """The family of `module`'s class (or of its nearest base class that has one)."""

@@ -13,12 +13,21 @@ which `TorchProgram.traces` / `values` compute by running the module's own route
 
 from __future__ import annotations
 
+import math
+import textwrap
+from dataclasses import dataclass
+
 import torch
 
+from stepc.torch import families
 from stepc.torch.capture import LoweringError, Node
 from stepc.torch.emit import StepWriter
 
-MOE_TILINGS = ("static", "dynamic", "timemux")
+MOE_TILINGS = families.MOE_TILINGS
+ROUTER_AHEAD = ("it runs ahead of the program, as in the paper's MoE programs: its expert "
+                "ids are the `routing` trace and its routing weights the input RW "
+                "(TorchProgram.traces / values compute both).")
+ROUTING_WEIGHTS = "routing weights"  # the source of the RW tensor, which the router computes
 # defaults per tiling: the paper's evaluation settings (experiments.md 4.2 and 5)
 _DEFAULTS = {"static": {"TILE_N": 16, "TILE_F": 64, "BW": 4096},
              "dynamic": {"TILE_F": 64, "BW": 6400, "PACK_BW": 1024},
@@ -56,6 +65,14 @@ class RoutingProbe:
             raise LoweringError("the router's top-k values were not found when running the "
                                 "module (its graph changed with the inputs)")
         return seen[self.ids_node], seen[self.weights_node]
+
+    def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The program tensors the router supplies for these inputs: the routing weights."""
+        return {self.weights_tensor: self(*inputs)[1]}
+
+    def on_module(self, module: torch.nn.Module) -> RoutingProbe:
+        """The same probe on another module of the same class."""
+        return RoutingProbe(module, self.ids_node, self.weights_node)
 
 
 def _users(n: Node, op: str) -> list[Node]:
@@ -109,37 +126,101 @@ def _recognise(nodes: list[Node]) -> dict:
 
 def lower_moe(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
               ) -> tuple[dict[str, str], tuple[str, str]]:
-    """Emit the MoE block under `tiling`; returns the tensors' sources and the names of the
-    captured nodes holding the top-k ids and routing weights (for a RoutingProbe)."""
+    """Emit the captured MoE block under `tiling`; returns the tensors' sources and the names
+    of the captured nodes holding the top-k ids and routing weights (for a RoutingProbe)."""
     m = _recognise(nodes)
+    x = m["x"]
+    spec = MoeSpec(
+        B=m["B"], D=m["D"], F=m["F"], E=m["E"], K=m["K"], dtype=x.dtype,
+        x=MoeTensor(x.name.upper(), x.name, f"forward argument `{x.name}`"),
+        experts={k: MoeTensor(m[k].target.replace(".", "_"), m[k].target,
+                              f"{m[k].target} ({m[k].site.line or 'parameter'})")
+                 for k in ("up", "gate", "down")},
+        about=[(f"Router: {m['router'].site} (top-{m['K']} at "
+                f"{m['topk'].site.line or 'forward'}); {ROUTER_AHEAD}"),
+               (f"Experts: {m['gate'].target} / {m['up'].target} / {m['down'].target} "
+                f"({m['gate'].site.line or 'forward'}).")],
+        combine=m["scatter"].site.line or "forward")
+    tensors = emit_moe(w, spec, tiling, sched)
+    scatter = m["scatter"]
+    return tensors, (scatter.args[2].name, scatter.args[3].name)
+
+
+@dataclass
+class MoeTensor:
+    """One tensor of the emitted program: its name's base, where its values come from (a
+    state-dict key, a forward argument, or how they are derived), and its comment."""
+
+    name: str
+    source: str
+    comment: str
+
+
+@dataclass
+class SharedExpert:
+    """A SwiGLU expert every token goes through (DeepSeek's `shared_experts`, Qwen2-MoE's
+    `shared_expert`), with its optional per-token sigmoid gate (a [D, 1] weight)."""
+
+    F: int
+    weights: dict[str, MoeTensor]  # "up", "gate", "down": [D, F], [D, F], [F, D]
+    gate: MoeTensor | None
+    about: str
+
+
+@dataclass
+class MoeSpec:
+    """What the emitter needs to know about a routed SwiGLU MoE block."""
+
+    B: int
+    D: int
+    F: int
+    E: int
+    K: int
+    dtype: str
+    x: MoeTensor
+    experts: dict[str, MoeTensor]  # "up", "gate", "down": [E, D, F], [E, D, F], [E, F, D]
+    about: list[str]               # header paragraphs: the router and the experts
+    combine: str                   # where the module combines the expert outputs
+    shared: SharedExpert | None = None
+
+
+def moe_params(spec: MoeSpec, tiling: str, sched: dict) -> dict:
+    """The tiling's params: its defaults fitted to the block, then the user's settings."""
     params = {**_DEFAULTS[tiling]}
     unknown = sorted(set(sched) - set(params))
     if unknown:
         raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
                             f"tiling (it takes {', '.join(params)})")
-    if "TILE_F" not in sched and m["F"] % params["TILE_F"]:
-        params["TILE_F"] = next(t for t in range(params["TILE_F"], 0, -1) if m["F"] % t == 0)
+    widths = [spec.F] + ([spec.shared.F] if spec.shared else [])
+    width = math.gcd(*widths)
+    if "TILE_F" not in sched and width % params["TILE_F"]:
+        params["TILE_F"] = next(t for t in range(params["TILE_F"], 0, -1) if width % t == 0)
+    if tiling == "timemux" and "R" not in sched and spec.E % params["R"]:
+        params["R"] = next(r for r in range(min(params["R"], spec.E), 0, -1) if spec.E % r == 0)
     params.update(sched)
-    if m["F"] % params["TILE_F"]:
-        raise LoweringError(f"TILE_F = {params['TILE_F']} does not divide F = {m['F']}")
-    if tiling == "timemux" and m["E"] % params["R"]:
-        raise LoweringError(f"R = {params['R']} regions do not divide E = {m['E']} experts")
-    x, dt = m["x"], m["x"].dtype
-    names = {k: w.name(m[k].target.replace(".", "_")) for k in ("gate", "up", "down")}
-    X = w.name(x.name.upper())
-    w.header += _HEADER[tiling] + [
-        "",
-        f"Router: {m['router'].site} (top-{m['K']} at {m['topk'].site.line or 'forward'}); "
-        "it runs ahead of the program,",
-        "as in the paper's MoE programs: its expert ids are the `routing` trace and its",
-        "routing weights the input RW (TorchProgram.traces / values compute both).",
-        f"Experts: {m['gate'].target} / {m['up'].target} / {m['down'].target} "
-        f"({m['gate'].site.line or 'forward'}).",
-    ]
-    for k, v, c in (("B", m["B"], "tokens"), ("D", m["D"], "hidden size"),
-                    ("F", m["F"], "expert intermediate size"), ("E", m["E"], "experts"),
-                    ("K", m["K"], "experts per token")):
+    for f, what in zip(widths, ("F", "the shared expert's FS")):
+        if f % params["TILE_F"]:
+            raise LoweringError(f"TILE_F = {params['TILE_F']} does not divide {what} = {f}")
+    if tiling == "timemux" and spec.E % params["R"]:
+        raise LoweringError(f"R = {params['R']} regions do not divide E = {spec.E} experts")
+    return params
+
+
+def emit_moe(w: StepWriter, spec: MoeSpec, tiling: str, sched: dict) -> dict[str, str]:
+    """Write the routed MoE program for `spec` under `tiling`; returns the program's tensors
+    and their sources."""
+    params = moe_params(spec, tiling, sched)
+    dt, shared = spec.dtype, spec.shared
+    X = w.name(spec.x.name)
+    names = {k: w.name(t.name) for k, t in spec.experts.items()}
+    about = spec.about + ([shared.about] if shared else [])
+    w.header += _HEADER[tiling] + [""] + [ln for para in about for ln in textwrap.wrap(para, 86)]
+    for k, v, c in (("B", spec.B, "tokens"), ("D", spec.D, "hidden size"),
+                    ("F", spec.F, "expert intermediate size"), ("E", spec.E, "experts"),
+                    ("K", spec.K, "experts per token")):
         w.param(k, v, c)
+    if shared:
+        w.param("FS", shared.F, "shared expert intermediate size")
     docs = {"TILE_N": "token rows per tile", "TILE_F": "intermediate columns per weight tile",
             "BW": "FLOPs/cycle of each compute operator",
             "PACK_BW": "FLOPs/cycle of the row-packing Accum",
@@ -149,24 +230,45 @@ def lower_moe(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     if tiling == "timemux":
         w.param("G", "E // R", "experts per region")
     w.param("NF", "F // TILE_F")
+    if shared:
+        w.param("NFS", "FS // TILE_F")
     w.taken |= {"RW", "Y", "route", "wsel", "merge"}
-    w.tensor(X, f"{dt}[B, D]    input  = random(seed=5)", f"forward argument `{x.name}`")
+    w.tensor(X, f"{dt}[B, D]    input  = random(seed=5)", spec.x.comment)
     w.tensor("RW", f"{dt}[B, K]    input  = random(seed=6)", "routing weights w_{b,k}")
     for k, dims, seed in (("up", "D, F", 7), ("gate", "D, F", 8), ("down", "F, D", 9)):
         w.tensor(names[k], f"{dt}[E, {dims}] weight = random(seed={seed})",
-                 f"{m[k].target} ({m[k].site.line or 'parameter'})")
+                 spec.experts[k].comment)
+    tensors = {X: spec.x.source, "RW": ROUTING_WEIGHTS,
+               **{names[k]: t.source for k, t in spec.experts.items()}}
+    fields = {"X": X, **names, "combine": spec.combine, **_TILE[tiling]}
+    if shared:
+        snames = {k: w.name(t.name) for k, t in shared.weights.items()}
+        for k, dims, seed in (("up", "D, FS", 10), ("gate", "D, FS", 11), ("down", "FS, D", 12)):
+            decl = f"{dt}[{dims}]".ljust(len(dt) + 10) + f"weight = random(seed={seed})"
+            w.tensor(snames[k], decl,
+                     shared.weights[k].comment)
+        tensors.update({snames[k]: t.source for k, t in shared.weights.items()})
+        fields.update({f"s{k}": v for k, v in snames.items()})
+        if shared.gate:
+            fields["sg"] = w.name(shared.gate.name)
+            w.tensor(fields["sg"], f"{dt}[D, 1]".ljust(len(dt) + 10) + "weight = random(seed=13)",
+                     shared.gate.comment)
+            tensors[fields["sg"]] = shared.gate.source
     w.tensor("Y", "f32[B, D]     output", "the block's output (f32 accumulation)")
-    body = (_TIMEMUX_BODY if tiling == "timemux" else _BODY).format(
-        X=X, up=names["up"], gate=names["gate"], down=names["down"],
-        combine=m["scatter"].site.line or "forward", **_TILE[tiling])
-    for line in body.strip("\n").split("\n"):
+    tensors["Y"] = "output"
+    body = (_TIMEMUX_BODY if tiling == "timemux" else _GRAPH + _ROUTE + _LOOP)
+    if shared:
+        body = (_GRAPH if tiling == "timemux" else "") + body + _SHARED[tiling == "dynamic"]
+        body += _SHARED_GATE if shared.gate else "shared = FlatMap(sffn, fn={split})\n"
+        body += _SHARED_TAIL
+    else:
+        body += _TAIL
+    for line in body.format(**fields).strip("\n").split("\n"):
         code, _, comment = line.partition(" #")
         w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
             comment.strip().lstrip("# ") if comment else "")
-    tensors = {X: x.name, "RW": "routing weights", names["up"]: m["up"].target,
-               names["gate"]: m["gate"].target, names["down"]: m["down"].target, "Y": "output"}
-    scatter = m["scatter"]
-    return tensors, (scatter.args[2].name, scatter.args[3].name)
+    return tensors
+
 
 _HEADER = {
     "static": ["A Mixture-of-Experts layer with SwiGLU experts and STATIC tiling of each",
@@ -186,14 +288,14 @@ _TILE = {
                "split": "retile_streamify(filter=true)"},
     "dynamic": {"tile": "tiles    = Promote(rows)", "tile_c": "[(1 if n_e > 0 else 0), n_e]",
                 "pack_bw": "PACK_BW", "split": "retile_streamify"},
-    "timemux": {},
+    "timemux": {"split": "retile_streamify(filter=true)"},
 }
 
 _GRAPH = """
 # y = (x W_up * silu(x W_gate)) W_down for a stream of token tiles `xt` ([c] of [rows, D]):
 # every token tile streams the expert's weights from HBM in F-tiles of TILE_F columns.
-graph swiglu_expert(xt, w_up, w_gate, w_down) {{
-    xr   = Repeat(xt, count=NF)                                       # [c, NF] token tiles
+graph swiglu_expert(xt, w_up, w_gate, w_down, nf=NF) {{
+    xr   = Repeat(xt, count=nf)                                       # [c, NF] token tiles
     wu   = Flatten(LinearOffChipLoad(w_up, ref=xt, tile=[D, TILE_F]), min=0, max=1)
     wg   = Flatten(LinearOffChipLoad(w_gate, ref=xt, tile=[D, TILE_F]), min=0, max=1)
     wd   = Flatten(LinearOffChipLoad(w_down, ref=xt, tile=[TILE_F, D]), min=0, max=1)
@@ -219,14 +321,16 @@ w  = LinearOffChipLoad(RW, tile=[1, 1])                    # [B, K] of [1, 1]
 pw = Partition(w, wsel, rank=0, consumers=E, dim="m")      # pw[e]: [m_e]
 """
 
-_TAIL = """
+_COMBINE = """
 # The weighted combine ({combine}): each token's k expert rows, summed.
 ys  = Reassemble(y, merge, rank=0)                         # [B, k_b]: the rows of token b
 sum = Accum(ys, fn=add, rank=1, compute_bw=BW)             # [B] of [1, D]
-LinearOffChipStore(sum, Y)
 """
 
-_BODY = _GRAPH + _ROUTE + """
+_TAIL = _COMBINE + """LinearOffChipStore(sum, Y)
+"""
+
+_LOOP = """
 for e in 0..E {{
     rows     = Flatten(p[e], min=0, max=1)                 # [n_e] of [1, D]
     {tile}     # {tile_c}
@@ -237,7 +341,7 @@ for e in 0..E {{
     assume shape(pw[e]) == shape(rows)                     # one weight per routed token
     y[e]     = Map(pw[e], out, fn=mul, dtype=f32, compute_bw=BW)
 }}
-""" + _TAIL
+"""
 
 _TIMEMUX_BODY = """
 # One time-multiplexed SwiGLU region: its G experts' token tiles in arrival order (`xt`)
@@ -274,4 +378,33 @@ for r in 0..R {{
         y[r * G + g] = Map(pw[r * G + g], out, fn=mul, dtype=f32, compute_bw=BW)
     }}
 }}
-""" + _TAIL
+"""
+
+# The shared expert: every token, tiled like the routed experts' tokens ([static/timemux,
+# dynamic]); its weights stream once per token tile.
+_SHARED = ["""
+# The shared expert: all B tokens in ceil(B / TILE_N) tiles of TILE_N rows.
+srows     = Flatten(x, min=0, max=1)                       # [B] of [1, D]
+stiles, _ = Reshape(srows, chunk=TILE_N, pad=zero)         # [ceil(B/TILE_N), TILE_N]
+sxt       = Accum(stiles, fn=retile_row, rank=1, dtype=f32, compute_bw=BW)
+sffn      = swiglu_expert(sxt, {sup}, {sgate}, {sdown}, nf=NFS)
+""", """
+# The shared expert: all B tokens in one tile of B rows.
+srows = Flatten(x, min=0, max=1)                           # [B] of [1, D]
+sgrp  = Promote(srows)                                     # [1, B]
+sxt   = Accum(sgrp, fn=retile_row, rank=1, dtype=f32, compute_bw=PACK_BW)
+sffn  = swiglu_expert(sxt, {sup}, {sgate}, {sdown}, nf=NFS)
+"""]
+
+_SHARED_GATE = """# Its gate: sigmoid(x . w_g) per token, scaling the expert's output row.
+sgw    = Flatten(LinearOffChipLoad({sg}, ref=sxt, tile=[D, 1]), min=0, max=2)
+sgl    = Map(sxt, sgw, fn=matmul, dtype=f32, compute_bw=BW)
+sgs    = Map(sgl, fn=sigmoid, compute_bw=BW)
+sgated = Map(sffn, sgs, fn=mul, compute_bw=BW)
+shared = FlatMap(sgated, fn={split})
+"""
+
+_SHARED_TAIL = """assume shape(shared) == shape(srows)                       # the B real rows
+""" + _COMBINE + """total = Map(sum, shared, fn=add, compute_bw=BW)           # routed + shared
+LinearOffChipStore(total, Y)
+"""

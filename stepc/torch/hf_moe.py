@@ -1,0 +1,282 @@
+"""The sparse MoE blocks of Hugging Face transformers, lowered whole from their submodules
+and weights (the families registered in stepc/torch/families.py).
+
+Their forward routes tokens with data-dependent indexing (a loop over the hit experts with
+`torch.where`, or `batched_mm` / `grouped_mm` over gathered weights), which `torch.export`
+cannot capture. Every one of them is built from the same parts, read here by name:
+
+- `gate`, the router: `gate(x) -> (logits, weights [T, K], ids [T, K])`. It runs ahead of
+  the program, as in the paper's MoE programs: its ids are the `routing` trace and its
+  weights the input RW. Whatever its scoring (softmax or sigmoid, `norm_topk_prob`,
+  DeepSeek's group-limited top-k with its correction bias, `routed_scaling_factor`), the
+  module's own router computes them, so the program's math does not depend on it.
+- `experts`: fused `gate_up_proj [E, 2F, D]` (gate rows first) and `down_proj [E, D, F]`
+  (`[E, D, 2F]` and `[E, F, D]` when the class is marked `is_transposed`), a SiLU between;
+  the program holds them as up / gate `[E, D, F]` and down `[E, F, D]`. Every
+  `config._experts_implementation` (the eager loop, `batched_mm`, `grouped_mm`) computes
+  the same function of these weights.
+- `shared_experts` / `shared_expert`: a SwiGLU MLP every token goes through, added to the
+  routed sum, scaled per token by `sigmoid(shared_expert_gate(x))` where the block has one.
+
+Batch and sequence of a `[batch, seq, hidden]` input fold into the program's B tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+
+from stepc.torch import families
+from stepc.torch.capture import LoweringError, dtype_name
+from stepc.torch.emit import StepWriter
+from stepc.torch.moe import ROUTER_AHEAD, ROUTING_WEIGHTS, MoeSpec, MoeTensor, emit_moe
+from stepc.torch.moe import SharedExpert as Shared
+
+_SHARED_NAMES = ("shared_experts", "shared_expert")
+_X_SOURCE = "hidden_states, batch and sequence folded"
+_EXPERT_SOURCES = {"up": "experts.gate_up_proj, its up rows, as [E, D, F]",
+                   "gate": "experts.gate_up_proj, its gate rows, as [E, D, F]",
+                   "down": "experts.down_proj, as [E, F, D]"}
+_SHARED_GATE = "shared_expert_gate"
+_SILU = ("SiLUActivation", "SiLU")
+# router settings worth naming in the program's header, when the router has them
+_ROUTER_SETTINGS = ("norm_topk_prob", "topk_method", "num_group", "topk_group",
+                    "routed_scaling_factor")
+
+
+def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sched: dict):
+    """The family lowering of a transformers sparse MoE block (see the module docstring)."""
+    from stepc.torch import TorchProgram
+
+    experts = _part(module, "experts")
+    gate = _part(module, "gate")
+    e, two_f, d = _fused_shape(experts)
+    f = two_f // 2
+    x = _input(module, example_inputs, d)
+    k = getattr(gate, "top_k", None)
+    if not isinstance(k, int) or not 0 < k <= e:
+        raise LoweringError(f"{_where(gate, 'gate')}: expected a router with an integer "
+                            f"`top_k` between 1 and its {e} experts, found {k!r}")
+    _check_experts(experts)
+    shared, shared_path = _shared(module, d)
+    _check_parameters(module, shared_path)
+    family = families.find(module)
+    w = StepWriter()
+    cls = type(module)
+    title = (f"{cls.__name__} ({_source(cls)}), lowered by `stepc from-torch` "
+             f"({tiling} tiling).")
+    w.header += [title, f"{family.doc}.", ""]
+    settings = ", ".join(f"{s}={getattr(gate, s)}" for s in _ROUTER_SETTINGS
+                         if hasattr(gate, s))
+    spec = MoeSpec(
+        B=x.numel() // d, D=d, F=f, E=e, K=k, dtype=dtype_name(x.dtype),
+        x=MoeTensor("HIDDEN_STATES", _X_SOURCE,
+                    f"forward argument `hidden_states` {list(x.shape)} as [B, D]"),
+        experts={r: MoeTensor(f"experts_{r}_proj", src, src)
+                 for r, src in _EXPERT_SOURCES.items()},
+        about=[f"Router: {_where(gate, 'gate')}, top-{k} of {e}"
+               + (f" ({settings})" if settings else "") + f"; {ROUTER_AHEAD}",
+               (f"Experts: {_where(experts, 'experts')}, {_implementation(experts)} "
+                "implementation; the fused gate_up_proj split into gate and up.")],
+        combine=_source(cls.forward), shared=shared)
+    tensors = emit_moe(w, spec, tiling, sched)
+    return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                        routing=HFRouting(module, d, shared_path, tensors))
+
+
+class HFRouting:
+    """Runs the block's own router ahead of the program and derives the program's tensors
+    from the block's weights (the fused experts split and transposed, inputs folded)."""
+
+    weights_tensor = "RW"
+
+    def __init__(self, module: torch.nn.Module, hidden: int, shared_path: str,
+                 tensors: dict[str, str]):
+        self.module, self.hidden, self.shared_path = module, hidden, shared_path
+        self.tensors = tensors  # program tensor -> source, as lower_hf_moe named them
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k expert ids and routing weights, [B, K] each."""
+        with torch.no_grad():
+            _, weights, ids = self.module.gate(self._rows(inputs))
+        return ids, weights
+
+    def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every program tensor but the output, for these inputs."""
+        _, weights = self(*inputs)
+        up, gate, down = expert_weights(self.module.experts)
+        by_source = {ROUTING_WEIGHTS: weights, _X_SOURCE: self._rows(inputs),
+                     _EXPERT_SOURCES["up"]: up, _EXPERT_SOURCES["gate"]: gate,
+                     _EXPERT_SOURCES["down"]: down}
+        if self.shared_path:
+            mlp = getattr(self.module, self.shared_path)
+            for r in ("up", "gate", "down"):
+                by_source[_shared_source(self.shared_path, r)] = \
+                    getattr(mlp, f"{r}_proj").weight.detach().T
+            if hasattr(self.module, _SHARED_GATE):
+                by_source[_shared_source(_SHARED_GATE)] = \
+                    getattr(self.module, _SHARED_GATE).weight.detach().T
+        return {name: by_source[src] for name, src in self.tensors.items() if src in by_source}
+
+    def on_module(self, module: torch.nn.Module) -> HFRouting:
+        """The same routing on another module of the same class (e.g. built on the CPU
+        after lowering one on the meta device)."""
+        return HFRouting(module, self.hidden, self.shared_path, self.tensors)
+
+    def _rows(self, inputs: tuple) -> torch.Tensor:
+        if len(inputs) != 1:
+            raise LoweringError(f"a MoE block takes one input (hidden_states), given "
+                                f"{len(inputs)}")
+        return inputs[0].detach().reshape(-1, self.hidden)
+
+
+def expert_weights(experts: torch.nn.Module
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """up, gate [E, D, F] and down [E, F, D] from the fused expert weights."""
+    gate_up, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
+    if getattr(experts, "is_transposed", False):  # stored [E, in, out]: to [E, out, in]
+        gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+    gate, up = gate_up.chunk(2, dim=1)
+    return up.transpose(1, 2), gate.transpose(1, 2), down.transpose(1, 2)
+
+
+def _part(module: torch.nn.Module, name: str) -> torch.nn.Module:
+    sub = getattr(module, name, None)
+    if not isinstance(sub, torch.nn.Module):
+        raise LoweringError(f"{type(module).__name__} ({_source(type(module))}): a sparse MoE "
+                            f"block lowers from its submodule `{name}`, which it does not have")
+    return sub
+
+
+def _fused_shape(experts: torch.nn.Module) -> tuple[int, int, int]:
+    """E, 2F, D of the fused expert weights (checked against down_proj)."""
+    gate_up, down = (getattr(experts, n, None) for n in ("gate_up_proj", "down_proj"))
+    if not isinstance(gate_up, torch.Tensor) or not isinstance(down, torch.Tensor) \
+            or gate_up.dim() != 3 or down.dim() != 3:
+        raise LoweringError(f"{_where(experts, 'experts')}: expected fused expert weights "
+                            "gate_up_proj [E, 2F, D] and down_proj [E, D, F]")
+    e, two_f, d = gate_up.shape
+    want = (e, d, two_f // 2)
+    if getattr(experts, "is_transposed", False):
+        (e, d, two_f), want = gate_up.shape, (e, gate_up.shape[2] // 2, gate_up.shape[1])
+    if two_f % 2 or tuple(down.shape) != want:
+        raise LoweringError(f"{_where(experts, 'experts')}: gate_up_proj "
+                            f"{list(gate_up.shape)} and down_proj {list(down.shape)} are not "
+                            "the fused [E, 2F, D] and [E, D, F] of one SwiGLU per expert")
+    return e, two_f, d
+
+
+def _check_experts(experts: torch.nn.Module) -> None:
+    """Refuse the expert variants the SwiGLU program does not compute."""
+    where = _where(experts, "experts")
+    for flag, ok, what in (("has_gate", True, "gated (gate_up_proj) experts"),
+                           ("has_bias", False, "experts without biases"),
+                           ("has_post_expert_norm", False, "no norm after each expert"),
+                           ("is_concatenated", True, "gate and up rows concatenated")):
+        if getattr(experts, flag, ok) != ok:
+            raise LoweringError(f"{where}: {flag}={not ok} is not lowered (stepc lowers "
+                                f"{what})")
+    from transformers.integrations.moe import _default_apply_gate
+    apply_gate = getattr(type(experts), "_apply_gate", _default_apply_gate)
+    if apply_gate is not _default_apply_gate:
+        raise LoweringError(f"{where}: a custom `_apply_gate` is not lowered (stepc lowers "
+                            "silu(gate) * up)")
+    _check_silu(getattr(experts, "act_fn", None), experts, "experts")
+    impl = _implementation(experts)
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    if impl != "eager" and impl not in ALL_EXPERTS_FUNCTIONS:
+        raise LoweringError(f"{where}: unknown config._experts_implementation `{impl}` (eager, "
+                            f"{', '.join(ALL_EXPERTS_FUNCTIONS)})")
+
+
+def _check_silu(act, owner: torch.nn.Module, path: str) -> None:
+    if type(act).__name__ not in _SILU:
+        raise LoweringError(f"{_where(owner, path)}: activation {type(act).__name__} is not "
+                            "lowered (stepc lowers SwiGLU experts: hidden_act \"silu\")")
+
+
+def _implementation(experts: torch.nn.Module) -> str:
+    config = getattr(experts, "config", None)
+    return getattr(config, "_experts_implementation", None) or "eager"
+
+
+def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
+    """The block's shared expert (and its sigmoid gate), with its attribute name."""
+    path = next((n for n in _SHARED_NAMES if isinstance(getattr(module, n, None),
+                                                        torch.nn.Module)), "")
+    if not path:
+        return None, ""
+    mlp = getattr(module, path)
+    layers = {r: getattr(mlp, f"{r}_proj", None) for r in ("up", "gate", "down")}
+    if not all(isinstance(m, torch.nn.Linear) and m.bias is None for m in layers.values()):
+        raise LoweringError(f"{_where(mlp, path)}: expected a SwiGLU MLP of gate_proj, up_proj "
+                            "and down_proj linear layers without bias")
+    fs = layers["up"].out_features
+    if (layers["gate"].out_features, layers["down"].in_features, layers["up"].in_features,
+            layers["down"].out_features) != (fs, fs, d, d):
+        raise LoweringError(f"{_where(mlp, path)}: gate/up/down projections of shapes "
+                            f"{[list(m.weight.shape) for m in layers.values()]} do not form a "
+                            f"SwiGLU from {d} to {d}")
+    _check_silu(getattr(mlp, "act_fn", None), mlp, path)
+    weights = {r: MoeTensor(f"{path}_{r}_proj", _shared_source(path, r),
+                            _shared_source(path, r)) for r in ("up", "gate", "down")}
+    gate = getattr(module, _SHARED_GATE, None)
+    gate_t = None
+    if gate is not None:
+        if not (isinstance(gate, torch.nn.Linear) and gate.bias is None
+                and tuple(gate.weight.shape) == (1, d)):
+            raise LoweringError(f"{_where(gate, _SHARED_GATE)}: expected a linear layer from "
+                                f"{d} to 1 without bias (the shared expert's sigmoid gate)")
+        gate_t = MoeTensor(_SHARED_GATE, _shared_source(_SHARED_GATE),
+                           _shared_source(_SHARED_GATE))
+    about = (f"Shared expert: {_where(mlp, path)}, every token, FS = {fs}"
+             + (f", scaled by sigmoid({_SHARED_GATE}(x))." if gate_t else "; added."))
+    return Shared(fs, weights, gate_t, about), path
+
+
+def _shared_source(path: str, role: str = "") -> str:
+    layer = f"{path}.{role}_proj" if role else path
+    return f"{layer}.weight, transposed"
+
+
+def _check_parameters(module: torch.nn.Module, shared_path: str) -> None:
+    """Refuse a block holding weights this lowering would ignore."""
+    known = {"gate.weight", "gate.e_score_correction_bias", "experts.gate_up_proj",
+             "experts.down_proj"}
+    if shared_path:
+        known |= {f"{shared_path}.{r}_proj.weight" for r in ("up", "gate", "down")}
+        known.add(f"{_SHARED_GATE}.weight")
+    extra = sorted(set(module.state_dict()) - known)
+    if extra:
+        raise LoweringError(f"{type(module).__name__} ({_source(type(module))}): weights "
+                            f"{', '.join(extra)} are not part of a routed SwiGLU MoE block "
+                            "(router, experts, shared expert); nothing was lowered")
+
+
+def _input(module: torch.nn.Module, example_inputs: tuple, d: int) -> torch.Tensor:
+    name = type(module).__name__
+    if len(example_inputs) != 1 or not isinstance(example_inputs[0], torch.Tensor):
+        raise LoweringError(f"{name}.forward takes one input, hidden_states [batch, seq, {d}] "
+                            f"or [tokens, {d}]; given {len(example_inputs)}")
+    x = example_inputs[0]
+    if x.dim() not in (2, 3) or x.shape[-1] != d or x.numel() == 0:
+        raise LoweringError(f"{name}.forward: hidden_states {list(x.shape)}: expected "
+                            f"[batch, seq, {d}] or [tokens, {d}] with at least one token")
+    if not x.is_floating_point():
+        raise LoweringError(f"{name}.forward: hidden_states is {x.dtype}, expected a float "
+                            "tensor")
+    return x
+
+
+def _where(sub: torch.nn.Module, path: str) -> str:
+    return f"module `{path}` ({type(sub).__name__}, {_source(type(sub))})"
+
+
+def _source(obj) -> str:
+    """`file.py:line` of a class or function definition."""
+    try:
+        return f"{os.path.basename(inspect.getsourcefile(obj))}:{inspect.getsourcelines(obj)[1]}"
+    except (TypeError, OSError):
+        return obj.__module__
