@@ -99,8 +99,14 @@ class HFRouting:
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k expert ids and routing weights, [B, K] each."""
-        with torch.no_grad():
-            _, weights, ids = self.module.gate(self._rows(inputs))
+        rows = self._rows(inputs)
+        try:
+            with torch.no_grad():
+                _, weights, ids = self.module.gate(rows)
+        except RuntimeError as e:  # e.g. a bf16 input to an f32 router
+            raise LoweringError(f"{_where(self.module.gate, 'gate')}: running the router on "
+                                f"{rows.dtype} hidden_states {list(rows.shape)} failed: "
+                                f"{str(e).splitlines()[0]}") from None
         return ids, weights
 
     def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
