@@ -344,3 +344,18 @@ def test_a_router_that_cannot_run_on_the_inputs_is_refused():
     prog = from_torch(m, (x,))
     with pytest.raises(LoweringError, match="module `gate` .*modeling_mixtral.py:.*bfloat16"):
         prog.traces(x)
+
+
+def test_values_refuse_meta_and_uninitialised_weights():
+    with torch.device("meta"):
+        meta = SMALL["qwen3"]()
+        example = torch.empty(1, 16, H)
+    prog = from_torch(meta, (example,))
+    x = torch.randn(1, 16, H)
+    with pytest.raises(LoweringError, match="meta device"):
+        prog.values(example)
+    m = block("qwen3")
+    with torch.no_grad():
+        m.experts.down_proj[0, 0, 0] = float("nan")
+    with pytest.raises(LoweringError, match="experts.down_proj.*non-finite"):
+        prog.on_module(m).values(x)

@@ -50,10 +50,23 @@ def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sc
     """The family lowering of a transformers sparse MoE block (see the module docstring)."""
     from stepc.torch import TorchProgram
 
+    spec, shared_path = hf_moe_spec(module, example_inputs)
+    w = StepWriter()
+    cls = type(module)
+    title = (f"{cls.__name__} ({_source(cls)}), lowered by `stepc from-torch` "
+             f"({tiling} tiling).")
+    w.header += [title, f"{families.find(module).doc}.", ""]
+    tensors = emit_moe(w, spec, tiling, sched)
+    return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
+                        routing=HFRouting(module, spec.D, shared_path, tensors))
+
+
+def hf_moe_spec(module: torch.nn.Module, example_inputs: tuple) -> tuple[MoeSpec, str]:
+    """The block's MoeSpec and its shared expert's attribute name ("" without one), after
+    checking every part is one the program computes."""
     experts = _part(module, "experts")
     gate = _part(module, "gate")
     e, two_f, d = _fused_shape(experts)
-    f = two_f // 2
     x = _input(module, example_inputs, d)
     k = getattr(gate, "top_k", None)
     if not isinstance(k, int) or not 0 < k <= e:
@@ -62,16 +75,10 @@ def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sc
     _check_experts(experts)
     shared, shared_path = _shared(module, d)
     _check_parameters(module, shared_path)
-    family = families.find(module)
-    w = StepWriter()
-    cls = type(module)
-    title = (f"{cls.__name__} ({_source(cls)}), lowered by `stepc from-torch` "
-             f"({tiling} tiling).")
-    w.header += [title, f"{family.doc}.", ""]
     settings = ", ".join(f"{s}={getattr(gate, s)}" for s in _ROUTER_SETTINGS
                          if hasattr(gate, s))
     spec = MoeSpec(
-        B=x.numel() // d, D=d, F=f, E=e, K=k, dtype=dtype_name(x.dtype),
+        B=x.numel() // d, D=d, F=two_f // 2, E=e, K=k, dtype=dtype_name(x.dtype),
         x=MoeTensor("HIDDEN_STATES", _X_SOURCE,
                     f"forward argument `hidden_states` {list(x.shape)} as [B, D]"),
         experts={r: MoeTensor(f"experts_{r}_proj", src, src)
@@ -80,10 +87,8 @@ def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sc
                + (f" ({settings})" if settings else "") + f"; {ROUTER_AHEAD}",
                (f"Experts: {_where(experts, 'experts')}, {_implementation(experts)} "
                 "implementation; the fused gate_up_proj split into gate and up.")],
-        combine=_source(cls.forward), shared=shared)
-    tensors = emit_moe(w, spec, tiling, sched)
-    return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
-                        routing=HFRouting(module, d, shared_path, tensors))
+        combine=_source(type(module).forward), shared=shared)
+    return spec, shared_path
 
 
 class HFRouting:
@@ -124,6 +129,14 @@ class HFRouting:
             if hasattr(self.module, _SHARED_GATE):
                 by_source[_shared_source(_SHARED_GATE)] = \
                     getattr(self.module, _SHARED_GATE).weight.detach().T
+        for src, t in by_source.items():
+            if t.is_meta:
+                raise LoweringError(f"{src}: the block is on the meta device; take values "
+                                    "from a real one with `program.on_module(block)`")
+            if not bool(torch.isfinite(t).all()):
+                raise LoweringError(f"{src}: holds non-finite values (transformers leaves a "
+                                    "bare block's weights uninitialised: initialise them, or "
+                                    "build the block inside its model)")
         return {name: by_source[src] for name, src in self.tensors.items() if src in by_source}
 
     def on_module(self, module: torch.nn.Module) -> HFRouting:
