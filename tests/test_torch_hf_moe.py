@@ -54,15 +54,42 @@ SMALL = {
         n_group=4, topk_group=2, n_shared_experts=2, topk_method="group_limited_greedy",
         routed_scaling_factor=1.5)),
 }
-SHARED_F = {"qwen2": 2 * FE, "deepseek_v3": FE, "deepseek_v2": 2 * FE}  # FS of the shared
+# more families of the same parts, simulated under dynamic tiling in the default run
+MORE = {
+    "olmoe": lambda: _hf("olmoe", "OlmoeSparseMoeBlock", "OlmoeConfig", hidden_size=H,
+                         intermediate_size=FE, num_experts=E, num_experts_per_tok=K),
+    "minimax": lambda: _hf("minimax", "MiniMaxSparseMoeBlock", "MiniMaxConfig",
+                           hidden_size=H, intermediate_size=FE, num_local_experts=E,
+                           num_experts_per_tok=K),
+    "qwen3_next": lambda: _hf("qwen3_next", "Qwen3NextSparseMoeBlock", "Qwen3NextConfig",
+                              hidden_size=H, moe_intermediate_size=FE, num_experts=E,
+                              shared_expert_intermediate_size=2 * FE, num_experts_per_tok=K),
+    "glm4_moe": lambda: _hf("glm4_moe", "Glm4MoeMoE", "Glm4MoeConfig", hidden_size=H,
+                            moe_intermediate_size=FE, n_routed_experts=E, n_group=2,
+                            topk_group=1, num_experts_per_tok=K),
+    "ernie4_5_moe": lambda: _hf("ernie4_5_moe", "Ernie4_5_MoeSparseMoeBlock",
+                                "Ernie4_5_MoeConfig", hidden_size=H, moe_intermediate_size=FE,
+                                moe_num_experts=E, moe_k=K),
+    "hunyuan_v1_moe": lambda: _hf("hunyuan_v1_moe", "HunYuanMoEV1Moe", "HunYuanMoEV1Config",
+                                  hidden_size=H, intermediate_size=FE,
+                                  moe_intermediate_size=FE, num_experts=E, moe_topk=K),
+}
 TILINGS = {"static": {}, "dynamic": {}, "timemux": {"R": 4}}
+
+
+def _hf(model: str, block_class: str, config_class: str, **config) -> torch.nn.Module:
+    import importlib
+    base = f"transformers.models.{model}"
+    cfg = getattr(importlib.import_module(f"{base}.configuration_{model}"), config_class)
+    cls = getattr(importlib.import_module(f"{base}.modeling_{model}"), block_class)
+    return cls(cfg(**config))
 
 
 def block(name: str, seed: int = 0) -> torch.nn.Module:
     """A small block with seeded weights (transformers leaves them to the model's init) and
     a non-zero DeepSeek correction bias, so that it moves the choice."""
     torch.manual_seed(seed)
-    m = SMALL[name]().eval()
+    m = {**SMALL, **MORE}[name]().eval()
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(std=0.2)
@@ -91,7 +118,7 @@ def assert_forward(out: np.ndarray, m: torch.nn.Module, x: torch.Tensor):
 
 
 def test_the_registry_names_each_block():
-    for name, make in SMALL.items():
+    for name, make in {**SMALL, **MORE}.items():
         fam = families.find(make())
         assert fam is not None and fam.kind == "moe", name
         assert fam.tilings == ("static", "dynamic", "timemux")
@@ -104,6 +131,17 @@ def test_block_simulates_its_own_forward(name, tiling):
     x = torch.randn(2, 8, H, generator=torch.Generator().manual_seed(1))  # [batch, seq, hidden]
     prog = from_torch(m, (x,), schedule={"tiling": tiling, **TILINGS[tiling]})
     assert "param B = 16" in prog.text and "external(\"routing\", topk=K)" in prog.text
+    _, out = simulated(prog, x)
+    assert_forward(out, m, x)
+
+
+@pytest.mark.parametrize("tiling", [pytest.param("static", marks=pytest.mark.slow), "dynamic",
+                                    pytest.param("timemux", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", MORE)
+def test_more_families_simulate_their_forward(name, tiling):
+    m = block(name, seed=9)
+    x = torch.randn(2, 8, H, generator=torch.Generator().manual_seed(10))
+    prog = from_torch(m, (x,), schedule={"tiling": tiling, **TILINGS[tiling]})
     _, out = simulated(prog, x)
     assert_forward(out, m, x)
 
@@ -137,7 +175,8 @@ def test_transposed_expert_weights():
     assert_forward(out, m, x)
 
 
-def closed_form(name: str, tiling: str, ids: np.ndarray, params: dict, elem: int) -> int:
+def closed_form(m: torch.nn.Module, tiling: str, ids: np.ndarray, params: dict,
+                elem: int) -> int:
     """Off-chip bytes: the tokens and routing weights once, each expert's weights once per
     token tile (static, timemux: ceil(n_e / TILE_N) tiles; dynamic: one per active expert),
     the shared expert's (and its gate's) once per tile of all B tokens, the f32 output."""
@@ -149,9 +188,10 @@ def closed_form(name: str, tiling: str, ids: np.ndarray, params: dict, elem: int
         tiles = sum(math.ceil(n / params["TILE_N"]) for n in counts)
         shared_tiles = math.ceil(b / params["TILE_N"])
     weights = tiles * 3 * H * FE
-    if name in SHARED_F:
-        weights += shared_tiles * 3 * H * SHARED_F[name]
-    if name == "qwen2":
+    shared = getattr(m, "shared_experts", None) or getattr(m, "shared_expert", None)
+    if shared is not None:
+        weights += shared_tiles * 3 * H * shared.up_proj.out_features
+    if hasattr(m, "shared_expert_gate"):
         weights += shared_tiles * H  # the sigmoid gate's [D, 1] weight
     return elem * (b * H + b * K + weights) + 4 * b * H
 
@@ -167,7 +207,7 @@ def test_off_chip_traffic_is_the_closed_form(name, tiling, params):
     assert ids.shape == (32, K)
     r = compiled(prog)
     a = analyze(r.typed, "artifact").bind(trace_bindings(r.typed, {"routing": ids}))
-    assert int(a.totals["off_chip_bytes"]) == closed_form(name, tiling, ids, params, 2)
+    assert int(a.totals["off_chip_bytes"]) == closed_form(m, tiling, ids, params, 2)
 
 
 def test_tile_n_moves_the_traffic():
@@ -181,7 +221,7 @@ def test_tile_n_moves_the_traffic():
         r = compiled(prog)
         a = analyze(r.typed, "artifact").bind(trace_bindings(r.typed, {"routing": ids}))
         moved = int(a.totals["off_chip_bytes"])
-        assert moved == closed_form("qwen2", "static", ids, {"TILE_N": tile}, 2)
+        assert moved == closed_form(m, "static", ids, {"TILE_N": tile}, 2)
         seen.add(moved)
     assert len(seen) == 2
 

@@ -52,6 +52,21 @@ FAMILIES += [
     Family("deepseek-v2-moe", ("DeepseekV2Moe",), "moe", MOE_TILINGS, _HF_MOE,
            "DeepSeek-V2 MoE: softmax router, greedy or group-limited top-k, "
            "routed_scaling_factor, SwiGLU experts, shared experts"),
+    Family("olmoe-moe", ("OlmoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "OLMoE sparse MoE: softmax router, top-k, SwiGLU experts"),
+    Family("minimax-moe", ("MiniMaxSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "MiniMax sparse MoE: softmax router, top-k renormalised, SwiGLU experts"),
+    Family("qwen3-next-moe", ("Qwen3NextSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "Qwen3-Next sparse MoE: softmax router, top-k, SwiGLU experts, a shared expert "
+           "scaled by its sigmoid gate"),
+    Family("glm4-moe", ("Glm4MoeMoE",), "moe", MOE_TILINGS, _HF_MOE,
+           "GLM-4-MoE: DeepSeek-V3's sigmoid group-limited router with correction bias, "
+           "SwiGLU experts, shared experts"),
+    Family("ernie4.5-moe", ("Ernie4_5_MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
+           "ERNIE-4.5-MoE: softmax router with correction bias, SwiGLU experts, shared "
+           "experts"),
+    Family("hunyuan-moe", ("HunYuanMoEV1Moe",), "moe", MOE_TILINGS, _HF_MOE,
+           "HunYuan-MoE-V1: softmax router, top-k, SwiGLU experts, a shared MLP"),
 ]
 
 

@@ -34,7 +34,7 @@ from stepc.torch.emit import StepWriter
 from stepc.torch.moe import ROUTER_AHEAD, ROUTING_WEIGHTS, MoeSpec, MoeTensor, emit_moe
 from stepc.torch.moe import SharedExpert as Shared
 
-_SHARED_NAMES = ("shared_experts", "shared_expert")
+_SHARED_NAMES = ("shared_experts", "shared_expert", "shared_mlp")
 _X_SOURCE = "hidden_states, batch and sequence folded"
 _EXPERT_SOURCES = {"up": "experts.gate_up_proj, its up rows, as [E, D, F]",
                    "gate": "experts.gate_up_proj, its gate rows, as [E, D, F]",
@@ -261,13 +261,13 @@ def _shared_source(path: str, role: str = "") -> str:
 
 
 def _check_parameters(module: torch.nn.Module, shared_path: str) -> None:
-    """Refuse a block holding weights this lowering would ignore."""
-    known = {"gate.weight", "gate.e_score_correction_bias", "experts.gate_up_proj",
-             "experts.down_proj"}
+    """Refuse a block holding weights this lowering would ignore (the router's are its
+    own: it runs ahead of the program, whatever it holds)."""
+    known = {"experts.gate_up_proj", "experts.down_proj"}
     if shared_path:
         known |= {f"{shared_path}.{r}_proj.weight" for r in ("up", "gate", "down")}
         known.add(f"{_SHARED_GATE}.weight")
-    extra = sorted(set(module.state_dict()) - known)
+    extra = sorted(k for k in set(module.state_dict()) - known if not k.startswith("gate."))
     if extra:
         raise LoweringError(f"{type(module).__name__} ({_source(type(module))}): weights "
                             f"{', '.join(extra)} are not part of a routed SwiGLU MoE block "
