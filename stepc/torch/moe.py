@@ -9,6 +9,11 @@ the top-k selector, a loop over the experts each running one SwiGLU graph, and R
 Accum of the weighted expert outputs. As in those programs the router's decisions enter as
 the external stream `routing` (top-k expert ids) and the input tensor of routing weights,
 which `TorchProgram.traces` / `values` compute by running the module's own router.
+
+`emit_moe` writes that program from a `MoeSpec` (sizes, tensor names and sources), for the
+captured block here and for transformers' MoE blocks (stepc/torch/hf_moe.py), whose shared
+expert (with its optional sigmoid gate) it adds to the routed sum, tiled like the routed
+experts' tokens.
 """
 
 from __future__ import annotations
