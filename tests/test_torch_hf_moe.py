@@ -399,3 +399,25 @@ def test_values_refuse_meta_and_uninitialised_weights():
         m.experts.down_proj[0, 0, 0] = float("nan")
     with pytest.raises(LoweringError, match="experts.down_proj.*non-finite"):
         prog.on_module(m).values(x)
+
+
+class TwoOutputRouter(torch.nn.Module):
+    """A router of another shape: (weights, ids) without logits."""
+
+    top_k = K
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(E, H))
+
+    def forward(self, x):
+        return torch.topk(torch.softmax(x @ self.weight.T, -1), K, dim=-1)
+
+
+def test_a_router_of_another_shape_is_refused():
+    m = block("qwen3")
+    m.gate = TwoOutputRouter()
+    x = torch.randn(1, 16, H)
+    prog = from_torch(m, (x,))
+    with pytest.raises(LoweringError, match="module `gate` .*expected the router to return"):
+        prog.traces(x)

@@ -104,15 +104,21 @@ class HFRouting:
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k expert ids and routing weights, [B, K] each."""
-        rows = self._rows(inputs)
+        rows, gate = self._rows(inputs), self.module.gate
         try:
             with torch.no_grad():
-                _, weights, ids = self.module.gate(rows)
+                out = gate(rows)
         except RuntimeError as e:  # e.g. a bf16 input to an f32 router
-            raise LoweringError(f"{_where(self.module.gate, 'gate')}: running the router on "
+            raise LoweringError(f"{_where(gate, 'gate')}: running the router on "
                                 f"{rows.dtype} hidden_states {list(rows.shape)} failed: "
                                 f"{str(e).splitlines()[0]}") from None
-        return ids, weights
+        want = (rows.shape[0], gate.top_k)
+        if not (isinstance(out, tuple) and len(out) == 3
+                and all(isinstance(t, torch.Tensor) and tuple(t.shape) == want for t in out[1:])
+                and not out[2].is_floating_point()):
+            raise LoweringError(f"{_where(gate, 'gate')}: expected the router to return "
+                                f"(logits, weights {list(want)}, expert ids {list(want)})")
+        return out[2], out[1]
 
     def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every program tensor but the output, for these inputs."""
