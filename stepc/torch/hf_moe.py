@@ -9,14 +9,16 @@ cannot capture. Every one of them is built from the same parts, read here by nam
   the program, as in the paper's MoE programs: its ids are the `routing` trace and its
   weights the input RW. Whatever its scoring (softmax or sigmoid, `norm_topk_prob`,
   DeepSeek's group-limited top-k with its correction bias, `routed_scaling_factor`), the
-  module's own router computes them, so the program's math does not depend on it.
+  module's own router computes them, so the program's math does not depend on it (nor on
+  the weights the router holds).
 - `experts`: fused `gate_up_proj [E, 2F, D]` (gate rows first) and `down_proj [E, D, F]`
   (`[E, D, 2F]` and `[E, F, D]` when the class is marked `is_transposed`), a SiLU between;
   the program holds them as up / gate `[E, D, F]` and down `[E, F, D]`. Every
   `config._experts_implementation` (the eager loop, `batched_mm`, `grouped_mm`) computes
   the same function of these weights.
-- `shared_experts` / `shared_expert`: a SwiGLU MLP every token goes through, added to the
-  routed sum, scaled per token by `sigmoid(shared_expert_gate(x))` where the block has one.
+- `shared_experts` / `shared_expert` / `shared_mlp`: a SwiGLU MLP every token goes through,
+  added to the routed sum, scaled per token by `sigmoid(shared_expert_gate(x))` where the
+  block has one.
 
 Batch and sequence of a `[batch, seq, hidden]` input fold into the program's B tokens.
 """
