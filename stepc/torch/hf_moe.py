@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import textwrap
 
 import torch
 
@@ -57,7 +58,7 @@ def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sc
     cls = type(module)
     title = (f"{cls.__name__} ({_source(cls)}), lowered by `stepc from-torch` "
              f"({tiling} tiling).")
-    w.header += [title, f"{families.find(module).doc}.", ""]
+    w.header += [title, *textwrap.wrap(f"{families.find(module).doc}.", 86), ""]
     tensors = emit_moe(w, spec, tiling, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
                         routing=HFRouting(module, spec.D, shared_path, tensors))
@@ -258,8 +259,10 @@ def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
                                 f"{d} to 1 without bias (the shared expert's sigmoid gate)")
         gate_t = MoeTensor(_SHARED_GATE, _shared_source(_SHARED_GATE),
                            _shared_source(_SHARED_GATE))
-    about = (f"Shared expert: {_where(mlp, path)}, every token, FS = {fs}"
-             + (f", scaled by sigmoid({_SHARED_GATE}(x))." if gate_t else "; added."))
+    about = (f"Shared expert: {_where(mlp, path)}, FS = {fs}: every token, on operators of "
+             "its own, tiled like the routed experts' tokens; its rows "
+             + (f"scaled by sigmoid({_SHARED_GATE}(x)) and " if gate_t else "")
+             + "added to the routed sum.")
     return Shared(fs, weights, gate_t, about), path
 
 
