@@ -262,6 +262,23 @@ def test_qwen3_30b_a3b_analyzes_like_the_bundled_programs(tiling):
     assert a.allocated_compute == b.allocated_compute
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("tiling", ["static", "dynamic"])
+def test_qwen3_30b_a3b_simulates_like_the_bundled_programs(tiling):
+    """Timing-only runs on the paper's trace: the same cycles and bytes."""
+    ids = _trace("qwen_b64")
+    config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128,
+                            num_experts_per_tok=8)
+    with torch.device("meta"):
+        m = Qwen3MoeSparseMoeBlock(config)
+        x = torch.empty(1, 64, 2048, dtype=torch.bfloat16)
+    mine = compiled(from_torch(m, (x,), schedule=tiling))
+    ref = compile_file(str(ROOT / "programs" / f"moe_{tiling}.step"))
+    hw = load_config("paper-eval", ())
+    a, b = (simulate(r.typed, hw, {"routing": ids}, functional=False) for r in (mine, ref))
+    assert (a.cycles, a.useful_bytes) == (b.cycles, b.useful_bytes)
+
+
 def test_mixtral_8x7b_analyzes_like_the_bundled_program():
     ids = _trace("mixtral_b64")
     config = MixtralConfig(hidden_size=4096, intermediate_size=14336, num_local_experts=8,
