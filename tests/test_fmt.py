@@ -289,15 +289,73 @@ def test_a_file_with_a_syntax_error_is_left_as_it_is(tmp_path):
 
 
 def test_a_failed_write_leaves_the_file_whole(tmp_path, monkeypatch):
+    from stepc import cli_editor
     p = messy(tmp_path)
+    real = cli_editor._rewrite
+    calls = []
 
-    def refuse(src, dst):
-        raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(os, "replace", refuse)
+    def fail_first(f, data):
+        calls.append(data)
+        if len(calls) == 1:
+            f.seek(0)
+            f.write(data[:5])  # half written, then the disk is full
+            raise OSError(28, "No space left on device")
+        real(f, data)
+    monkeypatch.setattr(cli_editor, "_rewrite", fail_first)
     r = run([str(p)])
     assert r.exit_code == 2 and "cannot write" in r.stderr
     assert p.read_text() == "param  N=4\nx = Foo( N )\n"
     assert sorted(os.listdir(tmp_path)) == ["m.step"]
+
+
+def test_formatting_keeps_the_files_identity(tmp_path):
+    """Written in place: the inode, hard links and owner stay; a read-only file is refused."""
+    p = messy(tmp_path)
+    link = tmp_path / "link.step"
+    os.link(p, link)
+    inode = os.stat(p).st_ino
+    assert run([str(p)]).exit_code == 0
+    assert os.stat(p).st_ino == inode and os.stat(p).st_nlink == 2
+    assert link.read_text() == "param N = 4\nx = Foo(N)\n"
+    ro = messy(tmp_path, "ro.step")
+    os.chmod(ro, 0o444)
+    r = run([str(ro)])
+    assert r.exit_code == 2 and "read-only" in r.stderr and "Traceback" not in r.stderr
+    assert ro.read_text() == "param  N=4\nx = Foo( N )\n"
+    assert os.stat(ro).st_mode & 0o777 == 0o444
+    assert run(["--check", str(ro)]).exit_code == 1  # reading it is fine
+
+
+def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatch):
+    from stepc import cli_editor
+    r = run(["/dev/zero"])
+    assert r.exit_code == 2 and "not a regular file" in r.stderr
+    fifo = tmp_path / "pipe.step"
+    os.mkfifo(fifo)
+    r = run([str(fifo)])
+    assert r.exit_code == 2 and "not a regular file" in r.stderr
+    monkeypatch.setattr(cli_editor, "MAX_SOURCE_BYTES", 10)
+    r = run([str(messy(tmp_path))])
+    assert r.exit_code == 2 and "too large" in r.stderr
+    r = run(["-"], input="param  N=4\n")
+    assert r.exit_code == 2 and "too large" in r.stderr
+
+
+def test_a_long_sum_formats_without_recursion():
+    src = "param N = " + " + ".join(["1"] * 3000) + "\n"
+    assert fmt(src.replace(" + ", "+")) == src
+
+
+def test_unicode_names_lex_as_the_parser_reads_them():
+    assert fmt("param  Né=4\nx = Fooé( Né )\n") == "param Né = 4\nx = Fooé(Né)\n"
+    r = run(["-"], input="x = Fooé(1)\n")
+    assert r.exit_code == 0 and r.stdout == "x = Fooé(1)\n"
+
+
+def test_comment_text_is_kept_to_its_last_character():
+    src = "param N = 4  # ends in a separator\x1e\n# own line\u3000\n"
+    assert fmt(src) == src
+    assert fmt("param N = 4  # spaces go \t \n") == "param N = 4  # spaces go\n"
 
 
 def test_a_missing_path_is_a_usage_error(tmp_path):

@@ -15,8 +15,8 @@ node names like `Sink@95` stay valid. Line by line:
   one column: the one most of them use already, moved right until the code of every line
   fits two spaces before it (code reaching past column 80 excepted); a comment on a line
   of its own, indented under a statement (the shape comment of a long line), joins it;
-- comments are kept verbatim, blank lines are kept, trailing whitespace is removed and
-  the file ends with one newline.
+- comments are kept verbatim (only trailing spaces and tabs go), blank lines are kept,
+  trailing whitespace is removed and the file ends with one newline.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stepc.diagnostics import StepError
 from stepc.grammar import ast
 from stepc.grammar.lexer import ANGLE_TYPES, KEYWORDS, Token, tokenize
 from stepc.grammar.parse import parse
@@ -32,6 +33,7 @@ from stepc.source import SourceFile
 INDENT = 4
 COMMENT_GAP = 2
 COMMENT_LIMIT = 80  # code longer than this does not push a paragraph's comment column
+_BLANKS = " \t\f\r"  # the whitespace the grammar skips; other characters are content
 _OPEN, _CLOSE = ("(", "["), (")", "]")
 _BEFORE_UNARY = frozenset({"(", "[", ",", "=", "==", "!=", "<=", ">=", "<", ">", "+", "-",
                            "*", "/", "//", "%", ":", "..", "{", ";", "return", "in"})
@@ -53,21 +55,34 @@ def format_source(text: str, name: str = "<stdin>") -> str:
     body = body.replace("\r\n", "\n")
     module = parse(SourceFile(name, body))
     out = _Formatter(body, module).run()
-    if meaning(parse(SourceFile(name, out))) != meaning(module):
+    try:
+        same = meaning(parse(SourceFile(name, out))) == meaning(module)
+    except StepError:
+        same = False
+    if not same:
         raise FormatError(f"{name}: formatting would change the program, so it is left "
                           "unchanged (a bug in stepc fmt; please report it)")
     return bom + out.replace("\n", newline)
 
 
-def meaning(node):
-    """An AST with its positions left out, to compare two programs."""
-    if isinstance(node, tuple):
-        return tuple(meaning(x) for x in node)
-    if hasattr(node, "__dataclass_fields__"):
-        return (type(node).__name__,) + tuple(
-            meaning(getattr(node, f)) for f in node.__dataclass_fields__
-            if f != "span" and not f.endswith("_span"))
-    return node
+def meaning(node) -> tuple:
+    """An AST with its positions left out, flattened in prefix order, to compare two
+    programs (iterative: a sum of thousands of terms nests that deep)."""
+    out: list = []
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, tuple):
+            out.append(("tuple", len(x)))
+            todo.extend(reversed(x))
+        elif hasattr(x, "__dataclass_fields__"):
+            fields = [f for f in x.__dataclass_fields__
+                      if f != "span" and not f.endswith("_span")]
+            out.append((type(x).__name__, len(fields)))
+            todo.extend(getattr(x, f) for f in reversed(fields))
+        else:
+            out.append(x)
+    return tuple(out)
 
 
 @dataclass
@@ -163,7 +178,7 @@ class _Formatter:
         text = "\n".join(
             ln.code if ln.kind == "verbatim" else
             (ln.code + " " * ln.gap + ln.comment if ln.comment is not None else ln.code)
-            .rstrip() for ln in self.out)
+            .rstrip(_BLANKS) for ln in self.out)
         return text + "\n" if text else ""
 
     # ------------------------------------------------------------ one line
@@ -284,7 +299,7 @@ class _Formatter:
             toks = self.by_line.get(ln, [])
             comment = self.comments.get(ln)
             if comment is not None and line.kind != "verbatim":
-                line.comment, line.comment_col = comment.text.rstrip(), comment.col - 1
+                line.comment, line.comment_col = comment.text.rstrip(_BLANKS), comment.col - 1
             if line.kind == "verbatim":
                 self._layout(toks, {}, stack, 0)
             elif line.kind == "comment":
