@@ -23,7 +23,10 @@ from stepc.graph.elaborate import elaborate
 from stepc.source import SourceFile
 
 REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = sorted([*REPO.glob("programs/*.step"), *REPO.glob("programs/lib/*.step")])
+PROGRAMS = sorted([*REPO.glob("programs/*.step"), *REPO.glob("programs/lib/*.step"),
+                   *REPO.glob("stepc/ops/examples/*.step")])
+DOCS = [REPO / "README.md", *sorted(REPO.glob("docs/*.md"))]
+STEP_FENCE = re.compile(r"^```step\n(.*?)^```$", re.S | re.M)
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gen_moe import generate  # noqa: E402
 
@@ -118,6 +121,33 @@ def test_bundled_programs_are_formatted(path):
     text = path.read_text(encoding="utf-8")
     assert format_source(text, str(path)) == text, \
         f"run `stepc fmt {path.relative_to(REPO).as_posix()}`"
+
+
+def doc_blocks():
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in STEP_FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            yield pytest.param(m.group(1), id=f"{doc.relative_to(REPO).as_posix()}:{line}")
+
+
+@pytest.mark.parametrize("block", list(doc_blocks()))
+def test_step_blocks_of_the_docs_are_formatted(block):
+    """Every ```step block of README.md and docs/*.md is a whole program in fmt's layout
+    (fragments are ```text)."""
+    assert format_source(block, "block.step") == block
+
+
+def test_one_long_line_does_not_push_a_paragraphs_comments():
+    src = ("a = A(x)          # one\nbb = B(x)         # two\ncc = C(x)         # three\n"
+           "long = LinearOffChipLoad(W, tile=[64, 64], stride=[0, 1], shape=[1])  # four\n")
+    assert fmt(src) == src
+    # a comment that would end past the line limit at the column follows its code
+    wide = "x" * 70
+    src = (f"a = A(x)  # short\nbb = B(x)  # short\n{wide} = C(x)  # {'w' * 30}\n"
+           f"{wide} = D(x)  # {'w' * 30}\n")
+    assert all(len(line) <= 100 or line.startswith(wide) for line in fmt(src).splitlines())
+    assert fmt(src).splitlines()[2] == f"{wide} = C(x)  # {'w' * 30}"
 
 
 # ---------------------------------------------------------------- meaning and idempotence

@@ -12,9 +12,12 @@ node names like `Sink@95` stay valid. Line by line:
   `:`, role and `=` of declarations) start in one column keep that column, moved right
   when a line's code would reach it;
 - trailing comments of a paragraph (lines between blank lines or comment lines) start in
-  one column: the one most of them use already, moved right until the code of every line
-  fits two spaces before it (code reaching past column 80 excepted); a comment on a line
-  of its own, indented under a statement (the shape comment of a long line), joins it;
+  one column: the one that aligns the most of them with every aligned line within 80
+  columns (of equals, the one most of them use already, else the leftest); a comment
+  whose code reaches the column, or that would run past column 80 there, follows its
+  code two spaces after it;
+  a comment on a line of its own, indented under a statement (the shape comment of a
+  long line), joins the column;
 - comments are kept verbatim (only trailing spaces and tabs go), blank lines are kept,
   trailing whitespace is removed and the file ends with one newline.
 """
@@ -32,7 +35,8 @@ from stepc.source import SourceFile
 
 INDENT = 4
 COMMENT_GAP = 2
-COMMENT_LIMIT = 80  # code longer than this does not push a paragraph's comment column
+LINE_LIMIT = 100  # a trailing comment is aligned only where its line stays within this
+ALIGNED_SHARE = 0.75  # the comment column aligns at least this share of a paragraph's
 _BLANKS = " \t\f\r"  # the whitespace the grammar skips; other characters are content
 _OPEN, _CLOSE = ("(", "["), (")", "]")
 _BEFORE_UNARY = frozenset({"(", "[", ",", "=", "==", "!=", "<=", ">=", "<", ">", "+", "-",
@@ -338,31 +342,42 @@ class _Formatter:
 
 
 def _align_paragraph(lines: list[_Line]) -> None:
-    """Trailing comments of a paragraph in one column: the one most of them are in already
-    (so a file keeps the column its author chose), moved right until every line's code fits
-    before it; code past COMMENT_LIMIT does not move it (its comment follows the code)."""
-    need = [len(ln.code) + COMMENT_GAP for ln in lines
-            if ln.kind == "code" and ln.comment is not None]
-    need = [n for n in need if n <= COMMENT_LIMIT]
-    fits = [ln.comment_col for ln in lines if ln.comment is not None and
-            (ln.kind == "shape" or len(ln.code) + COMMENT_GAP <= COMMENT_LIMIT)]
+    """Trailing comments of a paragraph in one column: the one that aligns the most of
+    them; of equals, the one most of them are in already (so a file keeps the column its
+    author chose), else the leftest. A comment is aligned where its code ends at least
+    COMMENT_GAP before the column and its line stays within LINE_LIMIT; any other follows
+    its code."""
+    trailing = [ln for ln in lines if ln.kind == "code" and ln.comment is not None]
+    shapes = [ln for ln in lines if ln.kind == "shape"]
+
+    def fits(ln: _Line, col: int) -> bool:
+        return col + len(ln.comment) <= LINE_LIMIT and \
+            (ln.kind == "shape" or len(ln.code) + COMMENT_GAP <= col)
+
     column = None
-    if need:
-        counts = Counter(fits)
-        chosen = max(counts, key=lambda c: (counts[c], c)) if counts else 0
+    if trailing:
+        counts = Counter(ln.comment_col for ln in trailing + shapes
+                         if fits(ln, max(ln.comment_col, len(ln.code) + COMMENT_GAP)))
+        kept = max(counts, key=lambda c: (counts[c], c)) if counts else None
         # a shape line stays deeper than its statement, or it would not read as its
         # continuation the next time
-        deeper = [ln.stmt_indent + INDENT for ln in lines if ln.kind == "shape"]
-        column = max(chosen, *need, *deeper)
-    for ln in lines:
-        if ln.comment is None:
-            continue
-        if ln.kind == "shape":
-            ln.code = " " * (column if column is not None else
-                             max(ln.comment_col, ln.stmt_indent + INDENT))
-            continue
-        end = len(ln.code)
-        ln.gap = column - end if column is not None and end + COMMENT_GAP <= column \
+        floor = max([0, *(ln.stmt_indent + INDENT for ln in shapes)])
+        needs = {len(ln.code) + COMMENT_GAP for ln in trailing} | {floor}
+        candidates = sorted(c for c in needs | {kept} if c is not None and c >= floor)
+        score = {c: sum(fits(ln, c) for ln in trailing + shapes) for c in candidates}
+        enough = [c for c in candidates if score[c] >= ALIGNED_SHARE * len(trailing + shapes)]
+        if kept in enough:
+            column = kept
+        elif enough:
+            column = enough[0]
+        else:
+            column = max((c for c in candidates if c in needs), key=lambda c: (score[c], -c))
+            column = column if score[column] else None
+    for ln in shapes:
+        ln.code = " " * (column if column is not None and fits(ln, column) else
+                         max(ln.comment_col, ln.stmt_indent + INDENT))
+    for ln in trailing:
+        ln.gap = column - len(ln.code) if column is not None and fits(ln, column) \
             else COMMENT_GAP
 
 
