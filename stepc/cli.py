@@ -145,12 +145,16 @@ def check_output_path(flag: str, path: str, directory: bool = False) -> None:
         raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
 
 
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
 def print_report(render) -> None:
     """Run `render(console)` for standard output: on a terminal at the terminal's width; in
     a file or pipe plain, names never wrapped (so grep finds them) and no trailing spaces."""
     from rich.console import Console
 
-    if sys.stdout.isatty():
+    if stdout_is_terminal():
         render(Console(file=sys.stdout, highlight=False, soft_wrap=False))
         return
     buf = io.StringIO()

@@ -53,3 +53,48 @@ def test_types_of_two_iterations_stay_listed():
     r = run("check", "--types", "programs/moe_simple.step")
     assert "p[0]" in r.stdout and "p[1]" in r.stdout and "[*]" not in r.stdout
     assert r.stdout == run("check", "--types", "--all", "programs/moe_simple.step").stdout
+
+
+# ------------------------------------------------------------------ tables at 80 columns
+def on_terminal(monkeypatch, columns: int):
+    """Standard output as a terminal of `columns` columns (rich reads COLUMNS)."""
+    monkeypatch.setattr("stepc.cli.stdout_is_terminal", lambda: True)
+    monkeypatch.setenv("COLUMNS", str(columns))
+
+
+def whole(text: str, *names: str) -> None:
+    for name in names:
+        assert name in text, f"{name!r} split or missing:\n{text}"
+
+
+def test_analyze_at_80_columns_keeps_names_and_expressions_whole(monkeypatch):
+    on_terminal(monkeypatch, 80)
+    r = run("analyze", "programs/moe_simple.step", columns=80)
+    assert r.exit_code == 0, r.output
+    whole(r.stdout, "LinearOffChipLoad", "LinearOffChipStore@52",
+          "32768*ceil(D_0/4) + 32768*ceil(D_1/4)", "131072*ceil(D_0/4) + 131072*ceil(D_1/4)")
+    assert "─" not in r.stdout  # too wide for a table: plain rows
+    assert re.search(r"^w\[\*\]  op = LinearOffChipLoad  n = 2  off-chip bytes = "
+                     r"32768\*ceil\(D_0/4\) \+ 32768\*ceil\(D_1/4\)", r.stdout, re.M)
+
+
+def test_a_table_that_fits_stays_a_table(monkeypatch):
+    on_terminal(monkeypatch, 200)
+    r = run("analyze", "programs/moe_simple.step", columns=200)
+    lines = r.stdout.splitlines()
+    rule = next(ln for ln in lines if "────" in ln)
+    assert max(len(ln) for ln in lines[:lines.index(rule) + 12]) <= 200
+    assert re.search(r"^\s+w\[\*\]\s+LinearOffChipLoad\s+2\s", r.stdout, re.M)
+
+
+def test_sweep_table_follows_the_terminal_width(monkeypatch, tmp_path):
+    args = ["sweep", "programs/swiglu.step", "--grid", "TB=16,32", "--out",
+            str(tmp_path / "s")]
+    on_terminal(monkeypatch, 80)
+    narrow = run(*args, columns=80)
+    assert narrow.exit_code == 0, narrow.output
+    assert all(len(ln) <= 80 for ln in narrow.stdout.splitlines()
+               if "│" in ln or "─" in ln or "┃" in ln), narrow.stdout
+    on_terminal(monkeypatch, 200)
+    wide = run(*args[:-1], str(tmp_path / "t"), columns=200)
+    assert "┃" in wide.stdout and "TB=16" in wide.stdout

@@ -13,6 +13,7 @@ from rich.table import Table
 from stepc.analyze.analysis import Analysis, Roofline, add_all, trace_decidable
 from stepc.analyze.fold import family, fmt_folded, fold_names
 from stepc.hw import HardwareConfig
+from stepc.tables import print_table
 from stepc.types import natural_key
 
 KINDS = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
@@ -195,19 +196,19 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     cols = [("operator", "left"), ("op", "left")] + ([("n", "right")] if grouped else []) + \
         [("off-chip bytes", "right"), ("on-chip bytes", "right"), ("FLOPs", "right")]
     for col, just in cols:
-        table.add_column(col, justify=just, overflow="fold")
+        table.add_column(col, justify=just)
     hidden = 0
+    cells: list[list[str] | None] = []
     for r in rows:
         if not show_all and r.costless:
             hidden += r.count
             continue
-        table.add_row(r.name, r.op, *([f"{r.count:,}"] if grouped else []),
-                      val(r.off_chip), val(r.on_chip), val(r.flops))
+        cells.append([r.name, r.op, *([f"{r.count:,}"] if grouped else []),
+                      val(r.off_chip), val(r.on_chip), val(r.flops)])
     t = a.totals
-    table.add_section()
-    table.add_row("total", "", *([f"{len(a.ops):,}"] if grouped else []),
-                  val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"]))
-    console.print(table)
+    cells += [None, ["total", "", *([f"{len(a.ops):,}"] if grouped else []),
+                     val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"])]]
+    print_table(console, table, cells)
     if grouped:
         line("(n: operator instances of the statement, from loop iterations and graph "
              "instances, summed; --all lists each)")

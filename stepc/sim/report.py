@@ -10,6 +10,7 @@ from rich.table import Table
 
 from stepc.analyze.report import json_value
 from stepc.sim.run import SimResult
+from stepc.tables import print_table
 from stepc.types import natural_key
 
 
@@ -82,9 +83,8 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
                       pad_edge=False)
         for col in ("operator", "op", "busy cycles", "busy"):
             table.add_column(col, justify="left" if col in ("operator", "op") else "right")
-        for o in top:
-            table.add_row(o.name, o.op, f"{o.busy:,}", f"{100 * o.busy / max(r.cycles, 1):.1f}%")
-        console.print(table)
+        print_table(console, table, [[o.name, o.op, f"{o.busy:,}",
+                                      f"{100 * o.busy / max(r.cycles, 1):.1f}%"] for o in top])
     line(f"simulated in {r.wall_seconds:.2f} s")
 
 
