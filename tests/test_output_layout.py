@@ -75,7 +75,7 @@ def test_analyze_at_80_columns_keeps_names_and_expressions_whole(monkeypatch):
           "32768*ceil(D_0/4) + 32768*ceil(D_1/4)", "131072*ceil(D_0/4) + 131072*ceil(D_1/4)")
     assert "─" not in r.stdout  # too wide for a table: plain rows
     assert re.search(r"^w\[\*\]  op = LinearOffChipLoad  n = 2  off-chip bytes = "
-                     r"32768\*ceil\(D_0/4\) \+ 32768\*ceil\(D_1/4\)", r.stdout, re.M)
+                     r"32768\*ceil\(D_0/4\) \+ 32768\*ceil\(D_1/4\)", r.stdout, re.MULTILINE)
 
 
 def test_a_table_that_fits_stays_a_table(monkeypatch):
@@ -84,7 +84,7 @@ def test_a_table_that_fits_stays_a_table(monkeypatch):
     lines = r.stdout.splitlines()
     rule = next(ln for ln in lines if "────" in ln)
     assert max(len(ln) for ln in lines[:lines.index(rule) + 12]) <= 200
-    assert re.search(r"^\s+w\[\*\]\s+LinearOffChipLoad\s+2\s", r.stdout, re.M)
+    assert re.search(r"^\s+w\[\*\]\s+LinearOffChipLoad\s+2\s", r.stdout, re.MULTILINE)
 
 
 def test_sweep_table_follows_the_terminal_width(monkeypatch, tmp_path):
