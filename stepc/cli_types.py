@@ -143,11 +143,12 @@ def _symbol_lines(result: Compiled, show_all: bool) -> list[str]:
     for name in infos:  # a folded family where its first symbol was
         names = groups[key_of[name]]
         folded = fold_names(names)
-        if len(names) == 1 or len(folded) != 1:
+        if len(names) < MIN_FOLD and len(folded) != 1 or len(names) == 1:
             lines.append(_symbol_line(result, [name], name))
-        elif key_of[name] not in done:
+        elif key_of[name] not in done:  # one range (n_0..n_127), or `*` for what varies
             done.add(key_of[name])
-            lines.append(_symbol_line(result, names, folded[0]))
+            shown = folded[0] if len(folded) == 1 else _pattern(names)
+            lines.append(_symbol_line(result, names, shown))
     return lines
 
 
