@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted([*REPO.glob("programs/*.step"), *REPO.glob("programs/lib/*.step"),
                    *REPO.glob("stepc/ops/examples/*.step")])
 DOCS = [REPO / "README.md", *sorted(REPO.glob("docs/*.md"))]
-STEP_FENCE = re.compile(r"^```step\n(.*?)^```$", re.S | re.M)
+STEP_FENCE = re.compile(r"^```step\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gen_moe import generate  # noqa: E402
 
