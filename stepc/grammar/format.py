@@ -12,12 +12,12 @@ node names like `Sink@95` stay valid. Line by line:
   `:`, role and `=` of declarations) start in one column keep that column, moved right
   when a line's code would reach it;
 - trailing comments of a paragraph (lines between blank lines or comment lines) start in
-  one column: the one that aligns the most of them with every aligned line within 80
-  columns (of equals, the one most of them use already, else the leftest); a comment
-  whose code reaches the column, or that would run past column 80 there, follows its
-  code two spaces after it;
-  a comment on a line of its own, indented under a statement (the shape comment of a
-  long line), joins the column;
+  one column: the one most of them use already when it aligns at least ALIGNED_SHARE of
+  them, else the leftest that does (else the one that aligns the most); a comment is
+  aligned where its code ends two spaces before the column and its line stays within
+  LINE_LIMIT, and any other follows its code two spaces after it, so one long line does
+  not push a paragraph's comments right; a comment on a line of its own, indented under
+  a statement (the shape comment of a long line), joins the column;
 - comments are kept verbatim (only trailing spaces and tabs go), blank lines are kept,
   trailing whitespace is removed and the file ends with one newline.
 """
@@ -36,7 +36,7 @@ from stepc.source import SourceFile
 INDENT = 4
 COMMENT_GAP = 2
 LINE_LIMIT = 100  # a trailing comment is aligned only where its line stays within this
-ALIGNED_SHARE = 0.75  # the comment column aligns at least this share of a paragraph's
+ALIGNED_SHARE = 0.75  # of a paragraph's trailing comments, the share its column aligns
 _BLANKS = " \t\f\r"  # the whitespace the grammar skips; other characters are content
 _OPEN, _CLOSE = ("(", "["), (")", "]")
 _BEFORE_UNARY = frozenset({"(", "[", ",", "=", "==", "!=", "<=", ">=", "<", ">", "+", "-",
@@ -342,11 +342,11 @@ class _Formatter:
 
 
 def _align_paragraph(lines: list[_Line]) -> None:
-    """Trailing comments of a paragraph in one column: the one that aligns the most of
-    them; of equals, the one most of them are in already (so a file keeps the column its
-    author chose), else the leftest. A comment is aligned where its code ends at least
-    COMMENT_GAP before the column and its line stays within LINE_LIMIT; any other follows
-    its code."""
+    """Trailing comments of a paragraph in one column: the one most of them are in already
+    (so a file keeps the column its author chose) when it aligns ALIGNED_SHARE of them,
+    else the leftest that does, else the one that aligns the most. A comment is aligned
+    where its code ends at least COMMENT_GAP before the column and its line stays within
+    LINE_LIMIT; any other follows its code."""
     trailing = [ln for ln in lines if ln.kind == "code" and ln.comment is not None]
     shapes = [ln for ln in lines if ln.kind == "shape"]
 
