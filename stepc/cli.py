@@ -265,6 +265,8 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
       stepc check --types -D TB=32 -D TI=64 programs/swiglu.step
       stepc check --format json --werror mine.step
     """
+    if show_all and not show_types:
+        raise click.UsageError("--all lists every loop iteration of --types: give --types too")
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled

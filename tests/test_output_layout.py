@@ -41,6 +41,11 @@ def test_types_fold_loop_iterations_and_all_lists_each():
     assert "--all lists each" in folded.stdout
 
 
+def test_all_without_types_is_refused():
+    r = run("check", "--all", "programs/moe_simple.step")
+    assert r.exit_code == 2 and "give --types too" in r.stderr
+
+
 def test_types_of_iterations_that_differ_name_their_indices():
     r = run("check", "--types", "-D", "P=5", "tests/golden/check/types_parallel_define.step")
     assert r.exit_code == 0
