@@ -145,12 +145,16 @@ def check_output_path(flag: str, path: str, directory: bool = False) -> None:
         raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
 
 
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
 def print_report(render) -> None:
     """Run `render(console)` for standard output: on a terminal at the terminal's width; in
     a file or pipe plain, names never wrapped (so grep finds them) and no trailing spaces."""
     from rich.console import Console
 
-    if sys.stdout.isatty():
+    if stdout_is_terminal():
         render(Console(file=sys.stdout, highlight=False, soft_wrap=False))
         return
     buf = io.StringIO()
@@ -243,13 +247,16 @@ def _presets(default: str | None = None) -> str:
 @click.argument("file", type=str)
 @_DEFINE
 @click.option("--types", "show_types", is_flag=True,
-              help="Print every stream's inferred type and symbolic shape, in source order.")
+              help="Print every stream's inferred type and symbolic shape, in source order "
+              "(loop iterations folded: `[*]`).")
+@click.option("--all", "show_all", is_flag=True,
+              help="With --types: list every loop iteration's streams, symbols and facts.")
 @_FORMAT
 @click.option("--werror", is_flag=True, help="Treat warnings as errors (exit 1).")
 @quick_exit
 @fewer_collections
-def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
-              werror: bool) -> None:
+def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: bool,
+              fmt: str, werror: bool) -> None:
     """Type- and shape-check a .step program (FILE, or - for standard input).
 
     \b
@@ -258,6 +265,8 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
       stepc check --types -D TB=32 -D TI=64 programs/swiglu.step
       stepc check --format json --werror mine.step
     """
+    if show_all and not show_types:
+        raise click.UsageError("--all lists every loop iteration of --types: give --types too")
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled
@@ -265,7 +274,8 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         if show_types and result.typed is not None:
-            click.echo(types_text(result), nl=False)
+            from stepc.cli_types import types_text
+            click.echo(types_text(result, show_all), nl=False)
         emit_diagnostics(result)
     sys.exit(_exit_code(result, werror))
 
@@ -448,39 +458,6 @@ def _cost(report: CheckReport, binds, traces, onchip_model, config=None) -> Cost
                                         onchip_model=onchip_model)
     except InputError as e:
         input_error(e, traces)
-
-
-def types_text(result: Compiled) -> str:
-    """Every stream with its inferred type, then every symbol and where it came from."""
-    from stepc.types import fmt_dim
-    typed = result.typed
-    rows = [(f"{span.file}:{span.line}:{span.col}", label, str(t))
-            for _node, _port, label, span, t in typed.streams_in_order()]
-    lines = []
-    w0 = max((len(r[0]) for r in rows), default=0)
-    w1 = max((len(r[1]) for r in rows), default=0)
-    for loc, label, t in rows:
-        lines.append(f"{loc:<{w0}}  {label:<{w1}} : {t}")
-    if typed.symbols.infos:
-        lines.append("")
-        lines.append("symbols:")
-        kinds = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
-        resolved = {s.name: v for s, v in typed.subst.items()}
-        for info in typed.symbols.infos.values():
-            where = f" ({info.span})" if info.span else ""
-            origin = f"introduced by `{info.origin}`{where}" if info.origin else \
-                f"declared{where}"
-            value = f" = {fmt_dim(resolved[info.name])} (assumed)" \
-                if info.name in resolved else ""
-            lines.append(f"  {info.name}{value}: {kinds[info.kind]}, {origin}: {info.reason}")
-    if typed.facts:
-        lines.append("")
-        lines.append("facts:")
-        ops = {"Equality": "==", "Unequality": "!=", "LessThan": "<=", "GreaterThan": ">=",
-               "StrictLessThan": "<", "StrictGreaterThan": ">"}
-        lines.extend(f"  {fmt_dim(f.lhs)} {ops.get(type(f).__name__, '?')} {fmt_dim(f.rhs)}"
-                     for f in typed.facts)
-    return "\n".join(lines) + "\n"
 
 
 def run() -> None:

@@ -2,21 +2,24 @@
 
 `fmt` exits 0 when every file is formatted (or, with --check, already was), 1 when a file
 would change under --check or could not be formatted (a syntax error: the file is left as
-it is), and 2 on usage errors (a path that does not exist, a file it cannot write).
+it is), and 2 on usage errors (a path that does not exist, a file it cannot write, one
+that is not a regular file or is larger than MAX_SOURCE_BYTES).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import stat
 import sys
-import tempfile
 
 import click
 
 from stepc.cli import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
 from stepc.diagnostics import StepError, render_text
 from stepc.source import SourceFile
+
+MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what fmt reads
 
 
 def _targets(paths: tuple[str, ...]) -> list[str]:
@@ -36,20 +39,23 @@ def _targets(paths: tuple[str, ...]) -> list[str]:
     return files
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Replace `path` with `data` in one step (a temporary file renamed over it), keeping
-    the file's permissions; the file is never left half written."""
-    real = os.path.realpath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".stepc-fmt-", dir=os.path.dirname(real) or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, os.stat(real).st_mode & 0o7777)
-        os.replace(tmp, real)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _write_in_place(path: str, old: bytes, new: bytes) -> None:
+    """Overwrite `path` with `new` through its own inode, so its owner, permissions and
+    hard links stay as they are; if the write fails, the old bytes are put back."""
+    with open(path, "r+b") as f:
+        try:
+            _rewrite(f, new)
+        except OSError:
+            _rewrite(f, old)
+            raise
+
+
+def _rewrite(f, data: bytes) -> None:
+    f.seek(0)
+    f.write(data)
+    f.truncate()
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _format_one(path: str, data: bytes) -> tuple[str, str] | None:
@@ -101,7 +107,8 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     failed = False
     for path in files:
         try:
-            data = sys.stdin.buffer.read() if path == "-" else _read(path)
+            writing = not (check or show_diff)
+            data = _read_stdin() if path == "-" else _read(path, writing)
             result = _format_one(path, data)
         except FormatError as e:
             click.echo(f"stepc: internal error: {e}", err=True)
@@ -125,7 +132,7 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
             click.echo(name)
         else:
             try:
-                _write_atomic(path, new.encode("utf-8"))
+                _write_in_place(path, old.encode("utf-8"), new.encode("utf-8"))
             except OSError as e:
                 click.echo(f"stepc: error: cannot write {path}: {e.strerror or e}", err=True)
                 sys.exit(EXIT_USAGE)
@@ -136,12 +143,32 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     sys.exit(EXIT_PROGRAM if failed or (check and changed) else EXIT_OK)
 
 
-def _read(path: str) -> bytes:
+def _read(path: str, writing: bool) -> bytes:
+    """A regular file's bytes, refused (usage error) when it is something else (a device,
+    a FIFO), too large to be a program, or read-only when it is to be rewritten."""
     try:
+        info = os.stat(path)  # before opening: opening a FIFO would wait for a writer
+        if not stat.S_ISREG(info.st_mode):
+            raise click.UsageError(f"{path}: not a regular file; give .step files, or - for "
+                                   "standard input")
+        if info.st_size > MAX_SOURCE_BYTES:
+            raise click.UsageError(f"{path}: {info.st_size:,} bytes is too large for a .step "
+                                   f"program (at most {MAX_SOURCE_BYTES:,})")
+        if writing and (not info.st_mode & 0o222 or not os.access(path, os.W_OK)):
+            raise click.UsageError(f"{path}: the file is read-only, so it is not formatted "
+                                   "(--diff shows the changes)")
         with open(path, "rb") as f:
-            return f.read()
+            return f.read(MAX_SOURCE_BYTES + 1)
     except OSError as e:
         raise click.UsageError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _read_stdin() -> bytes:
+    data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise click.UsageError(f"standard input is larger than {MAX_SOURCE_BYTES:,} bytes, "
+                               "too large for a .step program")
+    return data
 
 
 @click.command("lsp", short_help="Run the language server (for editors).")

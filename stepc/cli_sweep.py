@@ -14,7 +14,15 @@ from collections import Counter
 
 import click
 
-from stepc.cli import EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _pairs, input_error, parse_defines
+from stepc.cli import (
+    EXIT_DEADLOCK,
+    EXIT_OK,
+    EXIT_PROGRAM,
+    _pairs,
+    input_error,
+    parse_defines,
+    print_report,
+)
 from stepc.diagnostics import render_text
 
 EXIT_INTERRUPTED = 130
@@ -178,7 +186,7 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         if client is not None:
             client.close()
     records = results.records
-    _sweep_summary(records, Console(file=sys.stdout, width=140))
+    print_report(lambda console: _sweep_summary(records, console))
     if pareto:
         _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
     failed = Counter(r["status"] for r in records if r["status"] != "ok")
@@ -230,21 +238,25 @@ def _sweep_summary(records: list[dict], console) -> None:
     from rich.table import Table
 
     from stepc.sweep.runner import point_label, point_order
+    from stepc.tables import print_table
     table = Table(title=f"{len(records)} points", title_justify="left")
     dram = any(rec.get("row_hit_rate") is not None for rec in records)
     cols = ["point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"]
     for col in cols + (["row hits"] if dram else []):
         table.add_column(col, justify="left" if col in ("point", "status") else "right")
     records = sorted(records, key=point_order)
+    def cell(rec: dict, key: str) -> str:
+        v = rec.get(key)
+        return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
+
+    rows = []
     for rec in records:
-        def f(key):
-            v = rec.get(key)
-            return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
         hits = rec.get("row_hit_rate")
-        table.add_row(point_label(rec), rec["status"], f("cycles"), f("off_chip_bytes"),
-                      f("on_chip_bytes"), f("on_chip_bytes_on_demand"),
-                      *([f"{100 * hits:.1f}%" if hits is not None else "-"] if dram else []))
-    console.print(table)
+        rows.append([point_label(rec), rec["status"],
+                     *(cell(rec, k) for k in ("cycles", "off_chip_bytes", "on_chip_bytes",
+                                              "on_chip_bytes_on_demand")),
+                     *([f"{100 * hits:.1f}%" if hits is not None else "-"] if dram else [])])
+    print_table(console, table, rows)
     for rec in records:
         if rec["status"] == "error":
             click.echo(f"error in {point_label(rec)}: {rec.get('error')}", err=True)

@@ -162,21 +162,16 @@ def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile]) -> str:
 
 
 def span_json(span: Span | None) -> dict | None:
+    """A location in stepc's JSON documents (1-based lines and columns; see
+    stepc.schemas)."""
     if span is None:
         return None
-    return {
-        "file": span.file,
-        "range": {
-            "start": {"line": span.line, "column": span.col},
-            "end": {"line": span.end_line, "column": span.end_col},
-        },
-    }
+    return {"file": span.file, "line": span.line, "column": span.col,
+            "end_line": span.end_line, "end_column": span.end_col}
 
 
 def diagnostic_json(d: Diagnostic) -> dict:
-    """The JSON form of a diagnostic (LSP-like field names, 1-based positions)."""
-    out = {"code": d.code, "severity": d.severity.value, "message": d.message}
-    loc = span_json(d.span)
-    out.update(loc if loc else {"file": None, "range": None})
-    out["notes"] = [{"message": n.message, **(span_json(n.span) or {})} for n in d.notes]
-    return out
+    """The JSON form of a diagnostic: code, severity, message, location and notes."""
+    return {"code": d.code, "severity": d.severity.value, "message": d.message,
+            "location": span_json(d.span),
+            "notes": [{"message": n.message, "location": span_json(n.span)} for n in d.notes]}

@@ -57,6 +57,17 @@ def fmt_dim(d: Dim) -> str:
     return _PRINTER.doprint(d)
 
 
+def dim_json(e) -> int | float | str | None:
+    """A value in stepc's JSON documents: an int when integral, a float when numeric (None
+    for NaN), else the expression as stepc prints it."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return int(e)
+    if e.is_number:
+        return None if e == sympy.nan else float(e)
+    return fmt_dim(e)
+
+
 def natural_key(name: str) -> list:
     """Sort key that orders numbered names by number: n_2 before n_10 before n_100."""
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]

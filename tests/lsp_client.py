@@ -51,6 +51,16 @@ class LspClient:
         self.proc.stdin.write(f"Content-Length: {len(data)}\r\n\r\n".encode("ascii") + data)
         self.proc.stdin.flush()
 
+    def send_raw(self, data: bytes) -> None:
+        """Bytes as they are, for framing an editor might get wrong."""
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def wait_answer(self, rid) -> dict:
+        """The whole answer (result or error) to the request with id `rid`."""
+        return self._wait(lambda m: m.get("id") == rid and "method" not in m,
+                          f"an answer to request {rid}")
+
     def notify(self, method: str, params: dict) -> None:
         self.send({"method": method, "params": params})
 

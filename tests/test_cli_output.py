@@ -57,7 +57,7 @@ def test_analyze_of_128_experts_fits_a_screen():
     assert "--trace routing=FILE" in r.stdout  # how to make it concrete
     # the JSON keeps every operator and the full expression
     doc = json.loads(run("analyze", "programs/moe_static.step", "--format", "json").stdout)
-    assert len(doc["ops"]) == 2442 and "ceiling(n_127/16)" in doc["totals"]["off_chip_bytes"]
+    assert len(doc["ops"]) == 2442 and "ceil(n_127/16)" in doc["totals"]["off_chip_bytes"]
 
 
 def test_symbols_sort_naturally():

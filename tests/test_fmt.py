@@ -23,7 +23,10 @@ from stepc.graph.elaborate import elaborate
 from stepc.source import SourceFile
 
 REPO = Path(__file__).resolve().parent.parent
-PROGRAMS = sorted([*REPO.glob("programs/*.step"), *REPO.glob("programs/lib/*.step")])
+PROGRAMS = sorted([*REPO.glob("programs/*.step"), *REPO.glob("programs/lib/*.step"),
+                   *REPO.glob("stepc/ops/examples/*.step")])
+DOCS = [REPO / "README.md", *sorted(REPO.glob("docs/*.md"))]
+STEP_FENCE = re.compile(r"^```step\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gen_moe import generate  # noqa: E402
 
@@ -118,6 +121,33 @@ def test_bundled_programs_are_formatted(path):
     text = path.read_text(encoding="utf-8")
     assert format_source(text, str(path)) == text, \
         f"run `stepc fmt {path.relative_to(REPO).as_posix()}`"
+
+
+def doc_blocks():
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in STEP_FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            yield pytest.param(m.group(1), id=f"{doc.relative_to(REPO).as_posix()}:{line}")
+
+
+@pytest.mark.parametrize("block", list(doc_blocks()))
+def test_step_blocks_of_the_docs_are_formatted(block):
+    """Every ```step block of README.md and docs/*.md is a whole program in fmt's layout
+    (fragments are ```text)."""
+    assert format_source(block, "block.step") == block
+
+
+def test_one_long_line_does_not_push_a_paragraphs_comments():
+    src = ("a = A(x)          # one\nbb = B(x)         # two\ncc = C(x)         # three\n"
+           "long = LinearOffChipLoad(W, tile=[64, 64], stride=[0, 1], shape=[1])  # four\n")
+    assert fmt(src) == src
+    # a comment that would end past the line limit at the column follows its code
+    wide = "x" * 70
+    src = (f"a = A(x)  # short\nbb = B(x)  # short\n{wide} = C(x)  # {'w' * 30}\n"
+           f"{wide} = D(x)  # {'w' * 30}\n")
+    assert all(len(line) <= 100 or line.startswith(wide) for line in fmt(src).splitlines())
+    assert fmt(src).splitlines()[2] == f"{wide} = C(x)  # {'w' * 30}"
 
 
 # ---------------------------------------------------------------- meaning and idempotence
@@ -289,15 +319,73 @@ def test_a_file_with_a_syntax_error_is_left_as_it_is(tmp_path):
 
 
 def test_a_failed_write_leaves_the_file_whole(tmp_path, monkeypatch):
+    from stepc import cli_editor
     p = messy(tmp_path)
+    real = cli_editor._rewrite
+    calls = []
 
-    def refuse(src, dst):
-        raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(os, "replace", refuse)
+    def fail_first(f, data):
+        calls.append(data)
+        if len(calls) == 1:
+            f.seek(0)
+            f.write(data[:5])  # half written, then the disk is full
+            raise OSError(28, "No space left on device")
+        real(f, data)
+    monkeypatch.setattr(cli_editor, "_rewrite", fail_first)
     r = run([str(p)])
     assert r.exit_code == 2 and "cannot write" in r.stderr
     assert p.read_text() == "param  N=4\nx = Foo( N )\n"
     assert sorted(os.listdir(tmp_path)) == ["m.step"]
+
+
+def test_formatting_keeps_the_files_identity(tmp_path):
+    """Written in place: the inode, hard links and owner stay; a read-only file is refused."""
+    p = messy(tmp_path)
+    link = tmp_path / "link.step"
+    os.link(p, link)
+    inode = os.stat(p).st_ino
+    assert run([str(p)]).exit_code == 0
+    assert os.stat(p).st_ino == inode and os.stat(p).st_nlink == 2
+    assert link.read_text() == "param N = 4\nx = Foo(N)\n"
+    ro = messy(tmp_path, "ro.step")
+    os.chmod(ro, 0o444)
+    r = run([str(ro)])
+    assert r.exit_code == 2 and "read-only" in r.stderr and "Traceback" not in r.stderr
+    assert ro.read_text() == "param  N=4\nx = Foo( N )\n"
+    assert os.stat(ro).st_mode & 0o777 == 0o444
+    assert run(["--check", str(ro)]).exit_code == 1  # reading it is fine
+
+
+def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatch):
+    from stepc import cli_editor
+    r = run(["/dev/zero"])
+    assert r.exit_code == 2 and "not a regular file" in r.stderr
+    fifo = tmp_path / "pipe.step"
+    os.mkfifo(fifo)
+    r = run([str(fifo)])
+    assert r.exit_code == 2 and "not a regular file" in r.stderr
+    monkeypatch.setattr(cli_editor, "MAX_SOURCE_BYTES", 10)
+    r = run([str(messy(tmp_path))])
+    assert r.exit_code == 2 and "too large" in r.stderr
+    r = run(["-"], input="param  N=4\n")
+    assert r.exit_code == 2 and "too large" in r.stderr
+
+
+def test_a_long_sum_formats_without_recursion():
+    src = "param N = " + " + ".join(["1"] * 3000) + "\n"
+    assert fmt(src.replace(" + ", "+")) == src
+
+
+def test_unicode_names_lex_as_the_parser_reads_them():
+    assert fmt("param  Né=4\nx = Fooé( Né )\n") == "param Né = 4\nx = Fooé(Né)\n"
+    r = run(["-"], input="x = Fooé(1)\n")
+    assert r.exit_code == 0 and r.stdout == "x = Fooé(1)\n"
+
+
+def test_comment_text_is_kept_to_its_last_character():
+    src = "param N = 4  # ends in a separator\x1e\n# own line\u3000\n"
+    assert fmt(src) == src
+    assert fmt("param N = 4  # spaces go \t \n") == "param N = 4  # spaces go\n"
 
 
 def test_a_missing_path_is_a_usage_error(tmp_path):

@@ -6,6 +6,7 @@ stale ones dropped."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -269,3 +270,48 @@ def test_checks_of_a_large_program_stay_off_the_editors_thread(client, tmp_path)
     stale = [n for n in client.notifications if n["method"] ==
              "textDocument/publishDiagnostics" and n["params"].get("version") != 12]
     assert stale == []
+
+
+def test_a_hover_right_after_opening_waits_for_the_check(client):
+    """No diagnostics awaited first: the hover waits for the document's first check."""
+    text = MOE.read_text(encoding="utf-8")
+    line, char = find(text.split("\n"), "rows = Flatten")
+    uri = MOE.as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {
+        "uri": uri, "languageId": "step", "version": 1, "text": text}})
+    hover = client.request("textDocument/hover", at(uri, line, char))
+    assert hover is not None and "D_0" in hover["contents"]["value"]
+    symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+    assert any(s["name"] == "route" for s in symbols)
+
+
+@pytest.mark.parametrize("position", [{"line": -1, "character": 0},
+                                      {"line": 0, "character": -5},
+                                      {"line": 2**40, "character": 0}])
+def test_requests_with_impossible_positions_get_an_answer(client, position):
+    uri, _ = open_doc(client, MOE)
+    client.next_id += 1
+    rid = client.next_id
+    client.send({"id": rid, "method": "textDocument/hover",
+                 "params": {"textDocument": {"uri": uri}, "position": position}})
+    answer = client.wait_answer(rid)
+    assert answer["error"]["code"] == -32602
+    assert "textDocument/hover" in answer["error"]["message"]
+    # a position past the end of the document is valid: no hover there
+    assert client.request("textDocument/hover", at(uri, 10**6, 10**6)) is None
+
+
+def test_a_wrong_content_length_is_answered_and_the_next_message_read(client):
+    uri, _ = open_doc(client, MOE)
+    body = json.dumps({"jsonrpc": "2.0", "id": 900, "method": "textDocument/hover",
+                       "params": at(uri, 0, 0)}).encode()
+    client.send_raw(f"Content-Length: {len(body) - 10}\r\n\r\n".encode() + body)
+    answer = client.wait_answer(900)
+    assert answer["error"]["code"] == -32700 and "Content-Length" in answer["error"]["message"]
+    assert client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+    # too long: the message is answered once nothing more comes, and the server goes on
+    body = json.dumps({"jsonrpc": "2.0", "id": 901, "method": "textDocument/documentSymbol",
+                       "params": {"textDocument": {"uri": uri}}}).encode()
+    client.send_raw(f"Content-Length: {len(body) + 40}\r\n\r\n".encode() + body)
+    assert "result" in client.wait_answer(901)
+    assert client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})

@@ -130,12 +130,12 @@ def check_cli(data: bytes, workdir: Path, defines: tuple[str, ...] = ()) -> None
         return  # usage errors are reported by click, not as JSON
     out = json.loads(res.stdout)
     for d in out["diagnostics"]:
-        rng = d.get("range")
-        if rng is None or d.get("file") != str(path):
+        loc = d["location"]
+        if loc is None or loc["file"] != str(path):
             continue
-        assert 1 <= rng["start"]["line"] <= n + 1, d
-        assert rng["start"]["column"] >= 1, d
-        assert 1 <= rng["end"]["line"] <= n + 1, d
+        assert 1 <= loc["line"] <= n + 1, d
+        assert loc["column"] >= 1, d
+        assert 1 <= loc["end_line"] <= n + 1, d
     assert out["summary"]["errors"] == sum(d["severity"] == "error"
                                            for d in out["diagnostics"])
 

@@ -12,8 +12,11 @@ from rich.table import Table
 
 from stepc.analyze.analysis import Analysis, Roofline, add_all, trace_decidable
 from stepc.analyze.fold import family, fmt_folded, fold_names
+from stepc.diagnostics import span_json
 from stepc.hw import HardwareConfig
-from stepc.types import natural_key
+from stepc.schemas import schema
+from stepc.tables import print_table
+from stepc.types import dim_json, natural_key
 
 KINDS = {"dynamic": "dynamic-regular", "ragged": "ragged", "param": "param"}
 
@@ -46,16 +49,6 @@ def _clip(text: str, show_all: bool) -> str:
         if depth == 0 and text.startswith(" + ", i):
             cut = i
     return text if cut is None else text[:cut] + " + ... (--all or --format json: whole)"
-
-
-def json_value(e: sympy.Expr):
-    """An int when fully bound and integral, a float when numeric, else a sympy string."""
-    e = sympy.sympify(e)
-    if e.is_Integer:
-        return int(e)
-    if e.is_number:
-        return None if e == sympy.nan else float(e)
-    return sympy.sstr(e)
 
 
 def _human(e: sympy.Expr, unit: str) -> str:
@@ -195,19 +188,19 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     cols = [("operator", "left"), ("op", "left")] + ([("n", "right")] if grouped else []) + \
         [("off-chip bytes", "right"), ("on-chip bytes", "right"), ("FLOPs", "right")]
     for col, just in cols:
-        table.add_column(col, justify=just, overflow="fold")
+        table.add_column(col, justify=just)
     hidden = 0
+    cells: list[list[str] | None] = []
     for r in rows:
         if not show_all and r.costless:
             hidden += r.count
             continue
-        table.add_row(r.name, r.op, *([f"{r.count:,}"] if grouped else []),
-                      val(r.off_chip), val(r.on_chip), val(r.flops))
+        cells.append([r.name, r.op, *([f"{r.count:,}"] if grouped else []),
+                      val(r.off_chip), val(r.on_chip), val(r.flops)])
     t = a.totals
-    table.add_section()
-    table.add_row("total", "", *([f"{len(a.ops):,}"] if grouped else []),
-                  val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"]))
-    console.print(table)
+    cells += [None, ["total", "", *([f"{len(a.ops):,}"] if grouped else []),
+                     val(t["off_chip_bytes"]), val(t["on_chip_bytes"]), val(t["flops"])]]
+    print_table(console, table, cells)
     if grouped:
         line("(n: operator instances of the statement, from loop iterations and graph "
              "instances, summed; --all lists each)")
@@ -242,28 +235,27 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
 def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None = None
             ) -> dict:
     out = {
+        "schema": schema("analyze"),
         "program": a.program,
         "onchip_model": a.mode,
         "params": dict(sorted(a.params.items())),
-        "bindings": {k: json_value(v) for k, v in sorted(a.bindings.items())},
+        "bindings": {k: dim_json(v) for k, v in sorted(a.bindings.items())},
         "ops": [{
             "name": o.node, "op": o.op,
-            "location": {"file": o.span.file, "line": o.span.line, "column": o.span.col},
-            "off_chip_bytes": json_value(o.off_chip), "on_chip_bytes": json_value(o.on_chip),
-            "on_chip_bytes_on_demand": json_value(o.on_chip_on_demand),
-            "flops": json_value(o.flops), "compute_bw": o.compute_bw,
+            "location": span_json(o.span),
+            "off_chip_bytes": dim_json(o.off_chip), "on_chip_bytes": dim_json(o.on_chip),
+            "on_chip_bytes_on_demand": dim_json(o.on_chip_on_demand),
+            "flops": dim_json(o.flops), "compute_bw": o.compute_bw,
         } for o in a.ops],
-        "totals": {k: json_value(v) for k, v in a.totals.items()},
+        "totals": {k: dim_json(v) for k, v in a.totals.items()},
         "symbols": {info.name: {"kind": info.kind, "origin": info.origin,
                                 "reason": info.reason,
-                                "location": None if info.span is None else {
-                                    "file": info.span.file, "line": info.span.line,
-                                    "column": info.span.col}}
+                                "location": span_json(info.span)}
                     for info in a.symbols.values()},
     }
     if roof is not None and hw is not None:
-        out["roofline"] = {"hw": hw.name, "memory_cycles": json_value(roof.memory_cycles),
-                           "compute_cycles": json_value(roof.compute_cycles),
+        out["roofline"] = {"hw": hw.name, "memory_cycles": dim_json(roof.memory_cycles),
+                           "compute_cycles": dim_json(roof.compute_cycles),
                            "allocated_compute": a.allocated_compute, "bound": roof.bound,
                            "offchip_bw": hw.peak_bw}
     return out

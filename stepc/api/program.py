@@ -9,8 +9,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.errors import InputError
-from stepc.diagnostics import (Diagnostic, Note, Severity, StepError, closest,
-                               diagnostic_json, did_you_mean, span_json)
+from stepc.diagnostics import (
+    Diagnostic,
+    Note,
+    Severity,
+    StepError,
+    closest,
+    diagnostic_json,
+    did_you_mean,
+    span_json,
+)
+from stepc.schemas import schema
+from stepc.types import dim_json
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,7 +94,7 @@ class CheckReport:
         result = self.compiled
         diags = self.diagnostics
         out: dict = {
-            "version": 1,
+            "schema": schema("check"),
             "program": result.name,
             "diagnostics": [diagnostic_json(d) for d in diags],
             "summary": {"errors": sum(d.severity.value == "error" for d in diags),
@@ -99,7 +109,7 @@ class CheckReport:
             out["streams"].append({
                 "name": label, "node": node.name, "op": node.op, "port": node.outputs[port],
                 "type": str(t), "elem": str(t.elem), "rank": t.rank,
-                "shape": [str(d) for d in t.shape], "location": span_json(span),
+                "shape": [dim_json(d) for d in t.shape], "location": span_json(span),
             })
         for info in typed.symbols.infos.values():
             out["symbols"].append({"name": info.name, "kind": info.kind, "origin": info.origin,
@@ -148,8 +158,13 @@ def hardware(hw: str | HardwareConfig | None = None,
     """A hardware configuration (preset name, TOML path or a config) with `set` overrides
     (`{"hbm.model": "fluid"}` or `["hbm.model=fluid"]`), and a warning for each override
     the run will not read (`roofline`: the analyzer's bound is the reader)."""
-    from stepc.hw.config import (ConfigError, HardwareConfig, load_config, roofline_unused,
-                                 set_warnings)
+    from stepc.hw.config import (
+        ConfigError,
+        HardwareConfig,
+        load_config,
+        roofline_unused,
+        set_warnings,
+    )
     sets = settings(set)
     if isinstance(hw, HardwareConfig):
         if sets:

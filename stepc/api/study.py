@@ -55,8 +55,8 @@ class SweepResults:
         """Flat records: each param and trace a column of its own (`TILE_N`, `trace routing`)."""
         rows = []
         for r in self.records:
-            row = {k: v for k, v in r.items() if k not in ("params", "traces", "key",
-                                                          "digests", "seal")}
+            row = {k: v for k, v in r.items() if k not in ("schema", "params", "traces",
+                                                          "key", "digests", "seal")}
             row.update(r["params"])
             row.update({f"trace {k}": v for k, v in r["traces"].items()})
             rows.append(row)

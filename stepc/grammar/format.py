@@ -12,11 +12,14 @@ node names like `Sink@95` stay valid. Line by line:
   `:`, role and `=` of declarations) start in one column keep that column, moved right
   when a line's code would reach it;
 - trailing comments of a paragraph (lines between blank lines or comment lines) start in
-  one column: the one most of them use already, moved right until the code of every line
-  fits two spaces before it (code reaching past column 80 excepted); a comment on a line
-  of its own, indented under a statement (the shape comment of a long line), joins it;
-- comments are kept verbatim, blank lines are kept, trailing whitespace is removed and
-  the file ends with one newline.
+  one column: the one most of them use already when it aligns at least ALIGNED_SHARE of
+  them, else the leftest that does (else the one that aligns the most); a comment is
+  aligned where its code ends two spaces before the column and its line stays within
+  LINE_LIMIT, and any other follows its code two spaces after it, so one long line does
+  not push a paragraph's comments right; a comment on a line of its own, indented under
+  a statement (the shape comment of a long line), joins the column;
+- comments are kept verbatim (only trailing spaces and tabs go), blank lines are kept,
+  trailing whitespace is removed and the file ends with one newline.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stepc.diagnostics import StepError
 from stepc.grammar import ast
 from stepc.grammar.lexer import ANGLE_TYPES, KEYWORDS, Token, tokenize
 from stepc.grammar.parse import parse
@@ -31,7 +35,9 @@ from stepc.source import SourceFile
 
 INDENT = 4
 COMMENT_GAP = 2
-COMMENT_LIMIT = 80  # code longer than this does not push a paragraph's comment column
+LINE_LIMIT = 100  # a trailing comment is aligned only where its line stays within this
+ALIGNED_SHARE = 0.75  # of a paragraph's trailing comments, the share its column aligns
+_BLANKS = " \t\f\r"  # the whitespace the grammar skips; other characters are content
 _OPEN, _CLOSE = ("(", "["), (")", "]")
 _BEFORE_UNARY = frozenset({"(", "[", ",", "=", "==", "!=", "<=", ">=", "<", ">", "+", "-",
                            "*", "/", "//", "%", ":", "..", "{", ";", "return", "in"})
@@ -53,21 +59,34 @@ def format_source(text: str, name: str = "<stdin>") -> str:
     body = body.replace("\r\n", "\n")
     module = parse(SourceFile(name, body))
     out = _Formatter(body, module).run()
-    if meaning(parse(SourceFile(name, out))) != meaning(module):
+    try:
+        same = meaning(parse(SourceFile(name, out))) == meaning(module)
+    except StepError:
+        same = False
+    if not same:
         raise FormatError(f"{name}: formatting would change the program, so it is left "
                           "unchanged (a bug in stepc fmt; please report it)")
     return bom + out.replace("\n", newline)
 
 
-def meaning(node):
-    """An AST with its positions left out, to compare two programs."""
-    if isinstance(node, tuple):
-        return tuple(meaning(x) for x in node)
-    if hasattr(node, "__dataclass_fields__"):
-        return (type(node).__name__,) + tuple(
-            meaning(getattr(node, f)) for f in node.__dataclass_fields__
-            if f != "span" and not f.endswith("_span"))
-    return node
+def meaning(node) -> tuple:
+    """An AST with its positions left out, flattened in prefix order, to compare two
+    programs (iterative: a sum of thousands of terms nests that deep)."""
+    out: list = []
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, tuple):
+            out.append(("tuple", len(x)))
+            todo.extend(reversed(x))
+        elif hasattr(x, "__dataclass_fields__"):
+            fields = [f for f in x.__dataclass_fields__
+                      if f != "span" and not f.endswith("_span")]
+            out.append((type(x).__name__, len(fields)))
+            todo.extend(getattr(x, f) for f in reversed(fields))
+        else:
+            out.append(x)
+    return tuple(out)
 
 
 @dataclass
@@ -163,7 +182,7 @@ class _Formatter:
         text = "\n".join(
             ln.code if ln.kind == "verbatim" else
             (ln.code + " " * ln.gap + ln.comment if ln.comment is not None else ln.code)
-            .rstrip() for ln in self.out)
+            .rstrip(_BLANKS) for ln in self.out)
         return text + "\n" if text else ""
 
     # ------------------------------------------------------------ one line
@@ -284,7 +303,7 @@ class _Formatter:
             toks = self.by_line.get(ln, [])
             comment = self.comments.get(ln)
             if comment is not None and line.kind != "verbatim":
-                line.comment, line.comment_col = comment.text.rstrip(), comment.col - 1
+                line.comment, line.comment_col = comment.text.rstrip(_BLANKS), comment.col - 1
             if line.kind == "verbatim":
                 self._layout(toks, {}, stack, 0)
             elif line.kind == "comment":
@@ -324,30 +343,41 @@ class _Formatter:
 
 def _align_paragraph(lines: list[_Line]) -> None:
     """Trailing comments of a paragraph in one column: the one most of them are in already
-    (so a file keeps the column its author chose), moved right until every line's code fits
-    before it; code past COMMENT_LIMIT does not move it (its comment follows the code)."""
-    need = [len(ln.code) + COMMENT_GAP for ln in lines
-            if ln.kind == "code" and ln.comment is not None]
-    need = [n for n in need if n <= COMMENT_LIMIT]
-    fits = [ln.comment_col for ln in lines if ln.comment is not None and
-            (ln.kind == "shape" or len(ln.code) + COMMENT_GAP <= COMMENT_LIMIT)]
+    (so a file keeps the column its author chose) when it aligns ALIGNED_SHARE of them,
+    else the leftest that does, else the one that aligns the most. A comment is aligned
+    where its code ends at least COMMENT_GAP before the column and its line stays within
+    LINE_LIMIT; any other follows its code."""
+    trailing = [ln for ln in lines if ln.kind == "code" and ln.comment is not None]
+    shapes = [ln for ln in lines if ln.kind == "shape"]
+
+    def fits(ln: _Line, col: int) -> bool:
+        return col + len(ln.comment) <= LINE_LIMIT and \
+            (ln.kind == "shape" or len(ln.code) + COMMENT_GAP <= col)
+
     column = None
-    if need:
-        counts = Counter(fits)
-        chosen = max(counts, key=lambda c: (counts[c], c)) if counts else 0
+    if trailing:
+        counts = Counter(ln.comment_col for ln in trailing + shapes
+                         if fits(ln, max(ln.comment_col, len(ln.code) + COMMENT_GAP)))
+        kept = max(counts, key=lambda c: (counts[c], c)) if counts else None
         # a shape line stays deeper than its statement, or it would not read as its
         # continuation the next time
-        deeper = [ln.stmt_indent + INDENT for ln in lines if ln.kind == "shape"]
-        column = max(chosen, *need, *deeper)
-    for ln in lines:
-        if ln.comment is None:
-            continue
-        if ln.kind == "shape":
-            ln.code = " " * (column if column is not None else
-                             max(ln.comment_col, ln.stmt_indent + INDENT))
-            continue
-        end = len(ln.code)
-        ln.gap = column - end if column is not None and end + COMMENT_GAP <= column \
+        floor = max([0, *(ln.stmt_indent + INDENT for ln in shapes)])
+        needs = {len(ln.code) + COMMENT_GAP for ln in trailing} | {floor}
+        candidates = sorted(c for c in needs | {kept} if c is not None and c >= floor)
+        score = {c: sum(fits(ln, c) for ln in trailing + shapes) for c in candidates}
+        enough = [c for c in candidates if score[c] >= ALIGNED_SHARE * len(trailing + shapes)]
+        if kept in enough:
+            column = kept
+        elif enough:
+            column = enough[0]
+        else:
+            column = max((c for c in candidates if c in needs), key=lambda c: (score[c], -c))
+            column = column if score[column] else None
+    for ln in shapes:
+        ln.code = " " * (column if column is not None and fits(ln, column) else
+                         max(ln.comment_col, ln.stmt_indent + INDENT))
+    for ln in trailing:
+        ln.gap = column - len(ln.code) if column is not None and fits(ln, column) \
             else COMMENT_GAP
 
 

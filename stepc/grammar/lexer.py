@@ -3,7 +3,8 @@
 The textX grammar (step.tx) decides what a program means; this lexer only splits the text
 into names, numbers, strings, operators and comments with their positions, keeping every
 character accounted for (whitespace excepted), so that tools can rewrite layout without
-touching content.
+touching content. Names follow the grammar's ID rule (Unicode letters and digits, as
+Python identifiers), so the lexer and the parser agree on where a name ends.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _TOKEN = re.compile(r"""
   | (?P<newline>\n)
   | (?P<comment>\#[^\n]*)
   | (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*')
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<name>[^\W\d]\w*)
   | (?P<number>[0-9]+)
   | (?P<op>==|!=|<=|>=|//|\.\.|[-+*/%=<>:;,.?(){}\[\]])
 """, re.VERBOSE | re.DOTALL)

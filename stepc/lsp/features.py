@@ -31,6 +31,7 @@ ITEM_KIND = {"operator": lsp.CompletionItemKind.Function,
 
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
     if checked is None:
         return None
@@ -51,7 +52,8 @@ async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
-def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.Location] | None:
+async def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.Location] | None:
+    await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
     if checked is None:
         return None
@@ -66,7 +68,8 @@ def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.Locatio
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
-def references(ls: StepServer, params: lsp.ReferenceParams) -> list[lsp.Location] | None:
+async def references(ls: StepServer, params: lsp.ReferenceParams) -> list[lsp.Location] | None:
+    await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
     if checked is None:
         return None
@@ -107,8 +110,9 @@ def signature_help(ls: StepServer, params: lsp.SignatureHelpParams) -> lsp.Signa
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-def document_symbols(ls: StepServer,
+async def document_symbols(ls: StepServer,
                      params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol] | None:
+    await ls.current(params.text_document.uri)
     checked, path, _, _ = ls.lookup(params.text_document.uri, lsp.Position(0, 0))
     if checked is None:
         return None
@@ -139,10 +143,11 @@ def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp
 
 
 @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
-def inlay_hints(ls: StepServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
+async def inlay_hints(ls: StepServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
     """Each binding's inferred shape at the end of its line (setting stepc.inlayHints)."""
     if not ls.settings.inlay_hints:
         return []
+    await ls.current(params.text_document.uri)
     checked, path, _, _ = ls.lookup(params.text_document.uri, lsp.Position(0, 0))
     if checked is None:
         return []

@@ -2,8 +2,10 @@
 
 Each edit schedules a check of the document after a short pause (DEBOUNCE seconds); checks
 run one at a time in a worker thread, and a check whose document changed again meanwhile
-is dropped. Hover, definition, completion and the rest answer from the last check that
-produced a typed program, so the editor never waits for a check.
+is dropped. Hover, definition, references, the outline and inlay hints of a document not
+yet checked wait for its first check (at most CHECK_WAIT seconds), so a hover sent right
+after opening a file is answered from that file; after that, every query answers at once
+from the last check that produced a typed program, so the editor never waits for a check.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from stepc.lsp.analysis import Checked, Settings, check_document
 from stepc.source import SourceFile, Span
 
 DEBOUNCE = 0.3  # seconds of quiet after an edit before the document is checked
+CHECK_WAIT = 5.0  # seconds a query waits for the first check of a document just opened
 # The `stepc` settings an editor may send (`command` is the editor's own: how to start us).
 SETTINGS = ("defines", "hw", "inlayHints", "command")
 SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error,
@@ -122,6 +125,18 @@ class StepServer(LanguageServer):
         self.published[uri] = {u for u, diags in uris.items() if diags}
 
     # ------------------------------------------------------------ queries
+    async def current(self, uri: str) -> None:
+        """Until the document has been checked once, wait for that check (at most
+        CHECK_WAIT seconds); later queries answer at once from the last check, so an edit
+        never makes the editor wait."""
+        deadline = asyncio.get_running_loop().time() + CHECK_WAIT
+        while uri not in self.latest:
+            task = self.pending.get(uri)
+            left = deadline - asyncio.get_running_loop().time()
+            if task is None or task.done() or left <= 0:
+                return
+            await asyncio.wait({task}, timeout=left)  # a newer edit may replace the task
+
     def lookup(self, uri: str, pos: lsp.Position):
         """(checked, file path, 1-based line, col) for a position, from the last good
         check of the document."""
@@ -263,6 +278,8 @@ from stepc.lsp import features  # noqa: E402, F401
 def serve() -> None:
     """Run the server on standard input and output until the editor stops it."""
     import gc
+
+    from stepc.lsp.framing import start_io
     gc.freeze()  # the modules loaded so far live as long as the server: never rescan them
-    server.start_io()
+    start_io(server)
 

@@ -8,9 +8,10 @@ import sympy
 from rich.console import Console
 from rich.table import Table
 
-from stepc.analyze.report import json_value
+from stepc.schemas import schema
 from stepc.sim.run import SimResult
-from stepc.types import natural_key
+from stepc.tables import print_table
+from stepc.types import dim_json, natural_key
 
 
 def busiest(r: SimResult, n: int = 5):
@@ -82,9 +83,8 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
                       pad_edge=False)
         for col in ("operator", "op", "busy cycles", "busy"):
             table.add_column(col, justify="left" if col in ("operator", "op") else "right")
-        for o in top:
-            table.add_row(o.name, o.op, f"{o.busy:,}", f"{100 * o.busy / max(r.cycles, 1):.1f}%")
-        console.print(table)
+        print_table(console, table, [[o.name, o.op, f"{o.busy:,}",
+                                      f"{100 * o.busy / max(r.cycles, 1):.1f}%"] for o in top])
     line(f"simulated in {r.wall_seconds:.2f} s")
 
 
@@ -99,7 +99,7 @@ def _fmt(v) -> str:
 
 def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
     out = {
-        "schema": "stepc-sim/1",
+        "schema": schema("sim"),
         "program": r.program,
         "hw": r.hw.name,
         "mode": "functional" if r.functional else "timing-only",
@@ -120,7 +120,7 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "overrides": [{"attr": o.attr, "value": o.value, "hw_key": o.key,
                        "hw_value": o.hw_value, "operators": list(o.nodes)}
                       for o in r.overrides],
-        "dims": {k: json_value(v) for k, v in sorted(r.bindings.items())},
+        "dims": {k: dim_json(v) for k, v in sorted(r.bindings.items())},
         "ops": [{"name": o.name, "op": o.op, "busy_cycles": o.busy, "finish": o.finish,
                  "busy_fraction": o.busy / r.cycles if r.cycles else 0.0}
                 for o in r.ops],
@@ -131,8 +131,8 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
                   for name, (hw, cap, n) in sorted(r.fifo.items())},
     }
     if analysis_totals is not None:
-        out["analysis"] = {k: json_value(v) for k, v in analysis_totals.items()}
-        out["on_chip_peak_bytes"] = json_value(analysis_totals["on_chip_bytes_on_demand"])
+        out["analysis"] = {k: dim_json(v) for k, v in analysis_totals.items()}
+        out["on_chip_peak_bytes"] = dim_json(analysis_totals["on_chip_bytes_on_demand"])
         alloc = analysis_totals.get("allocated_compute") or 0
         out["compute_utilization"] = r.flops / r.cycles / alloc if alloc and r.cycles else None
     return out

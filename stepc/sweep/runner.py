@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import stepc
+from stepc.schemas import schema
 from stepc.sweep.pool import LocalPool
 
 DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
@@ -240,12 +241,13 @@ def _program_and_analysis(point: Point, inputs: Inputs):
 
 def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     """Analyze and simulate one point (in a worker process); failures become records."""
-    from stepc.analyze.report import json_value
     from stepc.sim.run import simulate
+    from stepc.types import dim_json
 
     if inputs is None:
         point, inputs = prepare(point)
-    record = {**point.settings(), "key": point.key, "digests": dict(point.digests)}
+    record = {"schema": schema("sweep"), **point.settings(), "key": point.key,
+              "digests": dict(point.digests)}
     t0 = time.perf_counter()
     try:
         if inputs.error:
@@ -260,8 +262,8 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
             "cycles": run.cycles,
             "off_chip_bytes": run.useful_bytes,
             # the two totals a record keeps (`a.totals` would also simplify the others)
-            "on_chip_bytes": json_value(a.total("on_chip")),
-            "on_chip_bytes_on_demand": json_value(a.total("on_chip_on_demand")),
+            "on_chip_bytes": dim_json(a.total("on_chip")),
+            "on_chip_bytes_on_demand": dim_json(a.total("on_chip_on_demand")),
             "flops": run.flops,
             "allocated_compute": alloc,
             "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles

@@ -30,8 +30,8 @@ class AnalysisJob:
 
 def _number(e) -> float | None:
     """A bound sympy value as an int or float; None while it is symbolic."""
-    from stepc.analyze.report import json_value
-    v = json_value(e)
+    from stepc.types import dim_json
+    v = dim_json(e)
     return v if isinstance(v, (int, float)) else None
 
 

@@ -7,6 +7,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from stepc.schemas import schema
 from stepc.tune.space import Budget, Candidate, Objective, aggregate
 
 RUNNERS_UP = 5
@@ -68,6 +69,7 @@ class TuneResult:
 
     def to_dict(self) -> dict:
         return {
+            "schema": schema("tune"),
             "winner": self.winner.to_dict() if self.winner else None,
             "runners_up": [s.to_dict() for s in self.runners_up],
             "pareto": [s.to_dict() for s in self.pareto],
