@@ -17,15 +17,13 @@ import torch
 from stepc.torch import families
 from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
                                    lower_attention)
-from stepc.torch.capture import LoweringError, Node, capture
+from stepc.torch.canon import canonicalise
+from stepc.torch.capture import LoweringError, capture
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
 
 __all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module"]
-
-DENSE_PARAMS = ("TB", "TILE_F")
-
 
 @dataclass
 class TorchProgram:
@@ -51,7 +49,8 @@ class TorchProgram:
             if src in state:
                 out[name] = _np(state[src])
             elif src in args:
-                out[name] = _np(args[src])
+                arr = _np(args[src])  # leading dims fold into the program's rows
+                out[name] = arr.reshape(-1, arr.shape[-1]) if arr.ndim > 2 else arr
         if self.routing is not None:
             ids, weights = self.routing(*inputs)
             out[self.routing.weights_tensor] = _np(weights)
@@ -153,46 +152,8 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     if tiling != "static":
         raise LoweringError(f"tiling `{tiling}` applies to top-k MoE blocks; a dense block is "
                             "tiled statically (its params TB and TILE_F)")
-    unknown = sorted(set(sched) - set(DENSE_PARAMS))
-    if unknown:
-        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for a dense block "
-                            f"(it takes {', '.join(DENSE_PARAMS)})")
-    inputs = [n for n in nodes if n.op == "input"]
-    rows = inputs[0].shape[0] if inputs and inputs[0].shape else 0
-    sched = {"B": rows, "TB": sched.get("TB", _divisor(rows, 16)),
-             "TILE_F": sched.get("TILE_F", _divisor(_gcd_cols(nodes), 64))}
-    if rows % sched["TB"]:
-        raise LoweringError(f"TB = {sched['TB']} does not divide the {rows} rows of the input")
-    w.header += ["Activations [B, C] stream as B / TB row tiles [TB, C]; every linear layer",
-                 "re-reads its weights once per row tile, in tiles of TILE_F output columns."]
-    w.param("B", rows, "rows (tokens)")
-    w.param("TB", sched["TB"], "rows per tile")
-    w.param("TILE_F", sched["TILE_F"], "weight columns per tile")
-    w.param("MT", "B // TB", "row tiles")
-    tensors = lower_dense(nodes, w, sched)
+    tensors, sched = lower_dense(canonicalise(nodes), w, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
-
-
-def _divisor(n: int, cap: int) -> int:
-    """The largest power of two <= cap dividing n (n itself when n <= cap)."""
-    if 0 < n <= cap:
-        return n
-    d = cap
-    while d > 1 and n % d:
-        d //= 2
-    return max(d, 1)
-
-
-def _gcd_cols(nodes: list[Node]) -> int:
-    """The gcd of every linear layer's output width (what TILE_F must divide)."""
-    import math
-    g = 0
-    for n in nodes:
-        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
-            g = math.gcd(g, n.shape[-1])
-            if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
-                g = math.gcd(g, n.args[0].shape[-1])
-    return g or 64
 
 
 def load_module(spec: str) -> type:
