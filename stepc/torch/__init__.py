@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,8 +16,9 @@ import torch
 from stepc.torch import families
 from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
                                    lower_attention)
+from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
-from stepc.torch.capture import LoweringError, capture
+from stepc.torch.capture import LoweringError, capture, quiet
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
@@ -104,7 +104,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def from_torch(module: torch.nn.Module, example_inputs: tuple,
-               schedule: str | dict | None = None) -> TorchProgram:
+               schedule: str | dict | None = None, debug: bool = False) -> TorchProgram:
     """Lower `module` (called on `example_inputs`) to a `.step` program.
 
     `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
@@ -112,7 +112,8 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     `"timemux"` (`TILE_N`, `TILE_F`, `R`, `BW`, ...); decode attention `"interleaved"`,
     `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first.
     Raises LoweringError naming the ATen operator, module path and source line of anything
-    it cannot lower; nothing is emitted then.
+    it cannot lower; nothing is emitted then. torch's own logging and printed tracebacks
+    are silenced unless `debug`.
     """
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
@@ -123,8 +124,9 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
         if tiling not in family.tilings:
             raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "
                                 f"{family.kind} block: choose {', '.join(family.tilings)})")
-        return family.lowering()(module, example_inputs, tiling, sched)
-    nodes = capture(module, example_inputs)
+        with quiet(debug):
+            return family.lowering()(module, example_inputs, tiling, sched)
+    nodes = capture(module, example_inputs, debug)
     attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
     tiling = tiling or ("interleaved" if attention else "static")
     w = StepWriter()
@@ -156,23 +158,9 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
 
 
-def load_module(spec: str) -> type:
-    """`path/to/file.py:ClassName` -> the class (the file is imported as a module)."""
-    import importlib.util
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise LoweringError(f"`{spec}`: expected FILE.py:ClassName")
-    if not os.path.isfile(path):
-        raise LoweringError(f"{path}: no such file")
-    mod_name = os.path.splitext(os.path.basename(path))[0]
-    spec_ = importlib.util.spec_from_file_location(mod_name, path)
-    mod = importlib.util.module_from_spec(spec_)
-    sys.modules[mod_name] = mod  # so that inspect and torch.export find its source
+def load_module(spec: str):
+    """`FILE.py:NAME` or `package.module:NAME` -> the module class or factory it names."""
     try:
-        spec_.loader.exec_module(mod)
-    except Exception as e:
-        raise LoweringError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
-    cls = getattr(mod, name, None)
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise LoweringError(f"{path} has no torch.nn.Module class `{name}`")
-    return cls
+        return load_target(spec)
+    except BuildError as e:
+        raise LoweringError(str(e)) from None
