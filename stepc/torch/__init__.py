@@ -23,7 +23,7 @@ from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
 
-__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module"]
+__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module", "support_table"]
 
 @dataclass
 class TorchProgram:
@@ -156,6 +156,13 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
                             "tiled statically (its params TB and TILE_F)")
     tensors, sched = lower_dense(canonicalise(nodes), w, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
+
+
+def support_table() -> str:
+    """What `from_torch` lowers (operator kinds, block families, schedules), as the
+    Markdown tables of docs/torch.md."""
+    from stepc.torch.support import support_table as table
+    return table()
 
 
 def load_module(spec: str):
