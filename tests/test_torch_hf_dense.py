@@ -26,12 +26,13 @@ HIDDEN, INTER = 64, 128
 
 def _config(family: str):
     cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
-           "qwen3": transformers.Qwen3Config}[family]
+           "qwen3": transformers.Qwen3Config, "gemma": transformers.GemmaConfig}[family]
     return cls(hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=4,
                num_key_value_heads=2, num_hidden_layers=1, vocab_size=32)
 
 
 def _block(name: str):
+    from transformers.models.gemma import modeling_gemma
     from transformers.models.llama import modeling_llama
     from transformers.models.qwen2 import modeling_qwen2
     from transformers.models.qwen3 import modeling_qwen3
@@ -41,6 +42,8 @@ def _block(name: str):
         "Qwen3MLP": lambda: modeling_qwen3.Qwen3MLP(_config("qwen3")),
         "LlamaRMSNorm": lambda: modeling_llama.LlamaRMSNorm(HIDDEN, eps=1e-6),
         "Qwen3RMSNorm": lambda: modeling_qwen3.Qwen3RMSNorm(HIDDEN, eps=1e-6),
+        "GemmaMLP": lambda: modeling_gemma.GemmaMLP(_config("gemma")),  # GELU (tanh), unfused
+        "GemmaRMSNorm": lambda: modeling_gemma.GemmaRMSNorm(HIDDEN, eps=1e-6),  # 1 + weight
     }[name]()
 
 
@@ -70,8 +73,8 @@ def _assert_close(out, ref, dtype: str):
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shape", [(16, HIDDEN), (2, 8, HIDDEN)], ids=["2d", "3d"])
-@pytest.mark.parametrize("name", ["LlamaMLP", "Qwen2MLP", "Qwen3MLP", "LlamaRMSNorm",
-                                  "Qwen3RMSNorm"])
+@pytest.mark.parametrize("name", ["LlamaMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP",
+                                  "LlamaRMSNorm", "Qwen3RMSNorm", "GemmaRMSNorm"])
 def test_transformers_block_simulates_to_its_forward(name, shape, dtype):
     m = _built(name, dtype, seed=len(name))
     x = torch.randn(shape, dtype=DTYPES[dtype])

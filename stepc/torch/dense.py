@@ -189,8 +189,8 @@ class DenseLowering(RowwiseOps):
     # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
                 bias: Node | None) -> None:
-        if x.vector:
-            raise fail(node, "a matmul of a reduced row vector")
+        if x.vector or x.per_tile:
+            raise fail(node, "a matmul of a reduced row vector or of a parameter's function")
         base = node.site.module or node.name
         nt = self.cols_tiles(out_cols, node)
         tile = f"[TILE_F, {x.cols}]" if transpose else f"[{x.cols}, TILE_F]"

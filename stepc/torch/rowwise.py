@@ -22,8 +22,8 @@ REDUCTIONS = {"mean": "row_mean", "sum": "row_sum", "amax": "row_max"}
 ROWWISE_KINDS = {
     "add, sub, mul, div, maximum": "`Map(add)`, ... of activations; a reduced `[.., 1]` "
     "column or a `[C]` parameter (a norm's scale) broadcasts",
-    "the same with a Python number, neg, sqrt": "`Map(affine(scale=..., shift=...))`, "
-    "`Map(pow(exponent=...))`",
+    "the same with a Python number (also of a `[C]` parameter: `1 + weight`), neg, sqrt":
+    "`Map(affine(scale=..., shift=...))`, `Map(pow(exponent=...))`",
     "silu, gelu (exact or tanh), sigmoid, tanh, exp, rsqrt": "`Map(silu)`, `Map(gelu)`, ...",
     "pow (a number exponent)": "`Map(pow(exponent=...))`",
     "mean, sum, amax over the last dim": "`Map(row_mean)`, `Map(row_sum)`, `Map(row_max)`",
@@ -40,6 +40,7 @@ class Val:
     shape: tuple
     dtype: str  # the element type of the stream's tiles
     vector: bool = False  # reduced without keepdim: every dim is rows, one column
+    per_tile: bool = False  # computed from a [C] parameter: one [1, C] tile per row tile
 
     @property
     def rows(self) -> int:
@@ -63,13 +64,13 @@ class RowwiseOps:
     `vals`, `val`, `weight` and `param_view`)."""
 
     def _map(self, node: Node, args: list[str], fn: str, first_dtype: str,
-             vector: bool = False, comment: str = "") -> None:
+             vector: bool = False, comment: str = "", per_tile: bool = False) -> None:
         s = self.w.name(node.name)
         dt = f", dtype={node.dtype}" if node.dtype and node.dtype != first_dtype else ""
         cols = rows_cols(node.shape, vector)[1]
         self.w.stmt(f"{s} = Map({', '.join(args)}, fn={fn}{dt})",
                     comment or f"[MT] of [TB, {cols}]")
-        self.vals[node.name] = Val(s, node.shape, node.dtype or first_dtype, vector)
+        self.vals[node.name] = Val(s, node.shape, node.dtype or first_dtype, vector, per_tile)
 
     def _operand(self, a, other: Val | None, node: Node) -> tuple[str, str, bool]:
         """A binary operand as a stream: (stream, dtype, vector). A parameter `[C]`
@@ -80,15 +81,22 @@ class RowwiseOps:
             return v.stream, v.dtype, v.vector
         p, _ = pv
         cols = p.shape[-1] if p.shape else 1
-        if math.prod(p.shape) != cols or other is None or other.vector \
-                or cols not in (1, other.cols):
+        if other is None or other.vector or cols not in (1, other.cols):
+            raise fail(node, f"the parameter `{p.target}` {list(p.shape)} does not broadcast "
+                             "along rows (stepc broadcasts a [C] parameter over the rows)")
+        return self._param_rows(p, node), p.dtype, False
+
+    def _param_rows(self, p: Node, node: Node) -> str:
+        """A `[C]` parameter loaded as one `[1, C]` tile per row tile."""
+        cols = p.shape[-1] if p.shape else 1
+        if math.prod(p.shape) != cols:
             raise fail(node, f"the parameter `{p.target}` {list(p.shape)} does not broadcast "
                              "along rows (stepc broadcasts a [C] parameter over the rows)")
         wt = self.weight(p, [1, cols])
         wl = self.w.name(f"{p.target.replace('.', '_')}_rows")
         self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {cols}], stride=[0], "
                     "shape=[MT])", f"`{p.target}`, once per row tile")
-        return wl, p.dtype, False
+        return wl
 
     def _binary(self, node: Node) -> None:
         if node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2:
@@ -104,14 +112,16 @@ class RowwiseOps:
         sa, da, veca = self._operand(a, vb, node)
         sb, _, vecb = self._operand(b, va, node)
         x, y = va or vb, vb or va
-        if va and vb and (veca != vecb or x.rows != y.rows
+        per_tile = x.per_tile and y.per_tile
+        rows_differ = x.rows != y.rows and not (x.per_tile or y.per_tile)
+        if va and vb and (veca != vecb or rows_differ
                           or (x.cols != y.cols and 1 not in (x.cols, y.cols))):
             raise fail(node, f"operands {list(x.shape)} and {list(y.shape)} do not "
                              "broadcast row by row")
         fn = {"maximum": "max", "minimum": None}.get(node.op, node.op)
         if fn is None:
             raise fail(node, "minimum of two activations (stepc's library has max)")
-        self._map(node, [sa, sb], fn, da, veca and (vecb or vb is None))
+        self._map(node, [sa, sb], fn, da, veca and (vecb or vb is None), per_tile=per_tile)
 
     op_add = op_sub = op_mul = op_div = op_maximum = op_minimum = _binary
 
@@ -120,7 +130,9 @@ class RowwiseOps:
         x, c, first = (a, b, True) if isinstance(a, Node) else (b, a, False)
         if not isinstance(c, (int, float)) or isinstance(c, bool):
             raise fail(node, f"operand {c!r} is neither a tensor nor a number")
-        v = self.val(x, node)
+        pv = self.param_view(x)
+        v = self.val(x, node) if pv is None else Val(
+            self._param_rows(pv[0], node), pv[0].shape, pv[0].dtype, per_tile=True)
         scale, shift = {
             ("add", True): (1, c), ("add", False): (1, c),
             ("sub", True): (1, -c), ("sub", False): (-1, c),
@@ -136,18 +148,19 @@ class RowwiseOps:
         attrs = ([f'scale="{_number(scale)}"'] if scale != 1 else []) + \
             ([f'shift="{_number(shift)}"'] if shift != 0 else [])
         fn = f"affine({', '.join(attrs)})" if attrs else "cast"
-        self._map(node, [v.stream], fn, v.dtype, v.vector)
+        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile)
 
     def op_rsub(self, node: Node) -> None:
         self._with_number(node, node.args[0], node.args[1])
 
     def op_neg(self, node: Node) -> None:
         v = self.val(node.args[0], node)
-        self._map(node, [v.stream], 'affine(scale="-1.0")', v.dtype, v.vector)
+        self._map(node, [v.stream], 'affine(scale="-1.0")', v.dtype, v.vector,
+                  per_tile=v.per_tile)
 
     def _unary(self, node: Node) -> None:
         v = self.val(node.args[0], node)
-        self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector)
+        self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector, per_tile=v.per_tile)
 
     op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = _unary
 
@@ -155,17 +168,18 @@ class RowwiseOps:
         v = self.val(node.args[0], node)
         approx = node.kwargs.get("approximate", "none")
         fn = "gelu" if approx == "none" else f'gelu(approximate="{approx}")'
-        self._map(node, [v.stream], fn, v.dtype, v.vector)
+        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile)
 
     def op_pow(self, node: Node) -> None:
         v, e = self.val(node.args[0], node), node.args[1]
         if isinstance(e, (Node, bool)) or not isinstance(e, (int, float)):
             raise fail(node, "a tensor exponent (stepc raises to a number)")
-        self._map(node, [v.stream], f'pow(exponent="{_number(e)}")', v.dtype, v.vector)
+        self._map(node, [v.stream], f'pow(exponent="{_number(e)}")', v.dtype, v.vector,
+                  per_tile=v.per_tile)
 
     def op_sqrt(self, node: Node) -> None:
         v = self.val(node.args[0], node)
-        self._map(node, [v.stream], 'pow(exponent="0.5")', v.dtype, v.vector)
+        self._map(node, [v.stream], 'pow(exponent="0.5")', v.dtype, v.vector, per_tile=v.per_tile)
 
     # ---------------------------------------------------------------- reductions
     def _reduce(self, node: Node) -> None:
