@@ -162,3 +162,19 @@ def test_numbers_reductions_and_broadcasts():
     m, x = Scalars(), torch.randn(2, 8, 8)
     _, out = _run(from_torch(m, (x,)), x)
     _assert_close(out, m(x), "f32")
+
+
+class UpcastMath(torch.nn.Module):
+    """Computes in f32 on bf16 activations and returns bf16, as HF blocks do."""
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        return (h * torch.sigmoid(h) / 3).to(torch.bfloat16)
+
+
+def test_casts_become_dtypes_and_a_final_cast():
+    x = torch.randn(2, 8, 16).bfloat16()
+    prog = from_torch(UpcastMath(), (x,))
+    assert "dtype=f32" in prog.text and "fn=cast, dtype=bf16" in prog.text
+    _, out = _run(prog, x)
+    _assert_close(out, UpcastMath()(x), "bf16")
