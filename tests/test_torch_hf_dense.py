@@ -178,3 +178,29 @@ def test_casts_become_dtypes_and_a_final_cast():
     assert "dtype=f32" in prog.text and "fn=cast, dtype=bf16" in prog.text
     _, out = _run(prog, x)
     _assert_close(out, UpcastMath()(x), "bf16")
+
+
+class LayerNormMLP(torch.nn.Module):
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(HIDDEN, dtype=dtype)
+        self.ln_nobias = torch.nn.LayerNorm(HIDDEN, bias=False, dtype=dtype)
+        self.fc = torch.nn.Linear(HIDDEN, HIDDEN, dtype=dtype)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.ln_nobias(self.drop(self.fc(self.ln(x))) + x)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_layer_norm_and_eval_dropout(dtype):
+    torch.manual_seed(4)
+    m = LayerNormMLP(DTYPES[dtype]).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0.5, 0.5)
+    x = torch.randn(2, 8, HIDDEN, dtype=DTYPES[dtype])
+    prog = from_torch(m, (x,))
+    assert "dropout" not in prog.text
+    _, out = _run(prog, x)
+    _assert_close(out, m(x), dtype)

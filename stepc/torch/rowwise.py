@@ -1,7 +1,8 @@
 """Element-wise operators and row reductions of a dense block, each one `Map` over the
 row tiles: binary ops of activations (broadcasting a reduced column or a `[C]` parameter
 such as a norm's scale), ops with a Python number (`affine`), unary functions, `pow`, and
-`mean`/`sum`/`amax` over the last dim, `rms_norm` and `softmax` as row reductions.
+`mean`/`sum`/`amax` over the last dim, `rms_norm`, `layer_norm` and `softmax` as row
+reductions.
 HF's hand-written RMSNorm (`x.to(f32)`, `pow(2).mean(-1, keepdim=True)`,
 `rsqrt(var + eps)`, `weight * x.to(dtype)`) lowers through these node by node.
 """
@@ -28,6 +29,8 @@ ROWWISE_KINDS = {
     "pow (a number exponent)": "`Map(pow(exponent=...))`",
     "mean, sum, amax over the last dim": "`Map(row_mean)`, `Map(row_sum)`, `Map(row_max)`",
     "rms_norm (`nn.RMSNorm`)": "`Map(rms_inv(eps=...))`, `Map(mul)` by it and by the scale",
+    "layer_norm (`nn.LayerNorm`)": "`row_mean`, `sub`, `pow`, `row_mean`, `affine`, `rsqrt`, "
+    "`mul`, then the scale's `mul` and the bias's `add`",
     "softmax over the last dim": "`row_max`, `sub`, `exp`, `row_sum`, `div`",
 }
 
@@ -220,6 +223,35 @@ class RowwiseOps:
                     "shape=[MT])", "the scale, once per row tile")
         self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"[MT] of [TB, {x.cols}]")
         self.vals[node.name] = Val(y, node.shape, x.dtype)
+
+    def op_layer_norm(self, node: Node) -> None:
+        """`(x - mean) * rsqrt(var + eps) * weight + bias`, in f32 (as torch computes it)."""
+        x = self.val(node.args[0], node)
+        shape, wp, bp, eps = (list(node.args[1:5]) + [None] * 4)[:4]
+        if list(shape) != [x.cols] or x.vector or x.per_tile:
+            raise fail(node, f"normalized_shape {list(shape)} (stepc normalises the last dim)")
+        base = node.site.module or node.name
+        f32 = ", dtype=f32" if x.dtype != "f32" else ""
+        m, c, sq, v, r = (self.w.name(f"{base}_{k}") for k in ("mean", "c", "sq", "var", "inv"))
+        self.w.stmt(f"{m} = Map({x.stream}, fn=row_mean{f32})", "[MT] of [TB, 1]")
+        self.w.stmt(f"{c} = Map({x.stream}, {m}, fn=sub{f32})", "x - mean")
+        self.w.stmt(f'{sq} = Map({c}, fn=pow(exponent="2.0"))')
+        self.w.stmt(f"{v} = Map({sq}, fn=row_mean)", "[MT] of [TB, 1]")
+        self.w.stmt(f'{r} = Map({v}, fn=affine(shift="{_number(eps or 0.0)}"))')
+        steps = [("rsqrt", None), ("mul", c)] + [(fn, p) for fn, p in (("mul", wp), ("add", bp))
+                                                if p is not None]
+        out = r
+        for i, (fn, other) in enumerate(steps):
+            last = i == len(steps) - 1
+            dt = f", dtype={node.dtype}" if last and node.dtype != "f32" else ""
+            if isinstance(other, Node) and other.op == "param":
+                other = self._param_rows(other, node)
+            nxt = self.w.name(base if last else f"{base}_{fn}")
+            operands = f"{out}, {other}" if other is not None else out
+            self.w.stmt(f"{nxt} = Map({operands}, fn={fn}{dt})",
+                        f"[MT] of [TB, {x.cols}]" if last else "")
+            out = nxt
+        self.vals[node.name] = Val(out, node.shape, node.dtype)
 
     def op_softmax(self, node: Node) -> None:
         x = self.val(node.args[0], node)
