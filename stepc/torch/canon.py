@@ -16,23 +16,23 @@ from stepc.torch.capture import LoweringError, Node
 
 # operators that only copy or relabel their first argument (dropout: in eval mode)
 PASS_THROUGH = ("contiguous", "clone", "alias", "detach", "lift_fresh_copy", "dropout",
-                "feature_dropout", "alpha_dropout", "identity")
+                "feature_dropout", "alpha_dropout")
 CASTS = ("to", "_to_copy", "type_as")
 VIEWS = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "unflatten",
          "expand", "view_as", "reshape_as")
-TRANSPOSES = ("t", "transpose", "permute", "numpy_T", "swapaxes")
+TRANSPOSES = ("t", "transpose", "permute", "swapaxes")
 SPELLINGS = {"_softmax": "softmax", "true_divide": "div", "multiply": "mul", "subtract": "sub",
              "square": "pow"}
 
 # what canonicalisation does with each kind, for the support table
 LAYOUT_KINDS = {
-    ", ".join(PASS_THROUGH[:6]): "nothing: users read the source (dropout only in eval mode)",
+    ", ".join(PASS_THROUGH): "nothing: users read the source (dropout only in eval mode)",
     ", ".join(CASTS): "nothing when the dtype is unchanged; else the next operator's "
                       "`dtype=`, or `Map(cast)` before the output",
-    ", ".join(VIEWS[:6]): "nothing when the last dim is kept and the rows are only "
-                          "relabelled (`[batch, seq, hidden]` folds to `[batch * seq, hidden]`)",
-    ", ".join(TRANSPOSES[:3]): "a weight's transpose is read by `matmul(transpose=true)`; "
-                               "an activation's is refused",
+    ", ".join(VIEWS): "nothing when the last dim is kept and the rows are only relabelled "
+                      "(`[batch, seq, hidden]` folds to `[batch * seq, hidden]`); else refused",
+    ", ".join(TRANSPOSES): "a weight's transpose is read by `matmul(transpose=true)`; an "
+                           "activation's only when it moves unit dims, else refused",
 }
 
 

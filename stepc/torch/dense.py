@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from stepc.torch.canon import canonicalise, rows_cols, unsupported
+from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
 from stepc.torch.emit import StepWriter
 from stepc.torch.rowwise import RowwiseOps, Val, fail
@@ -368,4 +368,4 @@ def _linear_widths(nodes: list[Node]) -> list[int]:
     return out
 
 
-__all__ = ["DENSE_PARAMS", "LINEAR_KINDS", "DenseLowering", "canonicalise", "lower_dense"]
+__all__ = ["DENSE_PARAMS", "LINEAR_KINDS", "DenseLowering", "lower_dense"]
