@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 @click.option("--weights", "weights", default=None, metavar="FILE",
               help="Tensor values by name (.safetensors, or a PyTorch state dict read with "
               "weights_only): a module's weights and inputs for a program from `stepc "
-              "from-torch`.")
+              "from-torch`; keys match tensor names, dots read as underscores, under one "
+              "prefix such as `model.layers.0.mlp.` (docs/torch.md).")
+@click.option("--weights-prefix", default=None, metavar="PREFIX",
+              help="Read the --weights entries under this key prefix (default: the one "
+              "naming the most tensors).")
+@click.option("--allow-missing-weights", is_flag=True,
+              help="Weight tensors --weights lacks keep their declared initialiser (random) "
+              "instead of being an error.")
 @click.option("--timing-only", is_flag=True,
               help="Carry shapes, selectors and addresses but no tile values (faster; same "
               "cycles). The default for programs whose tensors exceed 256 MiB.")
@@ -48,8 +55,8 @@ if TYPE_CHECKING:
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
 @quick_exit
-def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, out_dir,
-            trace_out, fmt, print_config, max_cycles):
+def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_missing_weights,
+            timing_only, functional, out_dir, trace_out, fmt, print_config, max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
     \b
@@ -75,7 +82,10 @@ def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, o
         check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
-    values = _load_weights(weights, result) if weights else None
+    if (weights_prefix is not None or allow_missing_weights) and not weights:
+        raise click.UsageError("--weights-prefix and --allow-missing-weights apply to --weights")
+    values = (_load_weights(weights, result, weights_prefix, allow_missing_weights)
+              if weights else None)
     if values is not None and timing_only:
         raise click.UsageError("--weights sets tensor values, which --timing-only does not "
                                "compute")
@@ -111,23 +121,19 @@ def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, o
     sys.exit(EXIT_OK)
 
 
-def _load_weights(path: str, result: Compiled) -> dict:
+def _load_weights(path: str, result: Compiled, prefix: str | None,
+                  allow_missing: bool) -> dict:
     """The program's tensor values from a weights file; a file that does not fit is a usage
-    error, entries the program has no tensor for are named on stderr."""
+    error (stepc.weights.match_weights says what fits)."""
     from stepc.weights import WeightsError, load_weights, match_weights
     try:
-        values, unused = match_weights(result.typed.program.tensors, load_weights(path))
+        values, notes = match_weights(result.typed.program.tensors, load_weights(path),
+                                      prefix, allow_missing)
     except WeightsError as e:
-        click.echo(f"stepc: error: --weights {e}", err=True)
+        click.echo(f"stepc: error: --weights {path}: {e}", err=True)
         sys.exit(EXIT_USAGE)
-    if not values:
-        click.echo(f"stepc: error: --weights {path}: no entry names a tensor of the program",
-                   err=True)
-        sys.exit(EXIT_USAGE)
-    if unused:
-        click.echo(f"note: --weights: {len(unused)} entries are not tensors of the program: "
-                   f"{', '.join(sorted(unused)[:8])}{' ...' if len(unused) > 8 else ''}",
-                   err=True)
+    for note in notes:
+        click.echo(f"note: --weights: {note}", err=True)
     return values
 
 

@@ -21,7 +21,25 @@ def _parse_input(text: str) -> tuple[str, str, list[int]]:
     if not m or m.group(2) not in _DTYPES:
         raise click.UsageError(f"--input {text}: expected NAME=DTYPE[D0,D1,...] with DTYPE one "
                                f"of {', '.join(_DTYPES)}, e.g. x=bf16[64,2048]")
-    return m.group(1), m.group(2), [int(d) for d in m.group(3).split(",")]
+    dims = [int(d) for d in m.group(3).split(",")]
+    if not all(0 < d < 2**63 for d in dims):
+        raise click.UsageError(f"--input {text}: every dim must be a positive integer below "
+                               "2^63")
+    return m.group(1), m.group(2), dims
+
+
+def _examples(torch, args) -> tuple:
+    """Meta tensors of the --input shapes (no memory); a shape torch cannot hold is a
+    usage error."""
+    out = []
+    for name, dt, shape in args:
+        try:
+            out.append(torch.empty(shape, dtype=getattr(torch, _DTYPES[dt])))
+        except (RuntimeError, OverflowError, ValueError) as e:
+            text = str(e).strip().splitlines()
+            raise click.UsageError(f"--input {name}={dt}{shape}: torch cannot make such a "
+                                   f"tensor ({text[0] if text else type(e).__name__})") from None
+    return tuple(out)
 
 
 def _parse_external(text: str) -> tuple[str, str]:
@@ -34,15 +52,19 @@ def _parse_external(text: str) -> tuple[str, str]:
 
 def _parse_param(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
-    if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
-        raise click.UsageError(f"--param {text}: expected NAME=INTEGER, e.g. TILE_F=64")
+    if not sep or not name.isidentifier() or not value.isdigit() or int(value) < 1:
+        raise click.UsageError(f"--param {text}: expected NAME=POSITIVE_INTEGER, e.g. "
+                               "TILE_F=64")
     return name, int(value)
 
 
 @click.command("from-torch", short_help="Lower a PyTorch module to a .step program.")
-@click.argument("spec", metavar="FILE.py:CLASS")
+@click.argument("spec", metavar="FILE.py:NAME")
 @click.option("--input", "inputs", multiple=True, required=True, metavar="NAME=DTYPE[SHAPE]",
               help="A forward argument, in order (repeatable), e.g. x=bf16[64,2048].")
+@click.option("--hf-config", default=None, metavar="CONFIG.json",
+              help="Build NAME from this transformers config (a model's config.json): "
+              "passed as `config`, its fields fill other required arguments.")
 @click.option("--schedule", "tiling", default=None,
               type=click.Choice(["static", "dynamic", "timemux", "interleaved", "coarse"]),
               help="Tiling: static tiles, dynamic tiling or time-multiplexed regions for MoE "
@@ -62,9 +84,12 @@ def _parse_param(text: str) -> tuple[str, int]:
               help="Seed of the weights and example inputs of --weights-out / --external-out.")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 @quick_exit
-def from_torch_cmd(spec, inputs, tiling, params, out, weights_out, externals_out, seed, force):
-    """Lower the module class FILE.py:CLASS (built with its default arguments, on the meta
-    device, so no weights are allocated) to a readable, tiled .step program.
+def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, externals_out,
+                   seed, force):
+    """Lower a PyTorch module to a readable, tiled .step program. NAME is a module class or
+    a factory function returning a module, in FILE.py or an importable package
+    (transformers:LlamaMLP); it is built on the meta device (no weights allocated), with
+    its default arguments or from --hf-config.
 
     \b
     Examples:
@@ -78,6 +103,8 @@ def from_torch_cmd(spec, inputs, tiling, params, out, weights_out, externals_out
           --input kv_lens=i64[8] --schedule dynamic --param R=2 --param TILE_N=8 \\
           -o attn.step --weights-out attn.safetensors --external-out kv_lens=lens.npy
       stepc sim attn.step --weights attn.safetensors --trace kv_lens=lens.npy
+      stepc from-torch transformers:LlamaMLP --hf-config config.json \\
+          --input x=bf16[2,32,4096] -o mlp.step
     """
     args = [_parse_input(t) for t in inputs]
     schedule = {**({"tiling": tiling} if tiling else {}), **dict(_parse_param(p) for p in params)}
@@ -94,23 +121,29 @@ def from_torch_cmd(spec, inputs, tiling, params, out, weights_out, externals_out
     try:
         import torch
 
-        from stepc.torch import LoweringError, from_torch, load_module
+        from stepc.torch import LoweringError, from_torch
+        from stepc.torch.build import BuildError, build_module, load_hf_config, load_target
     except ImportError:
         click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
                    "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
         sys.exit(EXIT_USAGE)
+    debug = bool(click.get_current_context().find_root().params.get("debug"))
     try:
-        cls = load_module(spec)
+        target = load_target(spec)
+        config = load_hf_config(hf_config, target) if hf_config else None
         with torch.device("meta"):
-            module = cls()
-            example = tuple(torch.empty(shape, dtype=getattr(torch, _DTYPES[dt]))
-                            for _, dt, shape in args)
-        prog = from_torch(module, example, schedule=schedule)
+            module = build_module(target, config)
+            example = _examples(torch, args)
+        prog = from_torch(module, example, schedule=schedule, debug=debug)
         if weights_out or streams:
             torch.manual_seed(seed)
-            prog = prog.on_module(cls())  # the same module on the CPU, with real weights
+            # the same module on the CPU, with real weights
+            prog = prog.on_module(build_module(target, config))
             real = prog.seeded_inputs(example, seed)
             traces = prog.traces(*real)
+    except BuildError as e:
+        click.echo(f"stepc: error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     except LoweringError as e:
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_PROGRAM)

@@ -3,9 +3,11 @@ state dict (`.pt`/`.pth`/`.bin`, read with `torch.load(weights_only=True)`, whic
 unpickles no code).
 
 Entries are matched to the program's tensors by name, a state-dict key's dots read as
-underscores (`experts.up_proj` -> `experts_up_proj`), so a program emitted by
-`stepc from-torch` takes the module's state dict as is. Shapes must agree up to unit dims
-(a bias `[F]` fills a tensor `[1, F]`).
+underscores (`experts.up_proj` -> `experts_up_proj`), under one prefix of whole dotted
+components, so a program emitted by `stepc from-torch` takes the module's state dict as is,
+and a whole model's checkpoint too (`model.layers.0.mlp.gate_proj.weight` fills
+`gate_proj_weight` under the prefix `model.layers.0.mlp.`). Shapes must agree up to unit
+dims (a bias `[F]` fills a tensor `[1, F]`; an input `[batch, seq, C]` its `[B, C]`).
 """
 
 from __future__ import annotations
@@ -86,22 +88,101 @@ def _read_state_dict(p: Path) -> dict[str, np.ndarray]:
             for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def match_weights(tensors: dict, arrays: dict[str, np.ndarray]
-                  ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The values of the program's tensors found in `arrays`, and the entries it has no
-    tensor for. Refuses an entry for an output tensor or of the wrong shape."""
-    matched, unused = {}, []
-    for key, arr in arrays.items():
-        name = key if key in tensors else key.replace(".", "_")
-        t = tensors.get(name)
-        if t is None:
-            unused.append(key)
+def match_weights(tensors: dict, arrays: dict[str, np.ndarray], prefix: str | None = None,
+                  allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The values of the program's tensors found in `arrays`, and the notes to print.
+
+    Keys are read under one prefix of whole dotted components (`prefix`, else the one under
+    which the keys name the most tensors: `model.layers.0.mlp.` for a checkpoint's
+    `model.layers.0.mlp.gate_proj.weight`); keys outside it are ignored. Refused: an
+    entry under the prefix that names no tensor, one for an output or of the wrong shape,
+    and a weight tensor with no entry (unless `allow_missing`: it keeps its declared
+    initialiser). An input tensor with no entry keeps its declared initialiser.
+    """
+    names = {}  # (prefix, tensor) -> key
+    for key in arrays:
+        for p in _prefixes(key):
+            name = _tensor_name(key[len(p):], tensors)
+            if name is not None:
+                names.setdefault((p, name), key)
+    if prefix is None:
+        prefix = _best_prefix(names, tensors)
+    elif prefix and not prefix.endswith("."):
+        prefix += "."
+    under = [k for k in arrays if k.startswith(prefix)]
+    if not under:
+        raise WeightsError(f"no entry starts with `{prefix}`")
+    matched, extra = {}, []
+    for key in under:
+        name = _tensor_name(key[len(prefix):], tensors)
+        if name is None:
+            extra.append(key)
             continue
+        t, arr = tensors[name], arrays[key]
         if t.role == "output":
             raise WeightsError(f"`{key}`: tensor `{name}` is an output of the program; its "
                                "values are computed, not loaded")
-        if [d for d in arr.shape if d != 1] != [d for d in t.shape if d != 1]:
+        if [d for d in arr.shape if d != 1] != [d for d in t.shape if d != 1] and not (
+                t.role == "input" and arr.ndim > 2 and arr.size == math.prod(t.shape)
+                and arr.shape[-1] == t.shape[-1]):  # a [batch, seq, C] input folds
             raise WeightsError(f"`{key}` holds {list(arr.shape)} but tensor `{name}` is "
                                f"declared {list(t.shape)}")
         matched[name] = arr.reshape(t.shape)
-    return matched, unused
+    if extra:
+        raise WeightsError(f"{len(extra)} entr{'ies' if len(extra) > 1 else 'y'} under "
+                           f"`{prefix}` name no tensor of the program: {_listed(extra)}")
+    missing = sorted(n for n, t in tensors.items() if t.role == "weight" and n not in matched)
+    if missing and not allow_missing:
+        raise WeightsError(f"no entry for the weight tensor{'s' if len(missing) > 1 else ''} "
+                           f"{_listed(missing)}" + (f" under `{prefix}`" if prefix else "")
+                           + " (--allow-missing-weights keeps their declared initialiser)")
+    notes = []
+    if missing:
+        notes.append(f"{_listed(missing)} keep their declared initialiser "
+                     "(--allow-missing-weights)")
+    inputs = sorted(n for n, t in tensors.items() if t.role == "input" and n not in matched)
+    if inputs:
+        notes.append(f"input tensor{'s' if len(inputs) > 1 else ''} {_listed(inputs)} keep "
+                     "their declared initialiser")
+    outside = len(arrays) - len(under)
+    if outside:
+        notes.append(f"read the entries under `{prefix}`; {outside} others ignored")
+    return matched, notes
+
+
+def _prefixes(key: str) -> list[str]:
+    """"" and every leading run of whole dotted components of `key`."""
+    parts = key.split(".")
+    return [""] + [".".join(parts[:i]) + "." for i in range(1, len(parts))]
+
+
+def _tensor_name(rest: str, tensors: dict) -> str | None:
+    """The program tensor a key names: itself, or with its dots read as underscores."""
+    if rest in tensors:
+        return rest
+    name = rest.replace(".", "_")
+    return name if name in tensors else None
+
+
+def _best_prefix(names: dict, tensors: dict) -> str:
+    """The prefix under which keys name the most tensors (weights first); several that tie
+    are ambiguous."""
+    score: dict[str, tuple[int, int]] = {}
+    for p, name in names:
+        w, n = score.get(p, (0, 0))
+        score[p] = (w + (tensors[name].role == "weight"), n + 1)
+    if not score:
+        raise WeightsError("no entry names a tensor of the program (keys are matched by "
+                           "tensor name, dots read as underscores, under a common prefix)")
+    best = max(score.values())
+    tied = sorted(p for p, s in score.items() if s == best)
+    if len(tied) > 1:
+        raise WeightsError(f"entries for the program's tensors appear under several prefixes "
+                           f"({_listed([p or '(none)' for p in tied])}); choose one with "
+                           "--weights-prefix")
+    return tied[0]
+
+
+def _listed(items: list[str], most: int = 8) -> str:
+    shown = ", ".join(f"`{i}`" for i in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")

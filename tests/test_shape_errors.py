@@ -129,6 +129,8 @@ ERROR_CASES = [
     ("Map-unknown-fn-attribute", "y = Map(ta, tb, »fn=matmul(transpose=true, bias=1))",
      "E0202"),
     ("Map-fn-attribute-type", "y = Map(ta, tb, »fn=matmul(transpose=1))", "E0204"),
+    ("Map-affine-not-a-number", 'y = Map(ta, »fn=affine(scale="half"))', "E0204"),
+    ("Map-pow-not-finite", 'y = Map(ta, »fn=pow(exponent="inf"))', "E0204"),
     ("Map-fn-required-attribute", "y = Map(idx, lens, »fn=cache_write_addr)", "E0201"),
     ("Map-cache_write_addr-float",
      'stream f11 : Strm<Tile<f32, [1, 1]>, 1>[2, 2] = external("f11")\n'

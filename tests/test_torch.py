@@ -195,3 +195,11 @@ def test_from_torch_is_public():
     import stepc
     from stepc.torch import from_torch
     assert stepc.from_torch is from_torch and "from_torch" in stepc.__all__
+
+
+def test_docs_support_table_is_generated_from_the_registries():
+    from stepc.torch import support_table
+    from stepc.torch.support import documented
+    assert documented() == support_table(), \
+        "docs/torch.md's support table is stale: run `python -m stepc.torch.support`"
+    assert "| rms_norm" in support_table() and "| static | dense blocks" in support_table()

@@ -9,6 +9,7 @@ reductions 1 per input element, retiling 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -139,6 +140,32 @@ def _rms_inv_apply(elems, fn, ctx):
         raise OpError("E0204", "attribute `eps` of function `rms_inv` expects a non-negative "
                                f"decimal number as a string, found {eps!r}", "fn")
     return _rowwise_apply(elems, fn, ctx)
+
+
+def _decimal(fn, name: str, default: str, nonnegative: bool = False) -> float:
+    """A numeric attribute given as a decimal string (exact in the source text)."""
+    text = fn.get(name, default)
+    try:
+        value = float(text)
+        ok = math.isfinite(value) and (value >= 0 or not nonnegative)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        kind = "a non-negative" if nonnegative else "a finite"
+        raise OpError("E0204", f"attribute `{name}` of function `{fn.name}` expects {kind} "
+                               f"decimal number as a string, found {text!r}", "fn")
+    return value
+
+
+def _affine_apply(elems, fn, ctx):
+    _decimal(fn, "scale", "1")
+    _decimal(fn, "shift", "0")
+    return _tile(elems[0], fn.name)
+
+
+def _pow_apply(elems, fn, ctx):
+    _decimal(fn, "exponent", "2")
+    return _tile(elems[0], fn.name)
 
 
 def _rowwise_apply(elems, fn, ctx):
@@ -292,6 +319,23 @@ _register(
            example="r = Map(x, fn=rms_inv(eps=\"1e-6\"))"),
     FnSpec("row_sum", {"map": 1}, "Sum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
            _per_elem(1), apply=_rowwise_apply, example="s = Map(e, fn=row_sum)"),
+    FnSpec("row_mean", {"map": 1}, "Mean of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
+           _per_elem(1), apply=_rowwise_apply, example="v = Map(sq, fn=row_mean)"),
+    FnSpec("affine", {"map": 1}, "`x * scale + shift` per element, with constants (a "
+           "PyTorch op with a Python number: `x + 1e-6`, `x / 8`, `-x`). FLOPs: 2 per element.",
+           _per_elem(2), apply=_affine_apply,
+           attrs=(Param("scale", "str", "1", "multiplier, a decimal number"),
+                  Param("shift", "str", "0", "added after scaling, a decimal number")),
+           example="v = Map(ms, fn=affine(shift=\"1e-6\"))"),
+    FnSpec("pow", {"map": 1}, "`x ** exponent` per element. FLOPs: 1 per element for "
+           "exponent 2, else 4.", lambda elems, fn: (1 if fn.get("exponent", "2") == "2"
+                                                      else 4) * elems[0].rows * elems[0].cols,
+           apply=_pow_apply,
+           attrs=(Param("exponent", "str", "2", "the power, a decimal number"),),
+           example="sq = Map(x, fn=pow(exponent=\"2\"))"),
+    FnSpec("cast", {"map": 1}, "The tile unchanged: with Map's `dtype=` it converts the "
+           "element type (a PyTorch `.to(dtype)`). 0 FLOPs.", _zero, apply=_same_apply,
+           example="y = Map(x, fn=cast, dtype=bf16)"),
     FnSpec("row_max", {"map": 1}, "Maximum of each row: `[R,C] -> [R,1]`. FLOPs: R*C.",
            _per_elem(1), apply=_rowwise_apply, example="m = Map(s, fn=row_max)"),
     FnSpec("retile_row", {"accum": 1}, "Concatenates the reduced tiles row-wise: n tiles "

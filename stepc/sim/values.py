@@ -137,6 +137,24 @@ def _rms_inv(args, fn, dtype):
     return _out(a.rows, 1, dtype, a.valid, data, data is not None)
 
 
+def _affine(args, fn, dtype):
+    (a,) = args
+    data = None
+    if _func(args):
+        data = _arr(a).astype(np.float32) * np.float32(fn.get("scale", "1")) \
+            + np.float32(fn.get("shift", "0"))
+    return _out(a.rows, a.cols, dtype, a.valid, data, data is not None)
+
+
+def _pow(args, fn, dtype):
+    (a,) = args
+    data = None
+    if _func(args):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            data = np.power(_arr(a).astype(np.float32), np.float32(fn.get("exponent", "2")))
+    return _out(a.rows, a.cols, dtype, a.valid, data, data is not None)
+
+
 MAP = {
     "matmul": _matmul,
     "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
@@ -146,6 +164,8 @@ MAP = {
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "gelu": _gelu, "rms_inv": _rms_inv,
     "row_sum": _rowwise(np.sum), "row_max": _rowwise(np.max),
+    "row_mean": _rowwise(np.mean), "affine": _affine, "pow": _pow,
+    "cast": _unary(lambda x: x),
     "set_offset": _set_offset, "row_append": _row_append,
     "cache_write_addr": _integer("cache_write_addr", "u64"),
     "ceildiv_int": _integer("ceildiv_int"), "mod_int": _integer("mod_int"),

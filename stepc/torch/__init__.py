@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,15 +16,14 @@ import torch
 from stepc.torch import families
 from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
                                    lower_attention)
-from stepc.torch.capture import LoweringError, Node, capture
+from stepc.torch.build import BuildError, load_target
+from stepc.torch.canon import canonicalise
+from stepc.torch.capture import LoweringError, capture, quiet
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
 
-__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module"]
-
-DENSE_PARAMS = ("TB", "TILE_F")
-
+__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module", "support_table"]
 
 @dataclass
 class TorchProgram:
@@ -51,7 +49,8 @@ class TorchProgram:
             if src in state:
                 out[name] = _np(state[src])
             elif src in args:
-                out[name] = _np(args[src])
+                arr = _np(args[src])  # leading dims fold into the program's rows
+                out[name] = arr.reshape(-1, arr.shape[-1]) if arr.ndim > 2 else arr
         if self.routing is not None:
             out.update({k: _np(v) for k, v in self.routing.values(*inputs).items()})
         return out
@@ -103,7 +102,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def from_torch(module: torch.nn.Module, example_inputs: tuple,
-               schedule: str | dict | None = None) -> TorchProgram:
+               schedule: str | dict | None = None, debug: bool = False) -> TorchProgram:
     """Lower `module` (called on `example_inputs`) to a `.step` program.
 
     `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
@@ -111,7 +110,8 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     `"timemux"` (`TILE_N`, `TILE_F`, `R`, `BW`, ...); decode attention `"interleaved"`,
     `"coarse"` or `"dynamic"` (`R`, `TILE_N`, `BW`, `NB`). Without a tiling, the first.
     Raises LoweringError naming the ATen operator, module path and source line of anything
-    it cannot lower; nothing is emitted then.
+    it cannot lower; nothing is emitted then. torch's own logging and printed tracebacks
+    are silenced unless `debug`.
     """
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
@@ -122,8 +122,9 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
         if tiling not in family.tilings:
             raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "
                                 f"{family.kind} block: choose {', '.join(family.tilings)})")
-        return family.lowering()(module, example_inputs, tiling, sched)
-    nodes = capture(module, example_inputs)
+        with quiet(debug):
+            return family.lowering()(module, example_inputs, tiling, sched)
+    nodes = capture(module, example_inputs, debug)
     attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
     tiling = tiling or ("interleaved" if attention else "static")
     w = StepWriter()
@@ -151,65 +152,20 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     if tiling != "static":
         raise LoweringError(f"tiling `{tiling}` applies to top-k MoE blocks; a dense block is "
                             "tiled statically (its params TB and TILE_F)")
-    unknown = sorted(set(sched) - set(DENSE_PARAMS))
-    if unknown:
-        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for a dense block "
-                            f"(it takes {', '.join(DENSE_PARAMS)})")
-    inputs = [n for n in nodes if n.op == "input"]
-    rows = inputs[0].shape[0] if inputs and inputs[0].shape else 0
-    sched = {"B": rows, "TB": sched.get("TB", _divisor(rows, 16)),
-             "TILE_F": sched.get("TILE_F", _divisor(_gcd_cols(nodes), 64))}
-    if rows % sched["TB"]:
-        raise LoweringError(f"TB = {sched['TB']} does not divide the {rows} rows of the input")
-    w.header += ["Activations [B, C] stream as B / TB row tiles [TB, C]; every linear layer",
-                 "re-reads its weights once per row tile, in tiles of TILE_F output columns."]
-    w.param("B", rows, "rows (tokens)")
-    w.param("TB", sched["TB"], "rows per tile")
-    w.param("TILE_F", sched["TILE_F"], "weight columns per tile")
-    w.param("MT", "B // TB", "row tiles")
-    tensors = lower_dense(nodes, w, sched)
+    tensors, sched = lower_dense(canonicalise(nodes), w, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
 
 
-def _divisor(n: int, cap: int) -> int:
-    """The largest power of two <= cap dividing n (n itself when n <= cap)."""
-    if 0 < n <= cap:
-        return n
-    d = cap
-    while d > 1 and n % d:
-        d //= 2
-    return max(d, 1)
+def support_table() -> str:
+    """What `from_torch` lowers (operator kinds, block families, schedules), as the
+    Markdown tables of docs/torch.md."""
+    from stepc.torch.support import support_table as table
+    return table()
 
 
-def _gcd_cols(nodes: list[Node]) -> int:
-    """The gcd of every linear layer's output width (what TILE_F must divide)."""
-    import math
-    g = 0
-    for n in nodes:
-        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
-            g = math.gcd(g, n.shape[-1])
-            if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
-                g = math.gcd(g, n.args[0].shape[-1])
-    return g or 64
-
-
-def load_module(spec: str) -> type:
-    """`path/to/file.py:ClassName` -> the class (the file is imported as a module)."""
-    import importlib.util
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise LoweringError(f"`{spec}`: expected FILE.py:ClassName")
-    if not os.path.isfile(path):
-        raise LoweringError(f"{path}: no such file")
-    mod_name = os.path.splitext(os.path.basename(path))[0]
-    spec_ = importlib.util.spec_from_file_location(mod_name, path)
-    mod = importlib.util.module_from_spec(spec_)
-    sys.modules[mod_name] = mod  # so that inspect and torch.export find its source
+def load_module(spec: str):
+    """`FILE.py:NAME` or `package.module:NAME` -> the module class or factory it names."""
     try:
-        spec_.loader.exec_module(mod)
-    except Exception as e:
-        raise LoweringError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
-    cls = getattr(mod, name, None)
-    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        raise LoweringError(f"{path} has no torch.nn.Module class `{name}`")
-    return cls
+        return load_target(spec)
+    except BuildError as e:
+        raise LoweringError(str(e)) from None

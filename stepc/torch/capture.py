@@ -5,8 +5,13 @@ the emitted program and for error messages."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import operator
 import os
+import traceback
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -76,25 +81,55 @@ def _module_path(meta: dict) -> str:
     return paths[-1] if paths else ""
 
 
-def capture(module: torch.nn.Module, example_inputs: tuple) -> list[Node]:
-    """The module's operators in execution order (export, else fx)."""
-    try:
-        ep = torch.export.export(module, tuple(example_inputs))
-    except Exception as export_error:  # export raises many kinds; fall back to fx
+def capture(module: torch.nn.Module, example_inputs: tuple,
+            debug: bool = False) -> list[Node]:
+    """The module's operators in execution order (export, else fx). torch's own logging,
+    warnings and printed tracebacks are silenced unless `debug`."""
+    with quiet(debug):
         try:
-            return _from_fx(module, example_inputs)
-        except LoweringError:
-            raise
-        except Exception as fx_error:
-            raise LoweringError(f"cannot capture the module: torch.export failed "
-                                f"({_first_line(export_error)}) and torch.fx failed "
-                                f"({_first_line(fx_error)})") from None
-    return _from_export(ep)
+            ep = torch.export.export(module, tuple(example_inputs))
+        except Exception as export_error:  # export raises many kinds; fall back to fx
+            try:
+                return _from_fx(module, example_inputs)
+            except LoweringError:
+                raise
+            except Exception:
+                raise LoweringError(f"cannot capture the module: calling it on the example "
+                                    f"inputs failed{_where(export_error)}: "
+                                    f"{_first_line(export_error)} (torch.export and torch.fx "
+                                    "both failed; check the --input shapes and dtypes)") from None
+        return _from_export(ep)
+
+
+@contextlib.contextmanager
+def quiet(debug: bool):
+    """Nothing from torch on stderr while capturing (its logging, warnings, and the
+    tracebacks some of its passes print), unless `debug`."""
+    if debug:
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    text = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {text[0].strip()}" if text else type(e).__name__
+
+
+def _where(e: BaseException) -> str:
+    """` at file:line` of the innermost user frame (outside torch) of an exception."""
+    frames = traceback.extract_tb(e.__traceback__)
+    here = os.path.dirname(__file__)
+    user = [f for f in frames if not f.filename.startswith((_TORCH_DIR, here))
+            and "importlib" not in f.filename]
+    return f" at {os.path.basename(user[-1].filename)}:{user[-1].lineno}" if user else ""
 
 
 def _from_export(ep) -> list[Node]:

@@ -1,62 +1,61 @@
-"""Lowering of dense blocks: Linear / matmul / addmm (+ bias), SiLU, GELU, elementwise
-add/sub/mul/div, RMSNorm and softmax as row reductions, and the SwiGLU MLP fused the way the
-paper's SwiGLU workload streams it.
+"""Node-by-node lowering of dense blocks: the linear family (linear, matmul, mm, addmm, +
+bias), the SwiGLU MLP fused the way the paper's SwiGLU workload streams it, layout
+bookkeeping (views, casts, weight transposes), and the element-wise ops and row
+reductions of `stepc.torch.rowwise`.
 
-Every activation `[B, C]` is a stream of `B // TB` row tiles `[TB, C]`. A linear layer
-repeats each row tile once per weight tile of `TILE_F` output columns and re-reads the
-weights for every row tile; a SwiGLU MLP never materialises its intermediate: per
-`TILE_F` slice it computes gate, up, SiLU and the product and accumulates the down
-projection (programs/swiglu.step's schedule).
+Every activation is a stream of `B // TB` row tiles `[TB, C]`: its leading dims fold into
+the B rows (`[batch, seq, hidden]` is `[batch * seq, hidden]`), its last dim is the tile's
+columns. A linear layer repeats each row tile once per weight tile of `TILE_F` output
+columns and re-reads the weights for every row tile; a SwiGLU MLP never materialises its
+intermediate: per `TILE_F` slice it computes gate, up, SiLU and the product and
+accumulates the down projection (programs/swiglu.step's schedule).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
+from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
 from stepc.torch.emit import StepWriter
+from stepc.torch.rowwise import RowwiseOps, Val, fail
 
-_ELEMENTWISE = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
-_UNARY = {"silu": "silu", "exp": "exp", "sigmoid": "sigmoid", "tanh": "tanh", "rsqrt": "rsqrt"}
-_IGNORED = {"getitem", "alias", "detach", "clone", "contiguous"}
+DENSE_PARAMS = ("TB", "TILE_F")
 
-
-@dataclass
-class Val:
-    """An activation stream: `[MT] of [TB, cols]`."""
-
-    stream: str
-    cols: int
-    dtype: str
+# aten operator -> what it becomes, for the support table (rowwise.py adds its own)
+LINEAR_KINDS = {
+    "linear, matmul, mm, addmm (+ bias)": "`Repeat` of the row tile, weight tiles of "
+    "`TILE_F` columns, `Map(matmul)`, bias `Map(add)`, `Accum(retile_col)`",
+    "down(silu(gate(x)) * up(x))": "one fused SwiGLU: per `TILE_F` slice gate, up, SiLU, "
+    "product, `Accum(matmul)` of the down projection (programs/swiglu.step's schedule)",
+}
 
 
-def _fail(node: Node, why: str) -> LoweringError:
-    return LoweringError(f"unsupported: aten.{node.op} in {node.site}: {why}")
-
-
-class DenseLowering:
-    """Walks the captured nodes once, emitting statements; nothing is returned half-way
+class DenseLowering(RowwiseOps):
+    """Walks the canonical nodes once, emitting statements; nothing is returned half-way
     (the caller renders the writer only when the whole walk succeeded)."""
 
-    def __init__(self, nodes: list[Node], w: StepWriter, tb: int, tile_f: int):
-        self.nodes, self.w, self.tb, self.tile_f = nodes, w, tb, tile_f
+    def __init__(self, nodes: list[Node], w: StepWriter, rows: int, tb: int, tile_f: int):
+        self.nodes, self.w, self.rows, self.tb, self.tile_f = nodes, w, rows, tb, tile_f
         self.vals: dict[str, Val] = {}
+        self.transposed: dict[str, tuple[Node, bool]] = {}  # weight views: (param, transposed)
         self.tensors: dict[str, str] = {}  # program tensor -> state-dict key or input name
         self.fused: set[str] = set()
-        self.weights_declared: dict[str, str] = {}
+        self.weights_declared: dict[tuple, str] = {}
 
     # ---------------------------------------------------------------- declarations
     def weight(self, p: Node, shape: list[int] | None = None) -> str:
         if p.op != "param":
-            raise _fail(p, "expected a parameter")
-        if p.target in self.weights_declared:
-            return self.weights_declared[p.target]
+            raise fail(p, "expected a parameter")
+        shape = list(shape or p.shape)
+        key = (p.target, tuple(shape))
+        if key in self.weights_declared:
+            return self.weights_declared[key]
         name = self.w.name(p.target.replace(".", "_"))
-        shape = shape or list(p.shape)
         self.w.tensor(name, f"{p.dtype}{shape} weight = random(seed={len(self.w.tensors) + 1})",
                       f"{p.target} {list(p.shape)}")
         self.tensors[name] = p.target
-        self.weights_declared[p.target] = name
+        self.weights_declared[key] = name
         return name
 
     def cols_tiles(self, n: int, node: Node) -> str:
@@ -67,64 +66,131 @@ class DenseLowering:
 
     def val(self, a, node: Node) -> Val:
         if not isinstance(a, Node) or a.name not in self.vals:
-            raise _fail(node, f"operand {a!r} is not an activation stream stepc tracks")
+            raise fail(node, f"operand {getattr(a, 'name', a)!r} is not an activation stream "
+                             "(stepc lowers operators on activations and parameters)")
         return self.vals[a.name]
 
-    # ---------------------------------------------------------------- operators
-    def run(self, rows: int) -> None:
+    def param_view(self, a) -> tuple[Node, bool] | None:
+        """A parameter, or a transpose of one: (param, transposed)."""
+        if isinstance(a, Node) and a.op == "param":
+            return a, False
+        return self.transposed.get(getattr(a, "name", None))
+
+    # ---------------------------------------------------------------- the walk
+    def run(self) -> None:
         for node in self.nodes:
             parts = self.swiglu_parts(node)
             if parts:
                 self.fused |= {p.name for p in parts}
+        error = unsupported([n for n in self.nodes if n.name not in self.fused],
+                            lambda op: hasattr(self, f"op_{op}"))
+        if error:
+            raise error
         for node in self.nodes:
-            if node.op in ("param", "input", "output") or node.name in self.fused:
-                if node.op == "input":
-                    self.input(node, rows)
-                elif node.op == "output":
-                    self.output(node)
+            if node.op == "input":
+                self.input(node)
+            elif node.op == "output":
+                self.output(node)
+            elif node.op == "param" or node.name in self.fused:
                 continue
-            if node.op in _IGNORED and node.args and isinstance(node.args[0], Node) \
-                    and node.args[0].name in self.vals:
-                self.vals[node.name] = self.vals[node.args[0].name]
-                continue
-            if self._swiglu(node):
-                continue
-            method = getattr(self, f"op_{node.op}", None)
-            if method is None:
-                raise LoweringError(f"unsupported operator aten.{node.op} ({node.target}) in "
-                                    f"{node.site}; stepc lowers linear, matmul, addmm, silu, "
-                                    "gelu, add, sub, mul, div, rms_norm, softmax, top-k "
-                                    "MoE blocks and decode attention")
-            self.w.blank(f"{node.site.module or node.name}: aten.{node.op}"
-                         + (f" ({node.site.line})" if node.site.line else ""))
-            method(node)
+            elif node.op in ("view", "cast", "transpose", "getitem"):
+                getattr(self, f"op_{node.op}")(node)
+            elif not self._swiglu(node):
+                self.w.blank(f"{node.site.module or node.name}: aten.{node.op}"
+                             + (f" ({node.site.line})" if node.site.line else ""))
+                getattr(self, f"op_{node.op}")(node)
 
-    def input(self, node: Node, rows: int) -> None:
-        if len(node.shape) != 2 or node.shape[0] != rows:
+    def input(self, node: Node) -> None:
+        rows, cols = rows_cols(node.shape)
+        if len(node.shape) < 2 or rows != self.rows:
             raise LoweringError(f"input `{node.name}` is {list(node.shape)}: stepc lowers "
-                                f"[B, C] activations with the same B = {rows} rows")
+                                f"activations [..., C] whose leading dims hold the same "
+                                f"{self.rows} rows as the first input")
         t = self.w.name(node.name.upper())
-        self.w.tensor(t, f"{node.dtype}[B, {node.shape[1]}] input = random(seed="
-                      f"{len(self.w.tensors) + 1})", f"forward argument `{node.name}`")
+        folded = f" {list(node.shape)}, rows folded" if len(node.shape) > 2 else ""
+        self.w.tensor(t, f"{node.dtype}[B, {cols}] input = random(seed="
+                      f"{len(self.w.tensors) + 1})", f"forward argument `{node.name}`{folded}")
         self.tensors[t] = node.name
         s = self.w.name(node.name)
-        self.w.stmt(f"{s} = LinearOffChipLoad({t}, tile=[TB, {node.shape[1]}], shape=[MT])",
-                    f"[MT] of [TB, {node.shape[1]}]")
-        self.vals[node.name] = Val(s, node.shape[1], node.dtype)
+        self.w.stmt(f"{s} = LinearOffChipLoad({t}, tile=[TB, {cols}], shape=[MT])",
+                    f"[MT] of [TB, {cols}]")
+        self.vals[node.name] = Val(s, node.shape, node.dtype)
 
     def output(self, node: Node) -> None:
         if len(node.args) != 1:
             raise LoweringError(f"the module returns {len(node.args)} values; stepc lowers "
                                 "modules with one output tensor")
-        v = self.val(node.args[0], node)
+        arg = node.args[0]
+        v = self.val(arg, node)
+        if v.vector or v.rows != self.rows:
+            raise fail(arg, f"the output {list(v.shape)} is not [..., C] with the input's "
+                            f"{self.rows} rows")
+        stream = v.stream
+        if v.dtype != arg.dtype:
+            stream = self.w.name(f"{arg.name}_{arg.dtype}")
+            self.w.stmt(f"{stream} = Map({v.stream}, fn=cast, dtype={arg.dtype})",
+                        f"`.to({arg.dtype})`")
         t = self.w.name("Y")
-        self.w.tensor(t, f"{v.dtype}[B, {v.cols}] output", "the module's output")
+        self.w.tensor(t, f"{arg.dtype}[B, {v.cols}] output", "the module's output")
         self.tensors[t] = "output"
         self.w.blank()
-        self.w.stmt(f"LinearOffChipStore({v.stream}, {t})")
+        self.w.stmt(f"LinearOffChipStore({stream}, {t})")
 
+    # ---------------------------------------------------------------- layout bookkeeping
+    def op_view(self, node: Node) -> None:
+        src = node.args[0]
+        if self.param_view(src) is not None:
+            raise fail(node, "a reshape of a parameter (stepc reads weights in their "
+                             "declared shape)")
+        v = self.val(src, node)
+        rows, cols = rows_cols(node.shape)
+        if not v.vector and (rows, cols) == (v.rows, v.cols):
+            self.vals[node.name] = Val(v.stream, node.shape, v.dtype)
+        elif v.cols == 1 and math.prod(node.shape) == v.rows:
+            # [R] <-> [R, 1]: a reduced row vector gains or loses its unit dim
+            vector = not node.shape or node.shape[-1] != 1 or rows != v.rows
+            self.vals[node.name] = Val(v.stream, node.shape, v.dtype, vector)
+        else:
+            raise fail(node, f"a reshape of {list(v.shape)} to {list(node.shape)} moves data "
+                             "across the last dim (stepc streams rows of it)")
+
+    def op_cast(self, node: Node) -> None:
+        """The stream is unchanged; its consumers compute in the cast's dtype."""
+        v = self.val(node.args[0], node)
+        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector)
+
+    def op_transpose(self, node: Node) -> None:
+        src = node.args[0]
+        pv = self.param_view(src)
+        if pv is not None and len(node.shape) == 2:
+            self.transposed[node.name] = (pv[0], not pv[1])
+            return
+        v = self.val(src, node)
+        moved = [d for d in self._perm(node, len(v.shape)) if v.shape[d] != 1]
+        if moved != sorted(moved) or node.shape[-1] != v.shape[-1]:
+            raise fail(node, f"a transpose of the activation {list(v.shape)} to "
+                             f"{list(node.shape)} reorders its rows or columns")
+        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector)
+
+    @staticmethod
+    def _perm(node: Node, ndim: int) -> list[int]:
+        """The permutation of a transpose/permute/t node."""
+        args = node.args[1:]
+        if "permute" in node.target:
+            return [d % ndim for d in args[0]]
+        perm = list(range(ndim))
+        a, b = (args[0] % ndim, args[1] % ndim) if len(args) >= 2 else (0, 1)
+        perm[a], perm[b] = perm[b], perm[a]
+        return perm
+
+    def op_getitem(self, node: Node) -> None:
+        raise fail(node, "an element of a multi-output operator")
+
+    # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
                 bias: Node | None) -> None:
+        if x.vector or x.per_tile:
+            raise fail(node, "a matmul of a reduced row vector or of a parameter's function")
         base = node.site.module or node.name
         nt = self.cols_tiles(out_cols, node)
         tile = f"[TILE_F, {x.cols}]" if transpose else f"[{x.cols}, TILE_F]"
@@ -146,98 +212,34 @@ class DenseLowering:
             self.w.stmt(f"{part2} = Map({part}, {bl}, fn=add)", "+ bias")
             part = part2
         self.w.stmt(f"{y} = Accum({part}, fn=retile_col, rank=1)", f"[MT] of [TB, {out_cols}]")
-        self.vals[node.name] = Val(y, out_cols, node.dtype)
+        self.vals[node.name] = Val(y, node.shape, node.dtype)
 
     def op_linear(self, node: Node) -> None:
         x, wp = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
         xv = self.val(x, node)
-        if wp.op != "param" or len(wp.shape) != 2:
-            raise _fail(node, "the weight must be a [out, in] parameter")
+        if not (isinstance(wp, Node) and wp.op == "param" and len(wp.shape) == 2):
+            raise fail(node, "the weight must be a [out, in] parameter")
         self._linear(node, xv, self.weight(wp), wp.shape[0], True, bias)
 
     def op_matmul(self, node: Node, bias: Node | None = None) -> None:
         a, b = node.args[0], node.args[1]
-        if not isinstance(b, Node) or b.op != "param" or len(b.shape) != 2:
-            raise _fail(node, "stepc lowers matmul of an activation by a [in, out] parameter")
-        self._linear(node, self.val(a, node), self.weight(b), b.shape[1], False, bias)
+        pv = self.param_view(b)
+        if pv is None or len(pv[0].shape) != 2:
+            raise fail(node, "stepc lowers the matmul of an activation by a 2-D parameter "
+                             "(or its transpose)")
+        p, transposed = pv
+        out_cols = p.shape[0] if transposed else p.shape[1]
+        self._linear(node, self.val(a, node), self.weight(p), out_cols, transposed, bias)
 
     op_mm = op_matmul
 
     def op_addmm(self, node: Node) -> None:
         bias, a, b = node.args[:3]
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
-            raise _fail(node, "alpha and beta other than 1")
+            raise fail(node, "alpha and beta other than 1")
         node.args = (a, b)
         self.op_matmul(node, bias)
-
-    def _map(self, node: Node, args: list[str], fn: str, cols: int) -> None:
-        s = self.w.name(node.name)
-        self.w.stmt(f"{s} = Map({', '.join(args)}, fn={fn})", f"[MT] of [TB, {cols}]")
-        self.vals[node.name] = Val(s, cols, node.dtype)
-
-    def _binary(self, node: Node) -> None:
-        if node.kwargs.get("alpha", 1) != 1 or len(node.args) > 2:
-            raise _fail(node, "alpha other than 1")
-        a, b = (self.val(x, node) for x in node.args[:2])
-        if a.cols != b.cols:
-            raise _fail(node, f"operands of {a.cols} and {b.cols} columns (stepc lowers "
-                              "elementwise ops of equal shapes)")
-        self._map(node, [a.stream, b.stream], _ELEMENTWISE[node.op], a.cols)
-
-    op_add = op_sub = op_mul = op_div = _binary
-
-    def _unary(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
-        self._map(node, [x.stream], _UNARY[node.op], x.cols)
-
-    op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = _unary
-
-    def op_gelu(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
-        approx = node.kwargs.get("approximate", "none")
-        self._map(node, [x.stream], "gelu" if approx == "none" else f'gelu(approximate="{approx}")',
-                  x.cols)
-
-    def op_rms_norm(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
-        shape, wp = node.args[1], node.args[2] if len(node.args) > 2 else None
-        eps = node.args[3] if len(node.args) > 3 else node.kwargs.get("eps")
-        if list(shape) != [x.cols]:
-            raise _fail(node, f"normalized_shape {list(shape)} (stepc normalises rows)")
-        if eps is None:
-            raise _fail(node, "eps=None (the dtype's machine epsilon); give the module an eps")
-        base = node.site.module or node.name
-        r, n = self.w.name(f"{base}_inv"), self.w.name(f"{base}_n")
-        self.w.stmt(f'{r} = Map({x.stream}, fn=rms_inv(eps="{eps!r}"))',
-                    "[MT] of [TB, 1]: 1/sqrt(mean(x^2) + eps)")
-        self.w.stmt(f"{n} = Map({x.stream}, {r}, fn=mul)", f"[MT] of [TB, {x.cols}]")
-        if wp is None:
-            self.vals[node.name] = Val(n, x.cols, node.dtype)
-            return
-        wt = self.weight(wp, [1, x.cols])
-        wl, y = self.w.name(f"{base}_w"), self.w.name(base)
-        self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {x.cols}], stride=[0], "
-                    "shape=[MT])", "the scale, once per row tile")
-        self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"[MT] of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, x.cols, node.dtype)
-
-    def op_softmax(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        if dim not in (-1, 1):
-            raise _fail(node, f"softmax over dim {dim} (stepc reduces rows: dim=-1)")
-        base = node.name
-        m, s, e, d, y = (self.w.name(f"{base}_{k}") for k in ("max", "shift", "exp", "sum", "y"))
-        dt = f", dtype={node.dtype}" if node.dtype != x.dtype else ""
-        self.w.stmt(f"{m} = Map({x.stream}, fn=row_max)", "[MT] of [TB, 1]")
-        self.w.stmt(f"{s} = Map({x.stream}, {m}, fn=sub{dt})", "x - max")
-        self.w.stmt(f"{e} = Map({s}, fn=exp)")
-        self.w.stmt(f"{d} = Map({e}, fn=row_sum)", "[MT] of [TB, 1]")
-        self.w.stmt(f"{y} = Map({e}, {d}, fn=div)", f"[MT] of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, x.cols, node.dtype)
-
-    op__softmax = op_softmax
 
     # ---------------------------------------------------------------- SwiGLU
     @staticmethod
@@ -264,7 +266,7 @@ class DenseLowering:
         parts = self.swiglu_parts(down)
         if parts is None:
             return False
-        gate, up, a, mul = parts
+        gate, up, _, _ = parts
         x = self.val(gate.args[0], down)
         wg, wu, wd = gate.args[1], up.args[1], down.args[1]
         f = wg.shape[0]
@@ -273,6 +275,7 @@ class DenseLowering:
         g, u, d = self.weight(wg), self.weight(wu), self.weight(wd)
         s = {k: self.w.name(f"{base}_{k}" if base != "mlp" else k)
              for k in ("xr", "wg", "wu", "wd", "gate", "up", "act", "h", "down")}
+        dt = f", dtype={down.dtype}" if down.dtype != x.dtype else ""
         self.w.blank(f"SwiGLU MLP: {down.site.module or down.name}(silu("
                      f"{gate.site.module}(x)) * {up.site.module}(x))"
                      + (f" ({down.site.line})" if down.site.line else ""))
@@ -284,9 +287,9 @@ class DenseLowering:
                     f"stride=[0, 1], shape=[MT, {nt}])")
         self.w.stmt(f"{s['wd']} = LinearOffChipLoad({d}, tile=[{wd.shape[0]}, TILE_F], "
                     f"stride=[0, 1], shape=[MT, {nt}])")
-        self.w.stmt(f"{s['gate']} = Map({s['xr']}, {s['wg']}, fn=matmul(transpose=true))",
+        self.w.stmt(f"{s['gate']} = Map({s['xr']}, {s['wg']}, fn=matmul(transpose=true){dt})",
                     f"{gate.site.module}: [MT, .] of [TB, TILE_F]")
-        self.w.stmt(f"{s['up']} = Map({s['xr']}, {s['wu']}, fn=matmul(transpose=true))",
+        self.w.stmt(f"{s['up']} = Map({s['xr']}, {s['wu']}, fn=matmul(transpose=true){dt})",
                     up.site.module)
         self.w.stmt(f"{s['act']} = Map({s['gate']}, fn=silu)")
         self.w.stmt(f"{s['h']} = Map({s['up']}, {s['act']}, fn=mul)")
@@ -300,13 +303,69 @@ class DenseLowering:
                         "shape=[MT])")
             out = self.w.name(f"{base}_out")
             self.w.stmt(f"{out} = Map({s['down']}, {bl}, fn=add)", "+ bias")
-        self.vals[down.name] = Val(out, wd.shape[0], down.dtype)
+        self.vals[down.name] = Val(out, down.shape, down.dtype)
         return True
 
 
-def lower_dense(nodes: list[Node], w: StepWriter, sched: dict) -> dict[str, str]:
-    """Emit a dense block into `w`; returns the program tensors' sources (state-dict keys,
-    forward argument names, or "output")."""
-    lw = DenseLowering(nodes, w, sched["TB"], sched["TILE_F"])
-    lw.run(sched["B"])
-    return lw.tensors
+def lower_dense(nodes: list[Node], w: StepWriter, sched: dict) -> tuple[dict[str, str], dict]:
+    """Emit a dense block (canonical nodes) into `w` with the schedule's TB and TILE_F
+    (defaults: a power of two up to 16 dividing the rows; up to 64 dividing every linear's
+    width). Returns the program tensors' sources (state-dict keys, forward argument names,
+    or "output") and the schedule used."""
+    unknown = sorted(set(sched) - set(DENSE_PARAMS))
+    if unknown:
+        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for a dense block "
+                            f"(it takes {', '.join(DENSE_PARAMS)})")
+    bad = [f"{k} = {v}" for k, v in sched.items() if not isinstance(v, int) or v < 1]
+    if bad:
+        raise LoweringError(f"schedule setting {', '.join(bad)}: a dense block's TB and TILE_F "
+                            "are positive integers")
+    inputs = [n for n in nodes if n.op == "input"]
+    rows = rows_cols(inputs[0].shape)[0] if inputs and inputs[0].shape else 0
+    widths = _linear_widths(nodes)
+    if "TILE_F" in sched and not widths:
+        raise LoweringError("schedule setting TILE_F: the block has no linear layer to tile "
+                            "(it takes TB)")
+    tb = sched.get("TB", _divisor(rows, 16))
+    if rows % tb:
+        raise LoweringError(f"TB = {tb} does not divide the {rows} rows of the input")
+    w.header += ["Activations [B, C] stream as B / TB row tiles [TB, C] (leading dims fold",
+                 "into B)" + ("; every linear layer re-reads its weights once per row tile,"
+                             if widths else ".")]
+    if widths:
+        w.header[-1:] = [w.header[-1], "in tiles of TILE_F output columns."]
+    w.param("B", rows, "rows (tokens)")
+    w.param("TB", tb, "rows per tile")
+    used = {"B": rows, "TB": tb}
+    if widths:
+        used["TILE_F"] = sched.get("TILE_F", _divisor(math.gcd(*widths), 64))
+        w.param("TILE_F", used["TILE_F"], "weight columns per tile")
+    w.param("MT", "B // TB", "row tiles")
+    lw = DenseLowering(nodes, w, rows, tb, used.get("TILE_F", 1))
+    lw.run()
+    return lw.tensors, used
+
+
+def _divisor(n: int, cap: int) -> int:
+    """The largest power of two <= cap dividing n (n itself when n <= cap)."""
+    if 0 < n <= cap:
+        return n
+    d = cap
+    while d > 1 and n % d:
+        d //= 2
+    return max(d, 1)
+
+
+def _linear_widths(nodes: list[Node]) -> list[int]:
+    """Every width a linear layer tiles by TILE_F: its output columns (a SwiGLU's
+    intermediate too)."""
+    out = []
+    for n in nodes:
+        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
+            out.append(n.shape[-1])
+            if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
+                out.append(n.args[0].shape[-1])
+    return out
+
+
+__all__ = ["DENSE_PARAMS", "LINEAR_KINDS", "DenseLowering", "lower_dense"]

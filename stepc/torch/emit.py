@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from stepc.grammar.format import format_source
+
 COMMENT_COL = 59  # the bundled programs align statement comments here
 
 
@@ -45,6 +47,10 @@ class StepWriter:
         self.body.append(("", comment))
 
     def render(self) -> str:
+        """The program in `stepc fmt`'s layout."""
+        return format_source(self._text(), "emitted.step")
+
+    def _text(self) -> str:
         lines = [f"# {h}".rstrip() for h in self.header] + [""]
         lines += self._aligned([(f"param {n} = {v}", c) for n, v, c in self.params], 21)
         lines.append("")
