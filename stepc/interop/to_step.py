@@ -1,0 +1,387 @@
+"""A ProgramGraph as a `.step` program: one statement per operator, named after the
+operator's debug name, with the source operator's id in a comment.
+
+Each reference operator maps to the stepc operator with the same meaning (see
+docs/interop.md); a field stepc cannot honour is refused with the operator and the field
+named, never dropped. Stream shapes are not in the file: the checker infers them from the
+program this module writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stepc.interop.reader import InteropError, Op, Port, read_graph, relative_to
+
+# bytes per element of an off-chip tensor -> its stepc element type (`n_byte` of the loads;
+# the reference keeps f32 tiles and counts 2 bytes when it mocks bf16)
+N_BYTE_DTYPES = {2: "bf16", 4: "f32"}
+TILE_DTYPES = {"f32": "f32", "f16": "f16", "u64": "u64", "scalar_u64": "u64", "bool": "bool",
+               "scalar_bool": "bool", "scalar_i64": "u64"}
+MAP_FNS = {"matmul": "matmul", "dyn_matmul": "matmul", "mul": "mul", "add": "add",
+           "silu": "silu", "div": "div", "exp": "exp", "row_wise_sum": "row_sum"}
+ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
+             "retile_col": "retile_col"}
+DEFAULT_INIT = {"retile_row": "empty", "retile_col": "empty"}  # others: zero
+
+
+@dataclass
+class Imported:
+    """The program written for one graph file."""
+
+    text: str
+    name: str
+    operators: int
+
+
+@dataclass
+class _Writer:
+    path: str  # the graph file
+    out_dir: str  # where the program will live (side-file paths are relative to it)
+    names: dict[int, str] = field(default_factory=dict)  # op id -> stream name
+    dtypes: dict[int, str] = field(default_factory=dict)  # op id -> element type
+    outputs: dict[int, int] = field(default_factory=dict)  # op id -> number of outputs
+    tensors: list[str] = field(default_factory=list)
+    streams: list[str] = field(default_factory=list)
+    body: list[tuple[str, str]] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+    all_ops: list[Op] = field(default_factory=list)
+    lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
+
+    def fresh(self, op: Op) -> str:
+        base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
+        base = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
+        base = re.sub(r"\W", "_", base) or f"op_{op.id}"
+        name = base if base[0].isalpha() else f"op_{base}"
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
+    def ref(self, op: Op, port: Port) -> str:
+        """The stepc expression of one input."""
+        src = self.names[port.src]
+        n = self.outputs.get(port.src, 1)
+        if n > 1:
+            if port.idx is None or port.idx >= n:
+                raise InteropError(self.path, f"reads operator {port.src} without a valid "
+                                   f"stream_idx (it has {n} outputs)", op)
+            return f"{src}[{port.idx}]"
+        if port.idx not in (None, 0):
+            raise InteropError(self.path, f"reads output {port.idx} of operator {port.src}, "
+                               "which has one output", op)
+        return src
+
+    def side_file(self, npy: str) -> str:
+        full = relative_to(self.path, npy)
+        if not os.path.isfile(full):
+            raise InteropError(self.path, f"names {npy}, which is missing (looked for {full})")
+        rel = os.path.relpath(full, self.out_dir or ".")
+        return os.path.abspath(full) if rel.startswith("..") else rel
+
+
+def import_graph(path: str, out_dir: str | None = None) -> Imported:
+    """The `.step` text of the graph file `path`; side files are named relative to
+    `out_dir` (default: the graph's directory)."""
+    gname, ops = read_graph(path)
+    w = _Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops)
+    for op in ops:
+        handler = _HANDLERS.get(op.kind)
+        if handler is None:
+            raise InteropError(path, f"stepc has no operator for `{op.kind}`", op)
+        name = w.fresh(op)
+        w.names[op.id] = name
+        code, note = handler(w, op, name)
+        if code:
+            w.body.append((code, f"op {op.id}" + (f": {note}" if note else "")))
+            if op.kind in _LOCKSTEP:
+                w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
+    for op in ops:
+        if op.consumers == 0 and w.outputs.get(op.id, 1) and op.kind not in _SINKS:
+            w.body.append((f"Sink({w.names[op.id]})", f"op {op.id} has no consumer"))
+    header = [f"Imported from the STeP IR graph {os.path.basename(path)}"
+              f"{' (' + gname + ')' if gname else ''}: {len(ops)} operators, by `stepc import`.",
+              "One statement per operator; each comment names the source operator's id."]
+    text, lines = _render(w, header, {})
+    assumes = _lockstep_assumes(w, text, lines, path)
+    if assumes:
+        text, _ = _render(w, header, assumes)
+    return Imported(_formatted(text, path), gname or os.path.basename(path), len(ops))
+
+
+_LOCKSTEP = ("binarymap", "binarymap_accum")
+
+
+def _render(w: _Writer, header: list[str], assumes: dict[int, str]) -> tuple[str, list[int]]:
+    """The program text, and the line of each body statement."""
+    out = [f"# {h}" for h in header] + [""] + w.tensors + [""]
+    if w.streams:
+        out += w.streams + [""]
+    lines = []
+    for i, (code, note) in enumerate(w.body):
+        if i in assumes:
+            out.append(assumes[i])
+        out.append(f"{code}  # {note}")
+        lines.append(len(out))
+    return "\n".join(out) + "\n", lines
+
+
+def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dict[int, str]:
+    """`assume` statements for binary operators whose inputs the checker cannot prove to
+    have one shape: the format's BinaryMap and BinaryMapAccum read their inputs in lockstep,
+    so the graph states that they do."""
+    from stepc.frontend import compile_source
+    from stepc.source import SourceFile
+    compiled = compile_source(SourceFile(path, text), {}, None)
+    at_line = {ln: i for i, ln in enumerate(lines)}
+    out = {}
+    for d in compiled.diagnostics.items:
+        i = at_line.get(d.span.line) if d.code == "W0301" and d.span else None
+        if i is not None and i in w.lockstep:
+            first, *rest = w.lockstep[i]
+            out[i] = "\n".join(f"assume shape({r}) == shape({first})  # lockstep inputs"
+                               for r in rest)
+    return out
+
+
+def _formatted(text: str, path: str) -> str:
+    from stepc.grammar.format import format_source
+    return format_source(text, path)
+
+
+# ------------------------------------------------------------------------ helpers
+def _dtype(w: _Writer, op: Op, dt, what: str) -> str:
+    kind = dt.WhichOneof("type")
+    if kind is None or kind not in TILE_DTYPES:
+        raise InteropError(w.path, f"{what}: element type `{kind}` has no stepc equivalent", op)
+    return TILE_DTYPES[kind]
+
+
+def _one_switch(w: _Writer, op: Op) -> int:
+    cycles = set(op.msg.switch_cycles)
+    if len(cycles) > 1:
+        raise InteropError(w.path, "switch_cycles differ between consumers "
+                           f"({sorted(cycles)}); stepc has one switch cost per operator", op)
+    return cycles.pop() if cycles else 1
+
+
+def _n_byte_dtype(w: _Writer, op: Op) -> str:
+    m = op.msg
+    if m.n_byte not in N_BYTE_DTYPES:
+        raise InteropError(w.path, f"n_byte = {m.n_byte}: stepc's element types have 2 or 4 "
+                           "bytes", op)
+    tile = _dtype(w, op, m.dtype, "dtype")
+    if tile == "f16" and m.n_byte == 2:
+        return "f16"
+    return N_BYTE_DTYPES[m.n_byte]
+
+
+def _tensor(w: _Writer, name: str, dtype: str, shape_tiled, row: int, col: int, role: str,
+            source: str = "") -> str:
+    dims = list(shape_tiled)
+    if len(dims) < 2:
+        raise InteropError(w.path, f"tensor of {name}: tensor_shape_tiled {dims} needs 2 dims")
+    full = dims[:-2] + [dims[-2] * row, dims[-1] * col]
+    tname = name.upper()
+    w.tensors.append(f"tensor {tname} : {dtype}[{', '.join(map(str, full))}] {role}{source}")
+    return tname
+
+
+def _attrs(**kv) -> str:
+    parts = []
+    for k, v in kv.items():
+        if v is None or v is False:
+            continue
+        if v is True:
+            v = "true"
+        elif isinstance(v, (list, tuple)):
+            v = "[" + ", ".join(map(str, v)) + "]"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
+    """`dtype=` for a compute operator: given when the output's type differs from the first
+    input's."""
+    out = _dtype(w, op, dt, "output dtype")
+    w.dtypes[op.id] = out
+    first = w.dtypes.get(inputs[0].src) if inputs else None
+    return None if first == out else out
+
+
+# ------------------------------------------------------------------------ operators
+def _off_chip_load(w: _Writer, op: Op, name: str):
+    m = op.msg
+    dtype = _n_byte_dtype(w, op)
+    src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    w.dtypes[op.id] = dtype
+    ref = f", ref={w.ref(op, op.inputs[0])}" if op.inputs else ""
+    return (f"{name} = LinearOffChipLoad({t}{ref}, " + _attrs(
+        tile=[m.tile_row, m.tile_col], stride=list(m.stride), shape=list(m.out_shape_tiled),
+        par_dispatch=m.par_dispatch or None) + ")", "")
+
+
+def _off_chip_store(w: _Writer, op: Op, name: str):
+    m = op.msg
+    dtype = _dtype(w, op, m.dtype, "dtype")
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    if m.HasField("store_path"):
+        raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
+                           op)
+    return (f"LinearOffChipStore({w.ref(op, op.inputs[0])}, {t}, "
+            f"{_attrs(par_dispatch=m.par_dispatch or None)})", "")
+
+
+def _broadcast(w: _Writer, op: Op, name: str):
+    w.outputs[op.id] = op.msg.num_consumers
+    w.dtypes[op.id] = w.dtypes.get(op.inputs[0].src, "f32")
+    return f"{name} = Broadcast({w.ref(op, op.inputs[0])}, consumers={op.msg.num_consumers})", ""
+
+
+def _pass(w: _Writer, op: Op, port: int = 0) -> None:
+    w.dtypes[op.id] = w.dtypes.get(op.inputs[port].src, "f32")
+
+
+def _flatten(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    return f"{name} = Flatten({w.ref(op, op.inputs[0])}, min={m.min_rank}, max={m.max_rank})", ""
+
+
+def _repeat(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
+
+
+def _reshape(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    pad = None
+    if m.HasField("pad_func"):
+        pad = m.pad_func.WhichOneof("init_fn")
+        if pad != "zero":
+            raise InteropError(w.path, f"pad_func `{pad}`: stepc pads with zero tiles", op)
+    call = (f"Reshape({w.ref(op, op.inputs[0])}, " +
+            _attrs(chunk=m.chunk_size, rank=m.split_dim or None, pad=pad) + ")")
+    notes = []
+    if m.add_outer_dim:
+        call = f"Promote({call})"
+        notes.append("add_outer_dim: Promote adds the outer dim (1 if any element, else 0)")
+    if m.write_back_mu:
+        readers = _compute_readers(w, op)
+        if readers:
+            raise InteropError(w.path, "write_back_mu on a Reshape read by a compute operator "
+                               f"({readers[0]}): stepc's Reshape has no memory write", op)
+        notes.append("write_back_mu: no compute operator reads it, so it costs nothing")
+    return f"{name} = {call}", "; ".join(notes)
+
+
+def _compute_readers(w: _Writer, op: Op) -> list[str]:
+    return [c.name for c in w.all_ops if op.id in {p.src for p in c.inputs}
+            and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
+
+
+def _select_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    path = w.side_file(m.npy_path)
+    full = relative_to(w.path, m.npy_path)
+    try:
+        shape = np.load(full, mmap_mode="r", allow_pickle=False).shape
+    except (OSError, ValueError) as e:
+        raise InteropError(w.path, f"cannot read {m.npy_path}: {e}", op) from None
+    if not m.is_multihot:
+        raise InteropError(w.path, "is_multihot = false (an index selector): stepc reads "
+                           "multi-hot selector files", op)
+    if len(shape) < 2:
+        raise InteropError(w.path, f"{m.npy_path} has shape {list(shape)}; selectors need "
+                           "[.., n]", op)
+    dims = ", ".join(map(str, shape[:-1]))
+    w.streams.append(f"stream {name} : Strm<MultiHot<{shape[-1]}>, {len(shape) - 2}>[{dims}] = "
+                     f"external(\"{name}\", file=\"{path}\", multihot=true)  # op {op.id}")
+    return "", ""
+
+
+def _partition(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    w.outputs[op.id] = m.num_consumers
+    return (f"{name} = Partition({w.ref(op, op.inputs[0])}, {w.ref(op, op.inputs[1])}, " +
+            _attrs(rank=m.partition_rank, consumers=m.num_consumers,
+                   switch_cycles=_one_switch(w, op), write_back=m.write_back_mu,
+                   dim=f'"{name}"') + ")", "")
+
+
+def _reassemble(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Reassemble([{ins}], {w.ref(op, op.control)}, " +
+            _attrs(rank=m.reassemble_rank, switch_cycles=_one_switch(w, op),
+                   write_back=m.write_back_mu) + ")", "")
+
+
+def _func(w: _Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
+    kind = func.WhichOneof(oneof)
+    if kind not in table:
+        raise InteropError(w.path, f"function `{kind}` has no stepc equivalent", op)
+    fn = table[kind]
+    if kind in ("matmul", "dyn_matmul") and getattr(func, kind).weight_transposed:
+        fn = "matmul(transpose=true)"
+    return fn
+
+
+def _map(w: _Writer, op: Op, name: str):
+    m = op.msg
+    fn = _func(w, op, m.func, MAP_FNS, "elem_elem_fn")
+    out = m.dtype_out if op.kind == "binarymap" else m.dtype_b
+    dtype = _out_dtype(w, op, op.inputs, out)
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Map({ins}, " + _attrs(fn=fn, dtype=dtype, compute_bw=m.compute_bw,
+                                              write_back=m.write_back_mu) + ")", "")
+
+
+def _accum(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if op.kind == "accum":
+        fn = _func(w, op, m.func, ACCUM_FNS, "accum_fn")
+    else:
+        fn = _func(w, op, m.func, MAP_FNS, "map_accum_fn")
+    init = m.init_func.WhichOneof("init_fn") or "zero"
+    note = ""
+    if init != DEFAULT_INIT.get(fn, "zero"):
+        if fn == "matmul" and init == "empty":
+            note = "init empty: stepc's matmul accumulator takes its first product's rows"
+        else:
+            raise InteropError(w.path, f"init_func `{init}` for `{fn}` has no stepc "
+                               "equivalent", op)
+    dtype = _out_dtype(w, op, op.inputs, m.dtype_b)
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Accum({ins}, " + _attrs(fn=fn, rank=m.rank, dtype=dtype,
+                                                compute_bw=m.compute_bw,
+                                                write_back=m.write_back_mu) + ")", note)
+
+
+def _retile_streamify(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    if not m.split_row:
+        raise InteropError(w.path, "split_row = false (column split): stepc's "
+                           "retile_streamify splits rows", op)
+    fn = "retile_streamify(filter=true)" if m.filter_mask else "retile_streamify"
+    return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn={fn})", ""
+
+
+_SINKS = ("off_chip_store",)
+_HANDLERS = {
+    "off_chip_load": _off_chip_load, "dyn_off_chip_load": _off_chip_load,
+    "off_chip_store": _off_chip_store, "broadcast": _broadcast, "flatten": _flatten,
+    "repeat_static": _repeat, "reshape": _reshape, "select_gen": _select_gen,
+    "flat_partition": _partition, "flat_reassemble": _reassemble, "binarymap": _map,
+    "unarymap": _map, "accum": _accum, "binarymap_accum": _accum,
+    "retile_streamify": _retile_streamify,
+}
