@@ -1,0 +1,199 @@
+"""`stepc import` and `.pb` inputs: the reference toolchain's STeP IR graphs read as .step
+programs, checked against the artifact frontend's own numbers (../shared/data/stepir)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import stepc
+from stepc.cli import main
+from stepc.interop import InteropError, import_graph
+from stepc.interop.schema import ProgramGraph
+
+REPO = Path(__file__).resolve().parents[1]
+GRAPHS = REPO.parent / "shared" / "data" / "stepir" / "graphs"
+needs_graphs = pytest.mark.skipif(not GRAPHS.is_dir(),
+                                  reason="the STeP IR corpus (../shared/data/stepir) is absent")
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 keeps stderr apart already
+        return CliRunner()
+
+
+def _meta(name: str) -> dict:
+    return json.loads((GRAPHS / f"{name}.meta.json").read_text())
+
+
+@needs_graphs
+@pytest.mark.parametrize("pb", sorted(p.name for p in GRAPHS.glob("*.pb")) if GRAPHS.is_dir()
+                         else [])
+def test_schema_reads_and_rewrites_every_graph_byte_for_byte(pb):
+    raw = (GRAPHS / pb).read_bytes()
+    g = ProgramGraph()
+    g.ParseFromString(raw)
+    assert g.SerializeToString() == raw
+    assert len(g.operators) == _meta(pb[:-3])["n_operators"]
+
+
+@needs_graphs
+@pytest.mark.parametrize("name", ["swiglu_hdl_b16_i64", "swiglu_hdl_b64_i256"])
+def test_swiglu_graphs_check_clean_and_cost_what_the_artifact_says(name):
+    prog = stepc.load(GRAPHS / f"{name}.pb")
+    assert prog.diagnostics == []
+    assert prog.operators == _meta(name)["n_operators"]
+    totals = prog.analyze().totals
+    meta = _meta(name)
+    assert totals["off_chip_bytes"] == meta["off_chip_traffic_bytes"]
+    assert totals["on_chip_bytes"] == meta["on_chip_requirement_bytes"]
+
+
+@needs_graphs
+@pytest.mark.parametrize("name, tb, ti", [("swiglu_hdl_b16_i64", 16, 64),
+                                          ("swiglu_hdl_b64_i256", 64, 256)])
+def test_swiglu_graphs_simulate_like_the_bundled_program(name, tb, ti):
+    graph = stepc.load(GRAPHS / f"{name}.pb").simulate(hw="hdl-validation", timing_only=True)
+    own = stepc.load(REPO / "programs" / "swiglu.step", TB=tb, TI=ti).simulate(
+        hw="hdl-validation", timing_only=True)
+    assert graph.cycles == own.cycles
+
+
+@needs_graphs
+def test_imported_text_is_formatted_named_and_traced_to_op_ids():
+    from stepc.grammar.format import format_source
+    text = import_graph(str(GRAPHS / "swiglu_hdl_b16_i64.pb")).text
+    assert format_source(text) == text
+    assert "binary_map_accum_27 = Accum(broadcast_35[0], off_chip_load_25, fn=matmul" in text
+    assert "# op 27" in text and "# op 35" in text
+
+
+@needs_graphs
+def test_import_command_writes_the_program_and_keeps_existing_files(tmp_path):
+    out = tmp_path / "sw.step"
+    r = _runner().invoke(main, ["import", str(GRAPHS / "swiglu_hdl_b16_i64.pb"), "-o",
+                                str(out)])
+    assert r.exit_code == 0, r.output
+    assert stepc.load(out).analyze().totals["off_chip_bytes"] == 6_881_280
+    r = _runner().invoke(main, ["import", str(GRAPHS / "swiglu_hdl_b16_i64.pb"), "-o",
+                                str(out)])
+    assert r.exit_code == 2 and "--force" in r.stderr
+
+
+# ------------------------------------------------------------------ malformed graphs
+def _graph(*ops) -> bytes:
+    g = ProgramGraph(name="t")
+    for op in ops:
+        g.operators.add().CopyFrom(op)
+    return g.SerializeToString()
+
+
+def _load_op(id_: int, name: str = ""):
+    from stepc.interop.schema import Operation
+    op = Operation(id=id_, name=name or f"OffChipLoad_{id_}")
+    m = op.off_chip_load
+    m.tensor_shape_tiled[:] = [4, 1]
+    m.stride[:] = [1, 1]
+    m.out_shape_tiled[:] = [4, 1]
+    m.tile_row, m.tile_col, m.n_byte = 16, 64, 4
+    m.dtype.f32.SetInParent()
+    return op
+
+
+def _flatten_op(id_: int, src: int):
+    from stepc.interop.schema import Operation
+    op = Operation(id=id_, name=f"Flatten_{id_}")
+    op.flatten.input_id, op.flatten.max_rank = src, 1
+    op.flatten.dtype.f32.SetInParent()
+    return op
+
+
+def _check(tmp_path, data: bytes, name: str = "g.pb"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return _runner().invoke(main, ["check", str(path)])
+
+
+def test_a_small_graph_with_id_zero_and_operators_out_of_order_checks(tmp_path):
+    r = _check(tmp_path, _graph(_flatten_op(3, 0), _load_op(0)))
+    assert r.exit_code == 0, r.stderr
+
+
+def test_truncated_file_is_a_located_error(tmp_path):
+    data = _graph(_load_op(0), _flatten_op(1, 0))
+    r = _check(tmp_path, data[:-7])
+    assert r.exit_code == 1 and "g.pb" in r.stderr and "truncated" in r.stderr
+    assert "Traceback" not in r.output + r.stderr
+
+
+def test_unknown_op_number_names_the_operator_and_the_field(tmp_path):
+    op = bytes([0x0A, 1, ord("X"), 0x10, 5]) + bytes([0xF2, 0x06, 0])  # field 110, empty
+    data = bytes([0x12, len(op)]) + op
+    r = _check(tmp_path, data)
+    assert r.exit_code == 1 and "unknown op field number 110" in r.stderr, r.stderr
+
+
+def test_dangling_input_id_names_the_reader(tmp_path):
+    r = _check(tmp_path, _graph(_load_op(0), _flatten_op(1, 42)))
+    assert r.exit_code == 1
+    assert "operator 1 (`Flatten_1`): reads operator id 42" in r.stderr
+
+
+def test_a_cycle_is_refused_with_its_operators(tmp_path):
+    r = _check(tmp_path, _graph(_flatten_op(1, 2), _flatten_op(2, 1)))
+    assert r.exit_code == 1 and "cycle" in r.stderr and "Flatten_1" in r.stderr
+
+
+def test_missing_selector_file_is_named(tmp_path):
+    from stepc.interop.schema import Operation
+    sel = Operation(id=2, name="SelectGen_2")
+    sel.select_gen.npy_path, sel.select_gen.is_multihot = "SelectGen_2.npy", True
+    r = _check(tmp_path, _graph(sel))
+    assert r.exit_code == 1 and "SelectGen_2.npy, which is missing" in r.stderr
+
+
+def test_per_consumer_switch_cycles_that_differ_are_refused(tmp_path):
+    import numpy as np
+    from stepc.interop.schema import Operation
+    np.save(tmp_path / "sel.npy", np.eye(2, dtype=np.int64)[[0, 1, 0, 1]])
+    sel = Operation(id=2, name="SelectGen_2")
+    sel.select_gen.npy_path, sel.select_gen.is_multihot = "sel.npy", True
+    part = Operation(id=3, name="FlatPartition_3")
+    p = part.flat_partition
+    p.input_id, p.control_id, p.num_consumers = 1, 2, 2
+    p.switch_cycles[:] = [1, 3]
+    r = _check(tmp_path, _graph(_load_op(0), _flatten_op(1, 0), sel, part))
+    assert r.exit_code == 1 and "switch_cycles differ" in r.stderr and "FlatPartition_3" in r.stderr
+    p.switch_cycles[:] = [3, 3]
+    assert "switch_cycles=3" in import_graph(_write(tmp_path, _graph(
+        _load_op(0), _flatten_op(1, 0), sel, part))).text
+
+
+def _write(tmp_path, data: bytes) -> str:
+    path = tmp_path / "w.pb"
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_import_refuses_an_unreadable_graph_without_a_traceback(tmp_path):
+    r = _runner().invoke(main, ["import", str(tmp_path / "absent.pb")])
+    assert r.exit_code == 1 and "cannot read" in r.stderr
+    with pytest.raises(InteropError):
+        import_graph(str(tmp_path / "absent.pb"))
+
+
+# ------------------------------------------------------------------ the MoE graphs
+@needs_graphs
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen3_moe_b64_static16", "qwen3_moe_b64_dyntile"])
+def test_moe_graphs_cost_what_the_artifact_says(name):
+    meta = _meta(name)
+    totals = stepc.load(GRAPHS / f"{name}.pb").analyze().totals
+    assert totals["off_chip_bytes"] == meta["off_chip_traffic_bytes"]
+    assert totals["on_chip_bytes"] == meta["on_chip_requirement_raw_bytes"]
+    assert totals["on_chip_bytes_on_demand"] == meta["on_chip_requirement_bytes(sub)"]
