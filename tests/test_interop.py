@@ -190,7 +190,8 @@ def test_import_refuses_an_unreadable_graph_without_a_traceback(tmp_path):
 # ------------------------------------------------------------------ the MoE graphs
 @needs_graphs
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["qwen3_moe_b64_static16", "qwen3_moe_b64_dyntile"])
+@pytest.mark.parametrize("name", ["qwen3_moe_b64_static16", "qwen3_moe_b64_dyntile",
+                                  "qwen3_moe_b64_timeshare_r16"])
 def test_moe_graphs_cost_what_the_artifact_says(name):
     meta = _meta(name)
     totals = stepc.load(GRAPHS / f"{name}.pb").analyze().totals

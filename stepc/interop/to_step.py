@@ -51,6 +51,7 @@ class _Writer:
     taken: set[str] = field(default_factory=set)
     all_ops: list[Op] = field(default_factory=list)
     lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
+    ports: dict[int, list[str]] = field(default_factory=dict)  # op id -> its output names
 
     def fresh(self, op: Op) -> str:
         base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
@@ -66,6 +67,12 @@ class _Writer:
         """The stepc expression of one input."""
         src = self.names[port.src]
         n = self.outputs.get(port.src, 1)
+        if port.src in self.ports:  # several named outputs
+            names = self.ports[port.src]
+            if port.idx is None or port.idx >= len(names):
+                raise InteropError(self.path, f"reads operator {port.src} without a valid "
+                                   f"stream_idx (it has {len(names)} outputs)", op)
+            return names[port.idx]
         if n > 1:
             if port.idx is None or port.idx >= n:
                 raise InteropError(self.path, f"reads operator {port.src} without a valid "
@@ -100,9 +107,7 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
             w.body.append((code, f"op {op.id}" + (f": {note}" if note else "")))
             if op.kind in _LOCKSTEP:
                 w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
-    for op in ops:
-        if op.consumers == 0 and w.outputs.get(op.id, 1) and op.kind not in _SINKS:
-            w.body.append((f"Sink({w.names[op.id]})", f"op {op.id} has no consumer"))
+    _sink_unread(w, ops)
     header = [f"Imported from the STeP IR graph {os.path.basename(path)}"
               f"{' (' + gname + ')' if gname else ''}: {len(ops)} operators, by `stepc import`.",
               "One statement per operator; each comment names the source operator's id."]
@@ -114,6 +119,19 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
 
 
 _LOCKSTEP = ("binarymap", "binarymap_accum")
+
+
+def _sink_unread(w: _Writer, ops: list[Op]) -> None:
+    """A Sink for every output nothing in the graph reads (the reference drops them)."""
+    read = {(p.src, p.idx or 0) for op in ops for p in op.inputs + [op.control] if p}
+    for op in ops:
+        if op.kind in _SINKS:
+            continue
+        n = len(w.ports[op.id]) if op.id in w.ports else w.outputs.get(op.id, 1)
+        for i in range(n):
+            if (op.id, i) not in read:
+                ref = w.ref(op, Port(op.id, i if n > 1 else None))
+                w.body.append((f"Sink({ref})", f"op {op.id}: output {i} is read by nothing"))
 
 
 def _render(w: _Writer, header: list[str], assumes: dict[int, str]) -> tuple[str, list[int]]:
@@ -376,6 +394,37 @@ def _retile_streamify(w: _Writer, op: Op, name: str):
     return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn={fn})", ""
 
 
+def _eager_merge(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    sel = f"{name}_sel"
+    w.taken.add(sel)
+    w.ports[op.id] = [name, sel]
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    rank = f", rank={m.input_rank}" if m.input_rank else ""
+    return f"{name}, {sel} = EagerMerge([{ins}]{rank})", ""
+
+
+def _expert_addr_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    w.dtypes[op.id] = "u64"
+    return (f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=expert_addr(" +
+            _attrs(tiles=m.num_tile_per_expert, base=m.expert_addr_base or None) + "))", "")
+
+
+def _random_off_chip_load(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if m.base_addr_byte:
+        raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
+                           "a tensor from its first tile (give each region its own tensor)", op)
+    dtype = _n_byte_dtype(w, op)
+    src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    w.dtypes[op.id] = dtype
+    return (f"{name} = RandomOffChipLoad({w.ref(op, op.inputs[0])}, {t}, " + _attrs(
+        tile=[m.tile_row, m.tile_col], par_dispatch=m.par_dispatch or None) + ")", "")
+
+
 _SINKS = ("off_chip_store",)
 _HANDLERS = {
     "off_chip_load": _off_chip_load, "dyn_off_chip_load": _off_chip_load,
@@ -383,5 +432,6 @@ _HANDLERS = {
     "repeat_static": _repeat, "reshape": _reshape, "select_gen": _select_gen,
     "flat_partition": _partition, "flat_reassemble": _reassemble, "binarymap": _map,
     "unarymap": _map, "accum": _accum, "binarymap_accum": _accum,
-    "retile_streamify": _retile_streamify,
+    "retile_streamify": _retile_streamify, "eager_merge": _eager_merge,
+    "expert_addr_gen": _expert_addr_gen, "random_off_chip_load": _random_off_chip_load,
 }
