@@ -35,7 +35,12 @@ def import_cmd(graph, out, force):
         if os.path.exists(out) and not force:
             click.echo(f"stepc: error: {out} exists; --force overwrites it", err=True)
             sys.exit(EXIT_USAGE)
-    from stepc.interop import InteropError, import_graph
+    try:
+        from stepc.interop import InteropError, import_graph
+    except ImportError:
+        click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
+                   err=True)
+        sys.exit(EXIT_USAGE)
     try:
         imported = import_graph(graph, os.path.dirname(out) if out else None)
     except InteropError as e:

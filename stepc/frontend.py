@@ -53,7 +53,12 @@ GRAPH_SUFFIX = ".pb"  # the reference toolchain's ProgramGraph files
 
 def imported_source(path: str) -> SourceFile:
     """The `.step` text `stepc import` writes for a graph file, named after the graph."""
-    from stepc.interop import InteropError, import_graph
+    try:
+        from stepc.interop import InteropError, import_graph
+    except ImportError:
+        raise StepError([Diagnostic("E0005", Severity.ERROR, f"{path}: reading STeP IR graphs "
+                                    "needs protobuf: pip install 'stepc[interop]'", None)]) \
+            from None
     try:
         text = import_graph(path).text
     except InteropError as e:
