@@ -159,6 +159,7 @@ def test_missing_selector_file_is_named(tmp_path):
 
 def test_per_consumer_switch_cycles_that_differ_are_refused(tmp_path):
     import numpy as np
+
     from stepc.interop.schema import Operation
     np.save(tmp_path / "sel.npy", np.eye(2, dtype=np.int64)[[0, 1, 0, 1]])
     sel = Operation(id=2, name="SelectGen_2")

@@ -23,9 +23,11 @@ N_BYTE_DTYPES = {2: "bf16", 4: "f32"}
 TILE_DTYPES = {"f32": "f32", "f16": "f16", "u64": "u64", "scalar_u64": "u64", "bool": "bool",
                "scalar_bool": "bool", "scalar_i64": "u64"}
 MAP_FNS = {"matmul": "matmul", "dyn_matmul": "matmul", "mul": "mul", "add": "add",
-           "silu": "silu", "div": "div", "exp": "exp", "row_wise_sum": "row_sum"}
+           "silu": "silu", "div": "div", "exp": "exp", "row_wise_sum": "row_sum",
+           "set_offset": "set_offset", "row_wise_append": "row_append",
+           "cache_write_addr_gen": "cache_write_addr"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
-             "retile_col": "retile_col"}
+             "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
 DEFAULT_INIT = {"retile_row": "empty", "retile_col": "empty"}  # others: zero
 
 
@@ -52,6 +54,7 @@ class _Writer:
     all_ops: list[Op] = field(default_factory=list)
     lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
     ports: dict[int, list[str]] = field(default_factory=dict)  # op id -> its output names
+    narrow: dict[int, str] = field(default_factory=dict)  # op id -> type a store writes it in
 
     def fresh(self, op: Op) -> str:
         base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
@@ -66,14 +69,14 @@ class _Writer:
     def ref(self, op: Op, port: Port) -> str:
         """The stepc expression of one input."""
         src = self.names[port.src]
-        n = self.outputs.get(port.src, 1)
+        n = self.outputs.get(port.src, 0)
         if port.src in self.ports:  # several named outputs
             names = self.ports[port.src]
             if port.idx is None or port.idx >= len(names):
                 raise InteropError(self.path, f"reads operator {port.src} without a valid "
                                    f"stream_idx (it has {len(names)} outputs)", op)
             return names[port.idx]
-        if n > 1:
+        if n:  # an array of outputs (Broadcast, Partition), even of one
             if port.idx is None or port.idx >= n:
                 raise InteropError(self.path, f"reads operator {port.src} without a valid "
                                    f"stream_idx (it has {n} outputs)", op)
@@ -96,6 +99,9 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
     `out_dir` (default: the graph's directory)."""
     gname, ops = read_graph(path)
     w = _Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops)
+    for op in ops:  # a 2-byte store's data is made in its stored type
+        if op.kind == "random_off_chip_store" and op.msg.n_byte in N_BYTE_DTYPES:
+            w.narrow[op.inputs[1].src] = _n_byte_dtype(w, op, op.msg.wdata_dtype)
     for op in ops:
         handler = _HANDLERS.get(op.kind)
         if handler is None:
@@ -105,11 +111,13 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
         code, note = handler(w, op, name)
         if code:
             w.body.append((code, f"op {op.id}" + (f": {note}" if note else "")))
-            if op.kind in _LOCKSTEP:
+            if op.kind in _LOCKSTEP or op.kind == "flat_partition" and \
+                    not op.msg.partition_rank:
                 w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
     _sink_unread(w, ops)
-    header = [f"Imported from the STeP IR graph {os.path.basename(path)}"
-              f"{' (' + gname + ')' if gname else ''}: {len(ops)} operators, by `stepc import`.",
+    title = f" ({gname})" if gname else ""
+    header = [(f"Imported from the STeP IR graph {os.path.basename(path)}{title}: {len(ops)} "
+               "operators, by `stepc import`."),
               "One statement per operator; each comment names the source operator's id."]
     text, lines = _render(w, header, {})
     assumes = _lockstep_assumes(w, text, lines, path)
@@ -127,10 +135,10 @@ def _sink_unread(w: _Writer, ops: list[Op]) -> None:
     for op in ops:
         if op.kind in _SINKS:
             continue
-        n = len(w.ports[op.id]) if op.id in w.ports else w.outputs.get(op.id, 1)
-        for i in range(n):
+        n = len(w.ports[op.id]) if op.id in w.ports else w.outputs.get(op.id, 0)
+        for i in range(max(n, 1)):
             if (op.id, i) not in read:
-                ref = w.ref(op, Port(op.id, i if n > 1 else None))
+                ref = w.ref(op, Port(op.id, i if n else None))
                 w.body.append((f"Sink({ref})", f"op {op.id}: output {i} is read by nothing"))
 
 
@@ -187,12 +195,12 @@ def _one_switch(w: _Writer, op: Op) -> int:
     return cycles.pop() if cycles else 1
 
 
-def _n_byte_dtype(w: _Writer, op: Op) -> str:
+def _n_byte_dtype(w: _Writer, op: Op, dtype=None) -> str:
     m = op.msg
     if m.n_byte not in N_BYTE_DTYPES:
         raise InteropError(w.path, f"n_byte = {m.n_byte}: stepc's element types have 2 or 4 "
                            "bytes", op)
-    tile = _dtype(w, op, m.dtype, "dtype")
+    tile = _dtype(w, op, m.dtype if dtype is None else dtype, "dtype")
     if tile == "f16" and m.n_byte == 2:
         return "f16"
     return N_BYTE_DTYPES[m.n_byte]
@@ -225,7 +233,7 @@ def _attrs(**kv) -> str:
 def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
     """`dtype=` for a compute operator: given when the output's type differs from the first
     input's."""
-    out = _dtype(w, op, dt, "output dtype")
+    out = w.narrow.get(op.id) or _dtype(w, op, dt, "output dtype")
     w.dtypes[op.id] = out
     first = w.dtypes.get(inputs[0].src) if inputs else None
     return None if first == out else out
@@ -233,14 +241,20 @@ def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
 
 # ------------------------------------------------------------------------ operators
 def _off_chip_load(w: _Writer, op: Op, name: str):
+    """A static view streams `(1,) + out_shape_tiled` in the reference: stepc's view gets
+    the leading 1 (stride 0); with a reference stream the view follows each element."""
     m = op.msg
     dtype = _n_byte_dtype(w, op)
     src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
     t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
     w.dtypes[op.id] = dtype
-    ref = f", ref={w.ref(op, op.inputs[0])}" if op.inputs else ""
+    stride, shape = list(m.stride), list(m.out_shape_tiled)
+    if op.inputs:
+        ref = f", ref={w.ref(op, op.inputs[0])}"
+    else:
+        ref, stride, shape = "", [0] + stride, [1] + shape
     return (f"{name} = LinearOffChipLoad({t}{ref}, " + _attrs(
-        tile=[m.tile_row, m.tile_col], stride=list(m.stride), shape=list(m.out_shape_tiled),
+        tile=[m.tile_row, m.tile_col], stride=stride, shape=shape,
         par_dispatch=m.par_dispatch or None) + ")", "")
 
 
@@ -251,8 +265,9 @@ def _off_chip_store(w: _Writer, op: Op, name: str):
     if m.HasField("store_path"):
         raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
                            op)
-    return (f"LinearOffChipStore({w.ref(op, op.inputs[0])}, {t}, "
-            f"{_attrs(par_dispatch=m.par_dispatch or None)})", "")
+    store = (f"LinearOffChipStore({w.ref(op, op.inputs[0])}, {t}, "
+             f"{_attrs(par_dispatch=m.par_dispatch or None)})")
+    return store, ""
 
 
 def _broadcast(w: _Writer, op: Op, name: str):
@@ -304,24 +319,47 @@ def _compute_readers(w: _Writer, op: Op) -> list[str]:
             and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
 
 
+def _npy_shape(w: _Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
+    path = w.side_file(npy)
+    try:
+        shape = np.load(relative_to(w.path, npy), mmap_mode="r", allow_pickle=False).shape
+    except (OSError, ValueError) as e:
+        raise InteropError(w.path, f"cannot read {npy}: {e}", op) from None
+    return path, shape
+
+
+def _source(w: _Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
+    """A file-backed source: an external stream of the file's data, and (the reference's
+    sources stream `(1,) + shape`) a Promote adding the leading 1."""
+    rows = f"{name}_data"
+    w.taken.add(rows)
+    shape = ", ".join(map(str, dims))
+    w.streams.append(f"stream {rows} : Strm<{elem}, {len(dims) - 1}>[{shape}] = {data}  # op "
+                     f"{op.id}")
+    return f"{name} = Promote({rows})", "the reference's leading 1"
+
+
 def _select_gen(w: _Writer, op: Op, name: str):
     m = op.msg
-    path = w.side_file(m.npy_path)
-    full = relative_to(w.path, m.npy_path)
-    try:
-        shape = np.load(full, mmap_mode="r", allow_pickle=False).shape
-    except (OSError, ValueError) as e:
-        raise InteropError(w.path, f"cannot read {m.npy_path}: {e}", op) from None
+    path, shape = _npy_shape(w, op, m.npy_path)
     if not m.is_multihot:
         raise InteropError(w.path, "is_multihot = false (an index selector): stepc reads "
                            "multi-hot selector files", op)
     if len(shape) < 2:
         raise InteropError(w.path, f"{m.npy_path} has shape {list(shape)}; selectors need "
                            "[.., n]", op)
-    dims = ", ".join(map(str, shape[:-1]))
-    w.streams.append(f"stream {name} : Strm<MultiHot<{shape[-1]}>, {len(shape) - 2}>[{dims}] = "
-                     f"external(\"{name}\", file=\"{path}\", multihot=true)  # op {op.id}")
-    return "", ""
+    return _source(w, op, name, f"MultiHot<{shape[-1]}>", shape[:-1],
+                   f'external("{name}", file="{path}", multihot=true)')
+
+
+def _metadata_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    path, shape = _npy_shape(w, op, m.npy_path)
+    w.dtypes[op.id] = "u64"
+    if not shape:
+        raise InteropError(w.path, f"{m.npy_path} holds a scalar; MetadataGen needs an array",
+                           op)
+    return _source(w, op, name, "Tile<u64, [1, 1]>", shape, f'external("{name}", file="{path}")')
 
 
 def _partition(w: _Writer, op: Op, name: str):
@@ -350,6 +388,8 @@ def _func(w: _Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
     fn = table[kind]
     if kind in ("matmul", "dyn_matmul") and getattr(func, kind).weight_transposed:
         fn = "matmul(transpose=true)"
+    if kind == "cache_write_addr_gen":
+        fn = f"cache_write_addr(row_offset={func.cache_write_addr_gen.offset_per_idx})"
     return fn
 
 
@@ -357,9 +397,17 @@ def _map(w: _Writer, op: Op, name: str):
     m = op.msg
     fn = _func(w, op, m.func, MAP_FNS, "elem_elem_fn")
     out = m.dtype_out if op.kind == "binarymap" else m.dtype_b
-    dtype = _out_dtype(w, op, op.inputs, out)
+    if fn.startswith("matmul"):  # a new tile, of the graph's output type
+        dtype = _out_dtype(w, op, op.inputs, out)
+    else:  # elementwise: bf16 with f32 gives f32; 2-byte tiles alone stay bf16
+        kinds = [w.dtypes.get(p.src) for p in op.inputs]
+        out_kind = "f32" if "f32" in kinds and _dtype(w, op, out, "dtype") == "f32" \
+            else kinds[0] or "f32"
+        out_kind = w.narrow.get(op.id, out_kind)
+        w.dtypes[op.id] = out_kind
+        dtype = None if out_kind == kinds[0] else out_kind
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
-    return (f"{name} = Map({ins}, " + _attrs(fn=fn, dtype=dtype, compute_bw=m.compute_bw,
+    return (f"{name} = Map({ins}, " + _attrs(fn=fn, dtype=dtype, compute_bw=m.compute_bw or None,
                                               write_back=m.write_back_mu) + ")", "")
 
 
@@ -380,7 +428,7 @@ def _accum(w: _Writer, op: Op, name: str):
     dtype = _out_dtype(w, op, op.inputs, m.dtype_b)
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
     return (f"{name} = Accum({ins}, " + _attrs(fn=fn, rank=m.rank, dtype=dtype,
-                                                compute_bw=m.compute_bw,
+                                                compute_bw=m.compute_bw or None,
                                                 write_back=m.write_back_mu) + ")", note)
 
 
@@ -425,7 +473,51 @@ def _random_off_chip_load(w: _Writer, op: Op, name: str):
         tile=[m.tile_row, m.tile_col], par_dispatch=m.par_dispatch or None) + ")", "")
 
 
-_SINKS = ("off_chip_store",)
+def _cache_read_addr_gen(w: _Writer, op: Op, name: str):
+    idx, length = (w.ref(op, p) for p in op.inputs)
+    w.dtypes[op.id] = "u64"
+    fn = f"cache_read_addr(row_offset={op.msg.offset_per_idx})"
+    return f"{name} = FlatMap(Zip({idx}, {length}), fn={fn})", ""
+
+
+def _filter_last_tile(w: _Writer, op: Op, name: str):
+    return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=filter_last_tile)", ""
+
+
+def _expand_ref(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    e = op.msg.expand_rank
+    if e < 1:
+        raise InteropError(w.path, "expand_rank = 0: the format needs at least one repeated "
+                           "dim", op)
+    x, ref = (w.ref(op, p) for p in op.inputs)
+    return f"{name} = Expand({x}, ref={ref}" + (f", rank={e - 1})" if e > 1 else ")"), ""
+
+
+def _random_off_chip_store(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if m.base_addr_byte:
+        raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
+                           "a tensor from its first tile", op)
+    if not m.ack_based_on_waddr:
+        raise InteropError(w.path, "ack_based_on_waddr = false: stepc acknowledges writes in "
+                           "the address stream's shape", op)
+    if m.HasField("npy_path"):
+        raise InteropError(w.path, "npy_path on a store: stepc writes outputs with "
+                           "`stepc sim --out`", op)
+    dtype = _n_byte_dtype(w, op, m.wdata_dtype)
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    w.dtypes[op.id] = "bool"
+    waddr, wdata = (w.ref(op, p) for p in op.inputs)
+    return (f"{name} = RandomOffChipStore({waddr}, {wdata}, {t}, " +
+            _attrs(par_dispatch=m.par_dispatch or None) + ")", "")
+
+
+def _consumer_context(w: _Writer, op: Op, name: str):
+    return f"Sink({w.ref(op, op.inputs[0])})", ""
+
+
+_SINKS = ("off_chip_store", "consumer_context")
 _HANDLERS = {
     "off_chip_load": _off_chip_load, "dyn_off_chip_load": _off_chip_load,
     "off_chip_store": _off_chip_store, "broadcast": _broadcast, "flatten": _flatten,
@@ -434,4 +526,7 @@ _HANDLERS = {
     "unarymap": _map, "accum": _accum, "binarymap_accum": _accum,
     "retile_streamify": _retile_streamify, "eager_merge": _eager_merge,
     "expert_addr_gen": _expert_addr_gen, "random_off_chip_load": _random_off_chip_load,
+    "metadata_gen": _metadata_gen, "cache_read_addr_gen": _cache_read_addr_gen,
+    "filter_last_tile": _filter_last_tile, "expand_ref": _expand_ref,
+    "random_off_chip_store": _random_off_chip_store, "consumer_context": _consumer_context,
 }
