@@ -134,11 +134,15 @@ def synthetic_kv_lengths(batch: int, mean: float = 1024, std: float = 512, seed:
 def external_file(gen: dict, n: int | None, dims: int) -> np.ndarray | None:
     """The default data an external stream declares with `file=` (None without one): the
     file as a trace, or with `multihot=true` a 0/1 array of the stream's shape + [n]
-    (one row per selector, as the reference toolchain writes them) turned into ids."""
+    (one row per selector, as the reference toolchain writes them) turned into ids. Leading
+    dims of size 1 the file leaves out are added."""
     path = gen.get("file")
     if not isinstance(path, str):
         return None
     arr = load_array(path)
+    want = dims + 1 if gen.get("multihot") else dims
+    if arr.ndim < want:  # the leading 1s of the stream's shape the file leaves out
+        arr = arr.reshape((1,) * (want - arr.ndim) + arr.shape)
     if not gen.get("multihot"):
         return arr
     if n is None or arr.ndim != dims + 1 or arr.shape[-1] != n or not np.isin(arr, (0, 1)).all():

@@ -137,7 +137,9 @@ def _ports(op: Op) -> tuple[list[Port], Port | None]:
 
 
 def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
-    """Producers before consumers, ties by id; a cycle is refused, naming its operators."""
+    """Producers before consumers, by level (the longest path from a source), then by id,
+    so that the copies of a repeated sub-graph come together; a cycle is refused, naming
+    its operators."""
     preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
              for i, op in ops.items()}
     succ: dict[int, list[int]] = {i: [] for i in ops}
@@ -145,16 +147,18 @@ def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
         for p in ps:
             succ[p].append(i)
     waiting = {i: len(ps) for i, ps in preds.items()}
-    ready = [i for i, n in waiting.items() if n == 0]
+    level = dict.fromkeys(ops, 0)
+    ready = [(0, i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     out: list[Op] = []
     while ready:
-        i = heapq.heappop(ready)
+        _, i = heapq.heappop(ready)
         out.append(ops[i])
         for s in succ[i]:
             waiting[s] -= 1
+            level[s] = max(level[s], level[i] + 1)
             if waiting[s] == 0:
-                heapq.heappush(ready, s)
+                heapq.heappush(ready, (level[s], s))
     if len(out) < len(ops):
         stuck = sorted(i for i, n in waiting.items() if n)
         cycle = _a_cycle(stuck, preds)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stepc.interop.fold import Unit, fold
 from stepc.interop.reader import InteropError, Op, Port, read_graph, relative_to
 
 # bytes per element of an off-chip tensor -> its stepc element type (`n_byte` of the loads;
@@ -120,9 +121,7 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
                "operators, by `stepc import`."),
               "One statement per operator; each comment names the source operator's id."]
     text, lines = _render(w, header, {})
-    assumes = _lockstep_assumes(w, text, lines, path)
-    if assumes:
-        text, _ = _render(w, header, assumes)
+    text = _render_folded(w, header, _lockstep_assumes(w, text, lines, path))
     return Imported(_formatted(text, path), gname or os.path.basename(path), len(ops))
 
 
@@ -154,6 +153,17 @@ def _render(w: _Writer, header: list[str], assumes: dict[int, str]) -> tuple[str
         out.append(f"{code}  # {note}")
         lines.append(len(out))
     return "\n".join(out) + "\n", lines
+
+
+def _render_folded(w: _Writer, header: list[str], assumes: dict[int, str]) -> str:
+    """The program text with repeated statements folded into loops."""
+    units = [Unit(f"{assumes[i]}\n{code}" if i in assumes else code, note)
+             for i, (code, note) in enumerate(w.body)]
+    tensors, body = fold(units, w.tensors)
+    out = [f"# {h}" for h in header] + [""] + tensors + [""]
+    if w.streams:
+        out += w.streams + [""]
+    return "\n".join(out + body) + "\n"
 
 
 def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dict[int, str]:
@@ -329,14 +339,12 @@ def _npy_shape(w: _Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _source(w: _Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
-    """A file-backed source: an external stream of the file's data, and (the reference's
-    sources stream `(1,) + shape`) a Promote adding the leading 1."""
-    rows = f"{name}_data"
-    w.taken.add(rows)
-    shape = ", ".join(map(str, dims))
-    w.streams.append(f"stream {rows} : Strm<{elem}, {len(dims) - 1}>[{shape}] = {data}  # op "
+    """A file-backed source: an external stream of the file's data with the reference's
+    leading 1 (its sources stream `(1,) + shape`)."""
+    shape = ", ".join(map(str, (1, *dims)))
+    w.streams.append(f"stream {name} : Strm<{elem}, {len(dims)}>[{shape}] = {data}  # op "
                      f"{op.id}")
-    return f"{name} = Promote({rows})", "the reference's leading 1"
+    return "", ""
 
 
 def _select_gen(w: _Writer, op: Op, name: str):
@@ -445,7 +453,7 @@ def _retile_streamify(w: _Writer, op: Op, name: str):
 def _eager_merge(w: _Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
-    sel = f"{name}_sel"
+    sel = re.sub(r"_(\d+)$", r"_sel_\1", name)
     w.taken.add(sel)
     w.ports[op.id] = [name, sel]
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
