@@ -16,7 +16,7 @@ from dataclasses import dataclass
 MIN_RUN = 4  # shorter repeats stay unrolled
 LOOP_VAR = "e"
 _TOKEN = re.compile(r"\b([A-Za-z][A-Za-z_]*?)_(\d+)\b|\[(\d+)\]")
-_TARGETS = re.compile(r"^((?:[a-z][a-z_0-9]*, )*[a-z][a-z_0-9]*) = ", re.M)
+_TARGETS = re.compile(r"^((?:[a-z][a-z_0-9]*, )*[a-z][a-z_0-9]*) = ", re.MULTILINE)
 
 
 @dataclass
