@@ -199,3 +199,42 @@ def test_moe_graphs_cost_what_the_artifact_says(name):
     assert totals["off_chip_bytes"] == meta["off_chip_traffic_bytes"]
     assert totals["on_chip_bytes"] == meta["on_chip_requirement_raw_bytes"]
     assert totals["on_chip_bytes_on_demand"] == meta["on_chip_requirement_bytes(sub)"]
+
+
+# ------------------------------------------------------------------ external file= data
+_ROUTED = """
+param E = 4
+tensor X : bf16[8, 64] input = random(seed=1)
+stream route : Strm<MultiHot<E>, 1>[1, 8] = external("route", file="{file}"{extra})
+x = LinearOffChipLoad(X, tile=[1, 64], stride=[0, 1, 1], shape=[1, 8, 1])
+p = Partition(Flatten(x, min=0, max=1), route, rank=0, consumers=E, dim="n")
+for e in 0..E {{
+    Sink(p[e])
+}}
+"""
+
+
+def _routed(tmp_path, name: str, arr, extra: str = "") -> dict:
+    import numpy as np
+    np.save(tmp_path / f"{name}.npy", np.asarray(arr))
+    prog = tmp_path / f"{name}.step"
+    prog.write_text(_ROUTED.format(file=f"{name}.npy", extra=extra))
+    return stepc.load(prog).analyze().bindings
+
+
+def test_external_file_data_binds_the_dims_it_decides(tmp_path):
+    """`file=` (relative to the program) binds the per-target counts, and a different
+    file binds different counts; `multihot=true` reads 0/1 rows, without the leading 1."""
+    import numpy as np
+    ids = [0, 0, 1, 2, 0, 3, 3, 0]
+    assert _routed(tmp_path, "a", ids) == {"n_0": 4, "n_1": 1, "n_2": 1, "n_3": 2}
+    assert _routed(tmp_path, "b", [1] * 8)["n_1"] == 8
+    rows = np.eye(4, dtype=np.int64)[ids]
+    assert _routed(tmp_path, "c", rows, ", multihot=true") == {"n_0": 4, "n_1": 1, "n_2": 1,
+                                                                 "n_3": 2}
+
+
+def test_external_file_multihot_needs_zero_one_rows(tmp_path):
+    import numpy as np
+    with pytest.raises(stepc.InputError, match="multihot=true needs a 0/1 array"):
+        _routed(tmp_path, "d", np.full((8, 4), 2), ", multihot=true")
