@@ -53,3 +53,52 @@ def import_cmd(graph, out, force):
     else:
         click.echo(imported.text, nl=False)
     sys.exit(EXIT_OK)
+
+
+@click.command("export", short_help="Write a .step program as a STeP IR graph (.pb).")
+@click.argument("file", metavar="FILE.step")
+@click.option("-o", "--output", "out", required=True, metavar="GRAPH.pb",
+              help="Write the graph here.")
+@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
+              help="Override a param (repeatable).")
+@click.option("--hw", default="paper-eval", show_default=True, metavar="PRESET|FILE.toml",
+              help="The hardware whose compute_bw and par_dispatch fill in what the program "
+              "leaves to the hardware (the format has no defaults).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@quick_exit
+def export_cmd(file, out, defines, hw, force):
+    """Write FILE.step as a ProgramGraph the reference toolchain reads: one operation per
+    operator, ids in source order. Operators the format cannot say are refused by name.
+
+    \b
+    Example:
+      stepc export programs/swiglu.step -D TB=32 --hw hdl-validation -o swiglu.pb
+    """
+    from stepc.cli import compiled_or_exit, input_error
+    check_output_path("-o", out)
+    if os.path.exists(out) and not force:
+        click.echo(f"stepc: error: {out} exists; --force overwrites it", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        from stepc.interop import InteropError
+        from stepc.interop.export import export_program
+    except ImportError:
+        click.echo("stepc: error: `export` needs protobuf: pip install 'stepc[interop]'",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    from stepc.api import InputError
+    from stepc.api.program import hardware
+    prog = compiled_or_exit(file, defines).program()
+    try:
+        config, _ = hardware(hw)
+    except InputError as e:
+        input_error(e)
+    try:
+        data = export_program(prog, out, config)
+    except InteropError as e:
+        click.echo(f"stepc: error[E0005]: {e}", err=True)
+        sys.exit(EXIT_PROGRAM)
+    with open(out, "wb") as f:
+        f.write(data)
+    click.echo(f"wrote {out} ({prog.operators} operators)", err=True)
+    sys.exit(EXIT_OK)

@@ -238,3 +238,28 @@ def test_external_file_multihot_needs_zero_one_rows(tmp_path):
     import numpy as np
     with pytest.raises(stepc.InputError, match="multihot=true needs a 0/1 array"):
         _routed(tmp_path, "d", np.full((8, 4), 2), ", multihot=true")
+
+
+# ------------------------------------------------------------------ export
+@pytest.mark.parametrize("tb, ti", [(16, 64), (64, 256)])
+def test_export_then_import_keeps_analysis_and_cycles(tmp_path, tb, ti):
+    out = tmp_path / "sw.pb"
+    r = _runner().invoke(main, ["export", str(REPO / "programs" / "swiglu.step"), "-D",
+                                f"TB={tb}", "-D", f"TI={ti}", "--hw", "hdl-validation", "-o",
+                                str(out)])
+    assert r.exit_code == 0, r.stderr
+    own = stepc.load(REPO / "programs" / "swiglu.step", TB=tb, TI=ti)
+    back = stepc.load(out)
+    assert back.analyze().totals == own.analyze().totals
+    hw = "hdl-validation"
+    assert back.simulate(hw=hw, timing_only=True).cycles == \
+        own.simulate(hw=hw, timing_only=True).cycles
+
+
+def test_export_refuses_what_the_format_cannot_say(tmp_path):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : bf16[16, 64] input\ntensor Y : bf16[16, 64] output\n"
+                    "LinearOffChipStore(LinearOffChipLoad(X, tile=[16, 64]), Y)\n")
+    r = _runner().invoke(main, ["export", str(prog), "-o", str(tmp_path / "p.pb")])
+    assert r.exit_code == 1 and "a bf16 store" in r.stderr
+    assert not (tmp_path / "p.pb").exists()
