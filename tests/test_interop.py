@@ -263,3 +263,27 @@ def test_export_refuses_what_the_format_cannot_say(tmp_path):
     r = _runner().invoke(main, ["export", str(prog), "-o", str(tmp_path / "p.pb")])
     assert r.exit_code == 1 and "a bf16 store" in r.stderr
     assert not (tmp_path / "p.pb").exists()
+
+
+# ------------------------------------------------------------------ decode attention
+@needs_graphs
+def test_coarse_attention_graph_checks_clean_and_binds_its_kv_lengths():
+    """The artifact reports 131072 * CacheReadAddrGen_15 + 167936 (its symbol a request's
+    KV tile count); the graph's own metadata (491 tiles over 16 requests) binds it."""
+    prog = stepc.load(GRAPHS / "decode_attn_qwen_b16_coarse.pb")
+    assert [d for d in prog.diagnostics if d.severity.value == "error"] == []
+    assert prog.analyze().totals["off_chip_bytes"] == 131072 * 491 // 16 + 167936
+
+
+@needs_graphs
+def test_dynamic_attention_graph_is_refused_for_its_feedback_loop():
+    r = _runner().invoke(main, ["check", str(GRAPHS / "decode_attn_qwen_b16_dynamic.pb")])
+    assert r.exit_code == 1 and "cycle" in r.stderr and "EagerMerge_10" in r.stderr
+
+
+@needs_graphs
+def test_folded_import_of_a_moe_graph_has_loops_over_experts_and_regions():
+    text = import_graph(str(GRAPHS / "qwen3_moe_b64_timeshare_r16.pb")).text
+    assert "for e in 0..128 {" in text and "for e in 0..16 {" in text
+    assert "RANDOM_OFF_CHIP_LOAD_438[e]" in text  # the regions' weights, stacked
+    assert len(text.splitlines()) < 940 // 3
