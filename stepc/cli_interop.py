@@ -64,9 +64,12 @@ def import_cmd(graph, out, force):
 @click.option("--hw", default="paper-eval", show_default=True, metavar="PRESET|FILE.toml",
               help="The hardware whose compute_bw and par_dispatch fill in what the program "
               "leaves to the hardware (the format has no defaults).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="The data of an external stream (repeatable), written as the graph's "
+              "selector file; default: the stream's seeded generator, as `stepc sim` uses.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @quick_exit
-def export_cmd(file, out, defines, hw, force):
+def export_cmd(file, out, defines, hw, traces, force):
     """Write FILE.step as a ProgramGraph the reference toolchain reads: one operation per
     operator, ids in source order. Operators the format cannot say are refused by name.
 
@@ -93,12 +96,26 @@ def export_cmd(file, out, defines, hw, force):
         config, _ = hardware(hw)
     except InputError as e:
         input_error(e)
+    from stepc.api.program import trace_arrays
     try:
-        data = export_program(prog, out, config)
+        arrays = trace_arrays(dict(t.partition("=")[::2] for t in traces))
+    except InputError as e:
+        input_error(e, traces)
+    try:
+        data, files = export_program(prog, out, config, arrays)
     except InteropError as e:
         click.echo(f"stepc: error[E0005]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
+    side = os.path.splitext(out)[0] + ".npy"
+    if files and os.path.exists(side) and not force:
+        click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
+        sys.exit(EXIT_USAGE)
+    import numpy as np
+    for name, arr in files.items():
+        os.makedirs(side, exist_ok=True)
+        np.save(os.path.join(side, name), arr)
     with open(out, "wb") as f:
         f.write(data)
-    click.echo(f"wrote {out} ({prog.operators} operators)", err=True)
+    click.echo(f"wrote {out} ({prog.operators} operators)" +
+               (f" and {len(files)} selector files in {side}" if files else ""), err=True)
     sys.exit(EXIT_OK)

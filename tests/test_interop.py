@@ -316,3 +316,25 @@ def test_export_hw_fills_in_what_the_program_leaves_to_the_hardware(tmp_path):
         g.ParseFromString(out.read_bytes())
         bws[hw] = {o.unarymap.compute_bw for o in g.operators if o.HasField("unarymap")}
     assert bws == {"paper-eval": {1024}, "hdl-validation": {4096}}
+
+
+_SMALL_MOE = {"E": 4, "B": 8, "K": 2, "D": 64, "F": 128, "TILE_F": 64}
+
+
+@pytest.mark.parametrize("program, params, slack", [
+    ("moe_static.step", {"TILE_N": 4}, 0),
+    # stepc's Promote is the format's Reshape(add_outer_dim) + Flatten: two pipeline stages
+    ("moe_dynamic.step", {}, 2)])
+def test_export_then_import_of_a_routed_moe(tmp_path, program, params, slack):
+    import numpy as np
+    out = tmp_path / "moe.pb"
+    defines = [a for k, v in {**_SMALL_MOE, **params}.items() for a in ("-D", f"{k}={v}")]
+    r = _runner().invoke(main, ["export", str(REPO / "programs" / program), *defines, "-o",
+                                str(out)])
+    assert r.exit_code == 0, r.stderr
+    ids = np.nonzero(np.load(tmp_path / "moe.npy" / "route.npy"))[1].reshape(8, 2)
+    own = stepc.load(REPO / "programs" / program, **_SMALL_MOE, **params)
+    back = stepc.load(out)
+    assert back.analyze().totals == own.analyze(traces={"routing": ids}).totals
+    cycles = own.simulate(timing_only=True, traces={"routing": ids}).cycles
+    assert abs(back.simulate(timing_only=True).cycles - cycles) <= slack

@@ -8,7 +8,11 @@ cannot say is refused, naming the operator: an `InteropError` like the importer'
 
 from __future__ import annotations
 
+import itertools
 import os
+import zlib
+
+import numpy as np
 
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
@@ -21,23 +25,29 @@ ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "reti
 SOURCES = ("LinearOffChipLoad",)
 
 
-def export_program(prog, path: str, hw) -> bytes:
-    """The ProgramGraph bytes of `prog` (a stepc.Program) on hardware `hw`."""
+def export_program(prog, path: str, hw, traces: dict | None = None
+                   ) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The ProgramGraph bytes of `prog` (a stepc.Program) on hardware `hw`, and the side
+    files it names (selector data, by file name: the external streams' traces from
+    `traces`, else their seeded generators, as `stepc sim` would use)."""
     typed = prog.typed
     p = typed.program
     ids = {name: i for i, name in enumerate(p.nodes)}
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
+    files: dict[str, np.ndarray] = {}
+    spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
     for name, node in p.nodes.items():
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
-        _Exporter(path, typed, node, ins, ids, hw).fill(op)
-    return g.SerializeToString()
+        _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids).fill(op)
+    return g.SerializeToString(), files
 
 
 class _Exporter:
-    def __init__(self, path, typed, node, ins, ids, hw):
+    def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
+        self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -165,7 +175,10 @@ class _Exporter:
             self.dtype(m.dtype_a, self.in_type(0))
             self.dtype(m.dtype_b, self.in_type(1))
             self.dtype(m.dtype_out, self.out_type())
-        f = getattr(m.func, MAP_FNS[fn.name])
+        kind = MAP_FNS[fn.name]
+        if kind == "matmul" and not self.out_type().elem.static:
+            kind = "dyn_matmul"
+        f = getattr(m.func, kind)
         f.SetInParent()
         if fn.name == "matmul" and dict(fn.kwargs).get("transpose"):
             f.weight_transposed = True
@@ -183,24 +196,106 @@ class _Exporter:
             m = op.binarymap_accum
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
-            m.func.matmul.SetInParent()
+            (m.func.matmul if tile.static else m.func.dyn_matmul).SetInParent()
         else:
             if fn.name not in ACCUM_FNS:
                 self.fail(f"function `{fn.name}` has no counterpart in the format")
             m = op.accum
             self.wire(m, 0, "input_id", "stream_idx")
             getattr(m.func, ACCUM_FNS[fn.name]).SetInParent()
-        empty = fn.name.startswith("retile") or (a.get("init") and a["init"].name == "empty")
+        empty = fn.name.startswith("retile") or not tile.static or (
+            a.get("init") and a["init"].name == "empty")
         (m.init_func.empty if empty else m.init_func.zero).SetInParent()
-        if not tile.static:
-            self.fail("a dynamically sized accumulator: the format's init needs tile_row "
-                      "and tile_col")
-        m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
+        if not str(tile.cols).isdigit():
+            self.fail("an accumulator of dynamically many columns: the format's init needs "
+                      "tile_col")
+        # a dynamically sized accumulator starts empty and takes its rows from its input
+        m.tile_row = int(tile.rows) if str(tile.rows).isdigit() else 0
+        m.tile_col = int(tile.cols)
         m.rank = a["rank"]
         m.compute_bw = self.bw()
         m.write_back_mu = bool(a.get("write_back"))
         self.dtype(m.dtype_a, self.in_type(0))
         self.dtype(m.dtype_b, self.out_type())
+
+    def op_External(self, op) -> None:
+        from stepc.sim.run import external_elements
+        from stepc.traces import TraceError, external_file
+        st = self.out_type()
+        if not isinstance(st.elem, Select):
+            self.fail("an external stream of tiles: the format's MetadataGen is not "
+                      "exported yet")
+        name, gen = self.node.attrs["name"], self.node.attrs.get("gen", {})
+        try:
+            arr = self.traces.get(name)
+            if arr is None:
+                arr = external_file(gen, st.elem.n, len(st.shape))
+            elems, dims = external_elements(name, st, arr, gen, zlib.crc32(name.encode()) % 2**31)
+        except TraceError as e:
+            self.fail(str(e))
+        shape = [int(dims.get(str(d), d)) for d in st.shape]
+        rows = np.zeros((len(elems), st.elem.n), dtype=np.int64)
+        for i, (sel, _stop) in enumerate(elems):
+            rows[i, list(sel)] = 1
+        file = f"{self.node.name.replace('.', '_')}.npy"
+        self.files[file] = rows.reshape(shape + [st.elem.n])
+        op.select_gen.npy_path, op.select_gen.is_multihot = file, True
+
+    def router(self, m, kind: str) -> None:
+        a = self.node.attrs
+        m.switch_cycles[:] = [a.get("switch_cycles") or 1] * (
+            len(self.node.outputs) if kind == "partition" else len(self.ins) - 1)
+        m.write_back_mu = bool(a.get("write_back"))
+
+    def op_Partition(self, op) -> None:
+        m = op.flat_partition
+        self.wire(m, 0, "input_id", "input_stream_idx")
+        self.wire(m, 1, "control_id", "control_stream_idx")
+        m.partition_rank = self.node.attrs["rank"]
+        m.num_consumers = len(self.node.outputs)
+        self.dtype(m.input_dtype, self.in_type(0))
+        self.dtype(m.control_dtype, self.in_type(1))
+        self.router(m, "partition")
+
+    def op_Reassemble(self, op) -> None:
+        m = op.flat_reassemble
+        for slot, e in enumerate(self.ins[:-1]):
+            src = self.typed.program.nodes[e.src]
+            m.input_id_list.append(self.ids[e.src])
+            m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
+            if e.port and not src.array_outputs:
+                self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`")
+        self.wire(m, len(self.ins) - 1, "control_id", "control_stream_idx")
+        m.reassemble_rank = self.node.attrs["rank"]
+        self.dtype(m.input_dtype, self.in_type(0))
+        self.dtype(m.control_dtype, self.in_type(len(self.ins) - 1))
+        self.router(m, "reassemble")
+
+    def op_FlatMap(self, op) -> None:
+        fn = self.node.attrs["fn"]
+        if fn.name != "retile_streamify":
+            self.fail(f"FlatMap `{fn.name}` is not exported yet")
+        m = op.retile_streamify
+        self.wire(m, 0, "input_id", "stream_idx")
+        m.split_row = True
+        m.filter_mask = bool(dict(fn.kwargs).get("filter"))
+        self.dtype(m.dtype, self.in_type(0))
+
+    def op_Promote(self, op) -> None:
+        """stepc's Promote of a rank-0 stream (an outer dim of 1 if it is non-empty, else 0)
+        is the format's Reshape(chunk 1, add_outer_dim) then Flatten of the two inner dims
+        (the format's own Promote always inserts 1)."""
+        if self.node.attrs.get("rank") is not None or self.in_type(0).rank != 0:
+            self.fail("Promote of a stream of rank > 0 or at a rank: the format's Promote "
+                      "always inserts 1, and its add_outer_dim takes rank-0 streams")
+        reshape_id = next(self.spare_ids)
+        r = self.graph.operators.add(name=f"{self.node.name}.reshape", id=reshape_id).reshape
+        self.wire(r, 0, "input_id", "stream_idx")
+        r.chunk_size, r.add_outer_dim = 1, True
+        self.dtype(r.dtype, self.in_type(0))
+        f = op.flatten
+        f.input_id, f.min_rank, f.max_rank = reshape_id, 0, 1
+        self.dtype(f.dtype, self.in_type(0))
 
     def op_Sink(self, op) -> None:
         m = op.consumer_context
