@@ -324,7 +324,8 @@ _SMALL_MOE = {"E": 4, "B": 8, "K": 2, "D": 64, "F": 128, "TILE_F": 64}
 @pytest.mark.parametrize("program, params, slack", [
     ("moe_static.step", {"TILE_N": 4}, 0),
     # stepc's Promote is the format's Reshape(add_outer_dim) + Flatten: two pipeline stages
-    ("moe_dynamic.step", {}, 2)])
+    ("moe_dynamic.step", {}, 2),
+    ("moe_timemux.step", {"E": 8, "R": 2, "F": 96, "TILE_F": 48, "TILE_N": 4}, 0)])
 def test_export_then_import_of_a_routed_moe(tmp_path, program, params, slack):
     import numpy as np
     out = tmp_path / "moe.pb"
@@ -333,7 +334,7 @@ def test_export_then_import_of_a_routed_moe(tmp_path, program, params, slack):
                                 str(out)])
     assert r.exit_code == 0, r.stderr
     ids = np.nonzero(np.load(tmp_path / "moe.npy" / "route.npy"))[1].reshape(8, 2)
-    own = stepc.load(REPO / "programs" / program, **_SMALL_MOE, **params)
+    own = stepc.load(REPO / "programs" / program, **{**_SMALL_MOE, **params})
     back = stepc.load(out)
     assert back.analyze().totals == own.analyze(traces={"routing": ids}).totals
     cycles = own.simulate(timing_only=True, traces={"routing": ids}).cycles

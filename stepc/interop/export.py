@@ -273,6 +273,13 @@ class _Exporter:
 
     def op_FlatMap(self, op) -> None:
         fn = self.node.attrs["fn"]
+        if fn.name == "expert_addr":
+            kw = dict(fn.kwargs)
+            m = op.expert_addr_gen
+            self.wire(m, 0, "input_id", "input_stream_idx")
+            m.num_tile_per_expert, m.expert_addr_base = kw["tiles"], kw.get("base") or 0
+            self.dtype(m.dtype, self.in_type(0))
+            return
         if fn.name != "retile_streamify":
             self.fail(f"FlatMap `{fn.name}` is not exported yet")
         m = op.retile_streamify
@@ -296,6 +303,41 @@ class _Exporter:
         f = op.flatten
         f.input_id, f.min_rank, f.max_rank = reshape_id, 0, 1
         self.dtype(f.dtype, self.in_type(0))
+
+    def op_EagerMerge(self, op) -> None:
+        if self.node.attrs.get("rank") not in (None, self.in_type(0).rank):
+            self.fail("EagerMerge at a rank below its inputs': the format merges whole "
+                      "inputs' chunks of their own rank")
+        m = op.eager_merge
+        for e in self.ins:
+            src = self.typed.program.nodes[e.src]
+            m.input_id_list.append(self.ids[e.src])
+            m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
+        m.input_rank = self.in_type(0).rank
+        self.dtype(m.dtype, self.in_type(0))
+
+    def op_RandomOffChipLoad(self, op) -> None:
+        a = self.node.attrs
+        t, tile = a["tensor"], list(a["tile"])
+        m = op.random_off_chip_load
+        self.wire(m, 0, "raddr_id", "raddr_stream_idx")
+        m.tensor_shape_tiled[:] = list(t.shape[:-2]) + [t.shape[-2] // tile[0],
+                                                         t.shape[-1] // tile[1]]
+        m.tile_row, m.tile_col = tile
+        m.n_byte = DTYPE_BYTES[t.dtype]
+        m.par_dispatch = self.par()
+        self.dtype(m.dtype, self.out_type())
+
+    def op_Expand(self, op) -> None:
+        if len(self.ins) != 2:
+            self.fail("Expand by static sizes: the format's ExpandRef needs a reference "
+                      "stream (use Repeat)")
+        m = op.expand_ref
+        self.wire(m, 0, "input_id", "stream_idx")
+        self.wire(m, 1, "ref_id", "ref_stream_idx")
+        m.expand_rank = (self.node.attrs.get("rank") or 0) + 1
+        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.ref_dtype, self.in_type(1))
 
     def op_Sink(self, op) -> None:
         m = op.consumer_context

@@ -59,8 +59,11 @@ class _Writer:
 
     def fresh(self, op: Op) -> str:
         base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
-        base = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
-        base = re.sub(r"\W", "_", base) or f"op_{op.id}"
+        return self.unique(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower(), op.id)
+
+    def unique(self, base: str, op_id: int) -> str:
+        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet."""
+        base = re.sub(r"\W+", "_", base.replace("]", "")).strip("_") or f"op_{op_id}"
         name = base if base[0].isalpha() else f"op_{base}"
         while name in self.taken:
             name += "_"
@@ -453,8 +456,8 @@ def _retile_streamify(w: _Writer, op: Op, name: str):
 def _eager_merge(w: _Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
-    sel = re.sub(r"_(\d+)$", r"_sel_\1", name)
-    w.taken.add(sel)
+    sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
+                   else f"{name}_sel", op.id)
     w.ports[op.id] = [name, sel]
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
     rank = f", rank={m.input_rank}" if m.input_rank else ""
