@@ -339,3 +339,15 @@ def test_export_then_import_of_a_routed_moe(tmp_path, program, params, slack):
     assert back.analyze().totals == own.analyze(traces={"routing": ids}).totals
     cycles = own.simulate(timing_only=True, traces={"routing": ids}).cycles
     assert abs(back.simulate(timing_only=True).cycles - cycles) <= slack
+
+
+def test_checking_a_step_program_does_not_import_protobuf():
+    import subprocess
+    import sys
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom stepc.cli import main\n"
+            f"r = CliRunner().invoke(main, ['check', {str(REPO / 'programs' / 'swiglu.step')!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print('google.protobuf' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=120, check=False)
+    assert out.stdout.strip() == "False", out.stderr
