@@ -63,7 +63,6 @@ class Op:
     msg: object  # the op's message (OffChipLoad, Flatten, ...)
     inputs: list[Port] = field(default_factory=list)
     control: Port | None = None  # the selector input of FlatReassemble
-    consumers: int = 0  # how many input ports read it
 
     @property
     def label(self) -> str:
@@ -109,7 +108,6 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             if p.src not in ops:
                 raise InteropError(path, f"reads operator id {p.src}, which the graph does not "
                                    "have", op)
-            ops[p.src].consumers += 1
     return graph.name, _ordered(ops, path)
 
 
