@@ -351,3 +351,10 @@ def test_checking_a_step_program_does_not_import_protobuf():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, timeout=120, check=False)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_field_the_schema_does_not_know_is_refused_not_dropped(tmp_path):
+    inner = _load_op(0).off_chip_load.SerializeToString() + bytes([0xF8, 0x01, 7])  # #31 = 7
+    op = bytes([0x0A, 13]) + b"OffChipLoad_0" + bytes([0x62, len(inner)]) + inner  # name, #12
+    r = _check(tmp_path, bytes([0x12, len(op)]) + op)
+    assert r.exit_code == 1 and "field number 31 of `off_chip_load`" in r.stderr, r.stderr

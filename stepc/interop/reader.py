@@ -101,6 +101,11 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             raise InteropError(path, f"operator {label}: id {m.id} is used twice (also by "
                                f"`{ops[m.id].name}`)")
         op = Op(m.id, m.name, kind, getattr(m, kind))
+        unknown = _unknown_inside(op.msg, kind)
+        if unknown:
+            raise InteropError(path, f"field number {unknown[1]} of `{unknown[0]}` is not in "
+                               "the schema stepc reads (a newer schema?); refusing rather than "
+                               "dropping it", op)
         op.inputs, op.control = _ports(op)
         ops[m.id] = op
     for op in ops.values():
@@ -117,6 +122,20 @@ _NUMBERS = [n for n, _ in OP_TYPES.values()]
 def _unknown(m) -> list[tuple[int, int]]:
     from google.protobuf.unknown_fields import UnknownFieldSet
     return [(f.field_number, f.wire_type) for f in UnknownFieldSet(m)]
+
+
+def _unknown_inside(msg, where: str) -> tuple[str, int] | None:
+    """The first field of `msg` or of a message inside it that the schema does not know."""
+    fields = _unknown(msg)
+    if fields:
+        return where, fields[0][0]
+    for desc, value in msg.ListFields():
+        if desc.message_type is not None:
+            for v in (value if desc.label == desc.LABEL_REPEATED else [value]):
+                found = _unknown_inside(v, f"{where}.{desc.name}")
+                if found:
+                    return found
+    return None
 
 
 def _ports(op: Op) -> tuple[list[Port], Port | None]:
