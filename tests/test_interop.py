@@ -358,3 +358,13 @@ def test_a_field_the_schema_does_not_know_is_refused_not_dropped(tmp_path):
     op = bytes([0x0A, 13]) + b"OffChipLoad_0" + bytes([0x62, len(inner)]) + inner  # name, #12
     r = _check(tmp_path, bytes([0x12, len(op)]) + op)
     assert r.exit_code == 1 and "field number 31 of `off_chip_load`" in r.stderr, r.stderr
+
+
+@needs_graphs
+def test_an_accumulator_tile_the_shape_rules_contradict_is_refused(tmp_path):
+    g = ProgramGraph()
+    g.ParseFromString((GRAPHS / "swiglu_hdl_b16_i64.pb").read_bytes())
+    op = next(o for o in g.operators if o.id == 27)
+    op.binarymap_accum.tile_col = 32  # the graph's tiles make [16, 64]
+    r = _check(tmp_path, g.SerializeToString())
+    assert r.exit_code == 1 and "tile_col = 32" in r.stderr and "BinaryMapAccum_27" in r.stderr

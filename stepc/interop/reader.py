@@ -131,7 +131,9 @@ def _unknown_inside(msg, where: str) -> tuple[str, int] | None:
         return where, fields[0][0]
     for desc, value in msg.ListFields():
         if desc.message_type is not None:
-            for v in (value if desc.label == desc.LABEL_REPEATED else [value]):
+            repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
+                desc.label == desc.LABEL_REPEATED  # protobuf < 5
+            for v in (value if repeated else [value]):
                 found = _unknown_inside(v, f"{where}.{desc.name}")
                 if found:
                     return found

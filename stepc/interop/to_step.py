@@ -161,6 +161,8 @@ def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dic
     from stepc.frontend import compile_source
     from stepc.source import SourceFile
     compiled = compile_source(SourceFile(path, text), {}, None)
+    if compiled.typed is not None:
+        _check_accumulators(w, compiled.typed.types)
     at_line = {ln: i for i, ln in enumerate(lines)}
     out = {}
     for d in compiled.diagnostics.items:
@@ -170,6 +172,21 @@ def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dic
             out[i] = "\n".join(f"assume shape({r}) == shape({first})  # lockstep inputs"
                                for r in rest)
     return out
+
+
+def _check_accumulators(w: _Writer, types: dict) -> None:
+    """The graph states each accumulator's tile (`tile_row`, `tile_col`, 0 when dynamic);
+    stepc infers it, and a graph whose statement differs is refused."""
+    for op in w.all_ops:
+        if op.kind not in ("accum", "binarymap_accum"):
+            continue
+        elem = getattr(types.get((w.names.get(op.id), 0)), "elem", None)
+        for fld in ("tile_row", "tile_col"):
+            said = getattr(op.msg, fld)
+            got = getattr(elem, "rows" if fld == "tile_row" else "cols", None)
+            if said and got is not None and str(got) != str(said):
+                raise InteropError(w.path, f"{fld} = {said}, but its accumulator tile is "
+                                   f"{elem} by stepc's shape rules", op)
 
 
 def _formatted(text: str, path: str) -> str:
