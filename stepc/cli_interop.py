@@ -79,9 +79,11 @@ def export_cmd(file, out, defines, hw, traces, force):
     """
     from stepc.cli import compiled_or_exit, input_error
     check_output_path("-o", out)
-    if os.path.exists(out) and not force:
-        click.echo(f"stepc: error: {out} exists; --force overwrites it", err=True)
-        sys.exit(EXIT_USAGE)
+    side = os.path.splitext(out)[0] + ".npy"  # the selector files' directory
+    for path in (out, side):
+        if os.path.exists(path) and not force:
+            click.echo(f"stepc: error: {path} exists; --force overwrites it", err=True)
+            sys.exit(EXIT_USAGE)
     try:
         from stepc.interop import InteropError
         from stepc.interop.export import export_program
@@ -106,10 +108,6 @@ def export_cmd(file, out, defines, hw, traces, force):
     except InteropError as e:
         click.echo(f"stepc: error[E0005]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
-    side = os.path.splitext(out)[0] + ".npy"
-    if files and os.path.exists(side) and not force:
-        click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
-        sys.exit(EXIT_USAGE)
     import numpy as np
     for name, arr in files.items():
         os.makedirs(side, exist_ok=True)
