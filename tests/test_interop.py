@@ -371,3 +371,16 @@ def test_an_accumulator_tile_the_shape_rules_contradict_is_refused(tmp_path):
     op.binarymap_accum.tile_col = 32  # the graph's tiles make [16, 64]
     r = _check(tmp_path, g.SerializeToString())
     assert r.exit_code == 1 and "tile_col = 32" in r.stderr and "BinaryMapAccum_27" in r.stderr
+
+
+def test_export_trace_is_the_selector_data_written(tmp_path):
+    import numpy as np
+    ids = np.array([[0, 1], [2, 3], [0, 2], [1, 3], [0, 1], [2, 3], [0, 3], [1, 2]])
+    np.save(tmp_path / "ids.npy", ids)
+    defines = [a for k, v in {**_SMALL_MOE, "TILE_N": 4}.items() for a in ("-D", f"{k}={v}")]
+    r = _runner().invoke(main, ["export", str(REPO / "programs" / "moe_static.step"), *defines,
+                                "--trace", f"routing={tmp_path / 'ids.npy'}", "-o",
+                                str(tmp_path / "moe.pb")])
+    assert r.exit_code == 0, r.stderr
+    route = np.load(tmp_path / "moe.npy" / "route.npy")
+    assert route.shape == (8, 4) and (np.nonzero(route)[1].reshape(8, 2) == ids).all()
