@@ -27,8 +27,13 @@ from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
-from stepc.traces import (TraceError, check_ids, external_file, synthetic_kv_lengths,
-                          synthetic_routing)
+from stepc.traces import (
+    TraceError,
+    check_ids,
+    external_file,
+    synthetic_kv_lengths,
+    synthetic_routing,
+)
 from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
