@@ -179,6 +179,7 @@ _ELSEWHERE = {
     "reproduce": ("stepc.cli_sweep", "reproduce_cmd"), "fmt": ("stepc.cli_editor", "fmt_cmd"),
     "lsp": ("stepc.cli_editor", "lsp_cmd"), "from-torch": ("stepc.cli_torch", "from_torch_cmd"),
     "tune": ("stepc.cli_tune", "tune_cmd"), "sim": ("stepc.cli_sim", "sim_cmd"),
+    "import": ("stepc.cli_interop", "import_cmd"), "export": ("stepc.cli_interop", "export_cmd"),
 }
 
 

@@ -48,6 +48,24 @@ def read_source(path: str, span: Span | None = None) -> SourceFile:
     return decode_source(path, data)
 
 
+GRAPH_SUFFIX = ".pb"  # the reference toolchain's ProgramGraph files
+
+
+def imported_source(path: str) -> SourceFile:
+    """The `.step` text `stepc import` writes for a graph file, named after the graph."""
+    try:
+        from stepc.interop import InteropError, import_graph
+    except ImportError:
+        raise StepError([Diagnostic("E0005", Severity.ERROR, f"{path}: reading STeP IR graphs "
+                                    "needs protobuf: pip install 'stepc[interop]'", None)]) \
+            from None
+    try:
+        text = import_graph(path).text
+    except InteropError as e:
+        raise StepError([Diagnostic("E0005", Severity.ERROR, str(e), None)]) from None
+    return SourceFile(f"{path} (imported)", text)
+
+
 def _load_import(path: str, span: Span):
     src = read_source(path, span)
     return src, parse(src)
@@ -127,9 +145,10 @@ def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
 
 
 def compile_file(path: str, overrides: dict[str, int] | None = None) -> Compiled:
-    """Read and compile a program file ('-' for standard input)."""
+    """Read and compile a program file ('-' for standard input; a `.pb` STeP IR graph is
+    imported first)."""
     try:
-        src = read_source(path)
+        src = imported_source(path) if path.endswith(GRAPH_SUFFIX) else read_source(path)
     except StepError as e:
         bag = DiagnosticBag()
         bag.extend(e.diagnostics)

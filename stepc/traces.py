@@ -129,3 +129,32 @@ def synthetic_kv_lengths(batch: int, mean: float = 1024, std: float = 512, seed:
     if max_len is not None:
         lengths = np.minimum(lengths, max_len)
     return lengths
+
+
+def external_file(gen: dict, n: int | None, dims: int) -> np.ndarray | None:
+    """The default data an external stream declares with `file=` (None without one): the
+    file as a trace, or with `multihot=true` a 0/1 array of the stream's shape + [n]
+    (one row per selector, as the reference toolchain writes them) turned into ids. Leading
+    dims of size 1 the file leaves out are added."""
+    path = gen.get("file")
+    if not isinstance(path, str):
+        return None
+    arr = load_array(path)
+    want = dims + 1 if gen.get("multihot") else dims
+    if arr.ndim < want:  # the leading 1s of the stream's shape the file leaves out
+        arr = arr.reshape((1,) * (want - arr.ndim) + arr.shape)
+    if not gen.get("multihot"):
+        return arr
+    if n is None or arr.ndim != dims + 1 or arr.shape[-1] != n or not np.isin(arr, (0, 1)).all():
+        raise TraceError(f"{path}: multihot=true needs a 0/1 array of the stream's {dims} dims "
+                         f"+ [{n}], found shape {list(arr.shape)}")
+    rows = arr.reshape(-1, n)
+    counts = rows.sum(axis=1)
+    if counts.size and (counts != counts[0]).any():
+        raise TraceError(f"{path}: selectors with different numbers of targets "
+                         f"({int(counts.min())} to {int(counts.max())}) cannot be written as "
+                         "[.., k] ids")
+    k = int(counts[0]) if counts.size else 1
+    ids = np.nonzero(rows)[1].reshape(rows.shape[0], k)
+    lead = list(arr.shape[:-1])
+    return ids.reshape(lead) if k == 1 else ids.reshape(lead + [k])

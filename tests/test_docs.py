@@ -39,7 +39,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 ENV = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "LC_ALL": "C.UTF-8"}
 # Codes that no program text can produce: E0003 needs a binary file, E0403 a graph that the
 # language cannot build (see docs/diagnostics.md).
-NO_EXAMPLE = {"E0003", "E0403"}
+NO_EXAMPLE = {"E0003", "E0005", "E0403"}  # E0005: a binary .pb file
 
 
 def blocks(path: Path, lang: str) -> list[str]:

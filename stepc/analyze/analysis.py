@@ -325,6 +325,7 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
             hint = f" (did you mean `{near[0]}`?)" if near else ""
             raise TraceError(f"--trace {name}: the program has no external stream named "
                              f"`{name}`{hint}")
+    traces = {**declared_files(typed, set(traces)), **traces}
     bindings: dict[str, sympy.Expr] = {}
     selectors: dict[str, np.ndarray] = {}
     for name, arr in traces.items():
@@ -341,6 +342,26 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
         _bind_int_streams(typed, tiles, bindings)
     _bind_selected(typed, selectors, bindings)
     return bindings
+
+
+def declared_files(typed: TypedProgram, traced: set[str]) -> dict[str, np.ndarray]:
+    """The data of the external streams that declare a `file=` and no trace replaces."""
+    from stepc.traces import TraceError, external_file
+    out = {}
+    for node in typed.program.nodes.values():
+        name = node.attrs.get("name") if node.op == "External" else None
+        if name is None or name in traced or name in out:
+            continue
+        st = typed.types[(node.name, 0)]
+        try:
+            arr = external_file(node.attrs.get("gen", {}), getattr(st.elem, "n", None),
+                                len(st.shape))
+        except TraceError as e:
+            e.span = e.span or node.span
+            raise
+        if arr is not None:
+            out[name] = arr
+    return out
 
 
 def _bind_selected(typed: TypedProgram, selectors: dict, bindings: dict) -> None:

@@ -78,7 +78,8 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     typed = prog.typed
     a = analyze(typed, onchip_model, config)
     values: dict = {}
-    if traces:  # numpy is loaded only for traces
+    if traces or any("file" in n.attrs.get("gen", {}) for n in typed.program.nodes.values()
+                     if n.op == "External"):  # numpy is loaded only for traces
         from stepc.traces import TraceError
         try:
             values.update(trace_bindings(typed, trace_arrays(traces)))

@@ -29,7 +29,7 @@ from stepc.types import DTYPE_BYTES
 TENSOR_ROLES = ("input", "weight", "output", "scratch")
 TENSOR_SOURCES = {"random": ("seed", "high"), "zeros": (), "ones": (), "arange": (),
                   "file": ("path",)}
-EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std")  # default data of externals
+EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std", "file", "multihot")  # default data
 MAX_LOOP = 100_000  # iterations of one `for` loop
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
 MAX_INDEX = MAX_LOOP  # elements of an array built by indexed assignments `a[i] = ...`
@@ -271,10 +271,12 @@ class Elaborator(Evaluator):
                     not isinstance(src.args[0].value, ast.StrLit):
                 raise self.error("E0201", 'external streams are written `external("name")` '
                                  "(optionally with generator settings: topk=, seed=, "
-                                 "mean=, std=)", src.span)
+                                 "mean=, std=, file=, multihot=)", src.span)
             gen = dict(self.fn_value(ast.Call("external", src.args[1:], src.span,
                                               src.func_span), scope,
                                      allowed=EXTERNAL_GENERATOR).kwargs)
+            if isinstance(gen.get("file"), str):  # relative to the declaring file
+                gen["file"] = import_path(self.import_stack[-1], gen["file"])
             if s.type.dims is None:
                 raise self.error("E0401", f"external stream `{s.name}` needs a full type with "
                                           "a shape: Strm<T, r>[dims]", s.type.span)

@@ -27,7 +27,13 @@ from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
-from stepc.traces import TraceError, check_ids, synthetic_kv_lengths, synthetic_routing
+from stepc.traces import (
+    TraceError,
+    check_ids,
+    external_file,
+    synthetic_kv_lengths,
+    synthetic_routing,
+)
 from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
@@ -269,8 +275,10 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         st = typed.types[(node.name, 0)]
         seed = zlib.crc32(name.encode()) % 2**31
         try:
-            elems, dims = external_elements(name, st, traces.get(name),
-                                            node.attrs.get("gen", {}), seed)
+            gen = node.attrs.get("gen", {})
+            arr = traces[name] if name in traces else external_file(
+                gen, getattr(st.elem, "n", None), len(st.shape))
+            elems, dims = external_elements(name, st, arr, gen, seed)
         except TraceError as e:
             e.span = e.span or node.span
             raise

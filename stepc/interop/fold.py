@@ -1,0 +1,205 @@
+"""Folding repeated statements of an imported graph into `for` loops.
+
+The reference frontend unrolls its per-expert (per-region) sub-graphs, so an imported MoE
+layer repeats each statement 128 times with ids and output indices that step by a
+constant. A run of consecutive statements that differ only in such numbers becomes one
+loop; a name bound in the run becomes an array (`reshape_6[e]`), and every later use of one
+of its names is rewritten to the array element. Consecutive loops over the same range share
+one body.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIN_RUN = 4  # shorter repeats stay unrolled
+LOOP_VAR = "e"
+_TOKEN = re.compile(r"\b([A-Za-z][A-Za-z_]*?)_(\d+)\b|\[(\d+)\]")
+_TARGETS = re.compile(r"^((?:[a-z][a-z_0-9]*, )*[a-z][a-z_0-9]*) = ", re.MULTILINE)
+
+
+@dataclass
+class Unit:
+    """One statement (with the assumptions stated just before it) and its comment."""
+
+    code: str
+    comment: str
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(m.group(2) or m.group(3)) for m in _TOKEN.finditer(text)]
+
+
+def _signature(text: str) -> str:
+    return _TOKEN.sub(lambda m: "[#]" if m.group(3) else f"{m.group(1)}_#", text)
+
+
+def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
+    """The tensor declarations and the program body, runs of repeated statements as loops
+    (the tensors each iteration of a run reads, all alike, stacked into one)."""
+    sigs = [(_signature(u.code), _numbers(u.code)) for u in units]
+    decls = {d.split()[1]: d for d in tensors}
+    stacks: dict[str, list[str]] = {}  # stacked tensor -> the tensors it holds, in order
+    renamed: dict[str, str] = {"": ""}  # folded name -> its array element
+    renamed.pop("")
+    ctx = (renamed, decls, stacks)
+    sizes: dict[str, int] = {}  # folded array -> its length
+    lines: list[str] = []
+    loop: int | None = None  # the range of the loop being written
+    bound: set[str] = set()  # the names its body binds so far
+    i = 0
+    while i < len(units):
+        n = _run_length(sigs, i)
+        body = None
+        if n >= MIN_RUN:
+            body = _loop_body(units, sigs, i, n, ctx, bound if loop == n else set())
+            if body is _NEW_LOOP:  # reads another iteration of this loop: after it
+                lines.append("}")
+                loop, bound = None, set()
+                body = _loop_body(units, sigs, i, n, ctx, set())
+        if body is None:
+            n = 1
+            if loop is not None:
+                lines.append("}")
+                loop, bound = None, set()
+            lines.append(f"{_rename(units[i].code, renamed)}  # {units[i].comment}")
+        else:
+            if loop != n:
+                if loop is not None:
+                    lines.append("}")
+                lines.append(f"for {LOOP_VAR} in 0..{n} {{")
+                loop, bound = n, set()
+            lines += body[0]
+            bound |= body[1]
+            sizes.update(dict.fromkeys(body[1], n))
+        i += n
+    if loop is not None:
+        lines.append("}")
+    members = {t for group in stacks.values() for t in group}
+    out_decls = []
+    for d in tensors:
+        name = d.split()[1]
+        if name in stacks:
+            kind, role = d.split(" : ", 1)[1].split("[", 1)
+            out_decls.append(f"tensor {name} : {kind}[{len(stacks[name])}, {role}")
+        elif name not in members:
+            out_decls.append(d)
+    return out_decls, [_whole_arrays(line, sizes) for line in lines]
+
+
+_NEW_LOOP = ([], set())  # a run that must start a loop of its own
+
+
+def _run_length(sigs, i: int) -> int:
+    sig, first = sigs[i]
+    if i + 1 >= len(sigs) or sigs[i + 1][0] != sig:
+        return 1
+    step = [b - a for a, b in zip(first, sigs[i + 1][1])]
+    if not any(step):
+        return 1
+    n = 2
+    while i + n < len(sigs) and sigs[i + n][0] == sig and all(
+            v == a + n * d for v, a, d in zip(sigs[i + n][1], first, step)):
+        n += 1
+    return n
+
+
+def _loop_body(units: list[Unit], sigs, i: int, n: int, ctx,
+               bound: set[str]) -> tuple[list[str], set[str]] | None:
+    """The run's first statement with its varying numbers written in the loop variable, and
+    the names it binds; None when a varying name is not an element of an earlier loop's
+    array, _NEW_LOOP when it reads another iteration of a name `bound` in the open loop."""
+    renamed, decls, stacks = ctx
+    code = units[i].code
+    first = sigs[i][1]
+    stacked: dict[str, list[str]] = {}
+    step = [b - a for a, b in zip(first, sigs[i + 1][1])]
+    targets = {t for m in _TARGETS.finditer(code) for t in m.group(1).split(", ")}
+    new: dict[str, str] = {}
+    parts: list[str] = []
+    pos = 0
+    for j, m in enumerate(_TOKEN.finditer(code)):
+        parts.append(code[pos:m.start()])
+        pos = m.end()
+        a, d = first[j], step[j]
+        if m.group(3) is not None:  # an output index
+            parts.append(f"[{_affine(a, d)}]" if d else m.group(0))
+        elif m.group(0) in targets:
+            for k in range(n):
+                new[f"{m.group(1)}_{a + k * d}"] = f"{m.group(0)}[{k}]"
+            parts.append(m.group(0))
+        elif not d:
+            ref = renamed.get(m.group(0), m.group(0))
+            if ref.split("[", 1)[0] in bound:
+                return _NEW_LOOP
+            parts.append(ref)
+        elif m.group(0) in decls:  # a tensor per iteration: stack them
+            group = [f"{m.group(1)}_{a + k * d}" for k in range(n)]
+            if not _alike(group, decls):
+                return None
+            stacked[m.group(0)] = group
+            parts.append(f"{m.group(0)}[{LOOP_VAR}]")
+        else:
+            elems = [renamed.get(f"{m.group(1)}_{a + k * d}") for k in range(n)]
+            index = _indices(elems)
+            if index is None:
+                return None
+            array = index.split("[", 1)[0]
+            if array in bound:
+                if index != f"{array}[{LOOP_VAR}]":
+                    return _NEW_LOOP
+                index = array  # this iteration's value
+            parts.append(index)
+    parts.append(code[pos:])
+    renamed.update(new)
+    stacks.update(stacked)
+    text = "".join(parts).splitlines()
+    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
+    note = f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
+    return [f"    {line}" + (f"  # {note}" if j == len(text) - 1 else "")
+            for j, line in enumerate(text)], targets
+
+
+def _alike(group: list[str], decls: dict[str, str]) -> bool:
+    """Tensors declared alike (type, shape, role; no data source), so one stack holds them."""
+    if any(t not in decls for t in group):
+        return False
+    rests = {decls[t].split(" : ", 1)[1] for t in group}
+    return len(rests) == 1 and "=" not in next(iter(rests))
+
+
+def _indices(elems: list[str | None]) -> str | None:
+    """`a[start + step * e]` when the elements are evenly spaced elements of one array."""
+    if any(x is None for x in elems):
+        return None
+    pairs = [x.rsplit("[", 1) for x in elems]  # type: ignore[union-attr]
+    arrays = {a for a, _ in pairs}
+    idx = [int(i[:-1]) for _, i in pairs]
+    d = idx[1] - idx[0]
+    if len(arrays) > 1 or any(v != idx[0] + k * d for k, v in enumerate(idx)):
+        return None
+    return f"{arrays.pop()}[{_affine(idx[0], d)}]"
+
+
+def _affine(a: int, d: int) -> str:
+    term = LOOP_VAR if d == 1 else f"{d} * {LOOP_VAR}"
+    return term if a == 0 else f"{term} + {a}" if a > 0 else f"{term} - {-a}"
+
+
+def _rename(code: str, renamed: dict[str, str]) -> str:
+    return _TOKEN.sub(lambda m: m.group(0) if m.group(3) else renamed.get(m.group(0),
+                                                                          m.group(0)), code)
+
+
+def _whole_arrays(line: str, sizes: dict[str, int]) -> str:
+    """`[x[0], x[1], .., x[n-1]]` (a whole folded array, in order) is written `x`."""
+    def sub(m: re.Match) -> str:
+        items = [s.strip() for s in m.group(1).split(",")]
+        head = items[0].rsplit("[", 1)[0]
+        if sizes.get(head) == len(items) and all(s == f"{head}[{k}]"
+                                                 for k, s in enumerate(items)):
+            return head
+        return m.group(0)
+    return re.sub(r"\[((?:\s*[a-z][a-z_0-9]*\[\d+\]\s*,)+\s*[a-z][a-z_0-9]*\[\d+\]\s*)\]", sub,
+                  line)

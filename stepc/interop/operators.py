@@ -1,0 +1,380 @@
+"""How each reference operator is written in stepc's language: one function per op kind,
+each returning the statement (and a note for its comment) or refusing the operator with the
+field that stepc cannot say. See docs/interop.md for the table."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stepc.interop.reader import InteropError, Op, Port, relative_to
+
+if TYPE_CHECKING:
+    from stepc.interop.to_step import _Writer
+
+# bytes per element of an off-chip tensor -> its stepc element type (`n_byte` of the loads;
+# the reference keeps f32 tiles and counts 2 bytes when it mocks bf16)
+N_BYTE_DTYPES = {2: "bf16", 4: "f32"}
+TILE_DTYPES = {"f32": "f32", "f16": "f16", "u64": "u64", "scalar_u64": "u64", "bool": "bool",
+               "scalar_bool": "bool", "scalar_i64": "u64"}
+MAP_FNS = {"matmul": "matmul", "dyn_matmul": "matmul", "mul": "mul", "add": "add",
+           "silu": "silu", "div": "div", "exp": "exp", "row_wise_sum": "row_sum",
+           "set_offset": "set_offset", "row_wise_append": "row_append",
+           "cache_write_addr_gen": "cache_write_addr"}
+ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
+             "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
+DEFAULT_INIT = {"retile_row": "empty", "retile_col": "empty"}  # others: zero
+
+
+
+# ------------------------------------------------------------------------ helpers
+def _dtype(w: _Writer, op: Op, dt, what: str) -> str:
+    kind = dt.WhichOneof("type")
+    if kind is None or kind not in TILE_DTYPES:
+        raise InteropError(w.path, f"{what}: element type `{kind}` has no stepc equivalent", op)
+    return TILE_DTYPES[kind]
+
+
+def _one_switch(w: _Writer, op: Op) -> int:
+    cycles = set(op.msg.switch_cycles)
+    if len(cycles) > 1:
+        raise InteropError(w.path, "switch_cycles differ between consumers "
+                           f"({sorted(cycles)}); stepc has one switch cost per operator", op)
+    return cycles.pop() if cycles else 1
+
+
+def n_byte_dtype(w: _Writer, op: Op, dtype=None) -> str:
+    m = op.msg
+    if m.n_byte not in N_BYTE_DTYPES:
+        raise InteropError(w.path, f"n_byte = {m.n_byte}: stepc's element types have 2 or 4 "
+                           "bytes", op)
+    tile = _dtype(w, op, m.dtype if dtype is None else dtype, "dtype")
+    if tile == "f16" and m.n_byte == 2:
+        return "f16"
+    return N_BYTE_DTYPES[m.n_byte]
+
+
+def _tensor(w: _Writer, name: str, dtype: str, shape_tiled, row: int, col: int, role: str,
+            source: str = "") -> str:
+    dims = list(shape_tiled)
+    if len(dims) < 2:
+        raise InteropError(w.path, f"tensor of {name}: tensor_shape_tiled {dims} needs 2 dims")
+    full = dims[:-2] + [dims[-2] * row, dims[-1] * col]
+    tname = name.upper()
+    w.tensors.append(f"tensor {tname} : {dtype}[{', '.join(map(str, full))}] {role}{source}")
+    return tname
+
+
+def _attrs(**kv) -> str:
+    parts = []
+    for k, v in kv.items():
+        if v is None or v is False:
+            continue
+        if v is True:
+            v = "true"
+        elif isinstance(v, (list, tuple)):
+            v = "[" + ", ".join(map(str, v)) + "]"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
+    """`dtype=` for a compute operator: given when the output's type differs from the first
+    input's."""
+    out = w.narrow.get(op.id) or _dtype(w, op, dt, "output dtype")
+    w.dtypes[op.id] = out
+    first = w.dtypes.get(inputs[0].src) if inputs else None
+    return None if first == out else out
+
+
+# ------------------------------------------------------------------------ operators
+def _off_chip_load(w: _Writer, op: Op, name: str):
+    """A static view streams `(1,) + out_shape_tiled` in the reference: stepc's view gets
+    the leading 1 (stride 0); with a reference stream the view follows each element."""
+    m = op.msg
+    dtype = n_byte_dtype(w, op)
+    src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    w.dtypes[op.id] = dtype
+    stride, shape = list(m.stride), list(m.out_shape_tiled)
+    if op.inputs:
+        ref = f", ref={w.ref(op, op.inputs[0])}"
+    else:
+        ref, stride, shape = "", [0] + stride, [1] + shape
+    return (f"{name} = LinearOffChipLoad({t}{ref}, " + _attrs(
+        tile=[m.tile_row, m.tile_col], stride=stride, shape=shape,
+        par_dispatch=m.par_dispatch or None) + ")", "")
+
+
+def _off_chip_store(w: _Writer, op: Op, name: str):
+    m = op.msg
+    dtype = _dtype(w, op, m.dtype, "dtype")
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    if m.HasField("store_path"):
+        raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
+                           op)
+    store = (f"LinearOffChipStore({w.ref(op, op.inputs[0])}, {t}, "
+             f"{_attrs(par_dispatch=m.par_dispatch or None)})")
+    return store, ""
+
+
+def _broadcast(w: _Writer, op: Op, name: str):
+    w.outputs[op.id] = op.msg.num_consumers
+    w.dtypes[op.id] = w.dtypes.get(op.inputs[0].src, "f32")
+    return f"{name} = Broadcast({w.ref(op, op.inputs[0])}, consumers={op.msg.num_consumers})", ""
+
+
+def _pass(w: _Writer, op: Op, port: int = 0) -> None:
+    w.dtypes[op.id] = w.dtypes.get(op.inputs[port].src, "f32")
+
+
+def _flatten(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    return f"{name} = Flatten({w.ref(op, op.inputs[0])}, min={m.min_rank}, max={m.max_rank})", ""
+
+
+def _repeat(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
+
+
+def _reshape(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    pad = None
+    if m.HasField("pad_func"):
+        pad = m.pad_func.WhichOneof("init_fn")
+        if pad != "zero":
+            raise InteropError(w.path, f"pad_func `{pad}`: stepc pads with zero tiles", op)
+    call = (f"Reshape({w.ref(op, op.inputs[0])}, " +
+            _attrs(chunk=m.chunk_size, rank=m.split_dim or None, pad=pad) + ")")
+    notes = []
+    if m.add_outer_dim:
+        call = f"Promote({call})"
+        notes.append("add_outer_dim: Promote adds the outer dim (1 if any element, else 0)")
+    if m.write_back_mu:
+        readers = _compute_readers(w, op)
+        if readers:
+            raise InteropError(w.path, "write_back_mu on a Reshape read by a compute operator "
+                               f"({readers[0]}): stepc's Reshape has no memory write", op)
+        notes.append("write_back_mu: no compute operator reads it, so it costs nothing")
+    return f"{name} = {call}", "; ".join(notes)
+
+
+def _compute_readers(w: _Writer, op: Op) -> list[str]:
+    return [c.name for c in w.all_ops if op.id in {p.src for p in c.inputs}
+            and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
+
+
+def _npy_shape(w: _Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
+    path = w.side_file(npy)
+    try:
+        shape = np.load(relative_to(w.path, npy), mmap_mode="r", allow_pickle=False).shape
+    except (OSError, ValueError) as e:
+        raise InteropError(w.path, f"cannot read {npy}: {e}", op) from None
+    return path, shape
+
+
+def _source(w: _Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
+    """A file-backed source: an external stream of the file's data with the reference's
+    leading 1 (its sources stream `(1,) + shape`)."""
+    shape = ", ".join(map(str, (1, *dims)))
+    w.streams.append(f"stream {name} : Strm<{elem}, {len(dims)}>[{shape}] = {data}  # op "
+                     f"{op.id}")
+    return "", ""
+
+
+def _select_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    path, shape = _npy_shape(w, op, m.npy_path)
+    if not m.is_multihot:
+        raise InteropError(w.path, "is_multihot = false (an index selector): stepc reads "
+                           "multi-hot selector files", op)
+    if len(shape) < 2:
+        raise InteropError(w.path, f"{m.npy_path} has shape {list(shape)}; selectors need "
+                           "[.., n]", op)
+    return _source(w, op, name, f"MultiHot<{shape[-1]}>", shape[:-1],
+                   f'external("{name}", file="{path}", multihot=true)')
+
+
+def _metadata_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    path, shape = _npy_shape(w, op, m.npy_path)
+    w.dtypes[op.id] = "u64"
+    if not shape:
+        raise InteropError(w.path, f"{m.npy_path} holds a scalar; MetadataGen needs an array",
+                           op)
+    return _source(w, op, name, "Tile<u64, [1, 1]>", shape, f'external("{name}", file="{path}")')
+
+
+def _partition(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    w.outputs[op.id] = m.num_consumers
+    return (f"{name} = Partition({w.ref(op, op.inputs[0])}, {w.ref(op, op.inputs[1])}, " +
+            _attrs(rank=m.partition_rank, consumers=m.num_consumers,
+                   switch_cycles=_one_switch(w, op), write_back=m.write_back_mu,
+                   dim=f'"{name}"') + ")", "")
+
+
+def _reassemble(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Reassemble([{ins}], {w.ref(op, op.control)}, " +
+            _attrs(rank=m.reassemble_rank, switch_cycles=_one_switch(w, op),
+                   write_back=m.write_back_mu) + ")", "")
+
+
+def _func(w: _Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
+    kind = func.WhichOneof(oneof)
+    if kind not in table:
+        raise InteropError(w.path, f"function `{kind}` has no stepc equivalent", op)
+    fn = table[kind]
+    if kind in ("matmul", "dyn_matmul") and getattr(func, kind).weight_transposed:
+        fn = "matmul(transpose=true)"
+    if kind == "cache_write_addr_gen":
+        fn = f"cache_write_addr(row_offset={func.cache_write_addr_gen.offset_per_idx})"
+    return fn
+
+
+def _map(w: _Writer, op: Op, name: str):
+    m = op.msg
+    fn = _func(w, op, m.func, MAP_FNS, "elem_elem_fn")
+    out = m.dtype_out if op.kind == "binarymap" else m.dtype_b
+    if fn.startswith("matmul"):  # a new tile, of the graph's output type
+        dtype = _out_dtype(w, op, op.inputs, out)
+    else:  # elementwise: bf16 with f32 gives f32; 2-byte tiles alone stay bf16
+        kinds = [w.dtypes.get(p.src) for p in op.inputs]
+        out_kind = "f32" if "f32" in kinds and _dtype(w, op, out, "dtype") == "f32" \
+            else kinds[0] or "f32"
+        out_kind = w.narrow.get(op.id, out_kind)
+        w.dtypes[op.id] = out_kind
+        dtype = None if out_kind == kinds[0] else out_kind
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Map({ins}, " + _attrs(fn=fn, dtype=dtype, compute_bw=m.compute_bw or None,
+                                              write_back=m.write_back_mu) + ")", "")
+
+
+def _accum(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if op.kind == "accum":
+        fn = _func(w, op, m.func, ACCUM_FNS, "accum_fn")
+    else:
+        fn = _func(w, op, m.func, MAP_FNS, "map_accum_fn")
+    init = m.init_func.WhichOneof("init_fn") or "zero"
+    note = ""
+    if init != DEFAULT_INIT.get(fn, "zero"):
+        if fn == "matmul" and init == "empty":
+            note = "init empty: stepc's matmul accumulator takes its first product's rows"
+        else:
+            raise InteropError(w.path, f"init_func `{init}` for `{fn}` has no stepc "
+                               "equivalent", op)
+    dtype = _out_dtype(w, op, op.inputs, m.dtype_b)
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    return (f"{name} = Accum({ins}, " + _attrs(fn=fn, rank=m.rank, dtype=dtype,
+                                                compute_bw=m.compute_bw or None,
+                                                write_back=m.write_back_mu) + ")", note)
+
+
+def _retile_streamify(w: _Writer, op: Op, name: str):
+    m = op.msg
+    _pass(w, op)
+    if not m.split_row:
+        raise InteropError(w.path, "split_row = false (column split): stepc's "
+                           "retile_streamify splits rows", op)
+    fn = "retile_streamify(filter=true)" if m.filter_mask else "retile_streamify"
+    return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn={fn})", ""
+
+
+def _eager_merge(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    m = op.msg
+    sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
+                   else f"{name}_sel", op.id)
+    w.ports[op.id] = [name, sel]
+    ins = ", ".join(w.ref(op, p) for p in op.inputs)
+    rank = f", rank={m.input_rank}" if m.input_rank else ""
+    return f"{name}, {sel} = EagerMerge([{ins}]{rank})", ""
+
+
+def _expert_addr_gen(w: _Writer, op: Op, name: str):
+    m = op.msg
+    w.dtypes[op.id] = "u64"
+    return (f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=expert_addr(" +
+            _attrs(tiles=m.num_tile_per_expert, base=m.expert_addr_base or None) + "))", "")
+
+
+def _random_off_chip_load(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if m.base_addr_byte:
+        raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
+                           "a tensor from its first tile (give each region its own tensor)", op)
+    dtype = n_byte_dtype(w, op)
+    src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    w.dtypes[op.id] = dtype
+    return (f"{name} = RandomOffChipLoad({w.ref(op, op.inputs[0])}, {t}, " + _attrs(
+        tile=[m.tile_row, m.tile_col], par_dispatch=m.par_dispatch or None) + ")", "")
+
+
+def _cache_read_addr_gen(w: _Writer, op: Op, name: str):
+    idx, length = (w.ref(op, p) for p in op.inputs)
+    w.dtypes[op.id] = "u64"
+    fn = f"cache_read_addr(row_offset={op.msg.offset_per_idx})"
+    return f"{name} = FlatMap(Zip({idx}, {length}), fn={fn})", ""
+
+
+def _filter_last_tile(w: _Writer, op: Op, name: str):
+    return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=filter_last_tile)", ""
+
+
+def _expand_ref(w: _Writer, op: Op, name: str):
+    _pass(w, op)
+    e = op.msg.expand_rank
+    if e < 1:
+        raise InteropError(w.path, "expand_rank = 0: the format needs at least one repeated "
+                           "dim", op)
+    x, ref = (w.ref(op, p) for p in op.inputs)
+    return f"{name} = Expand({x}, ref={ref}" + (f", rank={e - 1})" if e > 1 else ")"), ""
+
+
+def _random_off_chip_store(w: _Writer, op: Op, name: str):
+    m = op.msg
+    if m.base_addr_byte:
+        raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
+                           "a tensor from its first tile", op)
+    if not m.ack_based_on_waddr:
+        raise InteropError(w.path, "ack_based_on_waddr = false: stepc acknowledges writes in "
+                           "the address stream's shape", op)
+    if m.HasField("npy_path"):
+        raise InteropError(w.path, "npy_path on a store: stepc writes outputs with "
+                           "`stepc sim --out`", op)
+    dtype = n_byte_dtype(w, op, m.wdata_dtype)
+    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    w.dtypes[op.id] = "bool"
+    waddr, wdata = (w.ref(op, p) for p in op.inputs)
+    return (f"{name} = RandomOffChipStore({waddr}, {wdata}, {t}, " +
+            _attrs(par_dispatch=m.par_dispatch or None) + ")", "")
+
+
+def _consumer_context(w: _Writer, op: Op, name: str):
+    return f"Sink({w.ref(op, op.inputs[0])})", ""
+
+
+SINKS = ("off_chip_store", "consumer_context")
+HANDLERS = {
+    "off_chip_load": _off_chip_load, "dyn_off_chip_load": _off_chip_load,
+    "off_chip_store": _off_chip_store, "broadcast": _broadcast, "flatten": _flatten,
+    "repeat_static": _repeat, "reshape": _reshape, "select_gen": _select_gen,
+    "flat_partition": _partition, "flat_reassemble": _reassemble, "binarymap": _map,
+    "unarymap": _map, "accum": _accum, "binarymap_accum": _accum,
+    "retile_streamify": _retile_streamify, "eager_merge": _eager_merge,
+    "expert_addr_gen": _expert_addr_gen, "random_off_chip_load": _random_off_chip_load,
+    "metadata_gen": _metadata_gen, "cache_read_addr_gen": _cache_read_addr_gen,
+    "filter_last_tile": _filter_last_tile, "expand_ref": _expand_ref,
+    "random_off_chip_store": _random_off_chip_store, "consumer_context": _consumer_context,
+}

@@ -1,0 +1,205 @@
+"""Reading a ProgramGraph file into operators with resolved inputs, in dependency order.
+
+The format names each input by its producer's id and, for producers with several outputs,
+an output index (`stream_idx`); id 0 is proto3's default, so it is absent on the wire. The
+operators come in no particular order. Every problem is an `InteropError` naming the file
+and, when there is one, the operator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from stepc.interop.schema import OP_TYPES, ProgramGraph
+
+
+class InteropError(Exception):
+    """A graph file stepc cannot read or cannot say in its language (exit 1)."""
+
+    def __init__(self, path: str, message: str, op: Op | None = None):
+        where = f"{path}: operator {op.label}: " if op is not None else f"{path}: "
+        super().__init__(where + message)
+        self.path, self.op = path, op
+
+
+# op kind -> its stream inputs: (id field, output-index field) pairs, in port order
+INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "binarymap": (("input_id1", "stream_idx1"), ("input_id2", "stream_idx2")),
+    "binarymap_accum": (("input_id1", "stream_idx1"), ("input_id2", "stream_idx2")),
+    "dyn_off_chip_load": (("ref_id", "ref_stream_idx"),),
+    "flat_partition": (("input_id", "input_stream_idx"), ("control_id", "control_stream_idx")),
+    "parallelize": (("input_id", "input_stream_idx"),),
+    "expert_addr_gen": (("input_id", "input_stream_idx"),),
+    "cache_read_addr_gen": (("idx_id", "idx_stream_idx"), ("seq_len_id", "seq_len_stream_idx")),
+    "filter_last_tile": (("seq_len_id", "seq_len_stream_idx"),),
+    "random_off_chip_load": (("raddr_id", "raddr_stream_idx"),),
+    "random_off_chip_store": (("waddr_id", "waddr_stream_idx"),
+                              ("wdata_id", "wdata_stream_idx")),
+    "expand_ref": (("input_id", "stream_idx"), ("ref_id", "ref_stream_idx")),
+    "dyn_streamify": (("input_id", "input_stream_idx"), ("ref_id", "ref_stream_idx")),
+    "off_chip_load": (), "select_gen": (), "metadata_gen": (),
+}
+SINGLE_INPUT = (("input_id", "stream_idx"),)
+LISTED = ("flat_reassemble", "eager_merge")  # inputs as input_id_list + input_stream_idx_list
+
+
+@dataclass(frozen=True)
+class Port:
+    """One input of an operator: its producer's id and output index (None: the only one)."""
+
+    src: int
+    idx: int | None
+
+
+@dataclass
+class Op:
+    id: int
+    name: str
+    kind: str
+    msg: object  # the op's message (OffChipLoad, Flatten, ...)
+    inputs: list[Port] = field(default_factory=list)
+    control: Port | None = None  # the selector input of FlatReassemble
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} (`{self.name}`)" if self.name else str(self.id)
+
+
+def read_graph(path: str) -> tuple[str, list[Op]]:
+    """The graph's name and its operators in dependency order (producers first)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InteropError(path, f"cannot read: {e.strerror}") from None
+    return parse_graph(data, path)
+
+
+def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
+    graph = ProgramGraph()
+    try:
+        graph.ParseFromString(data)
+    except DecodeError as e:
+        raise InteropError(path, f"not a ProgramGraph (truncated or not protobuf): {e}") from None
+    if not graph.operators:
+        raise InteropError(path, "a ProgramGraph without operators (an empty or foreign file)")
+    ops: dict[int, Op] = {}
+    for i, m in enumerate(graph.operators):
+        kind = m.WhichOneof("op_type")
+        label = f"#{i} (id {m.id}{', `' + m.name + '`' if m.name else ''})"
+        if kind is None:
+            numbers = sorted({n for n, _ in _unknown(m)})
+            what = (f"unknown op field number{'s' if len(numbers) > 1 else ''} "
+                    f"{', '.join(map(str, numbers))} (stepc knows {min(_NUMBERS)}.."
+                    f"{max(_NUMBERS)})" if numbers else "no op type set")
+            raise InteropError(path, f"operator {label}: {what}")
+        if m.id in ops:
+            raise InteropError(path, f"operator {label}: id {m.id} is used twice (also by "
+                               f"`{ops[m.id].name}`)")
+        op = Op(m.id, m.name, kind, getattr(m, kind))
+        unknown = _unknown_inside(op.msg, kind)
+        if unknown:
+            raise InteropError(path, f"field number {unknown[1]} of `{unknown[0]}` is not in "
+                               "the schema stepc reads (a newer schema?); refusing rather than "
+                               "dropping it", op)
+        op.inputs, op.control = _ports(op)
+        ops[m.id] = op
+    for op in ops.values():
+        for p in op.inputs + ([op.control] if op.control else []):
+            if p.src not in ops:
+                raise InteropError(path, f"reads operator id {p.src}, which the graph does not "
+                                   "have", op)
+    return graph.name, _ordered(ops, path)
+
+
+_NUMBERS = [n for n, _ in OP_TYPES.values()]
+
+
+def _unknown(m) -> list[tuple[int, int]]:
+    from google.protobuf.unknown_fields import UnknownFieldSet
+    return [(f.field_number, f.wire_type) for f in UnknownFieldSet(m)]
+
+
+def _unknown_inside(msg, where: str) -> tuple[str, int] | None:
+    """The first field of `msg` or of a message inside it that the schema does not know."""
+    fields = _unknown(msg)
+    if fields:
+        return where, fields[0][0]
+    for desc, value in msg.ListFields():
+        if desc.message_type is not None:
+            repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
+                desc.label == desc.LABEL_REPEATED  # protobuf < 5
+            for v in (value if repeated else [value]):
+                found = _unknown_inside(v, f"{where}.{desc.name}")
+                if found:
+                    return found
+    return None
+
+
+def _ports(op: Op) -> tuple[list[Port], Port | None]:
+    msg = op.msg
+    if op.kind in LISTED:
+        ids, idxs = list(msg.input_id_list), list(msg.input_stream_idx_list)
+        ports = [Port(s, None if i < 0 else i) for s, i in zip(ids, idxs + [-1] * len(ids))]
+        control = None
+        if op.kind == "flat_reassemble":
+            control = Port(msg.control_id, msg.control_stream_idx
+                           if msg.HasField("control_stream_idx") else None)
+        return ports, control
+    spec = INPUTS.get(op.kind, SINGLE_INPUT)
+    return [Port(getattr(msg, i), getattr(msg, x) if msg.HasField(x) else None)
+            for i, x in spec], None
+
+
+def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
+    """Producers before consumers, by level (the longest path from a source), then by id,
+    so that the copies of a repeated sub-graph come together; a cycle is refused, naming
+    its operators."""
+    preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
+             for i, op in ops.items()}
+    succ: dict[int, list[int]] = {i: [] for i in ops}
+    for i, ps in preds.items():
+        for p in ps:
+            succ[p].append(i)
+    waiting = {i: len(ps) for i, ps in preds.items()}
+    level = dict.fromkeys(ops, 0)
+    ready = [(0, i) for i, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    out: list[Op] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(ops[i])
+        for s in succ[i]:
+            waiting[s] -= 1
+            level[s] = max(level[s], level[i] + 1)
+            if waiting[s] == 0:
+                heapq.heappush(ready, (level[s], s))
+    if len(out) < len(ops):
+        stuck = sorted(i for i, n in waiting.items() if n)
+        cycle = _a_cycle(stuck, preds)
+        names = " -> ".join(ops[i].label for i in cycle)
+        raise InteropError(path, f"the graph has a cycle ({names}); the format declares no "
+                           "feedback streams, so stepc cannot tell which edge closes the loop")
+    return out
+
+
+def _a_cycle(stuck: list[int], preds: dict[int, set[int]]) -> list[int]:
+    """One cycle among the operators that never became ready."""
+    left = set(stuck)
+    node, seen = stuck[0], []
+    while node not in seen:
+        seen.append(node)
+        node = min(p for p in preds[node] if p in left)
+    return seen[seen.index(node):] + [node]
+
+
+def relative_to(path: str, npy: str) -> str:
+    """A side file the graph names: beside the graph file, or in the `<graph>.npy/`
+    directory the reference serializer writes them to (the first that exists)."""
+    here = os.path.normpath(os.path.join(os.path.dirname(path), npy))
+    beside = os.path.normpath(os.path.join(os.path.splitext(path)[0] + ".npy", npy))
+    return beside if not os.path.exists(here) and os.path.exists(beside) else here
