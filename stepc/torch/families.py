@@ -32,7 +32,12 @@ class Family:
         return getattr(importlib.import_module(mod), fn)
 
 
-FAMILIES: list[Family] = []
+FAMILIES: list[Family] = [
+    Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention"), "attention",
+           ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
+           "transformers decode attention (one new token per request, a DynamicCache, GQA, "
+           "RoPE, Qwen3's q/k norms, eager or SDPA); KV lengths from the attention mask"),
+]
 
 
 def find(module) -> Family | None:
