@@ -17,8 +17,8 @@ from transformers import LlamaConfig, Qwen3Config
 from transformers.models.llama.modeling_llama import LlamaAttention
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
-SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-             intermediate_size=128, num_hidden_layers=1)
+SIZES = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+         "intermediate_size": 128, "num_hidden_layers": 1}
 
 
 class SmallQwen3Attention(Qwen3Attention):

@@ -48,7 +48,7 @@ _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
 def _site(module) -> str:
     """`Class.forward (file.py:line)` of the module's forward, for refusals."""
-    fwd = type(module).forward
+    fwd = inspect.unwrap(type(module).forward)  # past transformers' decorators
     try:
         line = inspect.getsourcelines(fwd)[1]
         return f"{type(module).__name__}.forward ({os.path.basename(inspect.getsourcefile(fwd))}:{line})"
@@ -339,7 +339,6 @@ def _declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict
     ids = {"interleaved": "u64[B]", "dynamic": "u64[B]", "coarse": "u64[BPR, R, NB]"}[tiling]
     decls += [("ROT", f"{dt}[HEAD_DIM, HEAD_DIM] input", "rotate_half as a signed permutation"),
               ("SCALE", "f32[1, 1] input", f"the softmax scale {s.scaling:.6g}"),
-              ("GRP", "u64[1, KV] input = arange", "KV head numbers"),
               ("K_CACHE", f"{dt}[B * KV * MAXN, HEAD_DIM] scratch",
                "keys: slot b KV + g, the attended rows first"),
               ("V_CACHE", f"{dt}[B * KV * MAXN, HEAD_DIM] scratch", "values, as K_CACHE"),
@@ -370,7 +369,7 @@ def _program_body(s: HFDecodeShapes, tiling: str) -> str:
         else "head_proj(x, WK, $bk KV)"
     region = _REGION.replace("$norm_q", norm_q).replace("$norm_k", norm_k)
     region = region.replace("$bias_o", _BIAS_O if s.bias else "")
-    subst = {"K": "K_CACHE", "V": "V_CACHE", "mean": mean, "std": max(1, mean // 2),
+    subst = {"dt": s.dtype, "K": "K_CACHE", "V": "V_CACHE", "mean": mean, "std": max(1, mean // 2),
              "eps": repr(s.norm_eps) if s.norm_eps is not None else "",
              "bq": "BQ," if s.bias else "", "bk": "BK," if s.bias else "",
              "bv": "BV," if s.bias else "", "out": "out" if s.bias else "acc"}
@@ -440,8 +439,9 @@ _REGION = """
 # per request once its whole K cache has been read (the dynamic dispatch listens to it).
 graph hf_region(x, cs, sn, bidx, lens) {
     # per KV head g: slot b KV + g, ntiles = ceil((len + 1) / TILE_N), off = len mod TILE_N
-    g       = LinearOffChipLoad(GRP, ref=bidx, tile=[1, 1], shape=[KV], stride=[1])  # [n, KV]
-    slot    = Map(Repeat(bidx, count=KV), g, fn=cache_write_addr(row_offset=KV))
+    kvn     = Map(Map(bidx, fn=mod_int(by=1)), fn=ceildiv_int(by=1, plus=KV))   # the constant KV
+    slot    = FlatMap(Zip(bidx, kvn), fn=cache_read_addr(row_offset=KV))          # [n, KV]
+    assume dim(slot, 0) == KV
     glens   = Repeat(lens, count=KV)
     ntiles  = Map(glens, fn=ceildiv_int(by=TILE_N, plus=1))
     lastrow = Map(glens, fn=ceildiv_int(by=TILE_N, plus=1 - TILE_N))
@@ -473,12 +473,12 @@ graph hf_region(x, cs, sn, bidx, lens) {
     e    = Map(Map(sb, Expand(Repeat(mx, count=1), ref=sb), fn=sub, compute_bw=BW), fn=exp, compute_bw=BW)
     num  = Accum(e, v, fn=matmul, rank=1, dtype=f32, compute_bw=BW)    # [m] of [QPK, HEAD_DIM]
     den  = Map(Accum(e, fn=add, rank=1, dtype=f32, compute_bw=BW), fn=row_sum, compute_bw=BW)
-    att  = Map(num, den, fn=div, compute_bw=BW)
+    att  = Map(num, den, fn=div, dtype=$dt, compute_bw=BW)
 
     # o_proj: head h's row of att times its [HID, HEAD_DIM] slice of WO, summed over heads
     rows = Reshape(FlatMap(att, fn=retile_streamify), chunk=H)         # [n, H] of [1, HEAD_DIM]
     wo   = LinearOffChipLoad(WO, ref=x, tile=[HID, HEAD_DIM], shape=[H], stride=[1])
-    acc  = Accum(rows, wo, fn=matmul(transpose=true), rank=1, dtype=f32, compute_bw=BW)
+    acc  = Accum(rows, wo, fn=matmul(transpose=true), rank=1, dtype=$dt, compute_bw=BW)
 $bias_o    return RandomOffChipStore(bidx, $out, O, depth=[16, 2]), sig
 }
 """
