@@ -39,12 +39,13 @@ B, P = 8, 20
 def build(kind: str, impl: str = "eager", **extra):
     """A module with random weights (norm scales and biases too, so they count)."""
     torch.manual_seed(0)
+    sizes = {**SIZES, **extra}
     if kind == "qwen3":
-        cfg = Qwen3Config(**SIZES, **extra)
+        cfg = Qwen3Config(**sizes)
         cfg._attn_implementation = impl
         m = Qwen3Attention(cfg, 0)
     else:
-        cfg = LlamaConfig(**SIZES, attention_bias=kind == "llama-bias", **extra)
+        cfg = LlamaConfig(**sizes, attention_bias=kind == "llama-bias")
         cfg._attn_implementation = impl
         m = LlamaAttention(cfg, 0)
     with torch.no_grad():
@@ -69,7 +70,7 @@ def decode_inputs(m, lens, left_pad=False, dtype=torch.float32):
     valid[:, -1] = True
     mask = torch.zeros(valid.shape, dtype=dtype).masked_fill(~valid, torch.finfo(dtype).min)
     cache = DynamicCache()
-    shape = (b, SIZES["num_key_value_heads"], P, SIZES["head_dim"])
+    shape = (b, m.config.num_key_value_heads, P, SIZES["head_dim"])
     cache.update(torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g)
                  .to(dtype), 0)
     return hs, pe, mask[:, None, None, :], cache
@@ -115,6 +116,15 @@ def test_bias_sdpa_and_left_padding_with_holes(kind, impl, tiling):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     want = np.array(LENS) - np.eye(len(LENS), dtype=int)[0]  # the hole is not a KV row
     np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], want)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_one_kv_head_and_multi_head(kv_heads):
+    """QPK = 4 query heads on one KV head; QPK = 1 (no grouping)."""
+    m = build("llama", num_key_value_heads=kv_heads)
+    got, ref, prog = run_both(m, decode_inputs(m, LENS), "coarse")
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert f"param QPK = {4 // kv_heads} " in prog.text
 
 
 def test_bf16_within_bf16_rounding():

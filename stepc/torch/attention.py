@@ -286,8 +286,8 @@ graph kv_load(idx, ntiles, C) {
 }
 
 # Append each request's new row to its last KV tile, write that tile back to the cache, and
-# return the request's tiles [n, L] with the updated last tile in place. Rows of the last
-# tile past the appended row are not masked.
+# return the request's tiles [n, L] with the updated last tile in place (the rows past the
+# appended row keep what the cache holds).
 graph kv_append(raw, idx, ntiles, off, new, C) {
     last = FlatMap(ntiles, fn=filter_last_tile, depth=16)        # [n, L]: {1} .. {1} {0}
     assume shape(last) == shape(raw)

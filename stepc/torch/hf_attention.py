@@ -83,11 +83,15 @@ class HFDecodeShapes:
             raise _refuse(module, f"dtype {hs.dtype} is not lowered (f32 or bf16)")
         self.dtype = _DTYPES[hs.dtype]
         self.batch = hs.shape[0]
-        cos, _ = self.rope_args(example[1], module)
+        cos, sin = self.rope_args(example[1], module)
         if cos.shape[-1] != self.head_dim:
             raise _refuse(module, f"rotary embeddings cover {cos.shape[-1]} of the "
                                   f"{self.head_dim} dims of a head (partial rotary) and are not "
                                   "lowered")
+        if any(tuple(t.shape) != (self.batch, 1, self.head_dim) for t in (cos, sin)):
+            raise _refuse(module, f"position_embeddings (cos, sin) are {list(cos.shape)} and "
+                                  f"{list(sin.shape)}, expected [{self.batch}, 1, "
+                                  f"{self.head_dim}] each")
         self.past = self.past_length(example, module)
 
     @staticmethod
@@ -150,6 +154,9 @@ class HFAttentionIO:
 
     def values(self, module, args: tuple) -> dict[str, np.ndarray]:
         s, p, n = self.s, self.params, self.names
+        if tuple(args[0].shape) != (s.batch, 1, s.hidden):
+            raise _refuse(module, f"hidden_states is {list(args[0].shape)}; the program was "
+                                  f"lowered for [{s.batch}, 1, {s.hidden}]")
         attend = self._attended(module, args)
         lens = attend.sum(axis=1)
         keys, vals = (_np(t) for t in _layer_kv(args[3], module))

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 def site(module) -> str:
     """`Class.forward (file.py:line)` of the module's forward, for refusals."""
     fwd = inspect.unwrap(type(module).forward)  # past transformers' decorators
+    name = getattr(fwd, "__qualname__", f"{type(module).__name__}.forward")
     try:
-        line = inspect.getsourcelines(fwd)[1]
-        return f"{type(module).__name__}.forward ({os.path.basename(inspect.getsourcefile(fwd))}:{line})"
+        path, line = inspect.getsourcefile(fwd), inspect.getsourcelines(fwd)[1]
     except (OSError, TypeError):
-        return f"{type(module).__name__}.forward"
+        return name
+    return f"{name} ({os.path.basename(path)}:{line})"
 
 
 def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict):
@@ -91,7 +92,7 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     decls += [("O", f"{dt}[B, HID] output", "the attention output [B, 1, HID]")]
     width = max(len(d) for _, d, _ in decls)
     for name, decl, doc in decls:
-        w.tensor(name, decl.ljust(width) if "weight" not in decl else decl, doc)
+        w.tensor(name, decl.ljust(width), doc)
         w.taken.add(name)
     w.taken |= {"kv_lens", "free", "sig", "ids"}
     sources = {"X": "hidden_states", "COS": "position_embeddings", "SIN": "position_embeddings",
