@@ -17,9 +17,11 @@ pytest.importorskip("transformers", reason="transformers is not installed (the t
                     "plus `pip install transformers`)")
 
 from click.testing import CliRunner
-from transformers import LlamaConfig, Qwen3Config
+from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 from transformers.cache_utils import DynamicCache
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+from transformers.models.mistral.modeling_mistral import MistralAttention
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
 from stepc.cli import main
@@ -44,6 +46,15 @@ def build(kind: str, impl: str = "eager", **extra):
         cfg = Qwen3Config(**sizes)
         cfg._attn_implementation = impl
         m = Qwen3Attention(cfg, 0)
+    elif kind == "qwen2":  # biases on q, k, v, none on o
+        sizes.pop("head_dim")
+        cfg = Qwen2Config(**sizes)
+        cfg._attn_implementation = impl
+        m = Qwen2Attention(cfg, 0)
+    elif kind == "mistral":
+        cfg = MistralConfig(**sizes)
+        cfg._attn_implementation = impl
+        m = MistralAttention(cfg, 0)
     else:
         cfg = LlamaConfig(**sizes, attention_bias=kind == "llama-bias")
         cfg._attn_implementation = impl
@@ -55,9 +66,10 @@ def build(kind: str, impl: str = "eager", **extra):
     return m.eval()
 
 
-def decode_inputs(m, lens, left_pad=False, dtype=torch.float32):
+def decode_inputs(m, lens, left_pad=False, dtype=torch.float32, window=None):
     """hidden_states, (cos, sin) at each request's position, an additive mask over a cache
-    padded to P (right padding, or left padding with a hole in request 0), a DynamicCache."""
+    padded to P (right padding, or left padding with a hole in request 0; a sliding window
+    hides all but the last window - 1 cached positions), a DynamicCache."""
     g = torch.Generator().manual_seed(1)
     b = len(lens)
     hs = torch.randn(b, 1, SIZES["hidden_size"], generator=g).to(dtype)
@@ -67,6 +79,8 @@ def decode_inputs(m, lens, left_pad=False, dtype=torch.float32):
     valid = (pos >= P - n) if left_pad else (pos < n)
     if left_pad:
         valid[0, P - lens[0]] = False  # a hole: one cached position masked out
+    if window is not None:
+        valid &= pos >= n - (window - 1)
     valid[:, -1] = True
     mask = torch.zeros(valid.shape, dtype=dtype).masked_fill(~valid, torch.finfo(dtype).min)
     cache = DynamicCache()
@@ -108,7 +122,9 @@ def test_matches_the_module_under_every_schedule(kind, tiling):
 
 
 @pytest.mark.parametrize("kind,impl,tiling", [("llama-bias", "sdpa", "dynamic"),
-                                              ("qwen3", "sdpa", "interleaved")])
+                                              ("qwen3", "sdpa", "interleaved"),
+                                              ("qwen2", "eager", "coarse"),
+                                              ("mistral", "sdpa", "dynamic")])
 def test_bias_sdpa_and_left_padding_with_holes(kind, impl, tiling):
     m = build(kind, impl)
     args = decode_inputs(m, LENS, left_pad=True)
@@ -116,6 +132,17 @@ def test_bias_sdpa_and_left_padding_with_holes(kind, impl, tiling):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     want = np.array(LENS) - np.eye(len(LENS), dtype=int)[0]  # the hole is not a KV row
     np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], want)
+
+
+def test_a_sliding_window_layer_through_its_mask():
+    """transformers encodes the window in the mask (eager and SDPA ignore the layer's
+    window): the lengths are the positions inside it."""
+    m = build("qwen3", use_sliding_window=True, sliding_window=8,
+              layer_types=["sliding_attention"])
+    args = decode_inputs(m, LENS, window=8)
+    got, ref, prog = run_both(m, args, "dynamic")
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], np.minimum(LENS, 7))
 
 
 @pytest.mark.parametrize("kv_heads", [1, 4])
@@ -156,10 +183,10 @@ def test_refusals_name_the_feature_and_the_forward():
     with pytest.raises(LoweringError, match=r"prefill.*3 new tokens.*Qwen3Attention\.forward "
                                             r"\(modeling_qwen3\.py:\d+\)"):
         from_torch(m, prefill)
-    slide = build("qwen3", use_sliding_window=True, sliding_window=16,
-                  layer_types=["sliding_attention"])
-    with pytest.raises(LoweringError, match="sliding window of 16 tokens"):
-        from_torch(slide, args)
+    mixed = build("llama-bias")
+    mixed.k_proj.bias = None
+    with pytest.raises(LoweringError, match="with and without biases"):
+        from_torch(mixed, args)
     with pytest.raises(LoweringError, match="attention implementation `flash_attention_2`"):
         m.config._attn_implementation = "flash_attention_2"
         from_torch(m, args)

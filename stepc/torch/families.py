@@ -33,10 +33,11 @@ class Family:
 
 
 FAMILIES: list[Family] = [
-    Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention"), "attention",
+    Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
+                                   "MistralAttention"), "attention",
            ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
            "transformers decode attention (one new token per request, a DynamicCache, GQA, "
-           "RoPE, Qwen3's q/k norms, eager or SDPA); KV lengths from the attention mask"),
+           "RoPE, q/k norms, biases, eager or SDPA); KV lengths from the attention mask"),
 ]
 
 

@@ -1,5 +1,6 @@
-"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`), lowered
-whole from the module's config and weights (a block family, stepc/torch/families.py).
+"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`, and the
+same forward in `Qwen2Attention`, `MistralAttention`), lowered whole from the module's
+config and weights (a block family, stepc/torch/families.py).
 
 The forward is `module(hidden_states, position_embeddings, attention_mask, cache)`, one new
 token per request:
@@ -14,9 +15,10 @@ token per request:
 
 Ragged lengths: request b's KV length is the number of its P cached positions the mask
 attends to (padding on either side, or holes); the new token's column P must be attended.
-The lengths are the program's external stream `kv_lens`; `values` gathers each request's
-attended rows to the front of its cache slot, where the program reads them, and the mask in
-the program's layout (`MASK`, one row of TILE_N per KV tile) masks the rest. Read the
+A sliding window is honoured through the mask (where transformers encodes it for eager and
+SDPA). The lengths are the program's external stream `kv_lens`; `values` gathers each
+request's attended rows to the front of its cache slot, where the program reads them, and
+the mask in the program's layout (`MASK`, one row of TILE_N per KV tile) masks the rest. Read the
 values and traces before calling the module: its forward appends to the cache.
 
 The emitted program runs the paper's decode-attention schedules (programs/attention_*.step:
@@ -61,14 +63,15 @@ class HFDecodeShapes:
         self.scaling = float(module.scaling)
         self.norm_eps = (float(module.q_norm.variance_epsilon)
                          if hasattr(module, "q_norm") else None)
-        self.bias = module.q_proj.bias is not None
+        self.bias = module.q_proj.bias is not None    # on q, k and v
+        self.bias_o = module.o_proj.bias is not None  # on o, independently (Qwen2 has none)
+        if any((getattr(module, f"{p}_proj").bias is not None) != self.bias for p in "kv"):
+            raise _refuse(module, "q, k and v projections with and without biases are not "
+                                  "lowered (all three or none)")
         impl = getattr(cfg, "_attn_implementation", None) or "eager"
         if impl not in _IMPLEMENTATIONS:
             raise _refuse(module, f"attention implementation `{impl}` is not lowered (choose "
                                   f"{' or '.join(_IMPLEMENTATIONS)})")
-        if getattr(module, "sliding_window", None) is not None:
-            raise _refuse(module, f"a sliding window of {module.sliding_window} tokens "
-                                  "(layer type sliding_attention) is not lowered")
         if len(example) < 2:
             raise _refuse(module, "expected the forward arguments hidden_states, "
                                   "position_embeddings, attention_mask, cache")

@@ -69,7 +69,7 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
         shape = "[HID, H * HEAD_DIM]" if heads is None else f"[{heads} * HEAD_DIM, HID]"
         weights[f"W{proj.upper()}"] = key
         decls.append((f"W{proj.upper()}", f"{dt}{shape} weight", key))
-        if s.bias:
+        if s.bias_o if heads is None else s.bias:
             bshape = "[1, HID]" if heads is None else f"[1, {heads} * HEAD_DIM]"
             weights[f"B{proj.upper()}"] = f"{proj}_proj.bias"
             decls.append((f"B{proj.upper()}", f"{dt}{bshape} weight", f"{proj}_proj.bias"))
@@ -109,11 +109,11 @@ def program_body(s: HFDecodeShapes, tiling: str) -> str:
     norm_k = "rms_norm(head_proj(x, WK, $bk KV), KN, KV, x)" if s.norm_eps is not None \
         else "head_proj(x, WK, $bk KV)"
     region = _REGION.replace("$norm_q", norm_q).replace("$norm_k", norm_k)
-    region = region.replace("$bias_o", _BIAS_O if s.bias else "")
+    region = region.replace("$bias_o", _BIAS_O if s.bias_o else "")
     subst = {"dt": s.dtype, "K": "K_CACHE", "V": "V_CACHE", "mean": mean, "std": max(1, mean // 2),
              "eps": repr(s.norm_eps) if s.norm_eps is not None else "",
              "bq": "BQ," if s.bias else "", "bk": "BK," if s.bias else "",
-             "bv": "BV," if s.bias else "", "out": "out" if s.bias else "acc"}
+             "bv": "BV," if s.bias else "", "out": "out" if s.bias_o else "acc"}
     proj = _HEAD_PROJ_BIAS if s.bias else _HEAD_PROJ
     lib = KV_LIB + proj + (_RMS_NORM if s.norm_eps is not None else "") + _ROPE + region
     return Template(lib + _BODY[tiling]).substitute(subst)
