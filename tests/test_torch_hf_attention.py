@@ -98,14 +98,20 @@ def compiled(text: str):
 
 
 def run_both(m, args, tiling, **sched):
-    """The simulated output O and the module's output [B, hidden], and the program."""
+    """The simulated output O and the module's output [B, hidden], and the program; the
+    new cache entries the program writes equal those the module appends."""
     prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling],
                                          **sched})
     values, traces = prog.values(*args), prog.traces(*args)  # before the forward appends
     run = simulate(compiled(prog.text).typed, load_config(None, ()), traces, values=values)
     assert run.deadlock is None
+    cache = copy.deepcopy(args[3])
     with torch.no_grad():
-        out, _ = m(*copy.deepcopy(args))
+        out, _ = m(*args[:3], cache)
+    for name, new in (("K_NEW", cache.layers[0].keys), ("V_NEW", cache.layers[0].values)):
+        want = new[:, :, -1].float().numpy().reshape(-1, new.shape[-1])  # appended at P
+        np.testing.assert_allclose(run.outputs[name], want, rtol=1e-5,
+                                   atol=2e-2 if new.dtype == torch.bfloat16 else 1e-5)
     return run.outputs["O"], out[:, 0].float().numpy(), prog
 
 

@@ -89,7 +89,9 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
         decls += [("ONE", "u64[1] input = ones", "the constant 1")]
     if tiling == "dynamic":
         decls += [("INIT", "u64[1, R] input = arange", "round-robin start 0 .. R-1")]
-    decls += [("O", f"{dt}[B, HID] output", "the attention output [B, 1, HID]")]
+    decls += [("O", f"{dt}[B, HID] output", "the attention output [B, 1, HID]"),
+              ("K_NEW", f"{dt}[B * KV, HEAD_DIM] output", "the cache's new keys [B, KV, 1, D]"),
+              ("V_NEW", f"{dt}[B * KV, HEAD_DIM] output", "and values")]
     width = max(len(d) for _, d, _ in decls)
     for name, decl, doc in decls:
         w.tensor(name, decl.ljust(width), doc)
@@ -97,7 +99,7 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     w.taken |= {"kv_lens", "free", "sig", "ids"}
     sources = {"X": "hidden_states", "COS": "position_embeddings", "SIN": "position_embeddings",
                "K_CACHE": "cache", "V_CACHE": "cache", "MASK": "attention_mask",
-               "O": "output", **weights}
+               "O": "output", "K_NEW": "cache", "V_NEW": "cache", **weights}
     names = {"K_CACHE": "K_CACHE", "V_CACHE": "V_CACHE", "MASK": "MASK", "weights": weights}
     return names, sources
 
@@ -203,6 +205,8 @@ graph hf_region(x, cs, sn, bidx, lens) {
     k    = kv_append(Flatten(kraw, min=1, max=2), fslot, fnt, off, kn, $K)   # [m, L]
     vraw = kv_load(fslot, fnt, $V)
     v    = kv_append(vraw, fslot, fnt, off, vn, $V)
+    Sink(RandomOffChipStore(fslot, kn, K_NEW))                         # the cache update, as
+    Sink(RandomOffChipStore(fslot, vn, V_NEW))                         # the module returns it
     assume shape(v) == shape(k)
     maddr = FlatMap(Zip(fslot, fnt, depth=16), fn=cache_read_addr(row_offset=RO))
     mask  = RandomOffChipLoad(maddr, MASK, tile=[1, TILE_N])          # [m, L] of [1, TILE_N]
