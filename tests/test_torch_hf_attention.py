@@ -182,6 +182,25 @@ def test_schedule_knobs_move_the_result():
     assert measure(R=2, TILE_N=8, BW=64)[0] > base[0]   # less compute: more cycles
 
 
+@pytest.mark.parametrize("tiling", list(SCHEDULES))
+def test_off_chip_bytes_equal_the_closed_form(tiling):
+    """Per request: its hidden row, cos, sin, every projection weight (re-read per request),
+    the norm scales and ROT per head, SCALE per query head, its output row; per KV head its
+    ceil((len + 1) / TILE_N) K, V and MASK tiles, the K and V last tiles written back, and
+    the new K and V rows."""
+    m = build("qwen3")
+    args = decode_inputs(m, LENS)
+    prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling]})
+    run = simulate(compiled(prog.text).typed, load_config(None, ()), prog.traces(*args),
+                   functional=False)
+    hid, h, kv, d, tn = 64, 4, 2, 16, 8
+    per_request = (hid + 2 * d + h * d * hid + 2 * kv * d * hid + hid * h * d + h * d + kv * d
+                   + (h + kv) * d * d + h + hid)
+    per_kv = sum(2 * ntiles * tn * d + 2 * tn * d + ntiles * tn + 2 * d
+                 for ntiles in (-(-(n + 1) // tn) for n in LENS))
+    assert run.useful_bytes == 4 * (len(LENS) * per_request + kv * per_kv)
+
+
 def test_refusals_name_the_feature_and_the_forward():
     m = build("qwen3")
     args = decode_inputs(m, LENS)
