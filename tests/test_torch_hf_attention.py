@@ -24,6 +24,7 @@ from transformers.models.mistral.modeling_mistral import MistralAttention
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
+from stepc.analyze import analyze
 from stepc.cli import main
 from stepc.frontend import compile_source
 from stepc.hw import load_config
@@ -182,23 +183,43 @@ def test_schedule_knobs_move_the_result():
     assert measure(R=2, TILE_N=8, BW=64)[0] > base[0]   # less compute: more cycles
 
 
+@pytest.mark.parametrize("on_chip", [0, 1])
 @pytest.mark.parametrize("tiling", list(SCHEDULES))
-def test_off_chip_bytes_equal_the_closed_form(tiling):
-    """Per request: its hidden row, cos, sin, every projection weight (re-read per request),
-    the norm scales and ROT per head, SCALE per query head, its output row; per KV head its
+def test_off_chip_bytes_equal_the_closed_form(tiling, on_chip):
+    """Per request: its hidden row, cos, sin, its output row and (WEIGHTS_ON_CHIP=0) every
+    projection weight, the norm scales and ROT per head and SCALE per query head; with
+    WEIGHTS_ON_CHIP=1 those constants once per region instead. Per KV head: its
     ceil((len + 1) / TILE_N) K, V and MASK tiles, the K and V last tiles written back, and
     the new K and V rows."""
     m = build("qwen3")
     args = decode_inputs(m, LENS)
-    prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling]})
-    run = simulate(compiled(prog.text).typed, load_config(None, ()), prog.traces(*args),
-                   functional=False)
-    hid, h, kv, d, tn = 64, 4, 2, 16, 8
-    per_request = (hid + 2 * d + h * d * hid + 2 * kv * d * hid + hid * h * d + h * d + kv * d
-                   + (h + kv) * d * d + h + hid)
+    prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling],
+                                         "WEIGHTS_ON_CHIP": on_chip})
+    typed = compiled(prog.text).typed
+    run = simulate(typed, load_config(None, ()), prog.traces(*args), functional=False)
+    hid, h, kv, d, tn, regions = 64, 4, 2, 16, 8, 2
+    consts = (h * d * hid + 2 * kv * d * hid + hid * h * d + h * d + kv * d + (h + kv) * d * d
+              + h)
+    per_request = hid + 2 * d + hid + (0 if on_chip else consts)
     per_kv = sum(2 * ntiles * tn * d + 2 * tn * d + ntiles * tn + 2 * d
                  for ntiles in (-(-(n + 1) // tn) for n in LENS))
-    assert run.useful_bytes == 4 * (len(LENS) * per_request + kv * per_kv)
+    assert run.useful_bytes == 4 * (len(LENS) * per_request + kv * per_kv
+                                    + (regions * consts if on_chip else 0))
+
+
+def test_weights_on_chip_trade_traffic_for_memory_and_compute_the_same():
+    m = build("llama-bias")
+    args = decode_inputs(m, LENS)
+    got, ref, _ = run_both(m, args, "dynamic", WEIGHTS_ON_CHIP=1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    on_chip = []
+    for flag in (0, 1):
+        prog = from_torch(m, args, schedule={"TILE_N": 8, "R": 2, "WEIGHTS_ON_CHIP": flag})
+        total = analyze(compiled(prog.text).typed).totals["on_chip_bytes"]
+        on_chip.append(total.subs({s: 3 for s in total.free_symbols}))
+    assert on_chip[1] > on_chip[0] + 2 * 4 * 4 * 64 * 64  # at least WQ and WO, per region
+    with pytest.raises(LoweringError, match="WEIGHTS_ON_CHIP is 0"):
+        from_torch(m, args, schedule={"WEIGHTS_ON_CHIP": 2})
 
 
 def test_refusals_name_the_feature_and_the_forward():

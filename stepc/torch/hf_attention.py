@@ -249,16 +249,20 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
-    """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling`."""
+    """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling` (params R,
+    TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
     from stepc.torch import TorchProgram
     s = HFDecodeShapes(module, tuple(example_inputs))
-    params = dict(ATTENTION_DEFAULTS[tiling])
+    params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
     unknown = sorted(set(sched) - set(params))
     if unknown:
         raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
                             f"tiling of decode attention (it takes {', '.join(params)})")
     params.update(sched)
     b, r, tn = s.batch, params["R"], params["TILE_N"]
+    if params["WEIGHTS_ON_CHIP"] not in (0, 1):
+        raise LoweringError("WEIGHTS_ON_CHIP is 0 (the weights re-read for every request) or 1 "
+                            "(each region reads them once and keeps them on chip)")
     if r < 1 or tn < 1:
         raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
     maxn = -(-(s.past + 1) // tn) * tn
@@ -273,7 +277,7 @@ def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
     params["MAXN"] = maxn
     w = StepWriter()
     names, tensors = declare(w, module, s, tiling, params)
-    body = program_body(s, tiling)
+    body = program_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
     for line in body.strip("\n").split("\n"):
         code, _, comment = line.partition(" #")
         w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from string import Template
 from typing import TYPE_CHECKING
 
@@ -32,14 +33,15 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     source)."""
     title = (f"{site(module)}, layer {module.layer_idx}, lowered by `stepc from-torch` "
              f"({tiling} tiling).")
+    norms = "the q/k RMS norms, " if s.norm_eps is not None else ""
     w.header += [title, ""] + _HEADER[tiling] + [""] + [
         "One decode step of B requests, one new token each. Per request, in its region: the",
-        "q/k/v projections head by head (the weights re-read per request)"
-        + (", the q/k RMS norms" if s.norm_eps is not None else "") + ", RoPE",
-        "(x cos + rotate_half(x) sin, rotate_half = x ROT) and the softmax scale on q; then per",
-        "KV head (a slot of MAXN rows of the caches) the new key/value row appended to its last",
-        "KV tile and written back, softmax(q k^T + MASK) with the row max subtracted over the",
-        "request's ceil((len + 1) / TILE_N) KV tiles, times V; the o projection sums the heads.",
+        f"q/k/v projections head by head, {norms}RoPE (x cos + rotate_half(x) sin,",
+        "rotate_half = x ROT) and the softmax scale on q; then per KV head (a slot of MAXN rows",
+        "of the caches) the new key/value row appended to its last KV tile and written back,",
+        "softmax(q k^T + MASK) with the row max subtracted over the request's",
+        "ceil((len + 1) / TILE_N) KV tiles, times V; the o projection sums the heads.",
+        _WEIGHTS[params["WEIGHTS_ON_CHIP"]],
         "kv_lens: --trace kv_lens=PATH (int [B], each < MAXN, the attended cached positions of",
         "each request); MASK masks the rows of the last tile past the new row.",
     ]
@@ -104,7 +106,9 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     return names, sources
 
 
-def program_body(s: HFDecodeShapes, tiling: str) -> str:
+def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool) -> str:
+    """The graphs and statements; `weights_on_chip`: each region reads the weights (and the
+    other constants) once and keeps them on chip, instead of once per request."""
     mean = min(1024, max(1, s.past // 2))
     norm_q = "rms_norm(head_proj(x, WQ, $bq H), QN, H, x)" if s.norm_eps is not None \
         else "head_proj(x, WQ, $bq H)"
@@ -117,9 +121,22 @@ def program_body(s: HFDecodeShapes, tiling: str) -> str:
              "bq": "BQ," if s.bias else "", "bk": "BK," if s.bias else "",
              "bv": "BV," if s.bias else "", "out": "out" if s.bias_o else "acc"}
     proj = _HEAD_PROJ_BIAS if s.bias else _HEAD_PROJ
-    lib = KV_LIB + proj + (_RMS_NORM if s.norm_eps is not None else "") + _ROPE + region
-    return Template(lib + _BODY[tiling]).substitute(subst)
+    lib = proj + (_RMS_NORM if s.norm_eps is not None else "") + _ROPE + region
+    if weights_on_chip:
+        lib = _PER_REQUEST.sub(_ON_CHIP, lib)
+    return Template(KV_LIB + lib + _BODY[tiling]).substitute(subst)
 
+
+# A constant tensor's tiles read once per request (`ref=x`); on chip: read once, buffered,
+# and streamed from the buffer once per request.
+_PER_REQUEST = re.compile(r"LinearOffChipLoad\((\w+), ref=x, tile=(\[[^\]]*\]), "
+                          r"shape=\[(\w+)\], stride=\[(\d)\]\)")
+_ON_CHIP = (r"Flatten(Streamify(Bufferize(LinearOffChipLoad(\1, tile=\2, shape=[1, \3], "
+            r"stride=[0, \4]), rank=1), ref=Promote(x)), min=1, max=2)")
+
+
+_WEIGHTS = ("The weights are re-read from HBM for every request (WEIGHTS_ON_CHIP=0).",
+            "Each region reads the weights once and keeps them on chip (WEIGHTS_ON_CHIP=1).")
 
 _HEADER = {
     "interleaved": ["STATIC INTERLEAVED parallelisation: request i runs on region i mod R (as",
@@ -170,7 +187,7 @@ graph rope(h, cs, sn, NH, x) {
 }
 """
 
-_BIAS_O = """    bo   = LinearOffChipLoad(BO, ref=x, tile=[1, HID], stride=[0], shape=[1])
+_BIAS_O = """    bo   = LinearOffChipLoad(BO, ref=x, tile=[1, HID], shape=[1], stride=[0])
     out  = Map(acc, Flatten(bo, min=0, max=1), fn=add, compute_bw=BW)
 """
 
