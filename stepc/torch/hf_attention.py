@@ -130,8 +130,9 @@ def _layer_kv(cache, module) -> tuple[torch.Tensor, torch.Tensor]:
 class HFAttentionIO:
     """The forward arguments' program values, `kv_lens` trace and seeded examples."""
 
-    def __init__(self, shapes: HFDecodeShapes, tiling: str, params: dict, names: dict):
-        self.s, self.tiling, self.params, self.names = shapes, tiling, params, names
+    def __init__(self, shapes: HFDecodeShapes, tiling: str, params: dict, weights: dict):
+        self.s, self.tiling, self.params = shapes, tiling, params
+        self.weights = weights  # program tensor -> state-dict key
 
     def kv_lens(self, module, args: tuple) -> np.ndarray:
         """Each request's attended cached positions (the mask's first P columns)."""
@@ -156,7 +157,7 @@ class HFAttentionIO:
         return {"kv_lens": self.kv_lens(module, args)}
 
     def values(self, module, args: tuple) -> dict[str, np.ndarray]:
-        s, p, n = self.s, self.params, self.names
+        s, p = self.s, self.params
         if tuple(args[0].shape) != (s.batch, 1, s.hidden):
             raise _refuse(module, f"hidden_states is {list(args[0].shape)}; the program was "
                                   f"lowered for [{s.batch}, 1, {s.hidden}]")
@@ -178,13 +179,13 @@ class HFAttentionIO:
         cos, sin = (_np(t).reshape(s.batch, s.head_dim)
                     for t in HFDecodeShapes.rope_args(args[1], module))
         state = {k: _np(v) for k, v in module.state_dict().items()}
-        out = {n["K_CACHE"]: kc.reshape(-1, s.head_dim), n["V_CACHE"]: vc.reshape(-1, s.head_dim),
-               n["MASK"]: mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+        out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
         for name, a in rows.items():
             out[name] = self._regions(a) if self.tiling == "coarse" else a
-        for name, key in n["weights"].items():
+        for name, key in self.weights.items():
             w = state[key]
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
@@ -276,11 +277,11 @@ def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
         params["BPR"] = -(-(b // nb) // r)
     params["MAXN"] = maxn
     w = StepWriter()
-    names, tensors = declare(w, module, s, tiling, params)
+    weights, tensors = declare(w, module, s, tiling, params)
     body = program_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
     for line in body.strip("\n").split("\n"):
         code, _, comment = line.partition(" #")
         w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
             comment.strip().lstrip("# ") if comment else "")
-    io = HFAttentionIO(s, tiling, params, names)
+    io = HFAttentionIO(s, tiling, params, weights)
     return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **params}, io=io)

@@ -29,8 +29,8 @@ def site(module) -> str:
 
 
 def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict):
-    """Header, params and tensors. Returns (role names for the values, program tensor ->
-    source)."""
+    """Header, params and tensors. Returns (weight tensor -> state-dict key, program tensor
+    -> source)."""
     title = (f"{site(module)}, layer {module.layer_idx}, lowered by `stepc from-torch` "
              f"({tiling} tiling).")
     norms = "the q/k RMS norms, " if s.norm_eps is not None else ""
@@ -102,8 +102,7 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     sources = {"X": "hidden_states", "COS": "position_embeddings", "SIN": "position_embeddings",
                "K_CACHE": "cache", "V_CACHE": "cache", "MASK": "attention_mask",
                "O": "output", "K_NEW": "cache", "V_NEW": "cache", **weights}
-    names = {"K_CACHE": "K_CACHE", "V_CACHE": "V_CACHE", "MASK": "MASK", "weights": weights}
-    return names, sources
+    return weights, sources
 
 
 def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool) -> str:
