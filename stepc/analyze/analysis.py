@@ -396,7 +396,7 @@ def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
                       bindings: dict) -> None:
     """The ragged dims that traced integer streams (KV lengths) decide: their values are
     followed through integer Maps (the library's `ints` definitions), Zip, Broadcast,
-    Reshape, Flatten and Parallelize to each FlatMap that expands a length into a stream
+    Reshape, Flatten, Repeat and Parallelize to each FlatMap that expands a length into a stream
     (cache_read_addr, filter_last_tile), whose ragged dim is bound to the mean length (so
     the stream's element count, a sum over its elements, stays exact)."""
     import numpy as np
@@ -433,6 +433,8 @@ def _bind_int_streams(typed: TypedProgram, traced: dict[str, np.ndarray],
                 arr, lo, hi = ins[0], a["min"], a["max"]
                 n = arr.ndim
                 vals[(name, 0)] = arr.reshape(arr.shape[:n - 1 - hi] + (-1,) + arr.shape[n - lo:])
+            elif node.op == "Repeat" and isinstance(ins[0], np.ndarray):
+                vals[(name, 0)] = np.repeat(ins[0][..., None], a["count"], axis=-1)
             elif node.op == "Parallelize" and isinstance(ins[0], np.ndarray):
                 arr = ins[0]
                 p = arr.ndim - 1 if a.get("rank") is None else a["rank"]

@@ -36,10 +36,13 @@ class TorchProgram:
     routing: RoutingProbe | None = field(default=None, repr=False)
     layout: AttentionLayout | None = field(default=None, repr=False)
     arg_roles: dict[str, str] = field(default_factory=dict)  # decode attention: role -> argument
+    io: object | None = field(default=None, repr=False)  # a family's values/traces/seeded_inputs
 
     def values(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
         """The program's tensor values (float32) for these forward arguments: the module's
         weights, the inputs, and for a MoE block the routing weights its router computes."""
+        if self.io is not None:
+            return self.io.values(self.module, inputs)
         state = self.module.state_dict()
         args = dict(zip(self._arg_names(), inputs))
         if self.layout is not None:
@@ -58,6 +61,8 @@ class TorchProgram:
     def traces(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
         """External streams for these inputs (a MoE block's `routing`: top-k expert ids;
         decode attention's `kv_lens`)."""
+        if self.io is not None:
+            return self.io.traces(self.module, inputs)
         if self.layout is not None:
             args = dict(zip(self._arg_names(), inputs))
             return {"kv_lens": args[self.arg_roles["kv_lens"]].numpy().astype(np.int64)}
@@ -75,6 +80,8 @@ class TorchProgram:
         """Real (CPU) forward arguments shaped like `example`: seeded normal floats; decode
         attention's KV lengths seeded multiples of TILE_N less one, below MAXN (for which its
         program's math is exact)."""
+        if self.io is not None:
+            return self.io.seeded_inputs(self.module, example, seed)
         g = torch.Generator().manual_seed(seed)
         out = []
         for name, t in zip(self._arg_names(), example):

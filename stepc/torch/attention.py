@@ -25,7 +25,7 @@ from stepc.torch.emit import StepWriter
 
 ATTENTION_TILINGS = ("interleaved", "coarse", "dynamic")
 # defaults: the paper's evaluation settings (experiments.md 6)
-_DEFAULTS = {"interleaved": {"R": 4, "TILE_N": 32, "BW": 2048},
+ATTENTION_DEFAULTS = {"interleaved": {"R": 4, "TILE_N": 32, "BW": 2048},
              "coarse": {"R": 4, "NB": 16, "TILE_N": 32, "BW": 2048},
              "dynamic": {"R": 4, "TILE_N": 32, "BW": 2048}}
 _ALLOWED = {"input", "output", "arange", "unsqueeze", "view", "reshape", "expand", "eq", "le",
@@ -171,7 +171,7 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     """Emit the decode-attention block under `tiling`. Returns the tensors' sources, the
     layout of their values, and role -> forward argument name."""
     m = _recognise(nodes)
-    params = dict(_DEFAULTS[tiling])
+    params = dict(ATTENTION_DEFAULTS[tiling])
     unknown = sorted(set(sched) - set(params))
     if unknown:
         raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
@@ -274,8 +274,9 @@ _TENSORS = {
                ("O", "$dt[B * QPK, HEAD_DIM]", "output")],
 }
 
-# programs/lib/attention.step: the KV-cache read, the append of the new row, one region
-_LIB = """
+# programs/lib/attention.step: the KV-cache read and the append of the new row (also used by
+# stepc.torch.hf_attention), then one region
+KV_LIB = """
 stream kv_lens : Strm<Tile<u64, [1, 1]>, 0>[B] = external("kv_lens", mean=$mean, std=$std)
 
 # The raw KV tiles of each request ([n, L] of [TILE_N, HEAD_DIM], L = its ntiles).
@@ -285,8 +286,8 @@ graph kv_load(idx, ntiles, C) {
 }
 
 # Append each request's new row to its last KV tile, write that tile back to the cache, and
-# return the request's tiles [n, L] with the updated last tile in place. Rows of the last
-# tile past the appended row are not masked.
+# return the request's tiles [n, L] with the updated last tile in place (the rows past the
+# appended row keep what the cache holds).
 graph kv_append(raw, idx, ntiles, off, new, C) {
     last = FlatMap(ntiles, fn=filter_last_tile, depth=16)        # [n, L]: {1} .. {1} {0}
     assume shape(last) == shape(raw)
@@ -302,7 +303,8 @@ graph kv_append(raw, idx, ntiles, off, new, C) {
     assume dim(full, 0) == 1
     return Flatten(full, min=0, max=1)  # [n, L]
 }
-
+"""
+_LIB = KV_LIB + """
 # One region: q [n, 1] of [QPK, HEAD_DIM]; knew, vnew [n] of [1, HEAD_DIM]; idx, ntiles,
 # off [n]; kraw its K-cache load. Stores each request's output at tile idx of O.
 graph attention_region(q, knew, vnew, idx, ntiles, off, kraw) {
@@ -334,6 +336,25 @@ _LOADS = """idx     = MetadataGen(IDX)
 q  = LinearOffChipLoad($Q, tile=[QPK, HEAD_DIM])                # [B, 1] of [QPK, HEAD_DIM]
 kn = LinearOffChipLoad($KN, tile=[1, HEAD_DIM], shape=[B])      # [B] of [1, HEAD_DIM]
 vn = LinearOffChipLoad($VN, tile=[1, HEAD_DIM], shape=[B])
+"""
+
+# the coarse tiling's request ids of region r (also used by stepc.torch.hf_attention)
+REGION_IDS = """
+# Region r's global request ids, [n * NB]: the ids of its n blocks, one MetadataGen each.
+graph region_ids(r, n) {
+    ids[0] = MetadataGen(IDX[0][r])                                     # [NB]
+    for k in 1..n {
+        cnt = Map(MetadataGen(ONE), fn=ceildiv_int(by=1, plus=k))       # the constant k + 1
+        sel = Flatten(FlatMap(cnt, fn=filter_last_tile), min=0, max=1)  # {1} x k, {0}
+        assume shape(sel) == [k + 1]
+        prev = Reshape(ids[k - 1], chunk=NB)                            # [k, NB]: blocks 0 .. k-1
+        blk  = Promote(MetadataGen(IDX[k][r]))                          # [1, NB]: block k
+        cat  = Reassemble([blk, prev], sel, rank=1)                     # [k + 1, c, NB]
+        assume dim(cat, 1) == 1                                         # one chunk per selector
+        ids[k] = Flatten(cat, min=0, max=2)                             # [(k + 1) * NB]
+    }
+    return ids[n - 1]
+}
 """
 
 _BODY = {
@@ -386,23 +407,7 @@ init   = SelectGen(INIT, n=R, onehot=true)                     # [1, R]: {0} {1}
 sel, _ = EagerMerge([init, kp[1]], rank=1)                     # [B / R, R]
 free   = Flatten(sel, min=0, max=1)                            # [B]
 """,
-    "coarse": """
-# Region r's global request ids, [n * NB]: the ids of its n blocks, one MetadataGen each.
-graph region_ids(r, n) {
-    ids[0] = MetadataGen(IDX[0][r])                                     # [NB]
-    for k in 1..n {
-        cnt = Map(MetadataGen(ONE), fn=ceildiv_int(by=1, plus=k))       # the constant k + 1
-        sel = Flatten(FlatMap(cnt, fn=filter_last_tile), min=0, max=1)  # {1} x k, {0}
-        assume shape(sel) == [k + 1]
-        prev = Reshape(ids[k - 1], chunk=NB)                            # [k, NB]: blocks 0 .. k-1
-        blk  = Promote(MetadataGen(IDX[k][r]))                          # [1, NB]: block k
-        cat  = Reassemble([blk, prev], sel, rank=1)                     # [k + 1, c, NB]
-        assume dim(cat, 1) == 1                                         # one chunk per selector
-        ids[k] = Flatten(cat, min=0, max=2)                             # [(k + 1) * NB]
-    }
-    return ids[n - 1]
-}
-
+    "coarse": REGION_IDS + """
 blocks = Parallelize(Reshape(kv_lens, chunk=NB), consumers=R, rank=1)  # blocks[r]: [n_r, NB]
 
 for r in 0..R {

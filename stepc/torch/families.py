@@ -32,7 +32,13 @@ class Family:
         return getattr(importlib.import_module(mod), fn)
 
 
-FAMILIES: list[Family] = []
+FAMILIES: list[Family] = [
+    Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
+                                   "MistralAttention"), "attention",
+           ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
+           "transformers decode attention (one new token per request, a DynamicCache, GQA, "
+           "RoPE, q/k norms, biases, eager or SDPA); KV lengths from the attention mask"),
+]
 
 # Hugging Face transformers' sparse MoE blocks (stepc/torch/hf_moe.py): router ahead of the
 # program, fused SwiGLU experts, optional shared expert

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from stepc.torch import families
-from stepc.torch.attention import _DEFAULTS as ATTENTION_DEFAULTS
+from stepc.torch.attention import ATTENTION_DEFAULTS
 from stepc.torch.canon import LAYOUT_KINDS
 from stepc.torch.dense import DENSE_PARAMS, LINEAR_KINDS
 from stepc.torch.moe import _DEFAULTS as MOE_DEFAULTS

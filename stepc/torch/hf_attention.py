@@ -1,0 +1,287 @@
+"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`, and the
+same forward in `Qwen2Attention`, `MistralAttention`), lowered whole from the module's
+config and weights (a block family, stepc/torch/families.py).
+
+The forward is `module(hidden_states, position_embeddings, attention_mask, cache)`, one new
+token per request:
+
+- `hidden_states` `[B, 1, hidden]`;
+- `position_embeddings` `(cos, sin)`, each `[B, 1, head_dim]` (from the model's rotary
+  embedding at each request's position; any rope type whose cos/sin cover the whole head);
+- `attention_mask` `[B, 1, 1, P + 1]`, bool (True attends) or additive (0 attends, -inf or
+  the dtype's minimum masks), as transformers builds it; None attends to every position;
+- `cache` a `DynamicCache` whose layer `layer_idx` holds the requests' past keys and values
+  padded to a common length P: `[B, KV, P, head_dim]`.
+
+Ragged lengths: request b's KV length is the number of its P cached positions the mask
+attends to (padding on either side, or holes); the new token's column P must be attended.
+A sliding window is honoured through the mask (where transformers encodes it for eager and
+SDPA). The lengths are the program's external stream `kv_lens`; `values` gathers each
+request's attended rows to the front of its cache slot, where the program reads them, and
+the mask in the program's layout (`MASK`, one row of TILE_N per KV tile) masks the rest. Read the
+values and traces before calling the module: its forward appends to the cache.
+
+The emitted program runs the paper's decode-attention schedules (programs/attention_*.step:
+static interleaved, static coarse-grained blocks, dynamic dispatch over R regions). Each
+region, per request: the q/k/v projections head by head (re-reading the weights per
+request), Qwen3's q/k RMS norms, RoPE (`rotate_half` as a product with a signed permutation
+`ROT`), the 1/sqrt(head_dim) scale, then per KV head the append of the new key/value row
+to the request's last KV tile (written back to the cache) and the softmax with the row
+maximum subtracted over the request's KV tiles (the scores of one request are buffered on
+chip between the max and the exponentials), and the o projection summed over the heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from stepc.torch.attention import ATTENTION_DEFAULTS
+from stepc.torch.capture import LoweringError
+from stepc.torch.emit import StepWriter
+from stepc.torch.hf_attention_program import declare, program_body, site
+
+_IMPLEMENTATIONS = ("eager", "sdpa")
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def _refuse(module, what: str) -> LoweringError:
+    return LoweringError(f"{what}, in the top-level module {site(module)}; stepc lowers "
+                         "decode attention: one new token per request over a DynamicCache")
+
+
+class HFDecodeShapes:
+    """The sizes of one lowering, read from the module and its example inputs."""
+
+    def __init__(self, module, example: tuple):
+        cfg = module.config
+        self.hidden = cfg.hidden_size
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = module.head_dim
+        self.qpk = self.heads // self.kv_heads
+        self.scaling = float(module.scaling)
+        self.norm_eps = (float(module.q_norm.variance_epsilon)
+                         if hasattr(module, "q_norm") else None)
+        self.bias = module.q_proj.bias is not None    # on q, k and v
+        self.bias_o = module.o_proj.bias is not None  # on o, independently (Qwen2 has none)
+        if any((getattr(module, f"{p}_proj").bias is not None) != self.bias for p in "kv"):
+            raise _refuse(module, "q, k and v projections with and without biases are not "
+                                  "lowered (all three or none)")
+        impl = getattr(cfg, "_attn_implementation", None) or "eager"
+        if impl not in _IMPLEMENTATIONS:
+            raise _refuse(module, f"attention implementation `{impl}` is not lowered (choose "
+                                  f"{' or '.join(_IMPLEMENTATIONS)})")
+        if len(example) < 2:
+            raise _refuse(module, "expected the forward arguments hidden_states, "
+                                  "position_embeddings, attention_mask, cache")
+        hs = example[0]
+        if not isinstance(hs, torch.Tensor) or hs.dim() != 3 or hs.shape[-1] != self.hidden:
+            raise _refuse(module, f"hidden_states must be [B, 1, {self.hidden}], found "
+                                  f"{list(getattr(hs, 'shape', []))}")
+        if hs.shape[1] != 1:
+            raise _refuse(module, f"prefill (hidden_states {list(hs.shape)}: {hs.shape[1]} new "
+                                  "tokens per request) is not lowered")
+        if hs.dtype not in _DTYPES:
+            raise _refuse(module, f"dtype {hs.dtype} is not lowered (f32 or bf16)")
+        self.dtype = _DTYPES[hs.dtype]
+        self.batch = hs.shape[0]
+        cos, sin = self.rope_args(example[1], module)
+        if cos.shape[-1] != self.head_dim:
+            raise _refuse(module, f"rotary embeddings cover {cos.shape[-1]} of the "
+                                  f"{self.head_dim} dims of a head (partial rotary) and are not "
+                                  "lowered")
+        if any(tuple(t.shape) != (self.batch, 1, self.head_dim) for t in (cos, sin)):
+            raise _refuse(module, f"position_embeddings (cos, sin) are {list(cos.shape)} and "
+                                  f"{list(sin.shape)}, expected [{self.batch}, 1, "
+                                  f"{self.head_dim}] each")
+        self.past = self.past_length(example, module)
+
+    @staticmethod
+    def rope_args(pe, module) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin), given as a pair or stacked in one tensor `[2, B, 1, head_dim]`."""
+        if isinstance(pe, torch.Tensor) and pe.dim() >= 1 and pe.shape[0] == 2:
+            return pe[0], pe[1]
+        if isinstance(pe, (tuple, list)) and len(pe) == 2:
+            return pe[0], pe[1]
+        raise _refuse(module, "position_embeddings must be (cos, sin), each [B, 1, head_dim]")
+
+    def past_length(self, example: tuple, module) -> int:
+        """P, the cache's padded length: from the cache, else from the mask."""
+        cache = example[3] if len(example) > 3 else None
+        if cache is not None:
+            keys = _layer_kv(cache, module)[0]
+            return int(keys.shape[2])
+        mask = example[2] if len(example) > 2 else None
+        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
+            return int(mask.shape[-1]) - 1
+        raise _refuse(module, "no cache and no 4-D attention_mask: the cache's length is unknown")
+
+
+def _layer_kv(cache, module) -> tuple[torch.Tensor, torch.Tensor]:
+    layers = getattr(cache, "layers", None)
+    idx = module.layer_idx
+    if layers is None or idx >= len(layers) or getattr(layers[idx], "keys", None) is None:
+        raise _refuse(module, f"the cache has no keys for layer_idx {idx} (pass a "
+                              "DynamicCache holding the past keys and values)")
+    return layers[idx].keys, layers[idx].values
+
+
+class HFAttentionIO:
+    """The forward arguments' program values, `kv_lens` trace and seeded examples."""
+
+    def __init__(self, shapes: HFDecodeShapes, tiling: str, params: dict, weights: dict):
+        self.s, self.tiling, self.params = shapes, tiling, params
+        self.weights = weights  # program tensor -> state-dict key
+
+    def kv_lens(self, module, args: tuple) -> np.ndarray:
+        """Each request's attended cached positions (the mask's first P columns)."""
+        attend = self._attended(module, args)
+        return attend.sum(axis=1).astype(np.int64)
+
+    def _attended(self, module, args: tuple) -> np.ndarray:
+        s, mask = self.s, args[2] if len(args) > 2 else None
+        if mask is None:
+            return np.ones((s.batch, s.past), dtype=bool)
+        if tuple(mask.shape) != (s.batch, 1, 1, s.past + 1):
+            raise _refuse(module, f"attention_mask is {list(mask.shape)}, expected "
+                                  f"[{s.batch}, 1, 1, {s.past + 1}] (bool or additive)")
+        m = mask[:, 0, 0].detach().cpu()
+        attend = m.numpy() if m.dtype == torch.bool else (
+            m.float() > torch.finfo(m.dtype).min / 2).numpy()
+        if not attend[:, -1].all():
+            raise _refuse(module, "the attention mask hides a request's new token")
+        return attend[:, :-1]
+
+    def traces(self, module, args: tuple) -> dict[str, np.ndarray]:
+        return {"kv_lens": self.kv_lens(module, args)}
+
+    def values(self, module, args: tuple) -> dict[str, np.ndarray]:
+        s, p = self.s, self.params
+        if tuple(args[0].shape) != (s.batch, 1, s.hidden):
+            raise _refuse(module, f"hidden_states is {list(args[0].shape)}; the program was "
+                                  f"lowered for [{s.batch}, 1, {s.hidden}]")
+        attend = self._attended(module, args)
+        lens = attend.sum(axis=1)
+        keys, vals = (_np(t) for t in _layer_kv(args[3], module))
+        if keys.shape != (s.batch, s.kv_heads, s.past, s.head_dim):
+            raise _refuse(module, f"the cache's keys are {list(keys.shape)}, expected "
+                                  f"[{s.batch}, {s.kv_heads}, {s.past}, {s.head_dim}]")
+        maxn, tn = p["MAXN"], p["TILE_N"]
+        kc = np.zeros((s.batch, s.kv_heads, maxn, s.head_dim), np.float32)
+        vc = np.zeros_like(kc)
+        mask = np.full((s.batch, s.kv_heads, maxn), -np.inf, np.float32)
+        for b in range(s.batch):
+            rows = np.flatnonzero(attend[b])
+            kc[b, :, :len(rows)] = keys[b][:, rows]
+            vc[b, :, :len(rows)] = vals[b][:, rows]
+            mask[b, :, :lens[b] + 1] = 0.0  # the cached rows and the new one
+        cos, sin = (_np(t).reshape(s.batch, s.head_dim)
+                    for t in HFDecodeShapes.rope_args(args[1], module))
+        state = {k: _np(v) for k, v in module.state_dict().items()}
+        out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+               "SCALE": np.full((1, 1), s.scaling, np.float32)}
+        rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
+        for name, a in rows.items():
+            out[name] = self._regions(a) if self.tiling == "coarse" else a
+        for name, key in self.weights.items():
+            w = state[key]
+            out[name] = w.reshape(1, -1) if w.ndim == 1 else w
+        return out
+
+    def seeded_inputs(self, module, example: tuple, seed: int) -> tuple:
+        """hidden_states, (cos, sin) at each request's position, an additive mask of seeded
+        KV lengths up to P (right padding), a DynamicCache of normal floats."""
+        from transformers.cache_utils import DynamicCache
+        s = self.s
+        g = torch.Generator().manual_seed(seed)
+        dt = {"f32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
+        lens = torch.randint(0, s.past + 1, (s.batch,), generator=g)
+        hs = torch.randn(s.batch, 1, s.hidden, generator=g).to(dt)
+        pe = _rotary(module, hs, lens[:, None])
+        valid = torch.arange(s.past + 1)[None] < lens[:, None]
+        valid[:, -1] = True
+        mask = torch.zeros(valid.shape, dtype=dt).masked_fill(~valid, torch.finfo(dt).min)
+        mask = mask[:, None, None, :]  # additive, as transformers builds it for eager and SDPA
+        cache = DynamicCache()
+        shape = (s.batch, s.kv_heads, s.past, s.head_dim)
+        for layer in range(module.layer_idx + 1):
+            cache.update(torch.randn(shape, generator=g).to(dt),
+                         torch.randn(shape, generator=g).to(dt), layer)
+        return hs, pe, mask, cache
+
+    def _regions(self, a: np.ndarray) -> np.ndarray:
+        """[B, C] -> [R, BPR * NB, C]: row k NB + j of slice r is request (k R + r) NB + j."""
+        p = self.params
+        r, nb, bpr = p["R"], p["NB"], p["BPR"]
+        out = np.zeros((r, bpr * nb, a.shape[1]), dtype=a.dtype)
+        for reg in range(r):
+            for k in range(bpr):
+                first = (k * r + reg) * nb
+                if first < a.shape[0]:
+                    out[reg, k * nb:(k + 1) * nb] = a[first:first + nb]
+        return out
+
+
+def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
+    """(cos, sin) at `positions` from the model's own rotary embedding (the `*RotaryEmbedding`
+    class of the modeling file of the module's class or its nearest base, from its config)."""
+    import sys
+    rotary = next(c for cls in type(module).__mro__
+                  for n, c in vars(sys.modules[cls.__module__]).items()
+                  if n.endswith("RotaryEmbedding") and isinstance(c, type))
+    with torch.no_grad():
+        return rotary(module.config)(hs, positions)
+
+
+def rotate_half_matrix(d: int) -> np.ndarray:
+    """The signed permutation R with `x @ R == rotate_half(x) == cat(-x2, x1)`."""
+    r = np.zeros((d, d), np.float32)
+    h = d // 2
+    for i in range(h):
+        r[i + h, i] = -1.0
+        r[i, i + h] = 1.0
+    return r
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy()
+
+
+def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
+    """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling` (params R,
+    TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
+    from stepc.torch import TorchProgram
+    s = HFDecodeShapes(module, tuple(example_inputs))
+    params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
+    unknown = sorted(set(sched) - set(params))
+    if unknown:
+        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
+                            f"tiling of decode attention (it takes {', '.join(params)})")
+    params.update(sched)
+    b, r, tn = s.batch, params["R"], params["TILE_N"]
+    if params["WEIGHTS_ON_CHIP"] not in (0, 1):
+        raise LoweringError("WEIGHTS_ON_CHIP is 0 (the weights re-read for every request) or 1 "
+                            "(each region reads them once and keeps them on chip)")
+    if r < 1 or tn < 1:
+        raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
+    maxn = -(-(s.past + 1) // tn) * tn
+    if tiling == "dynamic" and (b % r or b <= r):
+        raise LoweringError(f"dynamic tiling needs B = {b} a multiple of R = {r} and B > R")
+    if tiling == "coarse":
+        nb = params["NB"]
+        if nb < 1 or b % nb or b // nb < r:
+            raise LoweringError(f"coarse tiling needs B = {b} a multiple of NB = {nb} with at "
+                                f"least R = {r} blocks")
+        params["BPR"] = -(-(b // nb) // r)
+    params["MAXN"] = maxn
+    w = StepWriter()
+    weights, tensors = declare(w, module, s, tiling, params)
+    body = program_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
+    for line in body.strip("\n").split("\n"):
+        code, _, comment = line.partition(" #")
+        w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
+            comment.strip().lstrip("# ") if comment else "")
+    io = HFAttentionIO(s, tiling, params, weights)
+    return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **params}, io=io)
