@@ -118,7 +118,7 @@ def test_plots(tmp_path):
     assert CliRunner().invoke(main, ["plot", str(out), "-o", str(svg)]).exit_code == 0
     ET.fromstring(svg.read_bytes())
     r = CliRunner().invoke(main, ["plot", str(out), "--bar", "cycles", "--relative-to",
-                                  "TB=32", "-o", str(bar)])
+                                  "TB=32", "--relative-to", "TI=128", "-o", str(bar)])
     assert r.exit_code == 0, r.output
     # a plot may replace its own earlier output, never someone else's file
     assert CliRunner().invoke(main, ["plot", str(out), "-o", str(png)]).exit_code == 0
