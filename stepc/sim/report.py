@@ -67,10 +67,8 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
         if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
             line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
                  f"{fabric.onchip_capacity:,}")
-    for o in r.overrides:
-        names = ", ".join(o.nodes[:4]) + (f", ... ({len(o.nodes)} operators)"
-                                          if len(o.nodes) > 4 else "")
-        line(f"  program overrides:  {o.attr}={o.value} over {o.key} = {o.hw_value} on {names}")
+    for i, text in enumerate(_override_lines(r.overrides)):
+        line(f"  {'program overrides:' if i == 0 else '':<20}{text}")
     if r.bindings:
         dims = sorted(r.bindings.items(), key=lambda kv: natural_key(kv[0]))
         shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in dims[:8])
@@ -220,3 +218,20 @@ def deadlock_text(r: SimResult, nodes) -> str:
                  "deeper FIFO on the slow branch (`depth=` on the consumer) or a separate "
                  "source stream")
     return "\n".join(lines) + "\n"
+
+
+def _override_lines(overrides) -> list[str]:
+    """One line per hardware key the program's operators set to another value: the values,
+    each with its operators (named when they are few)."""
+    by_key: dict[str, list] = {}
+    for o in overrides:
+        by_key.setdefault(o.key, []).append(o)
+    out = []
+    for key, group in by_key.items():
+        parts = []
+        for i, o in enumerate(sorted(group, key=lambda o: -len(o.nodes))):
+            on = ", ".join(o.nodes) if len(o.nodes) <= 2 else f"{len(o.nodes)}" + (
+                " operators" if i == 0 else "")
+            parts.append(f"{o.attr + '=' if i == 0 else ''}{o.value} on {on}")
+        out.append(f"{key} = {group[0].hw_value}, set to " + ", ".join(parts))
+    return out

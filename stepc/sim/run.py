@@ -18,6 +18,7 @@ import numpy as np
 import sympy
 
 from stepc.check.checker import TypedProgram
+from stepc.diagnostics import did_you_mean
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
@@ -158,10 +159,15 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
     else:
         raise TraceError(f"`{name}` has type {st}; external streams carry selectors or "
                          "integer tiles")
-    for d, actual in zip(st.shape, shape):
+    for axis, (d, actual) in enumerate(zip(st.shape, shape)):
         if d.is_Symbol:
             dims[d.name] = actual
         elif d.is_Integer and int(d) != actual:
+            if isinstance(st.elem, Select) and arr.ndim == len(st.shape) \
+                    and axis == len(shape) - 1:  # the ids of a row: its experts
+                raise TraceError(f"trace for `{name}` routes each row to {actual} experts "
+                                 f"(top-{actual}) where {st} expects {int(d)} (top-{int(d)}): "
+                                 "a trace of another model? Its top-k must be the program's")
             raise TraceError(f"trace for `{name}` has {actual} where {st} expects {int(d)}")
     return list(zip(values, stops_for_shape(shape))), dims
 
@@ -263,7 +269,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     externals = [n for n in prog.nodes.values() if n.op == "External"]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
-            raise TraceError(f"--trace {name}: the program has no external stream `{name}`")
+            raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
+                             + did_you_mean(name, {n.attrs["name"] for n in externals}))
     for node in externals:
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]
