@@ -109,13 +109,19 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
     if name == "arange":
         return np.arange(math.prod(t.shape)).reshape(t.shape).astype(dtype)
     if name == "file":
+        path = kw["path"]
         try:
-            arr = np.load(kw["path"], allow_pickle=False)
+            arr = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise SimError(f"tensor `{t.name}`: no such file: {path} (a `file` path is "
+                           "relative to the program's folder)", span=src.span,
+                           code="E0002") from None
         except (OSError, ValueError) as e:
-            raise SimError(f"tensor `{t.name}`: cannot load {kw['path']}: {e}") from None
+            raise SimError(f"tensor `{t.name}`: cannot load {path}: {e}", span=src.span,
+                           code="E0002") from None
         if tuple(arr.shape) != tuple(t.shape):
             raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
-                           f"{kw['path']} holds {list(arr.shape)}")
+                           f"{path} holds {list(arr.shape)}", span=src.span, code="E0002")
         return arr.astype(dtype)
     rng = np.random.default_rng(kw.get("seed", 0))
     if t.dtype in ("i32", "u32", "u64"):
@@ -123,6 +129,17 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
     if t.dtype == "bool":
         return rng.integers(0, 2, size=t.shape).astype(dtype)
     return rng.standard_normal(t.shape).astype(dtype)
+
+
+def initial_value(t, values: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """The contents a tensor starts a run with: `values[name]` when given, else its source's."""
+    loaded = (values or {}).get(t.name)
+    if loaded is None:
+        return tensor_values(t, True)
+    if np.size(loaded) != math.prod(t.shape):
+        raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
+                       f"holds {list(np.shape(loaded))}")
+    return np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype])
 
 
 def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: dict,
@@ -260,12 +277,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             if functional:
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
-            loaded = (values or {}).get(t.name)
-            if loaded is not None and np.size(loaded) != math.prod(t.shape):
-                raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
-                               f"holds {list(np.shape(loaded))}")
-            env.tensors[t.name] = (tensor_values(t, functional) if loaded is None else
-                                   np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype]))
+            env.tensors[t.name] = initial_value(t, values)
     externals = [n for n in prog.nodes.values() if n.op == "External"]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
