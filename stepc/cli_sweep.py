@@ -406,9 +406,12 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
                                   collecting):
                 fig = current[0]
                 judged = done.reproduced + done.not_reproduced
+                checks = done.checks_met + done.checks_missed
                 verdict = f"{done.reproduced} of {judged} claims reproduced" + (
                     f" ({done.needs_data} need the paper's data: --data DIR)"
-                    if done.needs_data else "")
+                    if done.needs_data else "") + (
+                    f", {done.checks_met} of {checks} of stepc's own checks met (not "
+                    "reproductions)" if checks else "")
                 points = f"{done.reused} points reused, {done.simulated} simulated" + (
                     f", {done.shared} shared with other figures" if done.shared else "") + (
                     f", {done.failed_points} FAILED" if done.failed_points else "")
