@@ -65,3 +65,13 @@ def test_the_cycles_equal_the_published_reference_exactly(cycles):
 def test_the_claim_is_an_exact_match():
     [claim] = [c for c in load_spec("8")["claim"] if "paper_sim" in c["value"]]
     assert claim["expected"] == 0 and claim["tolerance"] == {"abs": 0}
+
+
+def test_the_validation_presets_say_what_each_value_is_and_where_it_comes_from():
+    """Every key of the presets Figure 8 runs carries its unit and source on its line."""
+    for name in ("hdl-validation", "hdl-like"):
+        text = (REPO / "stepc" / "hw" / "presets" / f"{name}.toml").read_text()
+        keys = [line for line in text.splitlines()
+                if "=" in line.split("#")[0] and not line.startswith(("name", "description"))]
+        assert keys and all("#" in line for line in keys), \
+            [line for line in keys if "#" not in line]

@@ -540,11 +540,11 @@ def _claim_lines(spec: dict, records: list[dict], references: dict, done: Reprod
         reasons.append(f"{i}. {claim.reason}")
     lines += ["", "Why each claim's accepted values are what they are:", "", *reasons]
     if any(not Claim.from_spec(c).counts for c in spec.get("claim", [])):
-        lines += ["", "The paper column holds only the paper's own numbers; a value from the "
-                  "artifact, its data or a target of stepc's is named in the accepted "
-                  "column. stepc's own targets and claims judged on the points a model was "
-                  "fitted on (in-sample) are checks, not reproductions: they are not counted "
-                  "among the claims reproduced."]
+        lines += ["", ("The paper column holds only the paper's own numbers; a value from "
+                       "the artifact, its data or a target of stepc's is named in the "
+                       "accepted column. stepc's own targets and claims judged on the points "
+                       "a model was fitted on (in-sample) are checks, not reproductions: they "
+                       "are not counted among the claims reproduced.")]
     if failed:
         lines += ["", "Why these claims are not reproduced or checks not met (likely reasons):",
                   ""]
