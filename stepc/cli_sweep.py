@@ -86,7 +86,9 @@ Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage err
               help="Fix a `param` of every program for every point (repeatable).")
 @click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
               help="Values of a param to sweep, e.g. 16,32,64, 16..256 (every integer), "
-              "16..256:pow2 or 0..64:8 (repeatable; the cross product is run).")
+              "16..256:pow2 or 0..64:8 (once per param, repeatable over params; the cross "
+              "product is run). A program that does not declare the param runs once per "
+              "value of the others.")
 @click.option("--hw", "hws", multiple=True, metavar="PRESET|PATH",
               help="Hardware configurations to sweep (repeatable; default: paper-eval).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
