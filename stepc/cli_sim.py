@@ -47,6 +47,9 @@ if TYPE_CHECKING:
               help="Compute tile values even for programs with large tensors.")
 @click.option("--out", "out_dir", default=None, metavar="DIR",
               help="Write output tensors as DIR/<tensor>.npy (functional mode).")
+@click.option("--inputs-out", default=None, metavar="DIR",
+              help="Write the input, weight and scratch tensors the run starts from as "
+              "DIR/<tensor>.npy (functional mode), to check its outputs against.")
 @click.option("--trace-out", default=None, metavar="FILE.json",
               help="Write a Chrome/Perfetto trace (one track per operator).")
 @_FORMAT
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
               help="Stop with an error if the run passes cycle N.")
 @quick_exit
 def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_missing_weights,
-            timing_only, functional, out_dir, trace_out, fmt, print_config, max_cycles):
+            timing_only, functional, out_dir, inputs_out, trace_out, fmt, print_config,
+            max_cycles):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
     \b
@@ -78,6 +82,8 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     result = report.compiled
     if out_dir:
         check_output_path("--out", out_dir, directory=True)
+    if inputs_out:
+        check_output_path("--inputs-out", inputs_out, directory=True)
     if trace_out:
         check_output_path("--trace-out", trace_out)
     if timing_only and functional:
@@ -114,6 +120,8 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     else:
         print_report(lambda console: render_text(run.result, console, run.totals))
     _write_sim_outputs(run.result, out_dir, trace_out)
+    if inputs_out:
+        _write_inputs(prog, values, inputs_out, run.result.functional)
     emit_diagnostics(result)
     if deadlock:
         click.echo(deadlock, err=True, nl=False)
@@ -165,6 +173,33 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
         click.echo(f"stepc: error: cannot write {e.filename or 'the output'}: "
                    f"{e.strerror or e}", err=True)
         sys.exit(EXIT_USAGE)
+
+
+def _write_inputs(prog, values, inputs_out: str, functional: bool) -> None:
+    """`--inputs-out`: the tensors a functional run started from, as .npy files."""
+    import numpy as np
+
+    from stepc.api.errors import SimulationError
+    from stepc.sim.report import write_atomic
+    if not functional:
+        click.echo(f"--inputs-out {inputs_out}: nothing written: a timing-only run uses no "
+                   "tensor values (--functional computes them)", err=True)
+        return
+    try:
+        arrays = prog.inputs(values)
+        os.makedirs(inputs_out, exist_ok=True)
+        for name, array in sorted(arrays.items()):
+            write_atomic(os.path.join(inputs_out, f"{name}.npy"),
+                         lambda f, a=array: np.save(f, a))
+    except SimulationError as e:
+        click.echo(e.located(), err=True)
+        sys.exit(EXIT_PROGRAM)
+    except OSError as e:
+        click.echo(f"stepc: error: cannot write {e.filename or 'the inputs'}: "
+                   f"{e.strerror or e}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"wrote {', '.join(f'{n}.npy' for n in sorted(arrays))} to {inputs_out}",
+               err=True)
 
 
 class _progress:

@@ -94,7 +94,9 @@ Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage err
               help="Fix a `param` of every program for every point (repeatable).")
 @click.option("--grid", "grids", multiple=True, metavar="NAME=VALUES",
               help="Values of a param to sweep, e.g. 16,32,64, 16..256 (every integer), "
-              "16..256:pow2 or 0..64:8 (repeatable; the cross product is run).")
+              "16..256:pow2 or 0..64:8 (once per param, repeatable over params; the cross "
+              "product is run). A program that does not declare the param runs once per "
+              "value of the others.")
 @click.option("--hw", "hws", multiple=True, metavar="PRESET|PATH",
               help="Hardware configurations to sweep (repeatable; default: paper-eval).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
@@ -149,7 +151,12 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
     if baselines and not pareto:
         raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
     fixed = parse_defines(defines)
-    grid: dict[str, list[int]] = {n: grid_values(n, v) for n, v in _pairs(grids, "--grid")}
+    grid: dict[str, list[int]] = {}
+    for name, values in _pairs(grids, "--grid"):
+        if name in grid:
+            raise click.UsageError(f"--grid {name} is given twice: list every value in one "
+                                   f"--grid {name}=... (e.g. 8,16,32 or 8..32:pow2)")
+        grid[name] = grid_values(name, values)
     trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
                   _pairs(traces, "--trace")}
     try:
@@ -318,8 +325,9 @@ Examples:
 @click.option("--bar", "bar_metric", default=None, metavar="METRIC",
               help="A bar chart of this metric instead of a scatter plot.")
 @click.option("--relative-to", "relative", multiple=True, metavar="FIELD=VALUE",
-              help="With --bar: divide the selected baseline point's metric by each "
-              "point's (a speedup, for cycles).")
+              help="With --bar: divide the baseline point's metric by each point's (a "
+              "speedup, for cycles). Repeatable: together the FIELD=VALUE pairs must select "
+              "exactly one point (e.g. --relative-to TB=16 --relative-to TI=16).")
 @click.option("-o", "--output", "out", required=True, metavar="FILE.png|svg|pdf",
               help="The picture to write.")
 @click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
@@ -327,7 +335,7 @@ Examples:
 def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
-    from stepc.sweep.plot import PlotError, bars, scatter
+    from stepc.sweep.plot import PlotError, SelectionError, bars, scatter
     from stepc.sweep.runner import latest_records, read_results
 
     def given(name: str) -> bool:
@@ -349,6 +357,8 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
                  logy, label, group)
         else:
             scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
+    except SelectionError as e:
+        raise click.UsageError(str(e)) from None
     except PlotError as e:
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
@@ -410,9 +420,12 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
                                   collecting):
                 fig = current[0]
                 judged = done.reproduced + done.not_reproduced
+                checks = done.checks_met + done.checks_missed
                 verdict = f"{done.reproduced} of {judged} claims reproduced" + (
                     f" ({done.needs_data} need the paper's data: --data DIR)"
-                    if done.needs_data else "")
+                    if done.needs_data else "") + (
+                    f", {done.checks_met} of {checks} of stepc's own checks met (not "
+                    "reproductions)" if checks else "")
                 points = f"{done.reused} points reused, {done.simulated} simulated" + (
                     f", {done.shared} shared with other figures" if done.shared else "") + (
                     f", {done.failed_points} FAILED" if done.failed_points else "")

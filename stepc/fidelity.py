@@ -8,6 +8,7 @@ into stepc.
     python -m stepc.fidelity --check          exit 1 if they are stale
     python -m stepc.fidelity --print          print the fidelity tables
     python -m stepc.fidelity --calibrate      print the calibration of hdl-like
+    python -m stepc.fidelity --choices        print hdl-like's discrete choices, measured
     --data DIR                                the paper's data (default ../shared/data)
 
 Only the regions between the BEGIN/END GENERATED markers of docs/dram.md are rewritten.
@@ -51,6 +52,34 @@ SENSITIVITY = {  # hdl-like with one choice changed -> the overrides
     "4 Gb dies (nRFC 260 ns)": ("dram.nRFC=260",),
     "2 Gb dies (nRFC 160 ns)": ("dram.nRFC=160",),
 }
+
+# The discrete choices of hdl-like made against the same 5 public points as the fitted
+# parameter: (choice, the source of the shipped value, the shipped value, the alternatives
+# as (label, overrides)).
+CHOICES = (
+    ("channels", "8 HBM2 stacks of 8 channels (paper 4.5)", "64", (
+        ("8", ("hbm.channels=8",)), ("16", ("hbm.channels=16",)),
+        ("32", ("hbm.channels=32",)))),
+    ("mapper granularity", "Ramulator 2.0's HBM2 transaction size (prefetch 2 x 64 bits)",
+     "16 B", (("32 B", ("dram.mapper_bytes=32",)), ("64 B", ("dram.mapper_bytes=64",)))),
+    ("address mapping", "Ramulator 2.0's default", "RoBaRaCoCh", (
+        ("RoCoBaRaCh", ("dram.mapping=RoCoBaRaCh",)),
+        ("ChRaBaRoCo", ("dram.mapping=ChRaBaRoCo",)))),
+    ("tensor layout", "none: what an accelerator compiler would do", "tiled", (
+        ("row-major", ("dram.layout=row-major",)), ("blocked", ("dram.layout=blocked",)),
+        ("reference", ("dram.layout=reference",)))),
+    ("tensor placement", "none: what an accelerator compiler would do", "staggered", (
+        ("packed", ("dram.placement=packed",)),)),
+    ("arbiter", "the HDL artifact's RamulatorArbiter.bsv (one round-robin arbiter)",
+     "1 port per cycle", (("none", ("hbm.arbiter_grants=0",)),
+                          ("2 ports per cycle", ("hbm.arbiter_grants=2",)))),
+    ("port buffers", "paper 4.2: two tiles per off-chip operator", "2 tiles", (
+        ("1 tile", ("hbm.tile_buffers=1",)),)),
+    ("fabric granularity", "paper 4.5: 16 x 16 physical tiles", "16 x 16 streamed", (
+        ("whole tiles", ("fabric.stream_tile=0",)),)),
+    ("die density (refresh)", "none: HBM2's common 8 Gb dies (nRFC 350 ns)", "8 Gb", (
+        ("4 Gb", ("dram.nRFC=260",)), ("2 Gb", ("dram.nRFC=160",)))),
+)
 
 
 @dataclass
@@ -126,6 +155,17 @@ def render(measured: Measured) -> str:
     return "\n".join(lines) + "\n"
 
 
+_fits: dict[tuple, dict] = {}  # hdl-like overrides -> agreement with the HDL (one process)
+
+
+def hdl_fit(measured: Measured, sets: tuple = ()) -> dict:
+    """hdl-like's agreement with the HDL's public points under `sets`, measured once."""
+    if sets not in _fits:
+        pts = sorted(measured.hdl)
+        _fits[sets] = agreement(measure(("hdl-like", sets), pts), measured.hdl)
+    return _fits[sets]
+
+
 def calibrate(measured: Measured) -> str:
     """The fit of hdl-like's one free parameter on the HDL points, and how the fit moves
     when each structural choice of the preset is changed."""
@@ -137,9 +177,24 @@ def calibrate(measured: Measured) -> str:
                      f"{100 * g['max']:.2f}% | {g['pearson']:.4f} |")
     lines += ["", "| hdl-like with | MAPE | max error | Pearson |", "|---|---|---|---|"]
     for label, sets in {"(as shipped)": (), **SENSITIVITY}.items():
-        g = agreement(measure(("hdl-like", sets), pts), measured.hdl)
+        g = hdl_fit(measured, sets)
         lines.append(f"| {label} | {100 * g['mape']:.2f}% | {100 * g['max']:.2f}% | "
                      f"{g['pearson']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def choices(measured: Measured) -> str:
+    """Each discrete choice of hdl-like: the shipped value and every alternative tried, with
+    the error on the 5 public HDL points (at the fitted value), and what supports it."""
+    def row(choice: str, value: str, sets: tuple, source: str) -> str:
+        g = hdl_fit(measured, sets)
+        return (f"| {choice} | {value} | {100 * g['mape']:.2f}% | {100 * g['max']:.2f}% | "
+                f"{g['pearson']:.4f} | {source} |")
+    lines = ["| choice | value | MAPE | max error | Pearson | support |",
+             "|---|---|---|---|---|---|"]
+    for choice, source, shipped, alternatives in CHOICES:
+        lines.append(row(choice, f"**{shipped}** (shipped)", (), source))
+        lines += [row("", label, sets, "") for label, sets in alternatives]
     return "\n".join(lines) + "\n"
 
 
@@ -156,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if the tables are stale")
     ap.add_argument("--print", action="store_true", help="print the fidelity tables")
     ap.add_argument("--calibrate", action="store_true", help="print the calibration")
+    ap.add_argument("--choices", action="store_true",
+                    help="print the discrete choices of hdl-like and their alternatives")
     ap.add_argument("--data", default=str(DATA), help="the paper's data directory")
     ap.add_argument("--doc", default=str(DOC), help="the document to update")
     args = ap.parse_args(argv)
@@ -164,13 +221,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.data}: no fig8/swiglu_paper_sim.csv and fig8/swiglu_hdl.csv (the "
               "paper's data); give --data DIR", file=sys.stderr)
         return 2
-    if args.print or args.calibrate:
-        sys.stdout.write(calibrate(measured) if args.calibrate else render(measured))
+    if args.print or args.calibrate or args.choices:
+        make = calibrate if args.calibrate else choices if args.choices else render
+        sys.stdout.write(make(measured))
         return 0
     doc = Path(args.doc)
     text = doc.read_text(encoding="utf-8")
     new = text
-    for region, make in (("fidelity", render), ("calibration", calibrate)):
+    for region, make in (("fidelity", render), ("calibration", calibrate),
+                         ("choices", choices)):
         if f"<!-- BEGIN GENERATED: {region} -->" not in text:
             print(f"{doc}: no generated-region markers for {region}", file=sys.stderr)
             return 1

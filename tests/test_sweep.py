@@ -118,7 +118,7 @@ def test_plots(tmp_path):
     assert CliRunner().invoke(main, ["plot", str(out), "-o", str(svg)]).exit_code == 0
     ET.fromstring(svg.read_bytes())
     r = CliRunner().invoke(main, ["plot", str(out), "--bar", "cycles", "--relative-to",
-                                  "TB=32", "-o", str(bar)])
+                                  "TB=32", "--relative-to", "TI=128", "-o", str(bar)])
     assert r.exit_code == 0, r.output
     # a plot may replace its own earlier output, never someone else's file
     assert CliRunner().invoke(main, ["plot", str(out), "-o", str(png)]).exit_code == 0
@@ -133,9 +133,11 @@ def test_reproduce_figure_8(tmp_path):
     reference data wait for --data)."""
     r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path), "-j", "2"])
     assert r.exit_code == 0, r.output
-    assert "figure 8: 4 of 4 claims reproduced (5 need the paper's data" in r.stdout
+    assert "figure 8: 3 of 3 claims reproduced (5 need the paper's data: --data DIR), 1 of " \
+        "1 of stepc's own checks met (not reproductions)" in r.stdout
     report = (tmp_path / "fig8" / "report.md").read_text()
-    assert "NOT reproduced" not in report and report.count(" | reproduced |") == 4
+    assert "NOT reproduced" not in report and report.count(" | reproduced |") == 3
+    assert report.count(" | in-sample target met |") == 1
     assert (tmp_path / "fig8" / "results.csv").read_text().count("\n") == 21
 
 

@@ -24,16 +24,18 @@ class SimulationError(StepError):
     """The simulated program failed at run time (a bad address, a run too large to hold);
     `node` and `span` say where, when known."""
 
-    def __init__(self, message: str, node: str | None = None, span: Span | None = None):
+    def __init__(self, message: str, node: str | None = None, span: Span | None = None,
+                 code: str | None = None):
         super().__init__([], None, message)
-        self.node, self.span = node, span
+        self.node, self.span, self.code = node, span, code
 
     def located(self) -> str:
-        """The message as the CLI prints it: `file:line:col: error: ... (in `node`)`."""
+        """The message as the CLI prints it: `file:line:col: error[CODE]: ... (in `node`)`."""
         where = f"{self.span}: " if self.span is not None else "stepc: "
+        error = f"error[{self.code}]" if self.code else "error"
         inner = Exception.__str__(self)
-        return f"{where}error: {inner} (in `{self.node}`)" if self.node else \
-            f"{where}error: {inner}"
+        return f"{where}{error}: {inner} (in `{self.node}`)" if self.node else \
+            f"{where}{error}: {inner}"
 
     def __str__(self) -> str:
         return self.located()

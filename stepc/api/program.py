@@ -278,6 +278,21 @@ class Program:
         return simulate_program(self, hw, set, traces, timing_only, max_cycles, trace_ops,
                                 progress, values)
 
+    def inputs(self, values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The contents a functional run starts from, by tensor name: every `input`,
+        `weight` and `scratch` tensor, from its declared source (`random`, `file`, ...) or
+        `values` as `simulate` takes them. With a run's outputs, a reference to check
+        them against."""
+        from stepc.api.errors import SimulationError
+        from stepc.sim.kernel import SimError
+        from stepc.sim.run import initial_value
+        given = dict(values) if values is not None else None
+        try:
+            return {name: initial_value(t, given)
+                    for name, t in self.typed.program.tensors.items() if t.role != "output"}
+        except SimError as e:
+            raise SimulationError(str(e), None, e.span, e.code) from None
+
     def dot(self, collapse: bool = False, annotate: Cost | Run | Mapping | None = None,
             title: str | None = None) -> str:
         """The graph as DOT text; `annotate` shades nodes by a Cost's traffic shares, a

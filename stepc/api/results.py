@@ -177,8 +177,8 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
         raise trace_input_error(e, prog._compiled.sources) from None
     except SimError as e:
         node = typed.program.nodes.get(e.node) if e.node else None
-        raise SimulationError(str(e), e.node, node.span if node is not None else None) \
-            from None
+        raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
+                              e.code) from None
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
     a = analyze(typed, "artifact", config).bind(dict(result.bindings))
@@ -191,7 +191,8 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
               result.flops / result.cycles / alloc if alloc and result.cycles else None,
               result.outputs, result.deadlock, warnings, result, totals)
     if result.deadlock:
-        raise Deadlock(run, deadlock_text(result, typed.program.nodes))
+        raise Deadlock(run, deadlock_text(result, typed.program.nodes,
+                                             typed.program.edges))
     return run
 
 

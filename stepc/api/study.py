@@ -118,17 +118,17 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
         for path in paths:
             if not os.path.exists(path):
                 raise InputError(f"--trace {name}: no such file {path}")
-    for f in files:
-        prog = check(f, **fixed).program()
-        unknown = sorted(set_(grid) - set_(prog.params))
-        if unknown:
-            raise InputError(f"--grid {unknown[0]}: {f} has no parameter `{unknown[0]}`")
+    declared = {f: set_(check(f, **fixed).program().params) for f in files}
+    unknown = sorted(set_(grid) - set_().union(*declared.values()))
+    if unknown:
+        which = files[0] if len(files) == 1 else "no program"
+        raise InputError(f"--grid {unknown[0]}: {which} has no parameter `{unknown[0]}`")
     sets = settings(set)
     warnings = [w for h in hws for w in hardware(h, sets)[1]]
     if out is not None and os.path.exists(out) and not resume:
         raise InputError(f"--out {out} exists: add --resume to continue that sweep, or "
                          "choose another file")
-    points = grid_points(files, grid, hws, sets, trace_sets, timing_only)
+    points = grid_points(files, grid, hws, sets, trace_sets, timing_only, declared)
     return SweepPlan(Sweep(points, out, jobs or (os.cpu_count() or 1), executor), warnings)
 
 

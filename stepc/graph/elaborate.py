@@ -235,7 +235,13 @@ class Elaborator(Evaluator):
                              + (f" `{name}`" if name else "") + " (expected "
                              + ", ".join(f"{k}(...)" for k in TENSOR_SOURCES) + ")"
                              + did_you_mean(name, TENSOR_SOURCES), e.span)
-        return self.fn_value(e, scope, allowed=TENSOR_SOURCES[e.func])
+        source = self.fn_value(e, scope, allowed=TENSOR_SOURCES[e.func])
+        path = source.get("path")
+        if isinstance(path, str):  # `file(path=...)`: relative to the declaring file, as imports
+            source = FnValue(source.name, tuple(
+                (k, import_path(self.import_stack[-1], v) if k == "path" else v)
+                for k, v in source.kwargs), source.span)
+        return source
 
     def mark_used(self, node: Any, scope: Scope) -> None:
         """Params named inside a type annotation count as used; a poisoned one (its
@@ -515,7 +521,8 @@ def elaborate(main: ast.Module, src: SourceFile, overrides: dict[str, int] | Non
 
 
 def import_path(importer: str | None, path: str) -> str:
-    """The file an `import "path"` names: relative to the importing file's directory."""
+    """The file an `import "path"` (or a `file(path=...)` source) names: relative to the
+    directory of the file that writes it (the current directory for standard input)."""
     base = os.path.dirname(importer) if importer and not importer.startswith("<") else ""
     return os.path.normpath(os.path.join(base, path))
 

@@ -97,17 +97,25 @@ class Override:
 
 
 def hardware_overrides(nodes, hw: HardwareConfig) -> list[Override]:
-    """Which operators override which hardware keys, grouped by (attribute, value)."""
+    """Which operators override which hardware keys with another value, grouped by
+    (attribute, value); an attribute equal to the hardware's value overrides nothing."""
     groups: dict[tuple, list[str]] = {}
     for node in nodes:
         for p in OPS[node.op].all_params:
             value = node.attrs.get(p.name)
-            if p.hw is not None and value is not None:
+            if p.hw is not None and value is not None and not _same(value, hw.value(p.hw)):
                 key = (p.name, tuple(value) if isinstance(value, list) else value, p.hw)
                 groups.setdefault(key, []).append(node.name)
     return [Override(attr, list(v) if isinstance(v, tuple) else v, key, hw.value(key),
                      tuple(names)) for (attr, v, key), names in sorted(
                          groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
+
+
+def _same(value, hw_value) -> bool:
+    """Whether an operator's attribute equals the hardware's value (lists as tuples)."""
+    def norm(v):
+        return tuple(v) if isinstance(v, (list, tuple)) else v
+    return norm(value) == norm(hw_value)
 
 
 def fn_flops(name: str, fn, args: list) -> tuple[int, int | None]:

@@ -29,9 +29,10 @@ PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE, ISSUE, AWAIT = range(10)
 class SimError(Exception):
     """A run-time error in the simulated program (bad address, mismatched stops, ...)."""
 
-    def __init__(self, message: str, node: str | None = None):
+    def __init__(self, message: str, node: str | None = None, span=None,
+                 code: str | None = None):
         super().__init__(message)
-        self.node = node
+        self.node, self.span, self.code = node, span, code  # span, code: where no node is
 
 
 class Channel:

@@ -68,10 +68,8 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
         if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
             line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
                  f"{fabric.onchip_capacity:,}")
-    for o in r.overrides:
-        names = ", ".join(o.nodes[:4]) + (f", ... ({len(o.nodes)} operators)"
-                                          if len(o.nodes) > 4 else "")
-        line(f"  program overrides:  {o.attr}={o.value} over {o.key} = {o.hw_value} on {names}")
+    for i, text in enumerate(_override_lines(r.overrides)):
+        line(f"  {'program overrides:' if i == 0 else '':<20}{text}")
     if r.bindings:
         dims = sorted(r.bindings.items(), key=lambda kv: natural_key(kv[0]))
         shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in dims[:8])
@@ -184,8 +182,9 @@ def write_json(path: str, doc: dict) -> None:
     write_atomic(path, lambda f: f.write(json.dumps(doc, indent=1, sort_keys=True).encode()))
 
 
-def deadlock_text(r: SimResult, nodes) -> str:
-    """Which operators are stuck, on which FIFOs, and the wait-for cycle (if one exists)."""
+def deadlock_text(r: SimResult, nodes, edges=()) -> str:
+    """Which operators are stuck, on which FIFOs, and the wait-for cycle (if one exists);
+    `edges`, the program's, let the hint name a feedback loop that never got a token."""
     import networkx as nx
 
     blocked = {b.ctx: b for b in r.deadlock}
@@ -216,7 +215,42 @@ def deadlock_text(r: SimResult, nodes) -> str:
         lines.append(f"  {where}`{name}` ({b.op}) {what}")
     if len(order) > 12:
         lines.append(f"  ... and {len(order) - 12} more")
-    lines.append("hint: a fan-out whose branches are consumed at different rates needs a "
-                 "deeper FIFO on the slow branch (`depth=` on the consumer) or a separate "
-                 "source stream")
+    lines.append(_deadlock_hint(cycle, blocked, nodes, edges))
     return "\n".join(lines) + "\n"
+
+
+STARVING = ("empty input", "empty inputs")  # waits of an operator that needs a token
+
+
+def _deadlock_hint(cycle: list[str], blocked: dict, nodes, edges) -> str:
+    """What may end the deadlock. A wait-for cycle through a feedback stream in which every
+    operator waits for input has no token in it: no FIFO depth can start it."""
+    on_cycle = set(cycle)
+    loop = [e for e in edges if e.feedback and e.src in on_cycle and e.dst in on_cycle]
+    if loop and all(blocked[n].waiting in STARVING for n in cycle):
+        e = loop[0]
+        stream = nodes[e.src].port_label(e.port) if e.src in nodes else e.src
+        return (f"hint: the wait-for cycle runs through the feedback stream `{stream}` and "
+                "every operator on it waits for input: no element ever enters the loop, so "
+                "no FIFO depth helps; give the loop its first elements (e.g. an EagerMerge "
+                "of an initial chunk with the fed-back stream, as in docs/language.md, "
+                "Feedback streams)")
+    return ("hint: a fan-out whose branches are consumed at different rates needs a deeper "
+            "FIFO on the slow branch (`depth=` on the consumer) or a separate source stream")
+
+
+def _override_lines(overrides) -> list[str]:
+    """One line per hardware key the program's operators set to another value: the values,
+    each with its operators (named when they are few)."""
+    by_key: dict[str, list] = {}
+    for o in overrides:
+        by_key.setdefault(o.key, []).append(o)
+    out = []
+    for key, group in by_key.items():
+        parts = []
+        for i, o in enumerate(sorted(group, key=lambda o: -len(o.nodes))):
+            on = ", ".join(o.nodes) if len(o.nodes) <= 2 else f"{len(o.nodes)}" + (
+                " operators" if i == 0 else "")
+            parts.append(f"{o.attr + '=' if i == 0 else ''}{o.value} on {on}")
+        out.append(f"{key} = {group[0].hw_value}, set to " + ", ".join(parts))
+    return out

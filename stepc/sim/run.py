@@ -18,6 +18,7 @@ import numpy as np
 import sympy
 
 from stepc.check.checker import TypedProgram
+from stepc.diagnostics import did_you_mean
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
@@ -114,13 +115,19 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
     if name == "arange":
         return np.arange(math.prod(t.shape)).reshape(t.shape).astype(dtype)
     if name == "file":
+        path = kw["path"]
         try:
-            arr = np.load(kw["path"], allow_pickle=False)
+            arr = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise SimError(f"tensor `{t.name}`: no such file: {path} (a `file` path is "
+                           "relative to the program's folder)", span=src.span,
+                           code="E0002") from None
         except (OSError, ValueError) as e:
-            raise SimError(f"tensor `{t.name}`: cannot load {kw['path']}: {e}") from None
+            raise SimError(f"tensor `{t.name}`: cannot load {path}: {e}", span=src.span,
+                           code="E0002") from None
         if tuple(arr.shape) != tuple(t.shape):
             raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
-                           f"{kw['path']} holds {list(arr.shape)}")
+                           f"{path} holds {list(arr.shape)}", span=src.span, code="E0002")
         return arr.astype(dtype)
     rng = np.random.default_rng(kw.get("seed", 0))
     if t.dtype in ("i32", "u32", "u64"):
@@ -128,6 +135,17 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
     if t.dtype == "bool":
         return rng.integers(0, 2, size=t.shape).astype(dtype)
     return rng.standard_normal(t.shape).astype(dtype)
+
+
+def initial_value(t, values: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """The contents a tensor starts a run with: `values[name]` when given, else its source's."""
+    loaded = (values or {}).get(t.name)
+    if loaded is None:
+        return tensor_values(t, True)
+    if np.size(loaded) != math.prod(t.shape):
+        raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
+                       f"holds {list(np.shape(loaded))}")
+    return np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype])
 
 
 def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: dict,
@@ -164,10 +182,15 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
     else:
         raise TraceError(f"`{name}` has type {st}; external streams carry selectors or "
                          "integer tiles")
-    for d, actual in zip(st.shape, shape):
+    for axis, (d, actual) in enumerate(zip(st.shape, shape)):
         if d.is_Symbol:
             dims[d.name] = actual
         elif d.is_Integer and int(d) != actual:
+            if isinstance(st.elem, Select) and arr.ndim == len(st.shape) \
+                    and axis == len(shape) - 1:  # the ids of a row: its experts
+                raise TraceError(f"trace for `{name}` routes each row to {actual} experts "
+                                 f"(top-{actual}) where {st} expects {int(d)} (top-{int(d)}): "
+                                 "a trace of another model? Its top-k must be the program's")
             raise TraceError(f"trace for `{name}` has {actual} where {st} expects {int(d)}")
     return list(zip(values, stops_for_shape(shape))), dims
 
@@ -260,16 +283,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             if functional:
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
-            loaded = (values or {}).get(t.name)
-            if loaded is not None and np.size(loaded) != math.prod(t.shape):
-                raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but its value "
-                               f"holds {list(np.shape(loaded))}")
-            env.tensors[t.name] = (tensor_values(t, functional) if loaded is None else
-                                   np.reshape(loaded, t.shape).astype(NP_DTYPES[t.dtype]))
+            env.tensors[t.name] = initial_value(t, values)
     externals = [n for n in prog.nodes.values() if n.op == "External"]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
-            raise TraceError(f"--trace {name}: the program has no external stream `{name}`")
+            raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
+                             + did_you_mean(name, {n.attrs["name"] for n in externals}))
     for node in externals:
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]

@@ -34,33 +34,55 @@ class NeedsData(Exception):
     """A claim compares with reference data that is not at hand (no `--data`)."""
 
 
+SOURCES = {"paper": "the paper's", "artifact": "the artifact's", "data": "the data's",
+           "target": "stepc's target"}  # where a claim's expected value comes from
+
+
 @dataclass
 class Claim:
     text: str
     value: str
-    paper: float | str  # a number, or a bound "> N" / "< N"
+    expected: float | str  # the judged value: a number, or a bound "> N" / "< N"
     tolerance: tuple[str, float] | None = None  # (kind, amount) for a number
     reason: str = ""  # why this tolerance (or bound)
     quirk: str = ""
+    paper: float | str | None = None  # the paper's own number or bound (None: it has none)
+    source: str = "paper"  # of `expected`: a key of SOURCES
+    in_sample: bool = False  # judged on the points a model was fitted on: no reproduction
 
     @classmethod
     def from_spec(cls, c: dict) -> Claim:
         tol = c.get("tolerance")
-        return cls(c["text"], c["value"], c["paper"],
+        source = c.get("source", "paper")
+        return cls(c["text"], c["value"], c.get("expected", c.get("paper")),
                    next(iter(tol.items())) if isinstance(tol, dict) and tol else None,
-                   " ".join(c.get("tolerance_reason", "").split()), c.get("quirk", ""))
+                   " ".join(c.get("tolerance_reason", "").split()), c.get("quirk", ""),
+                   c.get("paper"), source, bool(c.get("in_sample", False)))
+
+    @property
+    def counts(self) -> bool:
+        """Whether the claim is a reproduction: of the paper's or its artifact's or data's
+        numbers, judged on points no model was fitted on (not stepc's own targets)."""
+        return self.source != "target" and not self.in_sample
+
+    def verdict(self, holds: bool) -> str:
+        if self.counts:
+            return "reproduced" if holds else "NOT reproduced"
+        kind = "in-sample " if self.in_sample else ""
+        return f"{kind}{'target' if self.source == 'target' else 'check'} " + \
+            ("met" if holds else "missed")
 
     def band(self) -> tuple[float, float] | None:
         """The values that reproduce a numeric claim."""
-        if isinstance(self.paper, str) or self.tolerance is None:
+        if isinstance(self.expected, str) or self.tolerance is None:
             return None
         kind, amount = self.tolerance
-        scale = {"effect": abs(self.paper - 1), "abs": 1.0, "rel": abs(self.paper)}[kind]
-        return self.paper - amount * scale, self.paper + amount * scale
+        scale = {"effect": abs(self.expected - 1), "abs": 1.0, "rel": abs(self.expected)}[kind]
+        return self.expected - amount * scale, self.expected + amount * scale
 
     def holds(self, ours: float) -> bool:
-        if isinstance(self.paper, str):
-            op, num = self.paper.split()
+        if isinstance(self.expected, str):
+            op, num = self.expected.split()
             return ours < float(num) if op == "<" else ours > float(num)
         lo, hi = self.band()
         return lo - 1e-12 <= ours <= hi + 1e-12
@@ -75,23 +97,40 @@ class Claim:
         decimals = max(0, math.ceil(-math.log10((band[1] - band[0]) / 2)) + 1)
         return f"{value:.{decimals}f}"
 
+    def paper_shown(self) -> str:
+        """The paper column: the paper's own number or bound, `-` when it states none."""
+        if self.paper is None:
+            return "-"
+        return self.paper if isinstance(self.paper, str) else f"{self.paper:.7g}"
+
     def accepted(self) -> str:
-        """The accepted values, as the report shows them."""
-        if isinstance(self.paper, str):
-            return self.paper
+        """The accepted values, as the report shows them, with where the expected value
+        comes from when it is not the paper's."""
+        origin = "" if self.source == "paper" else f" ({SOURCES[self.source]})"
+        if isinstance(self.expected, str):
+            return self.expected + origin
         kind, amount = self.tolerance
         if amount == 0:
-            return f"exactly {self.paper:.7g}"
+            return f"exactly {self.expected:.7g}{origin}"
         lo, hi = self.band()
         how = f"± {amount:.3g} {TOLERANCE_KINDS[kind]}" if kind == "abs" else \
             f"± {amount:.0%} {TOLERANCE_KINDS[kind]}"
-        return f"{self.shown(lo)} to {self.shown(hi)} ({how})"
+        around = f"; {SOURCES[self.source]} {self.expected:.7g}" if origin else ""
+        return f"{self.shown(lo)} to {self.shown(hi)} ({how}{around})"
 
 
 def claim_problems(c: dict) -> list[str]:
     """What is wrong with a claim's paper value, tolerance and stated reason."""
     out = []
-    paper, tol = c.get("paper"), c.get("tolerance")
+    source = c.get("source", "paper")
+    if source not in SOURCES:
+        out.append(f"source `{source}` is not one of {', '.join(SOURCES)}")
+    if source == "paper" and "expected" in c:
+        out.append("`expected` is for a value that is not the paper's: give its `source`")
+    if source != "paper" and "expected" not in c:
+        out.append(f"a claim judged on {SOURCES.get(source, source)} value needs `expected` "
+                   "(`paper` is only the paper's own number)")
+    paper, tol = c.get("expected", c.get("paper")), c.get("tolerance")
     if isinstance(paper, str):
         if not re.fullmatch(r"[<>] -?[0-9.]+(e-?\d+)?", paper):
             out.append(f"paper `{paper}` is not `< N` or `> N`")

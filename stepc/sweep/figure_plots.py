@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepc.sweep.claims import METRICS, NeedsData, SpecError, evaluate_claim, geomean, point_field
-from stepc.sweep.plot import PlotError
+from stepc.sweep.plot import PlotError, metric_label
 
 
 def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
@@ -57,13 +57,15 @@ def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: P
     xlabel = opts.get("xlabel")
     shown = sorted(t for t in x_of if any(r.get("tag") == t for r in recs))
     if xlabel is None and shown:
-        xlabel = f"{x.replace('_', ' ')}; {', '.join(shown)}: " + \
-            ", ".join(sorted({x_of[t].replace('_', ' ') for t in shown}))
+        xlabel = f"{metric_label(x)}; {', '.join(shown)}: " + \
+            ", ".join(sorted({metric_label(x_of[t]) for t in shown}))
     # a param on x (regions R, batch B): tick exactly its values
     ticks = sorted({r[x] for r in recs if isinstance(r[x], (int, float))}) \
         if x not in METRICS and x_of.keys().isdisjoint({r.get("tag") for r in recs}) else None
-    scatter(recs, x, y, str(path), opts.get("label"), opts.get("series_by", "tag"),
-            opts.get("logx", False),
+    series_by = opts.get("series_by", "tag")
+    if series_by != "tag" and len({r.get("tag") for r in recs}) > 1:
+        series_by = f"tag,{series_by}"  # one series per model and value, never merged
+    scatter(recs, x, y, str(path), opts.get("label"), series_by, opts.get("logx", False),
             opts.get("logy", False), opts.get("front", True), force=True, xlabel=xlabel,
             ylabel=opts.get("ylabel"), title=opts.get("title"), xticks=ticks)
 

@@ -17,8 +17,32 @@ MARKER = "stepc plot"
 FORMATS = (".png", ".svg", ".pdf")
 
 
+# Axis labels of the records' metrics: what is measured, in which unit.
+METRIC_LABELS = {
+    "cycles": "cycles",
+    "off_chip_bytes": "off-chip traffic (bytes)",
+    "on_chip_bytes": "on-chip memory (bytes)",
+    "on_chip_bytes_on_demand": "on-chip memory, on demand (bytes)",
+    "flops": "FLOPs",
+    "allocated_compute": "allocated compute (FLOPs/cycle)",
+    "compute_utilization": "compute utilization (fraction of allocated)",
+    "bw_utilization": "off-chip bandwidth utilization (fraction of peak)",
+    "row_hit_rate": "row-buffer hit rate",
+    "wall_seconds": "simulation wall time (s)",
+}
+
+
+def metric_label(name: str) -> str:
+    """The axis label of a metric or param (a param is named as it is written)."""
+    return METRIC_LABELS.get(name, name)
+
+
 class PlotError(Exception):
     """A plotting problem the user can fix."""
+
+
+class SelectionError(PlotError):
+    """A selector (`--relative-to`) that picks no point or several: a usage error."""
 
 
 def _pyplot():
@@ -32,6 +56,10 @@ def _pyplot():
 
 
 def _series_name(rec: dict, group: str) -> str:
+    """The series of a record: by program, tag, or a field or param; several joined by
+    commas (`tag,TB`: `hdl_like TB=16`)."""
+    if "," in group:
+        return " ".join(_series_name(rec, g) for g in group.split(","))
     if group == "program":
         return os.path.basename(rec["program"]).removesuffix(".step")
     if group == "tag":
@@ -57,15 +85,36 @@ def _save(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
+ENG_FROM = 1e4  # linear-axis values from this size are written in compact units (500k, 2M)
+
+
+def _compact(value: float, _pos=None) -> str:
+    """A tick label: `500k`, `1.5M` for large values (no separate "1e6" offset), else as is."""
+    from matplotlib.ticker import EngFormatter
+    return EngFormatter(sep="")(value) if abs(value) >= ENG_FROM else f"{value:g}"
+
+
+def _linear_axis(axis) -> None:
+    """A linear axis whose labels carry their own magnitude instead of an offset text."""
+    from matplotlib.ticker import FuncFormatter
+    axis.set_major_formatter(FuncFormatter(_compact))
+
+
 def _log_axis(axis) -> None:
-    """A log axis labelled at 1, 2 and 5 per decade in compact units (200M, 1G): the default
-    scientific labels of every minor tick overlap on axes spanning about a decade."""
-    from matplotlib.ticker import EngFormatter, LogLocator
+    """A log axis labelled per decade in compact units (200M, 1G), and at 2 and 5 within a
+    decade only when the axis spans less than two decades (else those labels crowd)."""
+    from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
     axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    lo, hi = sorted(axis.get_view_interval())
     axis.set_major_locator(LogLocator(base=10))
     axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
     axis.set_major_formatter(EngFormatter(sep=""))
-    axis.set_minor_formatter(EngFormatter(sep=""))
+    few_decades = lo > 0 and hi / lo < 100
+    axis.set_minor_formatter(EngFormatter(sep="") if few_decades else NullFormatter())
+
+
+def _scale(axis, log: bool) -> None:
+    _log_axis(axis) if log else _linear_axis(axis)
 
 
 def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = None,
@@ -97,13 +146,12 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
             idx = sorted(idx, key=lambda i: xs[i])
             ax.plot([xs[i] for i in idx], [ys[i] for i in idx], linewidth=1, alpha=0.6,
                     color=dots.get_facecolor()[0])  # the line in its series' colour
-    ax.set_xlabel(xlabel or x.replace("_", " "))
-    ax.set_ylabel(ylabel or y.replace("_", " "))
+    ax.set_xlabel(xlabel or metric_label(x))
+    ax.set_ylabel(ylabel or metric_label(y))
     if title:
         ax.set_title(title, fontsize=9)
     for axis, log in ((ax.xaxis, logx), (ax.yaxis, logy)):
-        if log:
-            _log_axis(axis)
+        _scale(axis, log)
     if xticks:
         ax.set_xticks(xticks, [f"{t:g}" for t in xticks])
         ax.minorticks_off()
@@ -172,16 +220,12 @@ def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = 
     if any(not isinstance(r.get(metric), (int, float)) for r in ok):
         raise PlotError(f"`{metric}` is not a numeric metric of every point")
     values = [r[metric] for r in ok]
-    ylabel = metric.replace("_", " ")
+    ylabel = metric_label(metric)
     if relative_to:
-        base = [r for r in ok if all(str(r["params"].get(k, r.get(k))) == v or
-                                     (k == "program" and
-                                      os.path.basename(r["program"]).startswith(v))
-                                     for k, v in relative_to.items())]
-        if not base:
-            raise PlotError("--relative-to selects no point")
-        values = [base[0][metric] / v if v else 0 for v in values]
-        ylabel = f"{ylabel} of the baseline / {ylabel}"
+        base = _baseline(ok, relative_to)
+        values = [base[metric] / v if v else 0 for v in values]
+        named = ", ".join(f"{k}={v}" for k, v in relative_to.items())
+        ylabel = f"{metric.replace('_', ' ')} of {named} / each point's"
     fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(ok)), 4))
     names = [_series_name(r, group) for r in ok] if group else [None] * len(ok)
     for name in dict.fromkeys(names):
@@ -191,13 +235,29 @@ def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = 
              for r in ok]
     ax.set_xticks(range(len(ok)), ticks, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
-    if logy:
-        _log_axis(ax.yaxis)
+    _scale(ax.yaxis, logy)
     if group:
         ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     _save(fig, path)
     plt.close(fig)
+
+
+def _baseline(records: list[dict], relative_to: dict) -> dict:
+    """The one point every `FIELD=VALUE` of `relative_to` selects."""
+    def selected(r: dict) -> bool:
+        return all(str(r["params"].get(k, r.get(k))) == v or
+                   (k == "program" and os.path.basename(r["program"]).startswith(v))
+                   for k, v in relative_to.items())
+    base = [r for r in records if selected(r)]
+    given = " ".join(f"--relative-to {k}={v}" for k, v in relative_to.items())
+    if not base:
+        raise SelectionError(f"{given} selects no point")
+    if len(base) > 1:
+        shown = "; ".join(point_label(r) for r in base[:4]) + ("; ..." if len(base) > 4 else "")
+        raise SelectionError(f"{given} selects {len(base)} points ({shown}): add "
+                             "--relative-to FIELD=VALUE until one point remains")
+    return base[0]
 
 
 def grouped_bars(groups: list[str], series: dict[str, list[float | None]], ylabel: str,
@@ -219,6 +279,7 @@ def grouped_bars(groups: list[str], series: dict[str, list[float | None]], ylabe
     ax.set_xticks(range(len(groups)), groups, rotation=60 if long else 0,
                   ha="right" if long else "center", fontsize=7)
     ax.set_ylabel(ylabel)
+    _linear_axis(ax.yaxis)
     if title:
         ax.set_title(title, fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)

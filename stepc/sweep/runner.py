@@ -158,12 +158,14 @@ def hw_digest(hw) -> str:
 
 def grid_points(programs: list[str], grids: dict[str, list[int]], hws: list[str],
                 sets: tuple[str, ...], traces: dict[str, list[str]],
-                timing_only: bool) -> list[Point]:
-    """The cross product of programs x parameter values x hardware x traces."""
-    names = sorted(grids)
+                timing_only: bool, declared: dict[str, set[str]] | None = None) -> list[Point]:
+    """The cross product of programs x parameter values x hardware x traces. With
+    `declared` (program -> its params), a param a program does not declare is not swept
+    for it (as in `stepc tune`): that program runs once per value of the others."""
     tnames = sorted(traces)
     out = []
     for program in programs:
+        names = sorted(n for n in grids if declared is None or n in declared[program])
         for values in itertools.product(*(grids[n] for n in names)):
             for hw in hws:
                 for paths in itertools.product(*(traces[n] for n in tnames)):
@@ -516,6 +518,9 @@ class Pending:
         self.futures: dict = {}
         self.progress = None
         self.shared = 0
+        out = sweep.out
+        self.start = os.path.getsize(out) if out and os.path.exists(out) else 0
+        self.appended: list[tuple[int, bytes]] = []  # (point index, line) in arrival order
 
     def keep(self, i: int, rec: dict, shared: bool = False) -> None:
         """Record point i's result; `shared`: it is another sweep's identical point's."""
@@ -523,8 +528,10 @@ class Pending:
             self.shared += 1
             rec = record_for(rec, self.sweep.points[i])
         if self.sweep.out:
-            with open(self.sweep.out, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec, sort_keys=True) + "\n")
+            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+            with open(self.sweep.out, "ab") as f:
+                f.write(line)
+            self.appended.append((i, line))
         self.records[i] = rec
         if self.progress is not None:
             self.progress(rec)
@@ -537,8 +544,27 @@ class Pending:
                 self.keep(self.futures.pop(fut), fut.result(), _shared(fut))
         except KeyboardInterrupt:
             self.stop()
+        self.put_in_point_order()
         ran = sum(self.why.values())
         return Outcome(self.records, self.reused, ran, self.why, self.shared)
+
+    def put_in_point_order(self) -> None:
+        """Rewrite the records this run appended in point order (they were appended as
+        they finished, so a killed run keeps them all): two runs of a sweep give the same
+        file. The file's earlier lines are kept as they were."""
+        lines = self.appended
+        if not lines or lines == sorted(lines, key=lambda il: il[0]):
+            return
+        out = self.sweep.out
+        with open(out, "rb") as f:
+            head = f.read()
+        if len(head) != self.start + sum(len(line) for _, line in lines):
+            return  # someone else wrote to the file: leave it as it is
+        tmp = f"{out}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(head[:self.start])
+            f.writelines(line for _, line in sorted(lines, key=lambda il: il[0]))
+        os.replace(tmp, out)
 
     def keep_finished(self) -> None:
         """Write the records of points already finished (before stopping)."""
