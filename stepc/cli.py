@@ -125,24 +125,12 @@ def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
 
 def check_output_path(flag: str, path: str, directory: bool = False) -> None:
     """A usage error now, before any work, if `path` (a file, or with `directory` a
-    directory that may not exist yet) cannot be written."""
-    if directory:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise click.UsageError(f"{flag} {path}: exists and is not a directory")
-        parent = path
-        while parent and not os.path.exists(parent):  # the first ancestor that exists
-            parent = os.path.dirname(parent.rstrip(os.sep))
-    else:
-        if os.path.isdir(path):
-            raise click.UsageError(f"{flag} {path}: is a directory; give a file name")
-        parent = os.path.dirname(path)
-        if parent and not os.path.exists(parent):
-            raise click.UsageError(f"{flag} {path}: directory {parent} does not exist")
-    parent = parent or "."
-    if not os.path.isdir(parent):
-        raise click.UsageError(f"{flag} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
+    directory that may not exist yet) cannot be written (the rule of stepc.outputs)."""
+    from stepc import outputs
+    try:
+        outputs.check_output_path(flag, path, directory)
+    except outputs.OutputPathError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def print_report(render) -> None:
@@ -499,9 +487,17 @@ def run() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except Exception:  # pragma: no cover - defensive
-        click.echo("stepc: internal error (this is a bug in stepc; please report it with the "
-                   "input that triggered it)", err=True)
+    except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
+        click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
         if "--debug" in sys.argv:
             traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
+
+
+def internal_error_message(e: BaseException, debug: bool) -> str:
+    """What exit 70 prints: the exception in one line, and how to get its traceback."""
+    how = "the traceback is below" if debug else \
+        "`stepc --debug COMMAND ...` prints the traceback to attach"
+    return (f"stepc: internal error: {type(e).__name__}: {e}\n"
+            f"this is a bug in stepc: please report it with the input that triggered it "
+            f"({how})")

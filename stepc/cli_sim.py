@@ -63,16 +63,16 @@ def sim_cmd(file, defines, hw, sets, traces, weights, timing_only, functional, o
     from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
     from stepc.sim.report import render_text
 
+    if out_dir:
+        check_output_path("--out", out_dir, directory=True)
+    if trace_out:
+        check_output_path("--trace-out", trace_out)
     config = _load_hw(hw, sets)
     if print_config:
         click.echo(config.to_toml(), nl=False)
         sys.exit(EXIT_OK)
     report = compiled_or_exit(file, defines)
     result = report.compiled
-    if out_dir:
-        check_output_path("--out", out_dir, directory=True)
-    if trace_out:
-        check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
     values = _load_weights(weights, result) if weights else None
@@ -148,7 +148,7 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
         elif out_dir and run.deadlock:
             click.echo(f"--out {out_dir}: nothing written: the run deadlocked", err=True)
         elif out_dir:
-            os.makedirs(out_dir, exist_ok=True)
+            os.makedirs(out_dir, exist_ok=True)  # its parent was checked to exist
             names = sorted(run.outputs)
             for name in names:
                 write_atomic(os.path.join(out_dir, f"{name}.npy"),
