@@ -96,7 +96,7 @@ def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
     check_overrides(report)
     if not report.compiled.ok:
         emit_diagnostics(report.compiled)
-        sys.exit(EXIT_PROGRAM)
+        sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
     return report
 
 
@@ -116,9 +116,9 @@ def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
-def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
+def emit_diagnostics(result: Compiled, sort: bool = True, werror: bool = False) -> None:
     diags = result.diagnostics.sorted() if sort else result.diagnostics.items
-    text = render_text(diags, result.sources)
+    text = render_text(diags, result.sources, werror)
     if text:
         click.echo(text, err=True, nl=False)
 
@@ -249,13 +249,14 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, fmt: str,
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled
+    code = EXIT_USAGE if report.unreadable else _exit_code(result, werror)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         if show_types and result.typed is not None:
             click.echo(types_text(result), nl=False)
-        emit_diagnostics(result)
-    sys.exit(_exit_code(result, werror))
+        emit_diagnostics(result, werror=werror)
+    sys.exit(code)
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
@@ -319,7 +320,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     config = _load_hw(hw, sets, roofline=True) if (hw or sets) else None
     if not result.ok:
         emit_diagnostics(result)
-        sys.exit(EXIT_PROGRAM)
+        sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
     cost = _cost(report, binds, traces, onchip_model, config)
     if fmt == "json":
         click.echo(json.dumps(cost.to_dict(), indent=2, sort_keys=True))

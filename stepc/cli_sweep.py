@@ -14,7 +14,8 @@ from collections import Counter
 
 import click
 
-from stepc.cli import EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _pairs, input_error, parse_defines
+from stepc.cli import (EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _pairs, check_output_path,
+                       input_error, parse_defines)
 from stepc.diagnostics import render_text
 
 EXIT_INTERRUPTED = 130
@@ -117,13 +118,20 @@ def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timin
               pareto, baselines, backend, scheduler):
     """Run every combination of params x hardware x traces of .step programs, in parallel,
     and compare the points."""
+    if os.path.lexists(out) and not resume:  # before anything is imported or compiled
+        raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, or "
+                               "choose another file")
+    check_output_path("--out", out)
     try:
         _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
                pareto, baselines, backend, scheduler)
     except KeyboardInterrupt:  # before the points ran, or a second Ctrl-C
-        kept = f"; finished points are kept in {out}: continue with the same command and " \
-            "--resume" if os.path.exists(out) else ""
-        click.echo(f"interrupted{kept}", err=True)
+        if os.path.exists(out):
+            click.echo(f"interrupted: finished points are kept in {out}: continue with the "
+                       "same command and --resume", err=True)
+        else:
+            click.echo(f"interrupted before any point finished: nothing was written to {out}",
+                       err=True)
         sys.exit(EXIT_INTERRUPTED)
 
 
@@ -178,6 +186,12 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         if client is not None:
             client.close()
     records = results.records
+    if results.ran:
+        click.echo(f"wrote {results.ran} record{'s' if results.ran != 1 else ''} to {out}"
+                   + (f" ({results.reused} reused from it)" if results.reused else ""),
+                   err=True)
+    else:
+        click.echo(f"nothing to run: every point's record is in {out}", err=True)
     _sweep_summary(records, Console(file=sys.stdout, width=140))
     if pareto:
         _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
@@ -316,7 +330,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
     from stepc.sweep.plot import PlotError, bars, scatter
-    from stepc.sweep.runner import latest_records, read_results
+    from stepc.sweep.runner import ResultsFileError, latest_records, read_results
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -330,7 +344,11 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         raise click.UsageError("--relative-to needs --bar")
     if not os.path.exists(results):
         raise click.UsageError(f"no such results file: {results}")
-    records = latest_records(read_results(results))
+    check_output_path("-o", out)
+    try:
+        records = latest_records(read_results(results))
+    except ResultsFileError as e:
+        raise click.UsageError(str(e)) from None
     try:
         if bar_metric:
             bars(records, bar_metric, out, dict(_pairs(relative, "--relative-to")), force,
@@ -341,7 +359,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     shown = sum(r.get("status") == "ok" for r in records)
-    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})")
+    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})", err=True)
     sys.exit(EXIT_OK)
 
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, _pairs, parse_defines
+from stepc.cli import EXIT_OK, EXIT_PROGRAM, _pairs, check_output_path, parse_defines
 from stepc.cli_sweep import EXIT_INTERRUPTED, _dask_client, grid_values
 
 TUNE_EXAMPLE = """\b
@@ -131,8 +131,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise click.UsageError(f"--out {out}: not a directory")
+    check_output_path("--out", out, directory=True)
     try:
         params, hw_keys = {}, {}
         for name, text in _pairs(spaces, "--space"):

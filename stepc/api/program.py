@@ -69,9 +69,19 @@ class CheckReport:
         params = {p: prog.param_spans.get(p) for p in prog.params}
         return [no_such("-D", name, "parameter", params) for name in result.unknown_overrides]
 
+    @property
+    def unreadable(self) -> bool:
+        """The program file itself could not be read (missing, a directory, no permission):
+        a usage error, not a program with errors."""
+        return self.compiled.typed is None and any(
+            d.code == "E0002" and d.span is None for d in self.compiled.diagnostics.items)
+
     def program(self) -> Program:
         """The checked program; raises StepError (with the diagnostics) if it has errors,
-        InputError if an override names no param."""
+        InputError if the file cannot be read or an override names no param."""
+        if self.unreadable:
+            diags = self.compiled.diagnostics.sorted()
+            raise InputError("; ".join(d.message for d in diags), diags, self.compiled.sources)
         unknown = self.unknown_params()
         if unknown:
             raise InputError("; ".join(d.message for d in unknown), unknown,

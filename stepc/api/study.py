@@ -125,6 +125,8 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
             check_output_path("--out", out)
         except OutputPathError as e:
             raise InputError(str(e)) from None
+        if resume and out_exists(out):
+            results_file(out)
     total = len(files) * len(hws)
     for values in [*grid.values(), *trace_sets.values()]:
         total *= len(values)
@@ -163,6 +165,16 @@ def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = No
     plan = plan_sweep(programs, grid, params, hw, set, traces, timing_only, jobs, out,
                       resume, executor)
     return plan.run(resume, progress)
+
+
+def results_file(path: str) -> None:
+    """Refuse, before any point runs, a file to resume that is not sweep results."""
+    from stepc.sweep.runner import ResultsFileError, read_results
+    try:
+        read_results(path)
+    except ResultsFileError as e:
+        raise InputError(f"--out {e}; give --out a new file, or the results of an earlier "
+                         "sweep to --resume") from None
 
 
 def out_exists(path: str) -> bool:
@@ -212,6 +224,7 @@ def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, m
                fresh: bool, progress, on_figure) -> Iterator[Reproduced]:
     """`reproduce` once its arguments are checked: a generator of the figures' summaries."""
     from stepc.sweep.reproduce import SpecError, reproduce_figures
+    from stepc.sweep.runner import ResultsFileError
 
     per_record = record_progress(progress)
 
@@ -223,5 +236,5 @@ def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, m
     try:
         yield from reproduce_figures(names, data, out, jobs or (os.cpu_count() or 1), model,
                                      collecting, fresh)
-    except SpecError as e:
+    except (SpecError, ResultsFileError) as e:
         raise InputError(str(e)) from None

@@ -43,7 +43,7 @@ from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
-from stepc.sweep.runner import compile_cached
+from stepc.sweep.runner import ResultsFileError, compile_cached, read_results
 from stepc.tune.workers import CandidatePool, can_fork
 
 
@@ -480,11 +480,16 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     except OutputPathError as e:
         raise TuneError(str(e)) from None
     os.makedirs(out, exist_ok=True)
-    if not resume:
-        for name in ("screen.jsonl", "results.jsonl"):
-            if os.path.exists(os.path.join(out, name)):
-                raise TuneError(f"{os.path.join(out, name)} exists: add --resume to continue "
-                                "that search, or choose another --out")
+    for name in ("screen.jsonl", "results.jsonl"):
+        path = os.path.join(out, name)
+        if os.path.exists(path) and not resume:
+            raise TuneError(f"{path} exists: add --resume to continue that search, or choose "
+                            "another --out")
+        if os.path.exists(path):
+            try:
+                read_results(path)
+            except ResultsFileError as e:
+                raise TuneError(f"--resume: {e}") from None
     jobs = jobs or os.cpu_count() or 1
     search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
                     hw, tuple(sets), model, out, resume, executor, margin, max_confirm, jobs,
