@@ -1,0 +1,95 @@
+"""Inputs that used to crash the simulator (exit 70) or never end (issue 29, item 4): a
+huge channel count, an integer Map value outside its element type, out-of-range generator
+settings of external streams, and a loop whose every iteration fails."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stepc.cli import main
+from stepc.frontend import compile_source
+from stepc.grammar.parse import decode_source
+
+REPO = Path(__file__).resolve().parent.parent
+MOE = str(REPO / "programs" / "moe_simple.step")
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("channels", ["1000000", "65536", "1025"])
+def test_channel_count_is_bounded(channels):
+    """1,000,000 channels allocated 745 GiB (exit 70); 65,536 never started."""
+    res = run("sim", MOE, "--set", f"hbm.channels={channels}")
+    assert res.exit_code == 2, (res.exit_code, res.output[-500:])
+    assert '"hbm.channels" must be <= 1,024' in res.output
+
+
+def test_an_integer_map_value_outside_its_type_is_a_located_error(tmp_path):
+    """A negative value into u64: `check` cannot know it, `sim` stops at the operator."""
+    prog = tmp_path / "neg.step"
+    prog.write_text("tensor LEN : u64[4] input = arange\n"
+                    "n = Map(MetadataGen(LEN), fn=ceildiv_int(by=1, plus=-5))\nSink(n)\n")
+    assert run("check", str(prog)).exit_code == 0
+    res = run("sim", str(prog))
+    assert res.exit_code == 1, (res.exit_code, res.output)
+    assert f"{prog}:2:5: error: `ceildiv_int` gives -5, which does not fit the element " \
+        "type u64" in res.output, res.output
+
+
+@pytest.mark.parametrize("setting", ["mean=0", "mean=-5", "mean=18446744073709551616",
+                                     "mean=1000000000000", "std=-1", "topk=0", "seed=-1"])
+def test_external_generator_settings_are_checked(tmp_path, setting):
+    """mean = 0, negative or >= 2^64 exited 70 in sim; 10^12 never ended."""
+    prog = tmp_path / "kv.step"
+    prog.write_text(f'stream kv : Strm<Tile<u64, [1, 1]>, 0>[4] = external("kv_lens", '
+                    f"{setting})\nSink(kv)\n")
+    res = run("check", str(prog))
+    assert res.exit_code == 1, (res.exit_code, res.output)
+    key = setting.split("=")[0]
+    assert f"error[E0204]: external `{key}=` expects" in res.output, res.output
+
+
+def test_generated_kv_lengths_in_range_still_run(tmp_path):
+    prog = tmp_path / "kv.step"
+    prog.write_text('stream kv : Strm<Tile<u64, [1, 1]>, 0>[4] = external("kv_lens", '
+                    "mean=64, std=8, seed=3)\nSink(kv)\n")
+    assert run("sim", str(prog)).exit_code == 0
+
+
+def test_a_loop_whose_iterations_all_fail_stops_early():
+    """100,000 iterations that each repeat one error: the loop stops after a few, one
+    error is reported, and nothing after the loop cascades."""
+    text = ('stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
+            "for i in 0..100000 {\n    y[i] = Nope(x)\n}\nSink(y[5])\n")
+    start = time.monotonic()
+    c = compile_source(decode_source("loop.step", text.encode()))
+    assert [d.code for d in c.diagnostics.items] == ["E0102"], c.diagnostics.items
+    assert time.monotonic() - start < 30  # guards against the hang, not a speed target
+
+
+def test_a_loop_with_one_failing_iteration_reports_it_and_goes_on():
+    text = ('stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
+            "for i in 0..40 {\n    y[i] = Map(x, fn=silu)\n    Sink(y[i])\n}\n"
+            "for i in 0..4 {\n    z[i] = Broadcast(y[i * 20], consumers=1)\n"
+            "    Sink(z[i][0])\n}\n")
+    c = compile_source(decode_source("loop.step", text.encode()))
+    messages = " ".join(d.message for d in c.diagnostics.items)
+    assert "index 40 is out of range for `y`" in messages, messages
+    assert "index 60 is out of range for `y`" in messages, messages
+
+
+def test_many_experts_are_refused_in_seconds():
+    """`check -D E=100000` on moe_static ran past 30 s (and stalled the editor server):
+    every expert's iteration failed on the refused Partition."""
+    start = time.monotonic()
+    res = run("check", str(REPO / "programs" / "moe_static.step"), "-D", "E=100000")
+    assert res.exit_code == 1, res.output[-500:]
+    assert "Partition with 100,000 consumers: at most 65,536 are allowed" in res.output
+    assert res.output.count("error[") == 2, res.output
+    assert time.monotonic() - start < 60  # guards against the hang, not a speed target
