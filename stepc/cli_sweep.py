@@ -16,6 +16,7 @@ import click
 
 from stepc.cli import (EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, _pairs, check_output_path,
                        input_error, parse_defines)
+from stepc.api.arguments import MAX_JOBS
 from stepc.diagnostics import render_text
 
 EXIT_INTERRUPTED = 130
@@ -94,7 +95,8 @@ Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage err
               help="Override a hardware setting for every point (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH1,PATH2,...",
               help="Trace files for an external stream (swept like a param).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N",
               help="Worker processes (default: the number of cores).")
 @click.option("--out", default="results.jsonl", show_default=True, metavar="FILE.jsonl",
               help="Results, one JSON line per finished point.")
@@ -388,7 +390,8 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
               "seeded synthetic traces, and claims on reference data are not judged.")
 @click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
               help="Results, CSV, plots and report per figure.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N",
               help="Worker processes (default: the number of cores).")
 @click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
               show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "

@@ -199,3 +199,10 @@ def test_plot_reports_on_stderr(tmp_path):
     res = CliRunner().invoke(main, ["plot", str(out), "-o", str(tmp_path / "p.png")])
     assert res.exit_code == 0, res.output
     assert "wrote" not in res.stdout and "wrote" in res.stderr
+
+
+def test_sweep_refuses_an_absurd_worker_count(tmp_path):
+    """Found by this issue's fuzz: `-j 99999999999` hung forking workers."""
+    res = run("sweep", MOE, "--grid", "E=2", "-j", "99999999999", "--out",
+              str(tmp_path / "r.jsonl"))
+    assert res.exit_code == 2 and "-j" in res.output, res.output

@@ -10,6 +10,8 @@ from typing import Any
 
 from stepc.api.errors import InputError
 
+MAX_JOBS = 1024  # worker processes of one sweep, search or reproduction
+
 
 def kind(value: Any) -> str:
     """How an error names what it was given: `an int (5)`, `a list`."""
@@ -38,8 +40,9 @@ def paths_arg(arg: str, value: Any) -> list[str]:
     return [path_arg(arg, v) for v in value]
 
 
-def int_arg(arg: str, value: Any, minimum: int | None = None) -> int:
-    """An integer (not a bool, not a float), at least `minimum`."""
+def int_arg(arg: str, value: Any, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """An integer (not a bool, not a float), in `minimum`..`maximum`."""
     if isinstance(value, bool) or not isinstance(value, int):
         if hasattr(value, "__index__") and not isinstance(value, bool):
             value = value.__index__()  # numpy integers
@@ -47,6 +50,8 @@ def int_arg(arg: str, value: Any, minimum: int | None = None) -> int:
             raise InputError(f"{arg}: expected an integer, found {kind(value)}")
     if minimum is not None and value < minimum:
         raise InputError(f"{arg}: expected an integer >= {minimum}, found {value}")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{arg}: expected an integer <= {maximum:,}, found {value:,}")
     return int(value)
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepc.api.arguments import (bool_arg, callback_arg, choice_arg, int_arg, int_values_arg,
-                                 mapping_arg, path_arg, paths_arg)
+from stepc.api.arguments import (MAX_JOBS, bool_arg, callback_arg, choice_arg, int_arg,
+                                 int_values_arg, mapping_arg, path_arg, paths_arg)
 from stepc.api.errors import InputError
 from stepc.api.program import check, hardware, settings
 
@@ -115,7 +115,7 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
     bool_arg("timing_only", timing_only)
     bool_arg("resume", resume)
     if jobs is not None:
-        jobs = int_arg("jobs", jobs, minimum=1)
+        jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS)
     if out is not None:
         out = path_arg("out", out)
         if out_exists(out) and not resume:
@@ -144,7 +144,8 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
     sets = settings(set)
     warnings = [w for h in hws for w in hardware(h, sets)[1]]
     points = grid_points(files, grid, hws, sets, trace_sets, timing_only)
-    return SweepPlan(Sweep(points, out, jobs or (os.cpu_count() or 1), executor), warnings)
+    workers = min(jobs or (os.cpu_count() or 1), max(len(points), 1))  # idle ones do nothing
+    return SweepPlan(Sweep(points, out, workers, executor), warnings)
 
 
 def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = None,
@@ -208,7 +209,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     if data is not None and not os.path.isdir(path_arg("data", data)):
         raise InputError(f"--data {data}: not a directory")
     out = path_arg("out", out)
-    jobs = int_arg("jobs", jobs, minimum=1) if jobs is not None else None
+    jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS) if jobs is not None else None
     choice_arg("model", model, ("ref", "fluid", "dram"))
     bool_arg("fresh", fresh)
     callback_arg("progress", progress)

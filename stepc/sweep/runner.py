@@ -583,5 +583,5 @@ class Pending:
 
 
 __all__ = ["Point", "Sweep", "LocalPool", "Pending", "Outcome", "Interrupted", "grid_points",
-           "run_point", "read_results", "ResultsFileError", "latest_records", "prepare", "code_digest",
-           "point_order"]
+           "run_point", "read_results", "ResultsFileError", "latest_records", "prepare",
+           "code_digest", "point_order"]
