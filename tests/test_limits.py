@@ -93,3 +93,46 @@ def test_many_experts_are_refused_in_seconds():
     assert "Partition with 100,000 consumers: at most 65,536 are allowed" in res.output
     assert res.output.count("error[") == 2, res.output
     assert time.monotonic() - start < 60  # guards against the hang, not a speed target
+
+
+ENDLESS = ("param B = 1099511627776\ntensor X : bf16[B, 64] input\n"
+           "x = LinearOffChipLoad(X, tile=[1, 64])\nSink(x)\n")
+
+
+def test_a_run_that_would_never_end_is_refused_before_it_starts(tmp_path):
+    """2^40 rows: 1.4 x 10^11 cycles by the roofline bound; the run was started and never
+    ended (moe_static with F = 2^64 alike). `--max-cycles` bounds it instead."""
+    prog = tmp_path / "endless.step"
+    prog.write_text(ENDLESS)
+    start = time.monotonic()
+    res = run("sim", str(prog))
+    assert res.exit_code == 1, (res.exit_code, res.output[-500:])
+    assert "the run needs at least 137,438,953,472 cycles" in res.output, res.output
+    assert "--max-cycles N" in res.output
+    assert time.monotonic() - start < 60  # guards against the hang, not a speed target
+    bounded = run("sim", str(prog), "--max-cycles", "1000")
+    assert bounded.exit_code == 1 and "--max-cycles 1,000" in bounded.output
+
+
+def test_the_estimate_is_a_lower_bound_on_the_bundled_programs():
+    """The bound never exceeds the cycles a run takes (so no real run is refused)."""
+    import zlib
+
+    import stepc
+    from stepc.analyze import analyze
+    from stepc.hw.config import load_config
+    from stepc.sim.estimate import cycles_lower_bound
+    from stepc.sim.run import external_elements
+    hw = load_config(None, ())
+    for path in ("swiglu.step", "moe_simple.step", "attention_dynamic.step"):
+        prog = stepc.load(REPO / "programs" / path)
+        data = {}
+        for n in prog.typed.program.nodes.values():
+            if n.op == "External":
+                name = n.attrs["name"]
+                data[name] = external_elements(name, prog.typed.types[(n.name, 0)], None,
+                                               n.attrs.get("gen", {}),
+                                               zlib.crc32(name.encode()) % 2**31)[2]
+        bound = cycles_lower_bound(analyze(prog.typed, "artifact", hw), prog.typed, hw, data)
+        cycles = prog.simulate(hw=hw, timing_only=True).cycles
+        assert bound is not None and 0 < bound <= cycles, (path, bound, cycles)

@@ -177,11 +177,12 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
         timing_only = tensor_bytes(prog) > FUNCTIONAL_LIMIT
     typed = prog.typed
     tick = _cycle_progress(progress)
+    a = analyze(typed, "artifact", config)
     try:
         arrays = trace_arrays(traces)
         result = simulate(typed, config, arrays, functional=not timing_only,
                           trace_ops=trace_ops, max_cycles=max_cycles, progress=tick,
-                          values=values)
+                          values=values, analysis=a)
     except TraceError as e:
         raise trace_input_error(e, prog._compiled.sources) from None
     except SimError as e:
@@ -190,7 +191,7 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
             from None
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
-    a = analyze(typed, "artifact", config).bind(dict(result.bindings))
+    a = a.bind(dict(result.bindings))
     totals = {**a.totals, "allocated_compute": a.allocated_compute}
     alloc = totals["allocated_compute"]
     run = Run(result.program, config.name, result.functional, result.cycles,

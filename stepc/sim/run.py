@@ -13,6 +13,7 @@ import math
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy
@@ -23,6 +24,7 @@ from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.behaviors.memory import tensor_layout
+from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
@@ -32,6 +34,9 @@ from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
               "RandomOffChipStore")
+if TYPE_CHECKING:
+    from stepc.analyze import Analysis
+
 # What one run can hold; checked before the run starts (`check_limits`).
 MAX_VALUE_BYTES = 4 * 2**30  # tensor values a run materialises
 MAX_TILE_ELEMENTS = 2**24  # elements of one tile or buffer (64 MiB of f32)
@@ -125,8 +130,9 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
 
 
 def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: dict,
-                      seed: int) -> tuple[list, dict[str, int]]:
-    """The elements of an external stream and the dims the data fixes."""
+                      seed: int) -> tuple[list, dict[str, int], np.ndarray]:
+    """The elements of an external stream, the dims the data fixes, and the data (the
+    trace, or the generated data without one)."""
     dims: dict[str, int] = {}
     if isinstance(st.elem, Select):
         n = st.elem.n
@@ -163,7 +169,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
             dims[d.name] = actual
         elif d.is_Integer and int(d) != actual:
             raise TraceError(f"trace for `{name}` has {actual} where {st} expects {int(d)}")
-    return list(zip(values, stops_for_shape(shape))), dims
+    return list(zip(values, stops_for_shape(shape))), dims, arr
 
 
 def _static_len(d, name: str) -> int:
@@ -235,9 +241,12 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------- build and run
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
-             progress=None, values: dict[str, np.ndarray] | None = None) -> SimResult:
+             progress=None, values: dict[str, np.ndarray] | None = None,
+             analysis: Analysis | None = None) -> SimResult:
     """Run a checked program on the given hardware. `values` replaces the declared
-    contents of the named tensors (weights and inputs loaded from a file)."""
+    contents of the named tensors (weights and inputs loaded from a file). With the
+    program's `analysis` and no `max_cycles`, a run whose roofline bound exceeds
+    MAX_RUN_CYCLES is refused before it starts."""
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
@@ -264,18 +273,23 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
             raise TraceError(f"--trace {name}: the program has no external stream `{name}`")
+    data: dict[str, np.ndarray] = {}
     for node in externals:
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]
         seed = zlib.crc32(name.encode()) % 2**31
         try:
-            elems, dims = external_elements(name, st, traces.get(name),
-                                            node.attrs.get("gen", {}), seed)
+            elems, dims, data[name] = external_elements(name, st, traces.get(name),
+                                                        node.attrs.get("gen", {}), seed)
         except TraceError as e:
             e.span = e.span or node.span
             raise
         env.externals[node.name] = elems
         bindings.update(dims)
+    if analysis is not None and max_cycles is None:
+        need = cycles_lower_bound(analysis, typed, hw, data)
+        if need is not None and need > MAX_RUN_CYCLES:
+            raise SimError(refusal(need))
 
     # channels: one per stream edge, depth from the consumer's `depth` or the fabric default
     outs: dict[str, list] = {n: [None] * len(node.outputs) for n, node in prog.nodes.items()}

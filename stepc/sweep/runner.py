@@ -252,7 +252,8 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
             raise _InputError(inputs.error)
         result, analysis = _program_and_analysis(point, inputs)
         hw = inputs.hw
-        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
+        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only,
+                       analysis=analysis)
         a = analysis.bind(dict(run.bindings))
         alloc = a.allocated_compute
         record.update({
