@@ -136,3 +136,20 @@ def test_the_estimate_is_a_lower_bound_on_the_bundled_programs():
         bound = cycles_lower_bound(analyze(prog.typed, "artifact", hw), prog.typed, hw, data)
         cycles = prog.simulate(hw=hw, timing_only=True).cycles
         assert bound is not None and 0 < bound <= cycles, (path, bound, cycles)
+
+
+def test_a_kv_trace_of_endless_requests_is_refused(tmp_path):
+    """decoder_timemux with KV lengths of 10^12 never ended: the roofline cannot see the
+    lengths (FlatMap expands them at run time), so the trace's values are checked."""
+    import numpy as np
+    prog = tmp_path / "kv.step"
+    prog.write_text('stream kv : Strm<Tile<u64, [1, 1]>, 0>[4] = external("kv_lens")\n'
+                    "Sink(kv)\n")
+    trace = tmp_path / "kv.npy"
+    np.save(trace, np.full(4, 10**12, dtype=np.int64))
+    res = run("sim", str(prog), "--trace", f"kv_lens={trace}")
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    assert "holds 1,000,000,000,000: values of an integer stream (KV lengths) above " \
+        "10,000,000" in res.output, res.output
+    np.save(trace, np.full(4, 7930, dtype=np.int64))  # the longest Azure request
+    assert run("sim", str(prog), "--trace", f"kv_lens={trace}").exit_code == 0

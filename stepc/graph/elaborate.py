@@ -30,7 +30,9 @@ TENSOR_ROLES = ("input", "weight", "output", "scratch")
 TENSOR_SOURCES = {"random": ("seed", "high"), "zeros": (), "ones": (), "arange": (),
                   "file": ("path",)}
 EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std")  # default data of externals
-MAX_KV_MEAN = 10_000_000  # mean of generated KV lengths: longer requests never finish a run
+# values of integer-tile external streams (KV lengths), generated (`mean=`) or traced: longer
+# requests never finish a run
+MAX_KV_LENGTH = 10_000_000
 MAX_LOOP = 100_000  # iterations of one `for` loop
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
 MAX_INDEX = MAX_LOOP  # elements of an array built by indexed assignments `a[i] = ...`
@@ -297,8 +299,8 @@ class Elaborator(Evaluator):
         """The settings of an external stream's generated data, each in the range the
         generator can draw from: E0204 at the argument otherwise."""
         spans = {a.name: a.span for a in call.args if a.name}
-        ranges = {"topk": (1, None), "seed": (0, 2**63 - 1), "mean": (1, MAX_KV_MEAN),
-                  "std": (0, MAX_KV_MEAN)}
+        ranges = {"topk": (1, None), "seed": (0, 2**63 - 1), "mean": (1, MAX_KV_LENGTH),
+                  "std": (0, MAX_KV_LENGTH)}
         for key, value in gen.items():
             low, high = ranges[key]
             number = isinstance(value, (int, float)) and not isinstance(value, bool)

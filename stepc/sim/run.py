@@ -19,6 +19,7 @@ import numpy as np
 import sympy
 
 from stepc.check.checker import TypedProgram
+from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
@@ -152,6 +153,10 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
                              f"fit {st}")
         values = sels
     elif isinstance(st.elem, Tile):
+        if arr is not None and arr.size and arr.max() > MAX_KV_LENGTH:
+            raise TraceError(f"trace for `{name}` holds {int(arr.max()):,}: values of an "
+                             f"integer stream (KV lengths) above {MAX_KV_LENGTH:,} make a run "
+                             "that never ends")
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_kv_lengths(batch, gen.get("mean", 1024), gen.get("std", 512),
