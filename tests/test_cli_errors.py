@@ -157,9 +157,12 @@ def test_werror_summary_says_the_warnings_count(tmp_path):
     assert "--werror" not in plain.output and plain.exit_code == 0
 
 
-@pytest.mark.parametrize("command", ["check", "sim", "analyze", "dot", "fmt"])
-def test_a_missing_program_is_a_usage_error_everywhere(command):
-    res = run(command, "no/such/program.step")
+@pytest.mark.parametrize("command", ["check", "sim", "analyze", "dot", "fmt", "sweep", "tune"])
+def test_a_missing_program_is_a_usage_error_everywhere(command, tmp_path):
+    """check and sim exited 1, fmt 2: now every command says 2 (a path given to it)."""
+    extra = {"sweep": ["--out", str(tmp_path / "r.jsonl")],
+             "tune": ["--space", "TB=16", "--out", str(tmp_path / "t")]}.get(command, [])
+    res = run(command, "no/such/program.step", *extra)
     assert res.exit_code == 2, (command, res.exit_code, res.output)
     assert "no/such/program.step" in res.output
 
