@@ -153,3 +153,16 @@ def test_a_kv_trace_of_endless_requests_is_refused(tmp_path):
         "10,000,000" in res.output, res.output
     np.save(trace, np.full(4, 7930, dtype=np.int64))  # the longest Azure request
     assert run("sim", str(prog), "--trace", f"kv_lens={trace}").exit_code == 0
+
+
+def test_the_editor_server_checks_a_huge_expert_count_in_seconds():
+    """The editor server compiles as `check` does: typing `param E = 100000` in moe_static
+    stalled it for 20 s; it is now answered with the two Partition errors."""
+    from stepc.lsp.analysis import Settings, check_document
+    path = str(REPO / "programs" / "moe_static.step")
+    text = Path(path).read_text().replace("param E = 128 ", "param E = 100000 ", 1)
+    start = time.monotonic()
+    checked = check_document(path, text, 1, {}, Settings())
+    codes = [d.code for d in checked.compiled.diagnostics.items if d.severity.value == "error"]
+    assert codes == ["E0114", "E0114"], codes
+    assert time.monotonic() - start < 60  # guards against the stall, not a speed target
