@@ -167,11 +167,14 @@ def test_a_missing_program_is_a_usage_error_everywhere(command, tmp_path):
     assert "no/such/program.step" in res.output
 
 
-def test_sweep_says_where_it_wrote(tmp_path):
+def test_sweep_says_where_it_wrote(tmp_path, monkeypatch):
+    """And a resume with nothing to run starts no worker pool (it took 7.2 s)."""
     out = tmp_path / "r.jsonl"
     res = run("sweep", SWIGLU, "--grid", "TB=16", "-j", "1", "--out", str(out))
     assert res.exit_code == 0, res.output
     assert f"wrote 1 record to {out}" in res.output
+    monkeypatch.setattr("stepc.sweep.runner.LocalPool",
+                        lambda *a, **k: pytest.fail("a pool for nothing"))
     again = run("sweep", SWIGLU, "--grid", "TB=16", "-j", "1", "--out", str(out), "--resume")
     assert again.exit_code == 0 and f"nothing to run: every point's record is in {out}" in \
         again.output, again.output

@@ -492,6 +492,11 @@ class Sweep:
 
     def run(self, resume: bool = False, progress=None) -> Outcome:
         """Run the points without a reusable record; append each record as it arrives."""
+        if resume and self.out:  # every point finished before: no worker to start
+            reusable = self.earlier().reusable
+            if all(p.key in reusable for p in self.points):
+                return Outcome([reusable[p.key] for p in self.points], len(self.points), 0,
+                               Counter())
         executor = self.executor or LocalPool(self.jobs)
         try:
             return self.submit(executor, resume).collect(progress)
