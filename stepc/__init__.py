@@ -18,7 +18,6 @@ __version__ = "0.1.0"
 _LAZY = {
     "load": "stepc.api.program",
     "compile": "stepc.api.program",
-    "check": "stepc.api.program",
     "Program": "stepc.api.program",
     "CheckReport": "stepc.api.program",
     "Stream": "stepc.api.program",
@@ -33,11 +32,13 @@ _LAZY = {
     "Deadlock": "stepc.api.errors",
     "from_torch": "stepc.torch",  # needs the torch extra
 }
-# `stepc.sweep(...)` is the package stepc.sweep, which is callable (stepc.api.study.sweep).
+# Packages that are public names too: `stepc.check` and `stepc.sweep` are callable packages
+# (stepc.api.program.check, stepc.api.study.sweep), `stepc.tune` holds `tune` and its types.
+_PACKAGES = ("check", "sweep", "tune")
 
 __all__ = ["CheckReport", "Cost", "Deadlock", "Diagnostic", "InputError", "Program", "Run",
            "SimulationError", "StepError", "Stream", "SweepResults", "__version__", "check",
-           "compile", "from_torch", "load", "reproduce", "sweep"]
+           "compile", "from_torch", "load", "reproduce", "sweep", "tune"]
 
 
 def __getattr__(name: str):
@@ -45,8 +46,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name == "sweep":
-        return importlib.import_module("stepc.sweep")
+    if name in _PACKAGES:
+        return importlib.import_module(f"stepc.{name}")
     raise AttributeError(f"module 'stepc' has no attribute {name!r}")
 
 

@@ -96,7 +96,7 @@ def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
     check_overrides(report)
     if not report.compiled.ok:
         emit_diagnostics(report.compiled)
-        sys.exit(EXIT_PROGRAM)
+        sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
     return report
 
 
@@ -116,33 +116,21 @@ def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
-def emit_diagnostics(result: Compiled, sort: bool = True) -> None:
+def emit_diagnostics(result: Compiled, sort: bool = True, werror: bool = False) -> None:
     diags = result.diagnostics.sorted() if sort else result.diagnostics.items
-    text = render_text(diags, result.sources)
+    text = render_text(diags, result.sources, werror)
     if text:
         click.echo(text, err=True, nl=False)
 
 
 def check_output_path(flag: str, path: str, directory: bool = False) -> None:
     """A usage error now, before any work, if `path` (a file, or with `directory` a
-    directory that may not exist yet) cannot be written."""
-    if directory:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise click.UsageError(f"{flag} {path}: exists and is not a directory")
-        parent = path
-        while parent and not os.path.exists(parent):  # the first ancestor that exists
-            parent = os.path.dirname(parent.rstrip(os.sep))
-    else:
-        if os.path.isdir(path):
-            raise click.UsageError(f"{flag} {path}: is a directory; give a file name")
-        parent = os.path.dirname(path)
-        if parent and not os.path.exists(parent):
-            raise click.UsageError(f"{flag} {path}: directory {parent} does not exist")
-    parent = parent or "."
-    if not os.path.isdir(parent):
-        raise click.UsageError(f"{flag} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise click.UsageError(f"{flag} {path}: cannot write in {parent} (permission denied)")
+    directory that may not exist yet) cannot be written (the rule of stepc.outputs)."""
+    from stepc import outputs
+    try:
+        outputs.check_output_path(flag, path, directory)
+    except outputs.OutputPathError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def stdout_is_terminal() -> bool:
@@ -271,14 +259,15 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled
+    code = EXIT_USAGE if report.unreadable else _exit_code(result, werror)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         if show_types and result.typed is not None:
             from stepc.cli_types import types_text
             click.echo(types_text(result, show_all), nl=False)
-        emit_diagnostics(result)
-    sys.exit(_exit_code(result, werror))
+        emit_diagnostics(result, werror=werror)
+    sys.exit(code)
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
@@ -342,7 +331,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     config = _load_hw(hw, sets, roofline=True) if (hw or sets) else None
     if not result.ok:
         emit_diagnostics(result)
-        sys.exit(EXIT_PROGRAM)
+        sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
     cost = _cost(report, binds, traces, onchip_model, config)
     if fmt == "json":
         click.echo(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
@@ -477,9 +466,17 @@ def run() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except Exception:  # pragma: no cover - defensive
-        click.echo("stepc: internal error (this is a bug in stepc; please report it with the "
-                   "input that triggered it)", err=True)
+    except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
+        click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
         if "--debug" in sys.argv:
             traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
+
+
+def internal_error_message(e: BaseException, debug: bool) -> str:
+    """What exit 70 prints: the exception in one line, and how to get its traceback."""
+    how = "the traceback is below" if debug else \
+        "`stepc --debug COMMAND ...` prints the traceback to attach"
+    return (f"stepc: internal error: {type(e).__name__}: {e}\n"
+            f"this is a bug in stepc: please report it with the input that triggered it "
+            f"({how})")

@@ -74,6 +74,10 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
     from stepc.sim.report import render_text
 
+    if out_dir:
+        check_output_path("--out", out_dir, directory=True)
+    if trace_out:
+        check_output_path("--trace-out", trace_out)
     config = _load_hw(hw, sets)
     if print_config:
         click.echo(config.to_toml(), nl=False)
@@ -162,7 +166,7 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
         elif out_dir and run.deadlock:
             click.echo(f"--out {out_dir}: nothing written: the run deadlocked", err=True)
         elif out_dir:
-            os.makedirs(out_dir, exist_ok=True)
+            os.makedirs(out_dir, exist_ok=True)  # its parent was checked to exist
             names = sorted(run.outputs)
             for name in names:
                 write_atomic(os.path.join(out_dir, f"{name}.npy"),

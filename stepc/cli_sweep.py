@@ -14,11 +14,13 @@ from collections import Counter
 
 import click
 
+from stepc.api.arguments import MAX_JOBS
 from stepc.cli import (
     EXIT_DEADLOCK,
     EXIT_OK,
     EXIT_PROGRAM,
     _pairs,
+    check_output_path,
     input_error,
     parse_defines,
     print_report,
@@ -103,7 +105,8 @@ Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage err
               help="Override a hardware setting for every point (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH1,PATH2,...",
               help="Trace files for an external stream (swept like a param).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N",
               help="Worker processes (default: the number of cores).")
 @click.option("--out", default="results.jsonl", show_default=True, metavar="FILE.jsonl",
               help="Results, one JSON line per finished point.")
@@ -127,13 +130,20 @@ def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timin
               pareto, baselines, backend, scheduler):
     """Run every combination of params x hardware x traces of .step programs, in parallel,
     and compare the points."""
+    if os.path.lexists(out) and not resume:  # before anything is imported or compiled
+        raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, or "
+                               "choose another file")
+    check_output_path("--out", out)
     try:
         _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
                pareto, baselines, backend, scheduler)
     except KeyboardInterrupt:  # before the points ran, or a second Ctrl-C
-        kept = f"; finished points are kept in {out}: continue with the same command and " \
-            "--resume" if os.path.exists(out) else ""
-        click.echo(f"interrupted{kept}", err=True)
+        if os.path.exists(out):
+            click.echo(f"interrupted: finished points are kept in {out}: continue with the "
+                       "same command and --resume", err=True)
+        else:
+            click.echo(f"interrupted before any point finished: nothing was written to {out}",
+                       err=True)
         sys.exit(EXIT_INTERRUPTED)
 
 
@@ -193,6 +203,12 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         if client is not None:
             client.close()
     records = results.records
+    if results.ran:
+        click.echo(f"wrote {results.ran} record{'s' if results.ran != 1 else ''} to {out}"
+                   + (f" ({results.reused} reused from it)" if results.reused else ""),
+                   err=True)
+    else:
+        click.echo(f"nothing to run: every point's record is in {out}", err=True)
     print_report(lambda console: _sweep_summary(records, console))
     if pareto:
         _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
@@ -336,7 +352,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
     from stepc.sweep.plot import PlotError, SelectionError, bars, scatter
-    from stepc.sweep.runner import latest_records, read_results
+    from stepc.sweep.runner import ResultsFileError, latest_records, read_results
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -350,7 +366,11 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         raise click.UsageError("--relative-to needs --bar")
     if not os.path.exists(results):
         raise click.UsageError(f"no such results file: {results}")
-    records = latest_records(read_results(results))
+    check_output_path("-o", out)
+    try:
+        records = latest_records(read_results(results))
+    except ResultsFileError as e:
+        raise click.UsageError(str(e)) from None
     try:
         if bar_metric:
             bars(records, bar_metric, out, dict(_pairs(relative, "--relative-to")), force,
@@ -363,7 +383,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     shown = sum(r.get("status") == "ok" for r in records)
-    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})")
+    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})", err=True)
     sys.exit(EXIT_OK)
 
 
@@ -392,7 +412,8 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
               "seeded synthetic traces, and claims on reference data are not judged.")
 @click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
               help="Results, CSV, plots and report per figure.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N",
               help="Worker processes (default: the number of cores).")
 @click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
               show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "

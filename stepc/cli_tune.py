@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, _pairs, parse_defines
-from stepc.cli_sweep import EXIT_INTERRUPTED, _dask_client, grid_values
+from stepc.cli import EXIT_OK, EXIT_PROGRAM, _pairs, check_output_path, parse_defines
+from stepc.cli_sweep import EXIT_INTERRUPTED, MAX_JOBS, _dask_client, grid_values
 
 TUNE_EXAMPLE = """\b
 Examples:
@@ -107,7 +107,8 @@ def _trace_paths(name: str, text: str) -> list[str]:
 @click.option("--max-exhaustive", type=click.IntRange(min=1), default=512, show_default=True,
               metavar="N", help="Largest space --sampler auto enumerates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N",
               help="Worker processes (default: the number of cores).")
 @click.option("--out", default="tune", show_default=True, metavar="DIR",
               help="Directory of results.jsonl (confirmed runs), screen.jsonl (fluid runs), "
@@ -131,8 +132,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise click.UsageError(f"--out {out}: not a directory")
+    check_output_path("--out", out, directory=True)
     try:
         params, hw_keys = {}, {}
         for name, text in _pairs(spaces, "--space"):

@@ -142,8 +142,10 @@ def _excerpt(span: Span, sources: dict[str, SourceFile]) -> list[str]:
     return [gutter + raw.expandtabs(4), caret]
 
 
-def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile]) -> str:
-    """Render diagnostics the gcc/clang way, followed by a count line."""
+def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile],
+                werror: bool = False) -> str:
+    """Render diagnostics the gcc/clang way, followed by a count line (`werror`: which says
+    that the warnings count as errors)."""
     out: list[str] = []
     for d in diags:
         where = f"{d.span}: " if d.span else "stepc: "
@@ -157,7 +159,8 @@ def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile]) -> str:
     n_warn = sum(d.severity is Severity.WARNING for d in diags)
     if diags:
         out.append(f"{n_err} error{'s' if n_err != 1 else ''}, "
-                   f"{n_warn} warning{'s' if n_warn != 1 else ''}")
+                   f"{n_warn} warning{'s' if n_warn != 1 else ''}"
+                   + (" (--werror: warnings count as errors)" if werror and n_warn else ""))
     return "\n".join(out) + ("\n" if out else "")
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stepc.api.arguments import kind, mapping_arg, path_arg, text_arg
 from stepc.api.errors import InputError
 from stepc.diagnostics import (
     Diagnostic,
@@ -78,9 +79,19 @@ class CheckReport:
         params = {p: prog.param_spans.get(p) for p in prog.params}
         return [no_such("-D", name, "parameter", params) for name in result.unknown_overrides]
 
+    @property
+    def unreadable(self) -> bool:
+        """The program file itself could not be read (missing, a directory, no permission):
+        a usage error, not a program with errors."""
+        return self.compiled.typed is None and any(
+            d.code == "E0002" and d.span is None for d in self.compiled.diagnostics.items)
+
     def program(self) -> Program:
         """The checked program; raises StepError (with the diagnostics) if it has errors,
-        InputError if an override names no param."""
+        InputError if the file cannot be read or an override names no param."""
+        if self.unreadable:
+            diags = self.compiled.diagnostics.sorted()
+            raise InputError("; ".join(d.message for d in diags), diags, self.compiled.sources)
         unknown = self.unknown_params()
         if unknown:
             raise InputError("; ".join(d.message for d in unknown), unknown,
@@ -129,25 +140,39 @@ def check(path: str, **params: int) -> CheckReport:
     """Parse, elaborate and type-check a program file ('-': standard input) with `params`
     overriding its `param`s. Never raises for a bad program: see `CheckReport.ok`."""
     from stepc.frontend import compile_file
-    return CheckReport(compile_file(path, params))
+    return CheckReport(compile_file(path_arg("path", path), params))
 
 
-def check_text(text: str, name: str = "<string>", **params: int) -> CheckReport:
-    """`check` for program text held in memory; imports resolve beside `name`."""
-    from stepc.frontend import compile_source
+def check_text(text: str | bytes, name: str = "<string>", **params: int) -> CheckReport:
+    """`check` for program text held in memory (bytes are read as UTF-8); imports resolve
+    beside `name`."""
+    from stepc.diagnostics import DiagnosticBag
+    from stepc.frontend import Compiled, compile_source
+    from stepc.grammar.parse import decode_source
     from stepc.source import SourceFile
+    name = text_arg("name", name)
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            source = decode_source(name, bytes(text))
+        except StepError as e:  # binary or not UTF-8: a report with that one error
+            bag = DiagnosticBag()
+            bag.extend(e.diagnostics)
+            return CheckReport(Compiled(name, None, bag, {}, []))
+    else:
+        source = SourceFile(name, text_arg("text", text))
     path = os.path.normpath(name) if not name.startswith("<") else None
-    return CheckReport(compile_source(SourceFile(name, text), params, path))
+    return CheckReport(compile_source(source, params, path))
 
 
 def load(path: str | os.PathLike, **params: int) -> Program:
     """A checked program from a .step file, its `param`s overridden by `params`.
 
     Raises StepError with the diagnostics when the program has errors."""
-    return check(os.fspath(path), **params).program()
+    return check(path_arg("path", path), **params).program()
 
 
-def compile(text: str, name: str = "<string>", **params: int) -> Program:  # noqa: A001
+def compile(text: str | bytes, name: str = "<string>",  # noqa: A001
+            **params: int) -> Program:
     """A checked program from .step text; `name` labels its diagnostics."""
     return check_text(text, name, **params).program()
 
@@ -166,6 +191,11 @@ def hardware(hw: str | HardwareConfig | None = None,
         set_warnings,
     )
     sets = settings(set)
+    if hw is not None and not isinstance(hw, (str, os.PathLike, HardwareConfig)):
+        raise InputError(f"hw: expected a preset name, a TOML path or a HardwareConfig, "
+                         f"found {kind(hw)}")
+    if isinstance(hw, os.PathLike):
+        hw = os.fspath(hw)
     if isinstance(hw, HardwareConfig):
         if sets:
             raise InputError("set= applies to a preset or TOML file, not to a "
@@ -187,24 +217,39 @@ def settings(values: Mapping[str, Any] | Sequence[str] | None) -> tuple[str, ...
                      for k, v in values.items())
     if isinstance(values, str):
         return (values,)
+    if not isinstance(values, Sequence) or not all(isinstance(v, str) for v in values):
+        raise InputError(f"set: expected a mapping {{'hbm.model': 'fluid'}} or a list of "
+                         f"'KEY=VALUE' strings, found {kind(values)}")
     return tuple(values)
 
 
 def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
     """Trace arrays by stream: each value a file path (.npy, .npz, .csv) or an array."""
-    import numpy as np
-
     from stepc.traces import TraceError, load_array
     out = {}
-    for name, value in (traces or {}).items():
+    for name, value in mapping_arg("traces", traces, "stream names to files or "
+                                   "arrays").items():
         if isinstance(value, (str, os.PathLike)):
             try:
                 out[name] = load_array(os.fspath(value))
             except TraceError as e:
                 raise trace_input_error(e) from None
         else:
-            out[name] = np.asarray(value)
+            out[name] = numeric_array(f"traces[{name!r}]", value)
     return out
+
+
+def numeric_array(arg: str, value: Any) -> np.ndarray:
+    """`value` as a numpy array of numbers (bools, integers or floats)."""
+    import numpy as np
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{arg}: expected an array of numbers ({e})") from None
+    if array.dtype.kind not in "biuf":
+        raise InputError(f"{arg}: expected an array of numbers, found {kind(value)} "
+                         f"(numpy dtype {array.dtype})")
+    return array
 
 
 def trace_input_error(e, sources: dict | None = None) -> InputError:

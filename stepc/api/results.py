@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from stepc.api.arguments import bool_arg, callback_arg, int_arg, kind, mapping_arg, text_arg
 from stepc.api.errors import Deadlock, InputError, SimulationError
-from stepc.api.program import Program, hardware, no_such, trace_arrays, trace_input_error
+from stepc.api.program import (Program, hardware, no_such, numeric_array, trace_arrays,
+                               trace_input_error)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,11 +88,11 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
         except TraceError as e:
             raise trace_input_error(e, prog._compiled.sources) from None
     known = {n: info.span for n, info in typed.symbols.infos.items()}
-    for name, val in (bind or {}).items():
+    for name, val in mapping_arg("bind", bind, "symbols to sizes").items():
         if name not in known:
             d = no_such("--bind", name, "symbol", known)
             raise InputError(d.message, [d], prog._compiled.sources)
-        values[name] = sympy.Integer(int(val))
+        values[name] = sympy.Integer(int_arg(f"bind[{name!r}]", val, minimum=0))
     if values:
         a = a.bind(values)
     roof = roofline(a, config) if config is not None else None
@@ -164,15 +166,24 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     from stepc.traces import TraceError
 
     config, warnings = hardware(hw, sets)
+    if max_cycles is not None:
+        max_cycles = int_arg("max_cycles", max_cycles, minimum=1)
+    callback_arg("progress", progress)
+    bool_arg("trace_ops", trace_ops)
+    if timing_only is not None:
+        bool_arg("timing_only", timing_only)
+    if values is not None:
+        values = tensor_values(prog, values)
     if timing_only is None:
         timing_only = tensor_bytes(prog) > FUNCTIONAL_LIMIT
     typed = prog.typed
     tick = _cycle_progress(progress)
+    a = analyze(typed, "artifact", config)
     try:
         arrays = trace_arrays(traces)
         result = simulate(typed, config, arrays, functional=not timing_only,
                           trace_ops=trace_ops, max_cycles=max_cycles, progress=tick,
-                          values=dict(values) if values is not None else None)
+                          values=values, analysis=a)
     except TraceError as e:
         raise trace_input_error(e, prog._compiled.sources) from None
     except SimError as e:
@@ -181,7 +192,7 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
                               e.code) from None
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
-    a = analyze(typed, "artifact", config).bind(dict(result.bindings))
+    a = a.bind(dict(result.bindings))
     totals = {**a.totals, "allocated_compute": a.allocated_compute}
     alloc = totals["allocated_compute"]
     run = Run(result.program, config.name, result.functional, result.cycles,
@@ -196,10 +207,28 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     return run
 
 
+def tensor_values(prog: Program, values) -> dict[str, np.ndarray]:
+    """`simulate(values=...)` as arrays, each naming a tensor of the program."""
+    tensors = prog.typed.program.tensors
+    out = {}
+    for name, value in mapping_arg("values", values, "tensor names to arrays").items():
+        if name not in tensors:
+            d = no_such("values:", name, "tensor", {t: tensors[t].span for t in tensors})
+            raise InputError(d.message, [d], prog._compiled.sources)
+        out[name] = numeric_array(f"values[{name!r}]", value)
+    return out
+
+
 def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
     """`Program.dot`: DOT text, shaded by a Cost, a Run or a {node: Heat | fraction}."""
     from stepc.viz.dot import Heat, analysis_heat, to_dot
 
+    bool_arg("collapse", collapse)
+    if title is not None:
+        text_arg("title", title)
+    if annotate is not None and not isinstance(annotate, (Cost, Run, Mapping)):
+        raise InputError(f"annotate: expected a Cost, a Run or a mapping of nodes to "
+                         f"fractions, found {kind(annotate)}")
     heat, default_title = None, None
     if isinstance(annotate, Cost):
         heat, unbound = analysis_heat(annotate.analysis)
@@ -215,5 +244,16 @@ def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
                 for name, busy in annotate.busy.items() if busy}
         default_title = f"{prog.name}: shaded by busy cycles"
     elif annotate is not None:
-        heat = {k: v if isinstance(v, Heat) else Heat(float(v)) for k, v in annotate.items()}
+        heat = {k: v if isinstance(v, Heat) else Heat(fraction(k, v))
+                for k, v in annotate.items()}
     return to_dot(prog.typed, collapse=collapse, heat=heat, title=title or default_title)
+
+
+def fraction(node: str, value) -> float:
+    """A node's shade for `dot(annotate={node: fraction})`: a number in 0..1."""
+    import math
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not 0 <= value <= 1:
+        raise InputError(f"annotate[{node!r}]: expected a fraction in 0..1 or a Heat, found "
+                         f"{kind(value)}")
+    return float(value)

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stepc.api.arguments import (MAX_JOBS, bool_arg, callback_arg, choice_arg, int_arg,
+                                 int_values_arg, mapping_arg, path_arg, paths_arg)
 from stepc.api.errors import InputError
 from stepc.api.program import check, hardware, settings
 
@@ -95,20 +97,36 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
                timing_only: bool = True, jobs: int | None = None, out: str | None = None,
                resume: bool = False, executor=None) -> SweepPlan:
     """Check a sweep's programs, params, traces and hardware, and read its inputs."""
+    from stepc.outputs import OutputPathError, check_output_path
     from stepc.sweep.runner import Sweep, grid_points
 
-    files = [os.fspath(programs)] if isinstance(programs, (str, os.PathLike)) \
-        else [os.fspath(p) for p in programs]
-    fixed = {k: int(v) for k, v in (params or {}).items()}
-    grid = {k: [int(v) for v in (vs if isinstance(vs, Sequence) else [vs])]
-            for k, vs in (grid or {}).items()}
+    files = paths_arg("programs", programs)
+    fixed = {k: int_arg(f"params[{k!r}]", v)
+             for k, v in mapping_arg("params", params, "params to values").items()}
+    grid = {k: int_values_arg("grid", k, vs)
+            for k, vs in mapping_arg("grid", grid, "params to lists of values").items()}
     both = sorted(set_(fixed) & set_(grid))
     if both:
         raise InputError(f"-D {both[0]} and --grid {both[0]}: give the param one or the other")
     grid.update({n: [v] for n, v in fixed.items()})
-    trace_sets = {name: [os.fspath(paths)] if isinstance(paths, (str, os.PathLike))
-                  else [os.fspath(p) for p in paths] for name, paths in (traces or {}).items()}
-    hws = [hw] if isinstance(hw, str) else list(hw) or ["paper-eval"]
+    trace_sets = {name: paths_arg(f"traces[{name!r}]", paths) for name, paths in
+                  mapping_arg("traces", traces, "stream names to trace files").items()}
+    hws = paths_arg("hw", hw) if hw else ["paper-eval"]
+    bool_arg("timing_only", timing_only)
+    bool_arg("resume", resume)
+    if jobs is not None:
+        jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS)
+    if out is not None:
+        out = path_arg("out", out)
+        if out_exists(out) and not resume:
+            raise InputError(f"--out {out} exists: add --resume to continue that sweep, or "
+                             "choose another file")
+        try:
+            check_output_path("--out", out)
+        except OutputPathError as e:
+            raise InputError(str(e)) from None
+        if resume and out_exists(out):
+            results_file(out)
     total = len(files) * len(hws)
     for values in [*grid.values(), *trace_sets.values()]:
         total *= len(values)
@@ -125,11 +143,9 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
         raise InputError(f"--grid {unknown[0]}: {which} has no parameter `{unknown[0]}`")
     sets = settings(set)
     warnings = [w for h in hws for w in hardware(h, sets)[1]]
-    if out is not None and os.path.exists(out) and not resume:
-        raise InputError(f"--out {out} exists: add --resume to continue that sweep, or "
-                         "choose another file")
     points = grid_points(files, grid, hws, sets, trace_sets, timing_only, declared)
-    return SweepPlan(Sweep(points, out, jobs or (os.cpu_count() or 1), executor), warnings)
+    workers = min(jobs or (os.cpu_count() or 1), max(len(points), 1))  # idle ones do nothing
+    return SweepPlan(Sweep(points, out, workers, executor), warnings)
 
 
 def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = None,
@@ -146,9 +162,25 @@ def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = No
     JSON-lines file (`resume=True` reuses its finished points). `progress`: a tqdm-like
     object (`update(1)` per point) or a function of each record. Failed points are records
     with `status` "error" or "deadlock", not exceptions."""
+    callback_arg("progress", progress)
     plan = plan_sweep(programs, grid, params, hw, set, traces, timing_only, jobs, out,
                       resume, executor)
     return plan.run(resume, progress)
+
+
+def results_file(path: str) -> None:
+    """Refuse, before any point runs, a file to resume that is not sweep results."""
+    from stepc.sweep.runner import ResultsFileError, read_results
+    try:
+        read_results(path)
+    except ResultsFileError as e:
+        raise InputError(f"--out {e}; give --out a new file, or the results of an earlier "
+                         "sweep to --resume") from None
+
+
+def out_exists(path: str) -> bool:
+    """Whether a results file is already there (a missing directory is not an error yet)."""
+    return os.path.lexists(path)
 
 
 def reproduce(figures: str | Sequence[str], data: str | None = None,
@@ -159,18 +191,42 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     points through one worker pool, and per figure a report beside the paper's claims
     under `out`. Yields each figure's summary as it finishes; `on_figure(figure)` is called
     when its points start to be collected, `progress` as for `sweep`."""
-    from stepc.sweep.reproduce import SpecError, available_figures, reproduce_figures
+    from stepc.outputs import OutputPathError, check_output_path
+    from stepc.sweep.reproduce import available_figures
 
     have = available_figures()
-    names = have if figures == "all" else [figures] if isinstance(figures, str) \
-        else list(figures)
-    names = [str(f).removeprefix("fig") for f in names]
+    if isinstance(figures, (str, int)) and not isinstance(figures, bool):
+        figures = [str(figures)]
+    if not isinstance(figures, Sequence) or not figures or \
+            not all(isinstance(f, (str, int)) and not isinstance(f, bool) for f in figures):
+        raise InputError(f"figures: expected a figure like '9', a list of them or 'all', "
+                         f"found {figures!r}")
+    names = have if list(figures) == ["all"] else [str(f).removeprefix("fig") for f in figures]
     unknown = [f for f in names if f not in have]
     if unknown:
         raise InputError(f"no experiment spec for figure {unknown[0]} (have: "
                          f"{', '.join(have)}, or all)")
-    if data and not os.path.isdir(data):
+    if data is not None and not os.path.isdir(path_arg("data", data)):
         raise InputError(f"--data {data}: not a directory")
+    out = path_arg("out", out)
+    jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS) if jobs is not None else None
+    choice_arg("model", model, ("ref", "fluid", "dram"))
+    bool_arg("fresh", fresh)
+    callback_arg("progress", progress)
+    callback_arg("on_figure", on_figure)
+    try:
+        check_output_path("--out", out, directory=True)
+    except OutputPathError as e:
+        raise InputError(str(e)) from None
+    return _reproduce(names, data, out, jobs, model, fresh, progress, on_figure)
+
+
+def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, model: str,
+               fresh: bool, progress, on_figure) -> Iterator[Reproduced]:
+    """`reproduce` once its arguments are checked: a generator of the figures' summaries."""
+    from stepc.sweep.reproduce import SpecError, reproduce_figures
+    from stepc.sweep.runner import ResultsFileError
+
     per_record = record_progress(progress)
 
     def collecting(figure: str):
@@ -181,5 +237,5 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     try:
         yield from reproduce_figures(names, data, out, jobs or (os.cpu_count() or 1), model,
                                      collecting, fresh)
-    except SpecError as e:
+    except (SpecError, ResultsFileError) as e:
         raise InputError(str(e)) from None

@@ -30,9 +30,13 @@ TENSOR_ROLES = ("input", "weight", "output", "scratch")
 TENSOR_SOURCES = {"random": ("seed", "high"), "zeros": (), "ones": (), "arange": (),
                   "file": ("path",)}
 EXTERNAL_GENERATOR = ("topk", "seed", "mean", "std", "file", "multihot")  # default data
+# values of integer-tile external streams (KV lengths), generated (`mean=`) or traced: longer
+# requests never finish a run
+MAX_KV_LENGTH = 10_000_000
 MAX_LOOP = 100_000  # iterations of one `for` loop
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
 MAX_INDEX = MAX_LOOP  # elements of an array built by indexed assignments `a[i] = ...`
+FAILING_ITERATIONS = 16  # iterations in a row whose statements failed: the loop stops there
 
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
@@ -61,6 +65,7 @@ class Elaborator(Evaluator):
         self.walked_arrays: dict[int, tuple[list | tuple, int]] = {}  # see `referenced`
         self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
         self.iterations = 0  # loop iterations unrolled so far
+        self.aborted = 0  # statements that failed so far
         self.truncated = False  # a size limit stopped elaboration
         self.hit_poison = False  # a statement was skipped for a failed definition
 
@@ -83,6 +88,7 @@ class Elaborator(Evaluator):
             try:
                 self.statement(s, scope, top)
             except Abort:
+                self.aborted += 1
                 self.poison(s, scope)
                 self.mention(s, scope)
 
@@ -281,6 +287,7 @@ class Elaborator(Evaluator):
             gen = dict(self.fn_value(ast.Call("external", src.args[1:], src.span,
                                               src.func_span), scope,
                                      allowed=EXTERNAL_GENERATOR).kwargs)
+            self.check_generator(gen, src)
             if isinstance(gen.get("file"), str):  # relative to the declaring file
                 gen["file"] = import_path(self.import_stack[-1], gen["file"])
             if s.type.dims is None:
@@ -296,6 +303,25 @@ class Elaborator(Evaluator):
         b = ast.Binding((ast.Target(s.name, (), s.name_span),), s.type, src, s.span)
         self.do_binding(b, scope)
 
+    def check_generator(self, gen: dict, call: ast.Call) -> None:
+        """The settings of an external stream's generated data, each in the range the
+        generator can draw from: E0204 at the argument otherwise."""
+        spans = {a.name: a.span for a in call.args if a.name}
+        ranges = {"topk": (1, None), "seed": (0, 2**63 - 1), "mean": (1, MAX_KV_LENGTH),
+                  "std": (0, MAX_KV_LENGTH)}
+        for key, value in gen.items():
+            if key not in ranges:  # file=, multihot=: checked where the file is read
+                continue
+            low, high = ranges[key]
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            integral = key in ("topk", "seed")
+            if not number or (integral and not isinstance(value, int)) or \
+                    not low <= value <= (high if high is not None else value):
+                bounds = f"{low:,}..{high:,}" if high is not None else f">= {low}"
+                raise self.error("E0204", f"external `{key}=` expects "
+                                 f"{'an integer' if integral else 'a number'} in {bounds}, "
+                                 f"found {value!r}", spans.get(key, call.span))
+
     def do_for(self, s: ast.ForLoop, scope: Scope) -> None:
         lo, hi = self.eval_int(s.start, scope), self.eval_int(s.end, scope)
         if hi - lo > MAX_LOOP:
@@ -308,13 +334,18 @@ class Elaborator(Evaluator):
             raise Fatal()
         exported: dict[str, list] = {}
         group = f"for@{s.span.file}:{s.span.line}:{s.span.col}"
+        failing = 0  # iterations in a row in which a statement failed
         for i in range(lo, hi):
+            if failing == FAILING_ITERATIONS:  # the rest would repeat the same errors
+                raise Abort()
+            aborted = self.aborted
             it = Scope(scope, scope.prefix, f"{scope.suffix}[{i}]",
                        scope.cluster + (Cluster("loop", f"{group}#{i}", f"{s.var} = {i}",
                                                 group),))
             it.has_return, it.is_loop = scope.has_return, True
             it.names[s.var] = Entry(i, "loopvar", s.span, used=True)
             self.block(s.body, it)
+            failing = failing + 1 if self.aborted > aborted else 0
             if it.has_return:
                 scope.returned, scope.has_return = it.returned, True
             for name, e in it.names.items():

@@ -276,6 +276,10 @@ class Kernel:
                     value, op = None, None
                 else:  # pragma: no cover - a behavior bug
                     raise SimError(f"unknown kernel operation {op!r}", ctx.name)
+        except SimError as e:  # located at the operator that raised it
+            if e.node is None:
+                e.node = ctx.name
+            raise
         except StopIteration:
             ctx.done = True
             ctx.blocked = None

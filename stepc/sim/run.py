@@ -13,17 +13,20 @@ import math
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy
 
 from stepc.check.checker import TypedProgram
 from stepc.diagnostics import did_you_mean
+from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.behaviors.memory import tensor_layout
+from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
@@ -39,6 +42,9 @@ from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
               "RandomOffChipStore")
+if TYPE_CHECKING:
+    from stepc.analyze import Analysis
+
 # What one run can hold; checked before the run starts (`check_limits`).
 MAX_VALUE_BYTES = 4 * 2**30  # tensor values a run materialises
 MAX_TILE_ELEMENTS = 2**24  # elements of one tile or buffer (64 MiB of f32)
@@ -149,8 +155,9 @@ def initial_value(t, values: dict[str, np.ndarray] | None = None) -> np.ndarray:
 
 
 def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: dict,
-                      seed: int) -> tuple[list, dict[str, int]]:
-    """The elements of an external stream and the dims the data fixes."""
+                      seed: int) -> tuple[list, dict[str, int], np.ndarray]:
+    """The elements of an external stream, the dims the data fixes, and the data (the
+    trace, or the generated data without one)."""
     dims: dict[str, int] = {}
     if isinstance(st.elem, Select):
         n = st.elem.n
@@ -170,6 +177,10 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
                              f"fit {st}")
         values = sels
     elif isinstance(st.elem, Tile):
+        if arr is not None and arr.size and arr.max() > MAX_KV_LENGTH:
+            raise TraceError(f"trace for `{name}` holds {int(arr.max()):,}: values of an "
+                             f"integer stream (KV lengths) above {MAX_KV_LENGTH:,} make a run "
+                             "that never ends")
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_kv_lengths(batch, gen.get("mean", 1024), gen.get("std", 512),
@@ -192,7 +203,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
                                  f"(top-{actual}) where {st} expects {int(d)} (top-{int(d)}): "
                                  "a trace of another model? Its top-k must be the program's")
             raise TraceError(f"trace for `{name}` has {actual} where {st} expects {int(d)}")
-    return list(zip(values, stops_for_shape(shape))), dims
+    return list(zip(values, stops_for_shape(shape))), dims, arr
 
 
 def _static_len(d, name: str) -> int:
@@ -264,9 +275,12 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------- build and run
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
-             progress=None, values: dict[str, np.ndarray] | None = None) -> SimResult:
+             progress=None, values: dict[str, np.ndarray] | None = None,
+             analysis: Analysis | None = None) -> SimResult:
     """Run a checked program on the given hardware. `values` replaces the declared
-    contents of the named tensors (weights and inputs loaded from a file)."""
+    contents of the named tensors (weights and inputs loaded from a file). With the
+    program's `analysis` and no `max_cycles`, a run whose roofline bound exceeds
+    MAX_RUN_CYCLES is refused before it starts."""
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
@@ -289,6 +303,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         if name not in {n.attrs["name"] for n in externals}:
             raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
                              + did_you_mean(name, {n.attrs["name"] for n in externals}))
+    data: dict[str, np.ndarray] = {}
     for node in externals:
         name = node.attrs["name"]
         st = typed.types[(node.name, 0)]
@@ -297,12 +312,16 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             gen = node.attrs.get("gen", {})
             arr = traces[name] if name in traces else external_file(
                 gen, getattr(st.elem, "n", None), len(st.shape))
-            elems, dims = external_elements(name, st, arr, gen, seed)
+            elems, dims, data[name] = external_elements(name, st, arr, gen, seed)
         except TraceError as e:
             e.span = e.span or node.span
             raise
         env.externals[node.name] = elems
         bindings.update(dims)
+    if analysis is not None and max_cycles is None:
+        need = cycles_lower_bound(analysis, typed, hw, data)
+        if need is not None and need > MAX_RUN_CYCLES:
+            raise SimError(refusal(need))
 
     # channels: one per stream edge, depth from the consumer's `depth` or the fabric default
     outs: dict[str, list] = {n: [None] * len(node.outputs) for n, node in prog.nodes.items()}

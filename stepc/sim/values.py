@@ -103,8 +103,24 @@ def _integer(name: str, dtype: str | None = None):
         out = dtype or args[0].dtype
         if any(a.data is None for a in args):
             return TileVal(1, 1, out)
-        return int_tile(ints([a.scalar() for a in args], fn), out)
+        value = ints([a.scalar() for a in args], fn)
+        low, high = int_range(out)
+        if not low <= value <= high:
+            raise SimError(f"`{name}` gives {value:,}, which does not fit the element type "
+                           f"{out} ({low:,}..{high:,})")
+        return int_tile(value, out)
     return f
+
+
+def int_range(dtype: str) -> tuple[float, float]:
+    """The values an element type holds: an integer type's range, bool 0..1, floats any."""
+    np_type = np.dtype(NP_DTYPES[dtype])
+    if np_type.kind == "b":
+        return 0, 1
+    if np_type.kind in "iu":
+        info = np.iinfo(np_type)
+        return int(info.min), int(info.max)
+    return -np.inf, np.inf
 
 
 def _gelu(args, fn, dtype):

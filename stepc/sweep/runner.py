@@ -256,7 +256,8 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
             raise _InputError(inputs.error)
         result, analysis = _program_and_analysis(point, inputs)
         hw = inputs.hw
-        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only)
+        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only,
+                       analysis=analysis)
         a = analysis.bind(dict(run.bindings))
         alloc = a.allocated_compute
         record.update({
@@ -334,17 +335,48 @@ def _drop_torn_line(path: str) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
+class ResultsFileError(Exception):
+    """A file given as sweep results that is not one (binary, not JSON lines, or records of
+    something else); the message says which line and why."""
+
+
+RECORD_FIELDS = ("key", "program", "params", "status")  # what every sweep record holds
+
+
 def read_results(path: str) -> list[dict]:
-    """Every record of a results file, in file order (a torn line is skipped)."""
+    """Every record of a results file, in file order (a torn last line is skipped); raises
+    ResultsFileError for a file that is not sweep results."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ResultsFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ResultsFileError(f"{path}: not a results file: it holds binary data (a NUL "
+                               f"byte at offset {nul:,})")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ResultsFileError(f"{path}: not a results file: not UTF-8 text (byte "
+                               f"{e.start:,})") from None
+    lines = text.split("\n")
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and "key" in rec:
-                out.append(rec)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # no newline after it: a write cut short
+                break
+            raise ResultsFileError(f"{path}:{number}: not a results file: the line is not "
+                                   f"JSON ({e.msg})") from None
+        missing = [k for k in RECORD_FIELDS if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise ResultsFileError(f"{path}:{number}: not a results file: the line is not a "
+                                   f"stepc sweep record (no `{missing[0]}`)")
+        out.append(rec)
     return out
 
 
@@ -464,6 +496,11 @@ class Sweep:
 
     def run(self, resume: bool = False, progress=None) -> Outcome:
         """Run the points without a reusable record; append each record as it arrives."""
+        if resume and self.out:  # every point finished before: no worker to start
+            reusable = self.earlier().reusable
+            if all(p.key in reusable for p in self.points):
+                return Outcome([reusable[p.key] for p in self.points], len(self.points), 0,
+                               Counter())
         executor = self.executor or LocalPool(self.jobs)
         try:
             return self.submit(executor, resume).collect(progress)
@@ -580,5 +617,5 @@ class Pending:
 
 
 __all__ = ["Point", "Sweep", "LocalPool", "Pending", "Outcome", "Interrupted", "grid_points",
-           "run_point", "read_results", "latest_records", "prepare", "code_digest",
-           "point_order"]
+           "run_point", "read_results", "ResultsFileError", "latest_records", "prepare",
+           "code_digest", "point_order"]

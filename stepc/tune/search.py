@@ -36,13 +36,14 @@ import tempfile
 import time
 from collections import Counter
 
+from stepc.outputs import OutputPathError, check_output_path
 from stepc.tune.evaluate import (AnalysisJob, analyze_candidate, hardware, sim_command,
                                  sim_points)
 from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
                               TuneError, aggregate, percentile)
-from stepc.sweep.runner import compile_cached
+from stepc.sweep.runner import ResultsFileError, compile_cached, read_results
 from stepc.tune.workers import CandidatePool, can_fork
 
 
@@ -464,8 +465,8 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     t0 = time.perf_counter()
     if not 1 <= len(objectives) <= 2:
         raise TuneError("give one objective, or two for a Pareto front")
-    if margin < 0:
-        raise TuneError("--margin must not be negative")
+    if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
+        raise TuneError(f"--margin {margin}: expected a finite fraction >= 0, e.g. 0.05")
     percentile(aggregate)
     if sampler not in ("auto", "grid", "optuna"):
         raise TuneError(f"--sampler {sampler}: expected auto, grid or optuna")
@@ -474,12 +475,21 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     log = log or (lambda msg: None)
     own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
     out = own_dir.name if own_dir else out
+    try:
+        check_output_path("--out", out, directory=True)
+    except OutputPathError as e:
+        raise TuneError(str(e)) from None
     os.makedirs(out, exist_ok=True)
-    if not resume:
-        for name in ("screen.jsonl", "results.jsonl"):
-            if os.path.exists(os.path.join(out, name)):
-                raise TuneError(f"{os.path.join(out, name)} exists: add --resume to continue "
-                                "that search, or choose another --out")
+    for name in ("screen.jsonl", "results.jsonl"):
+        path = os.path.join(out, name)
+        if os.path.exists(path) and not resume:
+            raise TuneError(f"{path} exists: add --resume to continue that search, or choose "
+                            "another --out")
+        if os.path.exists(path):
+            try:
+                read_results(path)
+            except ResultsFileError as e:
+                raise TuneError(f"--resume: {e}") from None
     jobs = jobs or os.cpu_count() or 1
     search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
                     hw, tuple(sets), model, out, resume, executor, margin, max_confirm, jobs,
