@@ -2,10 +2,9 @@
 the timing-only run of `stepc sim --timing-only --format json programs/<name>.step` (at the
 program's own params, on paper-eval) reduced to its cycles and traffic (the whole JSON
 lists every operator and FIFO; a decoder's runs to megabytes). A change of cycles is a
-reviewed diff: rewrite the records with `python -m pytest --update-goldens`.
-
-The decoder layers take about 20 s a run each, so their records are checked with
-`python -m pytest -m slow`."""
+reviewed diff: rewrite the records with `python -m pytest --update-goldens`. The runs are
+the session's (tests/bundled.py), shared on one worker with the other tests of a program's
+run (the xdist group named after it)."""
 
 from __future__ import annotations
 
@@ -46,9 +45,8 @@ def text(rec: dict) -> str:
     return "{\n" + ",\n".join(lines) + f',\n  "busiest": [\n{ops}\n  ]\n}}\n'
 
 
-@pytest.mark.parametrize("program", [
-    pytest.param(p, marks=[pytest.mark.xdist_group(p)] +
-                 ([pytest.mark.slow] if p.startswith("decoder_") else [])) for p in PROGRAMS])
+@pytest.mark.parametrize("program", [pytest.param(p, marks=pytest.mark.xdist_group(p))
+                                     for p in PROGRAMS])
 def test_cycles_are_pinned(program, bundled, request):
     run = bundled.run(program)
     actual = text(record(program, to_json(run), run.memory.per_channel))
