@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.has_plugin("xdist"):  # `-p no:xdist`: the addopts' xdist options
+        group = parser.getgroup("xdist stand-in")
+        group.addoption("--numprocesses", dest="numprocesses", default=None,
+                        help="ignored without pytest-xdist: the tests run in this process")
+        group.addoption("--dist", dest="dist", default="no",
+                        help="ignored without pytest-xdist")
     parser.addoption(
         "--update-goldens",
         action="store_true",
@@ -13,6 +19,14 @@ def pytest_addoption(parser):
         help="(Re)write the golden .expect files of tests/golden instead of comparing "
              "against them.",
     )
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The bundled programs compiled and simulated once per session (tests/bundled.py)."""
+    from bundled import BundledRuns
+
+    return BundledRuns()
 
 
 @pytest.fixture
@@ -27,3 +41,21 @@ def recorded(monkeypatch):
     RECORDED.clear()
     monkeypatch.setitem(BEHAVIORS, "Sink", recording_sink(BEHAVIORS["Sink"]))
     return RECORDED
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line naming what is missing when Graphviz or the torch extra is (their tests
+    skip)."""
+    import importlib.util
+    import shutil
+
+    if not terminalreporter.stats.get("skipped"):
+        return
+    missing = []
+    if shutil.which("dot") is None:
+        missing.append("Graphviz (apt-get install graphviz)")
+    if importlib.util.find_spec("torch") is None:
+        missing.append("the torch extra (pip install 'stepc[torch]')")
+    if missing:
+        terminalreporter.write_line(f"note: {' and '.join(missing)} not installed: "
+                                    "their tests skipped")

@@ -49,6 +49,7 @@ def test_doc_examples(at_repo):
     assert runner.tries >= 15
 
 
+@pytest.mark.slow
 @needs_data
 def test_doc_notebook_cells(at_repo):
     """The real-trace cell and the Figure 9 Qwen cell run as written (public API only) and

@@ -2,12 +2,13 @@
 L chained layers cost L times one layer (the reproduction simulates one layer and scales)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
+
+from stepc.cli import main
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 SMALL = {"B": 8, "R": 2, "D": 64, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, "TILE_P": 32, "F": 64,
@@ -16,12 +17,12 @@ VARIANTS = {"static": {}, "dynamic": {}, "timemux": {"MR": 2}}
 
 
 def _sim(program: str, params: dict, lens: Path) -> tuple[int, str]:
+    """`stepc sim --timing-only` in this process: its cycles and allocated on-chip line."""
     args = [a for k, v in params.items() for a in ("-D", f"{k}={v}")]
-    out = subprocess.run([sys.executable, "-m", "stepc", "sim", "--timing-only", *args,
-                          str(PROGRAMS / f"decoder_{program}.step"),
-                          "--trace", f"kv_lens={lens}"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = CliRunner(env={"COLUMNS": "100", "NO_COLOR": "1"}).invoke(
+        main, ["sim", "--timing-only", *args, str(PROGRAMS / f"decoder_{program}.step"),
+               "--trace", f"kv_lens={lens}"])
+    assert out.exit_code == 0, out.output
     cycles = int(re.search(r"cycles:\s+([\d,]+)", out.stdout).group(1).replace(",", ""))
     on_chip = re.search(r"on-chip, allocated:\s+(.+)", out.stdout).group(1)
     return cycles, on_chip
@@ -47,11 +48,10 @@ def test_layers_scale_with_l(variant, tmp_path):
 def test_models_check(variant, model):
     if variant == "timemux" and model:
         pytest.skip("Mixtral runs without time-multiplexing (all experts active at B = 64)")
-    out = subprocess.run([sys.executable, "-m", "stepc", "check", "-D", "L=1", *model,
-                          str(PROGRAMS / f"decoder_{variant}.step")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "error" not in out.stdout + out.stderr
+    out = CliRunner().invoke(main, ["check", "-D", "L=1", *model,
+                                    str(PROGRAMS / f"decoder_{variant}.step")])
+    assert out.exit_code == 0, out.output
+    assert "error" not in out.output
 
 
 def test_static_moe_allocates_seven_operators_per_expert_at_moe_bw():

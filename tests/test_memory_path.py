@@ -76,6 +76,7 @@ def test_ref_reproduces_the_reference_simulators_fig8_cycles():
         assert abs(ours[point] / theirs - 1) <= 0.005, point
 
 
+@pytest.mark.slow
 @needs_data
 def test_hdl_like_meets_its_target_on_the_public_hdl_points():
     pts = sorted(MEASURED.hdl)

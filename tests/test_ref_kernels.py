@@ -1,40 +1,41 @@
-"""The `ref` memory model's implementations of the reference simulator's HBM node serve
-every request identically: the closed form per stretch of constant ports (the default),
-numpy in pickup order, the plain request-by-request loop under the short windows of a
-pickup-only completion bound, and the numba loop a long run switches to when numba is
-installed (`stepc[fast]`). Same cycles, same per-channel counts, on every bundled program
-and on the validation fabric."""
+"""The `ref` memory model's strategies (`stepc.sim.hbm.ref.STRATEGIES`) serve every request
+identically: the closed form per stretch of constant ports (the default), numpy in pickup
+order, the plain request loop in Python under windows cut by the pickups alone, the same
+loop compiled by numba (`stepc[fast]`), and the memory window's generic numpy path. Same
+cycles, same per-channel counts, on every bundled program and on the validation fabric."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bundled import PROGRAMS
 
-from stepc.frontend import compile_file
 from stepc.hw import load_config
-from stepc.sim.hbm import ref
-from stepc.sim.hbm.window import WindowedMemory
+from stepc.sim.hbm import make_memory, ref
+from stepc.sim.hbm.ref import STRATEGIES, RefHbm
+from stepc.sim.kernel import Kernel
 from stepc.sim.run import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = sorted(p.name for p in (ROOT / "programs").glob("*.step"))
-MODES = ("closed", "numpy", "direct", "compiled")
+OTHERS = [s for s in STRATEGIES if s != "auto"]
 
-
-def run(program: str, mode: str, monkeypatch, params=None, preset="paper-eval",
-        traces=None):
-    """Simulate with one way of serving the windows whose ports issue every cycle."""
-    if mode != "closed":
-        monkeypatch.setattr(ref, "serve_periodic", lambda *args: None)
-    monkeypatch.setattr(ref, "COMPILE_AFTER", -1 if mode == "compiled" else 1 << 62)
-    monkeypatch.setattr(ref, "PYTHON_BELOW", 1 << 62 if mode == "direct" else 0)
-    if mode == "direct":  # windows end where the pickups alone say a burst could end
-        monkeypatch.setattr(ref.RefHbm, "_done_floor", WindowedMemory._done_floor)
-        monkeypatch.setattr(ref.RefHbm, "_earliest_done", WindowedMemory._earliest_done)
-    typed = compile_file(str(ROOT / "programs" / program), params or {}).typed
-    return simulate(typed, load_config(preset), traces, functional=False)
+# Sizes at which every strategy runs a bundled program in well under a second (the Python
+# loop is the slowest: ~8x the closed form on a whole MoE layer); the others run as bundled.
+ATTENTION = {"B": 8, "HEAD_DIM": 16, "TILE_N": 64, "MAXN": 4096}
+DECODER = {"L": 1, "B": 8, "R": 2, "D": 128, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, "F": 128,
+           "E": 4, "TOPK": 2, "TILE_N": 64}
+MOE = {"B": 8, "D": 128, "F": 192, "E": 8, "K": 2}
+SMALL = {
+    "attention_coarse": {**ATTENTION, "NB": 2},
+    "attention_dynamic": ATTENTION,
+    "attention_interleaved": ATTENTION,
+    "decoder_dynamic": DECODER,
+    "decoder_static": DECODER,
+    "decoder_timemux": {**DECODER, "MR": 2},
+    "moe_dynamic": MOE,
+    "moe_static": MOE,
+    "moe_timemux": {**MOE, "R": 4},
+    "moe_timemux_dynamic": {**MOE, "R": 4},
+}
 
 
 def assert_same(a, b) -> None:
@@ -45,91 +46,79 @@ def assert_same(a, b) -> None:
     assert [o.busy for o in a.ops] == [o.busy for o in b.ops]
 
 
-# whole decoder layers at their defaults take about 20 s a run: one layer of a smaller model
-SMALLER = {"L": 1, "D": 512, "E": 32, "TOPK": 2}
+def served_only_by(run, *paths: str) -> bool:
+    """Every request of the run was served by one of `paths`."""
+    by = run.memory.served_by
+    return sum(by.values()) == run.read_requests + run.write_requests and set(by) <= set(paths)
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
-def test_closed_form_agrees_on_every_bundled_program(program, monkeypatch):
-    params = SMALLER if program.startswith("decoder_") else None
-    assert_same(run(program, "closed", monkeypatch, params),
-                run(program, "numpy", monkeypatch, params))
+@pytest.mark.parametrize("strategy", OTHERS)
+@pytest.mark.parametrize("program", [pytest.param(p, marks=pytest.mark.xdist_group(f"{p}-small"))
+                                     for p in PROGRAMS])
+def test_every_strategy_agrees_on_every_bundled_program(program, strategy, bundled):
+    if strategy == "numba":
+        pytest.importorskip("numba")
+    params = SMALL.get(program)
+    run = bundled.run(program, params, ref_strategy=strategy)
+    assert served_only_by(run, strategy, "in-order" if strategy == "closed" else strategy)
+    assert_same(run, bundled.run(program, params))
 
 
-SMALL = ("moe_simple.step", "swiglu.step", "attention_coarse.step")
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["closed", "in-order", "generic"])
+@pytest.mark.parametrize("program", sorted(SMALL))
+def test_every_strategy_agrees_at_the_bundled_sizes(program, strategy, bundled):
+    """The same at the programs' own sizes (deep queues, thousands of ports' stretches)."""
+    assert_same(bundled.run(program, ref_strategy=strategy), bundled.run(program))
 
 
-@pytest.mark.parametrize("program", [pytest.param(p, marks=() if p in SMALL else
-                                                  pytest.mark.slow) for p in PROGRAMS])
-def test_direct_loop_agrees_on_every_bundled_program(program, monkeypatch):
-    """The plain loop under the pickup-only windows (the way before the closed form)."""
-    params = SMALLER if program.startswith("decoder_") else None
-    assert_same(run(program, "direct", monkeypatch, params),
-                run(program, "numpy", monkeypatch, params))
-
-
-@pytest.mark.parametrize("program", PROGRAMS)
-def test_compiled_kernel_agrees_on_every_bundled_program(program, monkeypatch):
-    pytest.importorskip("numba")
-    params = SMALLER if program.startswith("decoder_") else None
-    assert_same(run(program, "compiled", monkeypatch, params),
-                run(program, "numpy", monkeypatch, params))
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_every_way_of_serving_agrees_on_the_validation_fabric(mode, monkeypatch):
+@pytest.mark.xdist_group("swiglu-validation")
+@pytest.mark.parametrize("strategy", OTHERS)
+def test_every_strategy_agrees_on_the_validation_fabric(strategy, bundled):
     """8 channels, four requests per message: the closed form steps aside."""
-    if mode == "compiled":
+    if strategy == "numba":
         pytest.importorskip("numba")
     for ti in (16, 256):
         params = {"TB": 16, "TI": ti}
-        assert_same(run("swiglu.step", mode, monkeypatch, params, "hdl-validation"),
-                    run("swiglu.step", "direct", monkeypatch, params, "hdl-validation"))
+        run = bundled.run("swiglu", params, "hdl-validation", strategy)
+        assert "closed" not in run.memory.served_by
+        assert_same(run, bundled.run("swiglu", params, "hdl-validation"))
 
 
-def test_streamed_tiles_see_the_same_first_responses(monkeypatch):
+def test_streamed_tiles_see_the_same_first_responses(bundled):
     """With `fabric.stream_tile` the loaders read each burst's first response too."""
-    typed = compile_file(str(ROOT / "programs" / "moe_static.step")).typed
+    typed = bundled.typed("moe_static", MOE)
     hw = load_config("paper-eval", ("fabric.stream_tile=1",))
-    results = []
-    for closed in (True, False):
-        if not closed:
-            monkeypatch.setattr(ref, "serve_periodic", lambda *args: None)
-        results.append(simulate(typed, hw, functional=False))
-    assert_same(*results)
+    auto = simulate(typed, hw, functional=False)
+    for strategy in ("closed", "in-order", "python", "generic"):
+        assert_same(simulate(typed, hw, functional=False, ref_strategy=strategy), auto)
 
 
-def test_the_closed_form_serves_every_request_of_a_moe_layer(monkeypatch):
+@pytest.mark.xdist_group("moe_static")  # shares the run with its cycles record
+def test_the_closed_form_serves_every_request_of_a_moe_layer(bundled):
     """The MoE layer (one request per message) is served in closed form throughout,
     however many ports issue at once: nothing request by request, no numba."""
-    models = []
-    original = ref.RefHbm.__init__
-
-    def spy(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        models.append(self)
-    monkeypatch.setattr(ref.RefHbm, "__init__", spy)
-    typed = compile_file(str(ROOT / "programs" / "moe_static.step")).typed
-    r = simulate(typed, load_config("paper-eval"), functional=False)
-    assert r.read_requests > 0 and models[0].served == 0 and not models[0].compiled
+    run = bundled.run("moe_static")
+    assert run.read_requests > 0 and served_only_by(run, "closed")
 
 
-def test_the_compiled_kernel_is_taken_once_a_run_is_long(monkeypatch):
-    """Short runs stay in numpy (numba's start-up would not pay); a run past the
-    threshold switches."""
+def test_the_compiled_kernel_is_taken_once_a_run_is_long(monkeypatch, bundled):
+    """Short runs stay in Python and numpy (numba's start-up would not pay); a run past
+    the threshold (lowered here from 20 M requests) switches."""
     pytest.importorskip("numba")
-    used = []
-    original = ref.RefHbm._requests
-
-    def spy(self, picked, ended, c1):
-        out = original(self, picked, ended, c1)
-        used.append(bool(self.compiled))
-        return out
-    monkeypatch.setattr(ref.RefHbm, "_requests", spy)
     monkeypatch.setattr(ref, "COMPILE_AFTER", 50_000)
-    typed = compile_file(str(ROOT / "programs" / "swiglu.step"), {"TB": 16, "TI": 16}).typed
-    simulate(typed, load_config("hdl-validation"), functional=False)
-    assert not used[0] and used[-1]
+    typed = bundled.typed("swiglu", {"TB": 16, "TI": 16})
+    by = simulate(typed, load_config("hdl-validation"), functional=False).memory.served_by
+    assert by.get("numba", 0) > 0
+    assert by.get("python", 0) + by.get("in-order", 0) > 50_000
+
+
+def test_an_unknown_strategy_is_refused():
+    hw = load_config("paper-eval")
+    with pytest.raises(ValueError, match="unknown ref strategy 'fast': one of auto, closed"):
+        RefHbm(Kernel(), hw.hbm, strategy="fast")
+    with pytest.raises(ValueError, match="applies to hbm.model = ref, not fluid"):
+        make_memory(Kernel(), load_config("paper-eval", ("hbm.model=fluid",)), "python")
 
 
 @pytest.mark.parametrize("channels,interval", [(32, 2), (8, 2), (32, 1), (16, 3), (12, 2)])
@@ -157,12 +146,11 @@ def test_closed_form_matches_the_request_loop_on_random_windows(channels, interv
         free = c0 + rng.integers(-50, 3000 if rng.integers(0, 2) else 60, channels)
         offset = int(rng.integers(0, channels))
         out = []
-        for serve in (lambda m: serve_periodic(m, picked, ended),
-                      lambda m: serve_window(m, picked, ended)):
+        for serve in (serve_periodic, serve_window):
             m = SimpleNamespace(cfg=cfg, free=free.astype(np.int64), offset=offset,
                                 min_latency=17, want_first=True,
                                 stats=MemoryStats(per_channel=np.zeros(channels, np.int64)))
-            n_req, latest, earliest = serve(m)
+            n_req, latest, earliest = serve(m, picked, ended)
             out.append((list(n_req), [int(x) for x in latest], [int(x) for x in earliest],
                         m.free.tolist(), m.offset, m.stats.per_channel.tolist()))
         assert out[0] == out[1]

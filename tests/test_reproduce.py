@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -365,8 +366,20 @@ def _edit_record(path: Path, index: int, **fields) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_an_edited_result_is_simulated_again(tmp_path):
-    done = rp.reproduce("8", None, str(tmp_path), jobs=2)
+@pytest.fixture(scope="module")
+def fig8_once(tmp_path_factory):
+    """Figure 8 reproduced once (no data): its output directory, for the tests that start
+    from a finished run (each works on its own copy)."""
+    out = tmp_path_factory.mktemp("fig8-once")
+    rp.reproduce("8", None, str(out), jobs=2)
+    return out
+
+
+@pytest.mark.xdist_group("fig8-once")
+def test_an_edited_result_is_simulated_again(tmp_path, fig8_once):
+    shutil.copytree(fig8_once, tmp_path, dirs_exist_ok=True)
+    done = rp.reproduce("8", None, str(tmp_path), jobs=1)
+    assert (done.reused, done.simulated) == (20, 0)
     results = tmp_path / "fig8" / "results.jsonl"
     true_cycles = json.loads(results.read_text().splitlines()[3])["cycles"]
     _edit_record(results, 3, cycles=99_999)
@@ -378,8 +391,9 @@ def test_an_edited_result_is_simulated_again(tmp_path):
     assert done.report == again.report
 
 
-def test_fresh_simulates_everything_again(tmp_path):
-    rp.reproduce("8", None, str(tmp_path), jobs=2)
+@pytest.mark.xdist_group("fig8-once")
+def test_fresh_simulates_everything_again(tmp_path, fig8_once):
+    shutil.copytree(fig8_once, tmp_path, dirs_exist_ok=True)
     r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path), "--fresh",
                                   "-j", "2"])
     assert r.exit_code == 0 and "0 points reused, 20 simulated" in r.stdout, r.output

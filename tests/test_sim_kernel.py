@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from bundled import PROGRAMS
 from click.testing import CliRunner
 
 from stepc.analyze import analyze, trace_bindings
@@ -261,16 +262,14 @@ Sink(w)
         simulate(typed, load_config(), functional=True)
 
 
-PROGRAMS = sorted(__import__("pathlib").Path("programs").glob("*.step"))
-
-
-@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
-def test_every_program_traffic_matches_analysis(program):
-    """The contract: measured off-chip bytes == analyze's total at the run's dims."""
-    r = compile_file(str(program))
-    run = simulate(r.typed, load_config(), functional=False)
+@pytest.mark.parametrize("program", [pytest.param(p, marks=pytest.mark.xdist_group(p))
+                                     for p in PROGRAMS], ids=[f"{p}.step" for p in PROGRAMS])
+def test_every_program_traffic_matches_analysis(program, bundled):
+    """The contract: measured off-chip bytes == analyze's total at the run's dims (the
+    session's run of the program, shared with its cycles record)."""
+    run = bundled.run(program)
     assert run.deadlock is None
-    bound = analyze(r.typed).bind(dict(run.bindings))
+    bound = analyze(bundled.typed(program)).bind(dict(run.bindings))
     assert run.useful_bytes == bound.totals["off_chip_bytes"]
 
 

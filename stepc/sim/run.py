@@ -276,17 +276,18 @@ def _bytes(n: int) -> str:
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
              progress=None, values: dict[str, np.ndarray] | None = None,
-             analysis: Analysis | None = None) -> SimResult:
+             analysis: Analysis | None = None, ref_strategy: str = "auto") -> SimResult:
     """Run a checked program on the given hardware. `values` replaces the declared
     contents of the named tensors (weights and inputs loaded from a file). With the
     program's `analysis` and no `max_cycles`, a run whose roofline bound exceeds
-    MAX_RUN_CYCLES is refused before it starts."""
+    MAX_RUN_CYCLES is refused before it starts. `ref_strategy` says how the `ref` memory
+    model serves requests (`stepc.sim.hbm.ref.STRATEGIES`)."""
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
     env = SimEnv(hw, functional)
     kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
-    kernel.memory = make_memory(kernel, hw)
+    kernel.memory = make_memory(kernel, hw, ref_strategy)
     bindings: dict[str, int] = {}
 
     env.layout = tensor_layout(prog.tensors.values(), hw)

@@ -3,7 +3,7 @@ requests per port per cycle (readers, then writers, in registration order), the
 triangular round-robin channel choice, per-channel FIFO service every `request_interval`
 cycles, `startup + latency` per request, +1 per hop. Served in closed form per stretch of
 constant ports where each message is one request (`ref_periodic.py`), else request by
-request."""
+request. `STRATEGIES` name the ways of serving a window; all give the same cycles."""
 
 from __future__ import annotations
 
@@ -33,49 +33,85 @@ def _load_compiled():
 COMPILE_AFTER = 20_000_000
 PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats numpy
 
+# How windows whose ports each issue one message per cycle (no arbiter, no credit limit)
+# are served; windows with an arbiter or a credit limit always take the generic path.
+STRATEGIES = {
+    "auto": "the closed form where it applies, else the fastest loop for the window's size",
+    "closed": "the closed form where it applies, else numpy in pickup order",
+    "numba": "the request loop compiled by numba (`stepc[fast]`)",
+    "python": "the request loop in Python, under windows cut by the pickups alone: the "
+              "model's plainest statement",
+    "in-order": "numpy in pickup order",
+    "generic": "the memory window's numpy path, requests sorted by cycle",
+}
+
 
 class RefHbm(WindowedMemory):
-    """Exact emulation of the reference simulator's channel-pool HBM node."""
+    """Exact emulation of the reference simulator's channel-pool HBM node, serving its
+    windows the way `strategy` (one of `STRATEGIES`) says."""
 
-    def __init__(self, kernel, cfg: Hbm, want_first: bool = True):
+    def __init__(self, kernel, cfg: Hbm, want_first: bool = True, strategy: str = "auto"):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown ref strategy {strategy!r}: one of "
+                             f"{', '.join(STRATEGIES)}")
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
         self.want_first = want_first  # track each burst's first response (streamed tiles)
         self.free = np.zeros(cfg.channels, dtype=np.int64)  # next free cycle per channel
         self.offset = 0
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
+        self.strategy = strategy
         self.compiled = None  # numba's serve_ranges, once loaded (False: not installed)
-        self.served = 0
+        if strategy == "numba":
+            self.compiled = _load_compiled()
+            if not self.compiled:
+                raise ValueError("the numba ref strategy needs numba: "
+                                 "pip install 'stepc[fast]'")
+        self.served = 0  # requests served request by request (the numba threshold's count)
 
     def _requests(self, picked, ended, c1: int):
-        """Windows whose ports each issue one message per cycle (no arbiter, no credit
-        limit), at most one request per channel in a cycle: in closed form; otherwise
-        request by request, compiled by numba once a long run has loaded it (when installed), in
-        Python while small, else in numpy in pickup order. Other windows in numpy. All
-        give the same cycles."""
-        if not self.grants and not self.outstanding and \
+        """Serve a window the strategy's way; count its requests in `stats.served_by`."""
+        if self.strategy != "generic" and not self.grants and not self.outstanding and \
                 all(type(c) is range for _, c in picked):
-            served = serve_periodic(self, picked, ended)
-            if served is not None:
-                return served
-            if self.compiled is None and self.served > COMPILE_AFTER:
-                self.compiled = _load_compiled()
-            size = sum(len(c) * b.per_message for b, c in picked)
-            self.served += size
-            if self.compiled or size < PYTHON_BELOW:
-                return serve_window(self, picked, ended, self.compiled or None)
-            return serve_in_order(self, picked, ended)
-        n_req, completion, first = super()._requests(picked, ended, c1)
-        self.served += int(n_req.sum())
-        return n_req, completion, first
+            served, path = None, "closed"
+            if self.strategy in ("auto", "closed"):
+                served = serve_periodic(self, picked, ended)
+            if served is None:
+                path = self._loop(sum(len(c) * b.per_message for b, c in picked))
+                served = serve_in_order(self, picked, ended) if path == "in-order" else \
+                    serve_window(self, picked, ended, self.compiled if path == "numba" else None)
+        else:
+            served, path = super()._requests(picked, ended, c1), "generic"
+            self.served += int(served[0].sum())
+        by = self.stats.served_by
+        by[path] = by.get(path, 0) + int(sum(served[0]))
+        return served
+
+    def _loop(self, size: int) -> str:
+        """The request-by-request path of a window of `size` requests. `auto`: numba once
+        a run has served `COMPILE_AFTER` requests this way (when installed), a Python loop
+        for windows below `PYTHON_BELOW`, else numpy in pickup order."""
+        if self.strategy == "auto" and self.compiled is None and self.served > COMPILE_AFTER:
+            self.compiled = _load_compiled()
+        self.served += size
+        if self.strategy != "auto":
+            return "in-order" if self.strategy == "closed" else self.strategy
+        if self.compiled:
+            return "numba"
+        return "python" if size < PYTHON_BELOW else "in-order"
 
     def _done_floor(self) -> int:
-        """No request starts before the first channel frees up."""
+        """No request starts before the first channel frees up (the `python` strategy
+        keeps to the pickups)."""
+        if self.strategy == "python":
+            return super()._done_floor()
         return int(np.minimum.reduce(self.free)) + self.min_latency
 
     def _earliest_done(self, b, cycle: int) -> int:
         """Besides the pickups still to come: a burst ends no earlier than the responses
-        it already has."""
+        it already has (the `python` strategy keeps to the pickups)."""
+        if self.strategy == "python":
+            return super()._earliest_done(b, cycle)
         return max(super()._earliest_done(b, cycle), b.completion)
 
     def _serve(self, cycles, burst, request, bursts):

@@ -67,6 +67,7 @@ class MemoryStats:
     row_misses: int = 0  # ... whose bank had no open row
     row_conflicts: int = 0  # ... whose bank had another row open
     refreshes: int = 0
+    served_by: dict[str, int] = field(default_factory=dict)  # ref only: requests per path
 
     def note(self, cycle: int) -> None:
         if self.first_cycle is None or cycle < self.first_cycle:

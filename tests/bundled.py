@@ -1,0 +1,47 @@
+"""The bundled programs (programs/*.step), each compiled and simulated once per test session
+(once per worker under pytest-xdist), for the tests that only read a run: the `bundled`
+fixture of tests/conftest.py hands out one `BundledRuns` per session. Runs are
+timing-only; a test must not change what it is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = sorted(p.stem for p in (ROOT / "programs").glob("*.step"))
+
+
+def _key(params: dict | None) -> tuple:
+    return tuple(sorted((params or {}).items()))
+
+
+class BundledRuns:
+    """Compiled bundled programs and their timing-only runs, made on first use and kept."""
+
+    def __init__(self) -> None:
+        self._typed: dict[tuple, object] = {}
+        self._runs: dict[tuple, object] = {}
+
+    def typed(self, program: str, params: dict | None = None):
+        """The checked program `programs/<program>.step` under `params`."""
+        key = (program, _key(params))
+        if key not in self._typed:
+            from stepc.frontend import compile_file
+
+            result = compile_file(str(ROOT / "programs" / f"{program}.step"), params or {})
+            assert result.ok, result.diagnostics.items
+            self._typed[key] = result.typed
+        return self._typed[key]
+
+    def run(self, program: str, params: dict | None = None, hw: str = "paper-eval",
+            ref_strategy: str = "auto"):
+        """Its timing-only simulation on the preset `hw`, the `ref` model served the
+        `ref_strategy` way (external streams from their seeded stand-ins)."""
+        key = (program, _key(params), hw, ref_strategy)
+        if key not in self._runs:
+            from stepc.hw import load_config
+            from stepc.sim.run import simulate
+
+            self._runs[key] = simulate(self.typed(program, params), load_config(hw),
+                                       functional=False, ref_strategy=ref_strategy)
+        return self._runs[key]
