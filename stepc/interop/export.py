@@ -230,7 +230,8 @@ class _Exporter:
             arr = self.traces.get(name)
             if arr is None:
                 arr = external_file(gen, st.elem.n, len(st.shape))
-            elems, dims = external_elements(name, st, arr, gen, zlib.crc32(name.encode()) % 2**31)
+            elems, dims, _data = external_elements(name, st, arr, gen,
+                                                   zlib.crc32(name.encode()) % 2**31)
         except TraceError as e:
             self.fail(str(e))
         shape = [int(dims.get(str(d), d)) for d in st.shape]
