@@ -83,7 +83,7 @@ def main() -> None:
                 client.notify("textDocument/didChange", {
                     "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
                 client.wait_notification(
-                    "window/logMessage", lambda p: f"checking {path} (version {version})"
+                    "window/logMessage", lambda p, v=version: f"checking {path} (version {v})"
                     in p["message"])
                 # hover while the check runs: the editor's thread must answer at once
                 while True:
@@ -95,8 +95,8 @@ def main() -> None:
                         break
                     time.sleep(0.02)
                 client.wait_notification("textDocument/publishDiagnostics",
-                                         lambda p: p["uri"] == uri and
-                                         p.get("version") == version)
+                                         lambda p, v=version: p["uri"] == uri and
+                                         p.get("version") == v)
                 edit_to_diags.append(time.perf_counter() - t0)
             server_times = [s for _, s in checks_logged(client)]
 

@@ -17,8 +17,8 @@ of the grid's points in every run. Figure 12 (`stepc reproduce 12` for its grid)
 region count R with the general rule "the least allocated compute within a factor of the
 fastest schedule" (`--objective allocated_compute --budget cycles=F*min`) and compare with
 the rule applied to the grid; and as the fastest schedule within half of the largest
-allocated compute (`--budget allocated_compute=0.5*max`). Optuna's sampler: a 4-dimensional power-of-two space, sampled
-against its exhaustive `ref` simulation.
+allocated compute (`--budget allocated_compute=0.5*max`). Optuna's sampler: a
+4-dimensional power-of-two space, sampled against its exhaustive `ref` simulation.
 Prints one Markdown table per question; exits 1 when tune disagrees with the grid or runs
 `ref` on more than a quarter of a run's grid.
 """

@@ -11,9 +11,21 @@ from typing import TYPE_CHECKING
 import click
 
 from stepc.cli import (
-    _DEFINE, _FORMAT, EXIT_DEADLOCK, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, _load_hw, _pairs,
-    _presets, check_output_path, compiled_or_exit, emit_diagnostics, input_error,
-    print_report, quick_exit,
+    _DEFINE,
+    _FORMAT,
+    EXIT_DEADLOCK,
+    EXIT_OK,
+    EXIT_PROGRAM,
+    EXIT_USAGE,
+    _load_hw,
+    _pairs,
+    _presets,
+    check_output_path,
+    compiled_or_exit,
+    emit_diagnostics,
+    input_error,
+    print_report,
+    quick_exit,
 )
 
 if TYPE_CHECKING:
@@ -214,7 +226,8 @@ class _progress:
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            self.live = Progress(SpinnerColumn(), TextColumn("simulating: cycle {task.fields[c]:,}"),
+            self.live = Progress(SpinnerColumn(),
+                                 TextColumn("simulating: cycle {task.fields[c]:,}"),
                                  TimeElapsedColumn(), console=Console(stderr=True),
                                  transient=True)
             self.live.__enter__()

@@ -1,10 +1,10 @@
 """The listing `stepc check --types` prints: every stream's type, the symbols and the facts.
 
 Loop iterations and graph instances fold as `stepc analyze` folds them: the streams one
-statement makes in every iteration (at least MIN_FOLD of them) share one line, `moe.p[*] : Strm<..>[n_*, 1]  (128)`,
-where `*` stands for the indices that vary; symbols of one family share one line
-(`n_0..n_127 (128 symbols)`), and facts that differ only in their indices share one line.
-`--all` lists every one.
+statement makes in every iteration (at least MIN_FOLD of them) share one line,
+`moe.p[*] : Strm<..>[n_*, 1]  (128)`, where `*` stands for the indices that vary; symbols
+of one family share one line (`n_0..n_127 (128 symbols)`), and facts that differ only in
+their indices share one line. `--all` lists every one.
 """
 
 from __future__ import annotations

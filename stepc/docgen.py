@@ -19,8 +19,16 @@ from pathlib import Path
 
 from stepc.graph.values import ARRAY_OUTPUT_OPS
 from stepc.ops import FAMILIES, FUNCTIONS, INITS, OPS
-from stepc.ops.base import COMMON_PARAMS, REQUIRED, STREAM, STREAMS, VARSTREAMS, OpSpec, \
-    Param, fmt_attr
+from stepc.ops.base import (
+    COMMON_PARAMS,
+    REQUIRED,
+    STREAM,
+    STREAMS,
+    VARSTREAMS,
+    OpSpec,
+    Param,
+    fmt_attr,
+)
 from stepc.ops.functions import FN_REQUIRED, FnSpec
 
 BEGIN = "<!-- BEGIN GENERATED: operators -->"

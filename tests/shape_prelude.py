@@ -17,11 +17,11 @@ from __future__ import annotations
 import textwrap
 
 import sympy
+from typed_lookup import Compiled
 
 from stepc.frontend import compile_source
 from stepc.source import SourceFile
 from stepc.types import equal, fmt_shape
-from typed_lookup import Compiled
 
 MARK = "»"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_sim_kernel import DEADLOCK
 
 import stepc
 from stepc.cli import main
-from test_sim_kernel import DEADLOCK
 
 REPO = Path(__file__).resolve().parent.parent
 API_DOC = REPO / "docs" / "api.md"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import sympy
+from typed_lookup import Compiled
 
 from stepc.frontend import compile_file, compile_source
 from stepc.source import SourceFile
 from stepc.types import Buffer, Tile, equal, fmt_shape
-from typed_lookup import Compiled
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 MOE = PROGRAMS / "moe_simple.step"

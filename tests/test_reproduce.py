@@ -16,16 +16,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from stepc.sweep import reproduce as rp
-from stepc.sweep.figure_plots import spec_plots
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.sweep.claims import (Claim, NeedsData, Reference, claim_problems, claim_terms,
-                                load_references, select)
-from stepc.sweep.reproduce import (SpecError, available_figures, check_claims, evaluate_claim,
-                                   expand_spec, load_spec, spec_points)
+from stepc.sweep import reproduce as rp
+from stepc.sweep.claims import (
+    Claim,
+    NeedsData,
+    Reference,
+    claim_problems,
+    claim_terms,
+    load_references,
+    select,
+)
+from stepc.sweep.figure_plots import spec_plots
+from stepc.sweep.reproduce import (
+    SpecError,
+    available_figures,
+    check_claims,
+    evaluate_claim,
+    expand_spec,
+    load_spec,
+    spec_points,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"

@@ -457,13 +457,13 @@ def test_huge_array_index_is_rejected_quickly(tmp_path):
 
 def test_redefined_param_elaborates_nothing_that_depends_on_it():
     """`param D = 128` after `param D = 2048`: one error, and no loop unrolled to D."""
-    data = ("param D = 2048\nparam D = 128\n"
-            'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
-            "for e in 0..D {\n    y[e] = Map(x, fn=silu)\n    Sink(y[e])\n}\n"
-            "tensor W : bf16[D, 64] input\n"
-            'stream s : Strm<Tile<bf16, [1, 64]>, 0>[D] = external("s")\n'
-            "graph g(a : Strm<Tile<bf16, [1, 64]>, 1>[D, 1]) {\n    return a\n}\n"
-            "Sink(g(x))\n").encode()
+    data = (b"param D = 2048\nparam D = 128\n"
+            b'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
+            b"for e in 0..D {\n    y[e] = Map(x, fn=silu)\n    Sink(y[e])\n}\n"
+            b"tensor W : bf16[D, 64] input\n"
+            b'stream s : Strm<Tile<bf16, [1, 64]>, 0>[D] = external("s")\n'
+            b"graph g(a : Strm<Tile<bf16, [1, 64]>, 1>[D, 1]) {\n    return a\n}\n"
+            b"Sink(g(x))\n")
     src = decode_source(FUZZ_NAME, data)
     c = compile_source(src)
     assert [d.code for d in c.diagnostics.items] == ["E0104"], c.diagnostics.items

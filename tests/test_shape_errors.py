@@ -4,10 +4,9 @@ each diagnostic must carry (the prelude, helpers and conventions: tests/shape_pr
 from __future__ import annotations
 
 import pytest
-
-from stepc.ops import FUNCTIONS, OPS
 from shape_prelude import Prog, expect_error
 
+from stepc.ops import FUNCTIONS, OPS
 
 # ------------------------------------------------------------------ error conditions (table)
 # (id, body with a » marker where the diagnostic must point, code)

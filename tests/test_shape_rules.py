@@ -7,10 +7,10 @@ import re
 
 import pytest
 import sympy
+from shape_prelude import PRELUDE, Prog
 
 from stepc.ops import FUNCTIONS, OPS
 from stepc.types import Buffer, Scalar, Select, Tile, equal
-from shape_prelude import PRELUDE, Prog
 
 
 # ------------------------------------------------------------------ the prelude itself

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import importlib
 
+from behavior_harness import paper, show
+
 from stepc.ops import OPS
 from stepc.sim.behaviors import BEHAVIORS
-from behavior_harness import paper, show
 
 # =====================================================================================
 # Coverage: every operator has tests in its family file

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from behavior_harness import F32, first_value, fn, paper, run_net, show, st, times, val_tile, values
 
 from stepc.sim.harness import run_operator
 from stepc.sim.kernel import SimError
 from stepc.sim.tokens import TileVal, int_tile
 from stepc.types import Tile
-from behavior_harness import F32, first_value, fn, paper, run_net, show, st, times, val_tile, values
 
 # =====================================================================================
 # Higher-order operators: Map, Accum, Scan, FlatMap

@@ -306,7 +306,7 @@ def test_accum_releases_input_before_sending():
         sent = []
 
         def src(ctx):
-            for i in range(3):
+            for _i in range(3):
                 yield (SEND, a, TileVal(4, 4, "f32"), 1)
                 sent.append(ctx.t)
 

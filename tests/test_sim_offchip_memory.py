@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from behavior_harness import first_value, paper, run_program, show, sunk, times
 
 from stepc.ops.base import TensorRef
 from stepc.sim.harness import run_operator
 from stepc.sim.kernel import SimError
 from stepc.sim.tokens import TileVal, int_tile
-from behavior_harness import first_value, paper, run_program, show, sunk, times
 
 # =====================================================================================
 # Off-chip memory: LinearOffChipLoad / Store, RandomOffChipLoad / Store

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import sympy
+from behavior_harness import F32, Names, paper, show, st, times, toks
 
 from stepc.sim.harness import run_operator
 from stepc.types import Buffer
-from behavior_harness import F32, Names, paper, show, st, times, toks
 
 # =====================================================================================
 # On-chip memory: Bufferize, Streamify

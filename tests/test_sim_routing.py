@@ -5,11 +5,11 @@ tests/behavior_harness.py."""
 from __future__ import annotations
 
 import pytest
+from behavior_harness import consumer, paper, run_net, show, st, times
 
 from stepc.sim.harness import run_operator
 from stepc.sim.kernel import SimError
 from stepc.sim.tokens import TileVal
-from behavior_harness import consumer, paper, run_net, show, st, times
 
 # =====================================================================================
 # Routing and merging: Partition, Reassemble, EagerMerge, Parallelize, Broadcast

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import sympy
+from behavior_harness import Names, consumer, fn, paper, run_net, show, st, times
 
 from stepc.sim.harness import run_operator
 from stepc.sim.kernel import SimError
 from stepc.sim.tokens import TileVal
-from behavior_harness import Names, consumer, fn, paper, run_net, show, st, times
 
 # =====================================================================================
 # Shape operators: Flatten, Reshape, Promote, Expand, Repeat, Zip

@@ -5,9 +5,9 @@ tests/behavior_harness.py."""
 from __future__ import annotations
 
 import numpy as np
+from behavior_harness import first_value, paper, run_program, show, sunk, times
 
 from stepc.sim.harness import run_operator
-from behavior_harness import first_value, paper, run_program, show, sunk, times
 
 # =====================================================================================
 # Sink (harness) and the sources, through tiny compiled programs

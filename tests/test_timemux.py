@@ -139,5 +139,6 @@ def test_run_binds_the_merged_tile_rows(routing):
     bound = analyze(typed).bind(dict(res.bindings)).totals
     assert bound["on_chip_bytes"].is_number and bound["on_chip_bytes_on_demand"].is_number
     rows = {k: v for k, v in res.bindings.items() if k.startswith("moe_mx_")}
-    bigger = analyze(typed).bind({**res.bindings, "moe_mx_0_rows": rows["moe_mx_0_rows"] + 1}).totals
+    bigger = analyze(typed).bind({**res.bindings,
+                                  "moe_mx_0_rows": rows["moe_mx_0_rows"] + 1}).totals
     assert bigger["on_chip_bytes"] > bound["on_chip_bytes"]

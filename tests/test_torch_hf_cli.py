@@ -115,7 +115,6 @@ def test_hf_config_and_factory_lower_the_same_program(work, monkeypatch):
 
 def test_checkpoint_keys_map_by_prefix_and_misfits_are_refused(work):
     from safetensors.torch import save_file
-
     from transformers.models.llama.modeling_llama import LlamaConfig, LlamaMLP
     step = work / "mlp.step"
     r = CliRunner().invoke(main, ["from-torch", str(work / "models.py:make_model"),

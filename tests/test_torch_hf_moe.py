@@ -16,15 +16,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the transformers MoE blocks need transformers")
 
 from click.testing import CliRunner  # noqa: E402
-from transformers import (DeepseekV2Config, DeepseekV3Config, MixtralConfig,  # noqa: E402
-                          Qwen2MoeConfig, Qwen3MoeConfig)
+from transformers import (  # noqa: E402
+    DeepseekV2Config,
+    DeepseekV3Config,
+    MixtralConfig,
+    Qwen2MoeConfig,
+    Qwen3MoeConfig,
+)
 from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Moe  # noqa: E402
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE  # noqa: E402
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock  # noqa: E402
-from transformers.models.qwen2_moe.modeling_qwen2_moe import (  # noqa: E402
-    Qwen2MoeSparseMoeBlock)
-from transformers.models.qwen3_moe.modeling_qwen3_moe import (  # noqa: E402
-    Qwen3MoeSparseMoeBlock)
+from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock  # noqa: E402
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock  # noqa: E402
 
 from stepc.analyze import analyze, trace_bindings  # noqa: E402
 from stepc.cli import main  # noqa: E402

@@ -16,9 +16,8 @@ import pytest
 from stepc.analyze import analyze
 from stepc.frontend import compile_files, program_files
 from stepc.hw import load_config
-from stepc.sweep.runner import LocalPool
+from stepc.sweep.runner import LocalPool, compile_cached
 from stepc.tune import Budget, Objective, Space, tune
-from stepc.sweep.runner import compile_cached
 from stepc.tune.workers import CandidatePool, can_fork
 
 REPO = Path(__file__).resolve().parent.parent

@@ -130,7 +130,7 @@ def _symbol_lines(a: Analysis) -> list[str]:
         key = (f[0] if f else name, info.kind, info.span, reason, name in a.bindings)
         groups.setdefault(key, []).append(name)
     lines = []
-    for (_fam, kind, span, reason, bound), names in groups.items():
+    for (_fam, _kind, _span, reason, _bound), names in groups.items():
         if len(fold_names(names)) != 1:  # not one run of a family: a line per symbol
             lines.extend(_symbol_line(a, [n], a.symbols[n].reason) for n in names)
         else:

@@ -10,8 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import bool_arg, callback_arg, int_arg, kind, mapping_arg, text_arg
 from stepc.api.errors import Deadlock, InputError, SimulationError
-from stepc.api.program import (Program, hardware, no_such, numeric_array, trace_arrays,
-                               trace_input_error)
+from stepc.api.program import (
+    Program,
+    hardware,
+    no_such,
+    numeric_array,
+    trace_arrays,
+    trace_input_error,
+)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,8 +8,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepc.api.arguments import (MAX_JOBS, bool_arg, callback_arg, choice_arg, int_arg,
-                                 int_values_arg, mapping_arg, path_arg, paths_arg)
+from stepc.api.arguments import (
+    MAX_JOBS,
+    bool_arg,
+    callback_arg,
+    choice_arg,
+    int_arg,
+    int_values_arg,
+    mapping_arg,
+    path_arg,
+    paths_arg,
+)
 from stepc.api.errors import InputError
 from stepc.api.program import check, hardware, settings
 

@@ -15,8 +15,18 @@ from stepc.grammar import ast
 from stepc.graph.expr import ExprError, dim_symbol, evaluate
 from stepc.graph.program import TypeAnnotation
 from stepc.ops.base import sanitize
-from stepc.types import (DTYPE_BYTES, Buffer, Scalar, Select, StreamType, SymbolTable, Tile,
-                         Tuple, equal, fmt_dim)
+from stepc.types import (
+    DTYPE_BYTES,
+    Buffer,
+    Scalar,
+    Select,
+    StreamType,
+    SymbolTable,
+    Tile,
+    Tuple,
+    equal,
+    fmt_dim,
+)
 
 
 class AnnotationError(Exception):

@@ -20,8 +20,7 @@ from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS, InferCtx, OpError
-from stepc.types import (Buffer, StreamType, SymbolTable, Tile, Tuple, equal, fmt_dim,
-                         fmt_shape)
+from stepc.types import Buffer, StreamType, SymbolTable, Tile, Tuple, equal, fmt_dim, fmt_shape
 
 
 @dataclass

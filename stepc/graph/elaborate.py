@@ -16,8 +16,15 @@ from typing import Any
 
 from stepc.diagnostics import DiagnosticBag, Note, StepError, did_you_mean
 from stepc.grammar import ast
-from stepc.graph.program import (Assumption, Cluster, OpNode, Program, StreamRefTerm,
-                                 Tensor, TypeAnnotation)
+from stepc.graph.program import (
+    Assumption,
+    Cluster,
+    OpNode,
+    Program,
+    StreamRefTerm,
+    Tensor,
+    TypeAnnotation,
+)
 from stepc.graph.scope import POISON, Entry, GraphVal, Pending, Scope, StreamVal, kind_word
 from stepc.graph.values import Abort, Evaluator, Fatal
 from stepc.graph.wiring import wire

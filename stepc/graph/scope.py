@@ -11,6 +11,7 @@ from stepc.graph.program import Cluster, TypeAnnotation
 from stepc.ops.base import FnValue, TensorRef
 from stepc.source import Span
 
+
 @dataclass(frozen=True)
 class StreamVal:
     """A stream produced by a node port (or, while pending, by a feedback declaration)."""

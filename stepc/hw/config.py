@@ -116,7 +116,8 @@ MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
 LAYOUTS = ("row-major", "tiled", "blocked", "reference")
 PLACEMENTS = ("packed", "staggered")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
-        "latency": 0, "startup": 0, "nREFI": 0, "nRFC": 0, "nRTW": 0, "arbiter_grants": 0, "outstanding": 0, "mapper_bytes": 0,
+        "latency": 0, "startup": 0, "nREFI": 0, "nRFC": 0, "nRTW": 0, "arbiter_grants": 0,
+        "outstanding": 0, "mapper_bytes": 0,
         "stream_tile": 0}
 # channels: the reference model's request pattern grows with the square of the channel count
 # (4,096 channels: 11 s and 0.5 GB before the first request; 65,536 would never start)

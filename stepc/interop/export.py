@@ -260,7 +260,7 @@ class _Exporter:
 
     def op_Reassemble(self, op) -> None:
         m = op.flat_reassemble
-        for slot, e in enumerate(self.ins[:-1]):
+        for _slot, e in enumerate(self.ins[:-1]):
             src = self.typed.program.nodes[e.src]
             m.input_id_list.append(self.ids[e.src])
             m.input_stream_idx_list.append(e.port if src.array_outputs else -1)

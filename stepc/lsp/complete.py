@@ -46,7 +46,7 @@ def call_context(before: str) -> CallContext | None:
     tokens = [t for t in tokenize(before) if t.kind != "comment"]
     stack: list[list] = []  # [func, arg, keywords, last keyword]
     prev = None
-    for i, t in enumerate(tokens):
+    for _i, t in enumerate(tokens):
         if t.text == "(":
             stack.append([prev.text if prev is not None and prev.kind == "name" else "",
                           0, [], None])

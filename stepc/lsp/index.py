@@ -82,7 +82,7 @@ class Index:
         self.types: dict[tuple, list[tuple[str, StreamType]]] = {}
         self.calls: dict[tuple, list[str]] = {}  # call position -> operator instances
         if typed is not None:
-            for node, _port, label, span, t in typed.streams_in_order():
+            for _node, _port, label, span, t in typed.streams_in_order():
                 self.types.setdefault(_key(span), []).append((label, t))
             for name, node in typed.program.nodes.items():
                 if not node.implicit:

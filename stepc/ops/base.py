@@ -16,8 +16,16 @@ from typing import Any
 import sympy
 
 from stepc.source import Span
-from stepc.types import (ElemType, StreamType, SymbolTable, Tile, elem_kind, equal, fmt_dim,
-                         fmt_shape)
+from stepc.types import (
+    ElemType,
+    StreamType,
+    SymbolTable,
+    Tile,
+    elem_kind,
+    equal,
+    fmt_dim,
+    fmt_shape,
+)
 
 REQUIRED = object()
 

@@ -16,9 +16,19 @@ from dataclasses import dataclass, field
 import sympy
 
 from stepc.ops.base import FnValue, OpError, Param
-from stepc.types import (INT_DTYPES, Dim, ElemType, Scalar, Select, SymbolTable, Tile, Tuple,
-                         elem_kind, equal, fmt_dim)
-
+from stepc.types import (
+    INT_DTYPES,
+    Dim,
+    ElemType,
+    Scalar,
+    Select,
+    SymbolTable,
+    Tile,
+    Tuple,
+    elem_kind,
+    equal,
+    fmt_dim,
+)
 
 FN_REQUIRED = object()  # default marking a function attribute that must be given
 
@@ -284,18 +294,21 @@ _register(
            "FLOPs: 2*M*K*N.", _matmul_flops, apply=_matmul_apply, accum=_accum_matmul,
            attrs=(Param("transpose", "bool", False, "multiply by the right operand transposed"),),
            example="y = Map(x, w, fn=matmul, compute_bw=1024)"),
-    FnSpec("add", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="sum", acc=" In Accum/Scan: `acc = acc + x`."),
+    FnSpec("add", {"map": 2, "accum": 1, "scan": 1},
+           _ELEMWISE_DOC.format(op="sum", acc=" In Accum/Scan: `acc = acc + x`."),
            _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
            example="s = Accum(x, fn=add, rank=1)"),
     FnSpec("sub", {"map": 2}, _ELEMWISE_DOC.format(op="difference", acc=""),
            _elementwise_flops, apply=_elementwise_apply, example="d = Map(a, b, fn=sub)"),
-    FnSpec("mul", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="product", acc=" In Accum/Scan: `acc = acc * x`."),
+    FnSpec("mul", {"map": 2, "accum": 1, "scan": 1},
+           _ELEMWISE_DOC.format(op="product", acc=" In Accum/Scan: `acc = acc * x`."),
            _elementwise_flops, apply=_elementwise_apply, accum=_accum_same, init="one",
            example="g = Map(up, act, fn=mul)"),
     FnSpec("div", {"map": 2}, _ELEMWISE_DOC.format(op="quotient", acc=""),
            _elementwise_flops, apply=_elementwise_apply, example="o = Map(num, den, fn=div)"),
     FnSpec("max", {"map": 2, "accum": 1, "scan": 1}, _ELEMWISE_DOC.format(op="maximum",
-           acc=" In Accum/Scan: `acc = max(acc, x)`."), _elementwise_flops, apply=_elementwise_apply, accum=_accum_same,
+           acc=" In Accum/Scan: `acc = max(acc, x)`."), _elementwise_flops,
+           apply=_elementwise_apply, accum=_accum_same,
            init="neg_inf", example="m = Accum(x, fn=max, rank=1)"),
     FnSpec("silu", {"map": 1}, "SiLU `x * sigmoid(x)` per element. FLOPs: 8 per element.",
            _per_elem(8), apply=_same_apply, example="a = Map(g, fn=silu)"),

@@ -6,8 +6,7 @@ import math
 
 import sympy
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, require_tile, \
-    stream
+from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, require_tile, stream
 from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_shape
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sympy
 
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, stream
-from stepc.types import (Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim,
-                         fmt_shape)
+from stepc.types import Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim, fmt_shape
 
 
 def _flatten(ctx: InferCtx):

@@ -431,7 +431,7 @@ def _merged_tiles(typed: TypedProgram) -> list[tuple[sympy.Symbol, list[sympy.Ex
     """The tile dims that merging dynamically sized tiles creates (EagerMerge, Reassemble:
     a fresh row count), each with the same dim of the merged inputs' tiles."""
     out = []
-    for name, node in typed.program.nodes.items():
+    for name, _node in typed.program.nodes.items():
         st = typed.types.get((name, 0))
         tile = getattr(st, "elem", None)
         if not isinstance(tile, Tile) or not tile.rows.is_Symbol:

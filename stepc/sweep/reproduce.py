@@ -26,9 +26,19 @@ from importlib import resources
 from pathlib import Path
 
 import stepc
-from stepc.sweep.claims import (METRICS, PLACEHOLDER, Claim, NeedsData, SpecError,
-                                claim_problems, evaluate_claim, expression_problems,
-                                fill_measured, load_references, validate_references)
+from stepc.sweep.claims import (
+    METRICS,
+    PLACEHOLDER,
+    Claim,
+    NeedsData,
+    SpecError,
+    claim_problems,
+    evaluate_claim,
+    expression_problems,
+    fill_measured,
+    load_references,
+    validate_references,
+)
 from stepc.sweep.runner import Point, Sweep, code_digest
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")

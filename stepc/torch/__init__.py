@@ -14,8 +14,7 @@ import numpy as np
 import torch
 
 from stepc.torch import families
-from stepc.torch.attention import (ATTENTION_TILINGS, AttentionLayout, is_attention,
-                                   lower_attention)
+from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
 from stepc.torch.capture import LoweringError, capture, quiet

@@ -45,7 +45,8 @@ def load_target(spec: str):
         try:
             mod = importlib.import_module(where)
         except ImportError as e:
-            raise BuildError(f"`{where}`: cannot import it ({e}); a file is named FILE.py")
+            raise BuildError(f"`{where}`: cannot import it ({e}); a file is named "
+                             "FILE.py") from None
         except (Exception, SystemExit) as e:
             raise LoweringError(f"importing `{where}` failed: {_why(e)}") from None
     target = _attribute(mod, name)

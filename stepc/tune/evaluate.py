@@ -42,8 +42,8 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     from stepc.analyze import analyze, trace_bindings
     from stepc.analyze.analysis import roofline
     from stepc.frontend import compile_files
-    from stepc.traces import TraceError
     from stepc.sweep.runner import compile_cached
+    from stepc.traces import TraceError
     from stepc.tune.workers import remember
 
     cand = job.candidate

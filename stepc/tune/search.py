@@ -37,13 +37,20 @@ import time
 from collections import Counter
 
 from stepc.outputs import OutputPathError, check_output_path
-from stepc.tune.evaluate import (AnalysisJob, analyze_candidate, hardware, sim_command,
-                                 sim_points)
+from stepc.sweep.runner import ResultsFileError, compile_cached, read_results
+from stepc.tune.evaluate import AnalysisJob, analyze_candidate, hardware, sim_command, sim_points
 from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
-from stepc.tune.space import (ANALYSIS_METRICS, Budget, Candidate, Objective, Space,
-                              TuneError, aggregate, percentile)
-from stepc.sweep.runner import ResultsFileError, compile_cached, read_results
+from stepc.tune.space import (
+    ANALYSIS_METRICS,
+    Budget,
+    Candidate,
+    Objective,
+    Space,
+    TuneError,
+    aggregate,
+    percentile,
+)
 from stepc.tune.workers import CandidatePool, can_fork
 
 

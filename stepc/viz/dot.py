@@ -155,8 +155,9 @@ class DotWriter:
         tail = ""
         if ports:
             names = [f"[{p}]" if node.array_outputs else node.outputs[p] for p in ports]
-            tail = "<TR>" + "".join(f"<TD PORT=\"o{p}\" CELLPADDING=\"1\"><FONT POINT-SIZE=\"8\">"
-                                    f"{_esc(n)}</FONT></TD>" for p, n in zip(ports, names)) + "</TR>"
+            cells = "".join(f"<TD PORT=\"o{p}\" CELLPADDING=\"1\"><FONT POINT-SIZE=\"8\">"
+                            f"{_esc(n)}</FONT></TD>" for p, n in zip(ports, names))
+            tail = "<TR>" + cells + "</TR>"
         return f"<<TABLE BORDER=\"0\" CELLBORDER=\"1\" CELLSPACING=\"0\">{head}{tail}</TABLE>>"
 
     def ports(self, node: OpNode) -> list[int]:

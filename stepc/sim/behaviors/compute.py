@@ -7,7 +7,6 @@ from stepc.sim.kernel import PEEK, POP, SEND, SimError
 from stepc.sim.tokens import TileVal, with_last
 from stepc.sim.values import FLATMAP, MAP, accum_init, accum_update
 
-
 # address and selector generators emit one element per cycle (the reference's
 # CacheReadAddrGen); retiling sends all its pieces at once
 ONE_PER_CYCLE = ("cache_read_addr", "filter_last_tile", "expert_addr")

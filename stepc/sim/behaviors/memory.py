@@ -10,8 +10,7 @@ import numpy as np
 
 from stepc.sim.hbm import Addresses, bank_geometry
 from stepc.sim.kernel import AWAIT, ISSUE, PEEK, POP, RECV, SEND, SimError
-from stepc.sim.tokens import (BufferVal, TileVal, iter_stops, iter_view_indices,
-                              with_last)
+from stepc.sim.tokens import BufferVal, TileVal, iter_stops, iter_view_indices, with_last
 from stepc.types import DTYPE_BYTES
 
 TENSOR_ALIGN = 4096

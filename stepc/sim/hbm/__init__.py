@@ -17,7 +17,8 @@ from stepc.sim.hbm.fluid import FluidHbm
 from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.hbm.window import Addresses, MemoryStats
 
-__all__ = ["Addresses", "DramHbm", "bank_geometry", "FluidHbm", "MemoryStats", "RefHbm", "make_memory"]
+__all__ = ["Addresses", "DramHbm", "bank_geometry", "FluidHbm", "MemoryStats", "RefHbm",
+           "make_memory"]
 
 
 def make_memory(kernel, hw: HardwareConfig, ref_strategy: str = "auto"):

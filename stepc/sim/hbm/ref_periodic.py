@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-
 NONE = -(1 << 60)  # below any running maximum
 
 
