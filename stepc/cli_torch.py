@@ -122,7 +122,13 @@ def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, ex
         import torch
 
         from stepc.torch import LoweringError, from_torch
-        from stepc.torch.build import BuildError, build_module, load_hf_config, load_target
+        from stepc.torch.build import (
+            BuildError,
+            build_module,
+            load_hf_config,
+            load_target,
+            seed_transformers_weights,
+        )
     except ImportError:
         click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
                    "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
@@ -138,7 +144,9 @@ def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, ex
         if weights_out or streams:
             torch.manual_seed(seed)
             # the same module on the CPU, with real weights
-            prog = prog.on_module(build_module(target, config))
+            cpu_module = build_module(target, config)
+            seed_transformers_weights(cpu_module, config)
+            prog = prog.on_module(cpu_module)
             real = prog.seeded_inputs(example, seed)
             traces = prog.traces(*real)
     except BuildError as e:

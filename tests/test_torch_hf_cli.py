@@ -159,3 +159,34 @@ def test_checkpoint_keys_map_by_prefix_and_misfits_are_refused(work):
     assert r.exit_code == 2 and "gate_proj.bias" in r.output
     r, _ = sim({**ckpt, "model.layers.0.mlp.up_proj.weight": torch.randn(64, 128)})
     assert r.exit_code == 2 and "[64, 128]" in r.output
+
+
+def test_weights_out_of_a_bare_transformers_block_are_seeded_values(work, monkeypatch):
+    """transformers leaves a bare MoE block's fused experts and router as `torch.empty`: the
+    written weights must be real, seeded draws, and the simulation must compute the block."""
+    from safetensors.numpy import load_file
+    from transformers import Qwen3MoeConfig
+
+    monkeypatch.chdir(work)
+    Qwen3MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                   num_experts=4, num_experts_per_tok=2, num_attention_heads=2,
+                   num_key_value_heads=1, head_dim=16, num_hidden_layers=1,
+                   vocab_size=64).to_json_file("moe.json")
+    run = CliRunner().invoke
+    args = ["from-torch", "transformers:Qwen3MoeSparseMoeBlock", "--hf-config", "moe.json",
+            "--input", "x=f32[1,8,32]", "--schedule", "dynamic", "-o", "moe.step",
+            "--weights-out", "w.safetensors", "--external-out", "routing=ids.npy"]
+    r = run(main, args)
+    assert r.exit_code == 0, r.output
+    weights = load_file("w.safetensors")
+    for name in ("experts_gate_proj", "experts_up_proj", "experts_down_proj"):
+        w = weights[name]
+        assert np.isfinite(w).all() and 0.01 < w.std() < 0.03, (name, w.std())
+    assert weights["RW"].std() > 0  # the router's weights differ from token to token
+    again = run(main, [*args[:-6], "-o", "moe2.step", "--weights-out", "w2.safetensors"])
+    assert again.exit_code == 0, again.output
+    assert np.array_equal(load_file("w2.safetensors")["experts_up_proj"],
+                          weights["experts_up_proj"])  # seeded: the same draws
+    sim = run(main, ["sim", "moe.step", "--weights", "w.safetensors", "--trace",
+                     "routing=ids.npy", "--format", "json"])
+    assert sim.exit_code == 0, sim.output

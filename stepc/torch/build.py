@@ -169,3 +169,23 @@ def build_module(target, config=None) -> torch.nn.Module:
     if not isinstance(module, torch.nn.Module):
         raise BuildError(f"`{name}` returned a {type(module).__name__}, not a torch.nn.Module")
     return module
+
+
+def seed_transformers_weights(module: torch.nn.Module, config=None) -> None:
+    """Give a transformers module built outside a pretrained model real values. transformers
+    leaves the parameters its own classes declare (fused experts, routers: `torch.empty`) to
+    `PreTrainedModel`'s initialisation, which a bare block never runs, so they hold whatever
+    memory held. Each matrix a transformers class owns directly is drawn from
+    N(0, initializer_range) (0.02 without a config), from torch's current seed; torch's own
+    layers (Linear, Embedding, ...) keep their reset values, vectors (norm scales, biases)
+    theirs, and modules of other libraries are left alone."""
+    std = float(getattr(config, "initializer_range", None) or 0.02)
+    with torch.no_grad():
+        for sub in module.modules():
+            cls = type(sub)
+            if not cls.__module__.startswith("transformers.") or \
+                    hasattr(cls, "reset_parameters"):
+                continue
+            for param in sub._parameters.values():
+                if param is not None and param.dim() >= 2:
+                    param.normal_(0.0, std)
