@@ -178,7 +178,10 @@ def seed_transformers_weights(module: torch.nn.Module, config=None) -> None:
     memory held. Each matrix a transformers class owns directly is drawn from
     N(0, initializer_range) (0.02 without a config), from torch's current seed; torch's own
     layers (Linear, Embedding, ...) keep their reset values, vectors (norm scales, biases)
-    theirs, and modules of other libraries are left alone."""
+    theirs. A module whose own class is not a transformers class (a user's subclass or
+    factory) initialised itself as its author chose and is left alone."""
+    if not type(module).__module__.startswith("transformers."):
+        return
     std = float(getattr(config, "initializer_range", None) or 0.02)
     with torch.no_grad():
         for sub in module.modules():
