@@ -133,6 +133,14 @@ def check_output_path(flag: str, path: str, directory: bool = False) -> None:
         raise click.UsageError(str(e)) from None
 
 
+def check_new_output(flag: str, path: str, force: bool) -> None:
+    """`check_output_path`, and exit 2 if `path` exists and `--force` was not given."""
+    check_output_path(flag, path)
+    if os.path.exists(path) and not force:
+        click.echo(f"stepc: error: {path} exists; --force overwrites it", err=True)
+        sys.exit(EXIT_USAGE)
+
+
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_output_path, quick_exit
+from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -31,10 +31,7 @@ def import_cmd(graph, out, force):
       stepc analyze graphs/qwen3_moe_b64_static16.pb
     """
     if out:
-        check_output_path("-o", out)
-        if os.path.exists(out) and not force:
-            click.echo(f"stepc: error: {out} exists; --force overwrites it", err=True)
-            sys.exit(EXIT_USAGE)
+        check_new_output("-o", out, force)
     try:
         from stepc.interop import InteropError, import_graph
     except ImportError:
@@ -78,12 +75,11 @@ def export_cmd(file, out, defines, hw, traces, force):
       stepc export programs/swiglu.step -D TB=32 --hw hdl-validation -o swiglu.pb
     """
     from stepc.cli import compiled_or_exit, input_error
-    check_output_path("-o", out)
+    check_new_output("-o", out, force)
     side = os.path.splitext(out)[0] + ".npy"  # the selector files' directory
-    for path in (out, side):
-        if os.path.exists(path) and not force:
-            click.echo(f"stepc: error: {path} exists; --force overwrites it", err=True)
-            sys.exit(EXIT_USAGE)
+    if os.path.exists(side) and not force:
+        click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
+        sys.exit(EXIT_USAGE)
     try:
         from stepc.interop import InteropError
         from stepc.interop.export import export_program

@@ -3,13 +3,12 @@ torch is imported only when the command runs)."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_output_path, quick_exit
+from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
 
 _DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64",
            "i32": "int32"}
@@ -114,10 +113,7 @@ def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, ex
     for flag, path in ([("-o", out)] if out else []) + ([("--weights-out", weights_out)]
                                                         if weights_out else []) + [
             ("--external-out", p) for p in streams.values()]:
-        check_output_path(flag, path)
-        if os.path.exists(path) and not force:
-            click.echo(f"stepc: error: {path} exists; --force overwrites it", err=True)
-            sys.exit(EXIT_USAGE)
+        check_new_output(flag, path, force)
     try:
         import torch
 

@@ -166,6 +166,17 @@ class AttentionLayout:
         return out
 
 
+def check_regions(tiling: str, b: int, r: int, params: dict) -> None:
+    """Refuse a batch of B requests that the tiling cannot deal over R regions."""
+    if tiling == "dynamic" and (b % r or b <= r):
+        raise LoweringError(f"dynamic tiling needs B = {b} a multiple of R = {r} and B > R")
+    if tiling == "coarse":
+        nb = params["NB"]
+        if nb < 1 or b % nb or b // nb < r:
+            raise LoweringError(f"coarse tiling needs B = {b} a multiple of NB = {nb} with at "
+                                f"least R = {r} blocks")
+
+
 def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
                     ) -> tuple[dict[str, str], AttentionLayout, dict[str, str]]:
     """Emit the decode-attention block under `tiling`. Returns the tensors' sources, the
@@ -180,13 +191,7 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
     b, r, tn, maxn = m["B"], params["R"], params["TILE_N"], m["MAXN"]
     if r < 1 or tn < 1 or maxn % tn:
         raise LoweringError(f"TILE_N = {tn} must divide the cache's {maxn} rows (and R >= 1)")
-    if tiling == "dynamic" and (b % r or b <= r):
-        raise LoweringError(f"dynamic tiling needs B = {b} a multiple of R = {r} and B > R")
-    if tiling == "coarse":
-        nb = params["NB"]
-        if nb < 1 or b % nb or b // nb < r:
-            raise LoweringError(f"coarse tiling needs B = {b} a multiple of NB = {nb} with at "
-                                f"least R = {r} blocks")
+    check_regions(tiling, b, r, params)
     dt = m["dtype"]
     roles = {role: w.name(m[role].name.upper()) for role in
              ("q", "k_new", "v_new", "k_cache", "v_cache")}

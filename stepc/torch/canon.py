@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from stepc.torch.capture import LoweringError, Node
+from stepc.torch.capture import LoweringError, Node, link_users
 
 # operators that only copy or relabel their first argument (dropout: in eval mode)
 PASS_THROUGH = ("contiguous", "clone", "alias", "detach", "lift_fresh_copy", "dropout",
@@ -74,19 +74,7 @@ def canonicalise(nodes: list[Node]) -> list[Node]:
         out.append(n)
     for n in out:
         n.users = []
-    for n in out:
-        for a in _flat(n.args):
-            if isinstance(a, Node):
-                a.users.append(n)
-    return out
-
-
-def _flat(args):
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            yield from _flat(a)
-        else:
-            yield a
+    return link_users(out)
 
 
 def unsupported(nodes: list[Node], supported) -> LoweringError | None:

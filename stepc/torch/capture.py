@@ -162,7 +162,7 @@ def _from_export(ep) -> list[Node]:
             raise LoweringError(f"unsupported graph node `{n.op}` ({n.name}) in {site}")
         nodes[n.name] = node
         out.append(node)
-    return _link_users(out)
+    return link_users(out)
 
 
 def _map(a, nodes):
@@ -246,10 +246,10 @@ def _from_fx(module: torch.nn.Module, example_inputs: tuple) -> list[Node]:
             raise LoweringError(f"unsupported graph node `{n.op}` in {site}")
         nodes[n.name] = node
         out.append(node)
-    return _link_users(out)
+    return link_users(out)
 
 
-def _link_users(nodes: list[Node]) -> list[Node]:
+def link_users(nodes: list[Node]) -> list[Node]:
     """Record on each node the nodes that take it as an argument."""
     for node in nodes:
         for a in _flat(node.args):

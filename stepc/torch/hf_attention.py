@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from stepc.torch.attention import ATTENTION_DEFAULTS
+from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
 from stepc.torch.hf_attention_program import declare, program_body, site
@@ -267,14 +267,9 @@ def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
     if r < 1 or tn < 1:
         raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
     maxn = -(-(s.past + 1) // tn) * tn
-    if tiling == "dynamic" and (b % r or b <= r):
-        raise LoweringError(f"dynamic tiling needs B = {b} a multiple of R = {r} and B > R")
+    check_regions(tiling, b, r, params)
     if tiling == "coarse":
-        nb = params["NB"]
-        if nb < 1 or b % nb or b // nb < r:
-            raise LoweringError(f"coarse tiling needs B = {b} a multiple of NB = {nb} with at "
-                                f"least R = {r} blocks")
-        params["BPR"] = -(-(b // nb) // r)
+        params["BPR"] = -(-(b // params["NB"]) // r)
     params["MAXN"] = maxn
     w = StepWriter()
     weights, tensors = declare(w, module, s, tiling, params)
