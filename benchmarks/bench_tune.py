@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from stepc.sweep.runner import latest_records, read_results
+from stepc.explore.runner import latest_records, read_results
 from stepc.tune import Budget, Objective, Space, tune
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ SAMPLER_HW = {"fabric.fifo_depth": ["1", "2", "4", "8", "16"],
 def sampler_vs_exhaustive(args) -> bool:
     """Optuna's TPE sampler on a 4-dimensional power-of-two space (320 points of SwiGLU on
     the HDL-validation hardware) against simulating every point with `ref`."""
-    from stepc.sweep.runner import Point, Sweep
+    from stepc.explore.runner import Point, Sweep
     program = str(ROOT / "programs" / "swiglu.step")
     space = Space([program], dict(SAMPLER_SPACE), dict(SAMPLER_HW))
     cands = list(space.candidates({program: set(SAMPLER_SPACE)}))

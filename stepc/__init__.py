@@ -30,11 +30,12 @@ _LAZY = {
     "InputError": "stepc.api.errors",
     "SimulationError": "stepc.api.errors",
     "Deadlock": "stepc.api.errors",
+    "check": "stepc.api.program",
+    "sweep": "stepc.api.study",
     "from_torch": "stepc.torch",  # needs the torch extra
 }
-# Packages that are public names too: `stepc.check` and `stepc.sweep` are callable packages
-# (stepc.api.program.check, stepc.api.study.sweep), `stepc.tune` holds `tune` and its types.
-_PACKAGES = ("check", "sweep", "tune")
+# `stepc.tune` is a package that holds `tune` and its types
+_PACKAGES = ("tune",)
 
 __all__ = ["CheckReport", "Cost", "Deadlock", "Diagnostic", "InputError", "Program", "Run",
            "SimulationError", "StepError", "Stream", "SweepResults", "__version__", "check",

@@ -6,12 +6,12 @@ import os
 import sys
 from dataclasses import dataclass
 
-from stepc.check.checker import TypedProgram, check
 from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
 from stepc.grammar import ast
 from stepc.grammar.parse import decode_source, parse
 from stepc.graph.elaborate import elaborate, import_path
 from stepc.source import SourceFile, Span
+from stepc.typecheck.checker import TypedProgram, check
 
 
 @dataclass

@@ -95,9 +95,15 @@ def test_public_names():
         stepc.no_such_name  # noqa: B018
 
 
-def test_sweep_is_callable_and_still_a_package():
-    import stepc.sweep.runner as runner
-    assert callable(stepc.sweep) and stepc.sweep.runner is runner
+def test_check_and_sweep_are_the_api_functions_not_modules():
+    import types
+
+    import stepc.explore.runner  # noqa: F401 - importing the packages rebinds nothing
+    import stepc.typecheck.checker  # noqa: F401
+    from stepc.api.program import check
+    from stepc.api.study import sweep
+    assert stepc.check is check and stepc.sweep is sweep
+    assert not isinstance(stepc.check, types.ModuleType)
 
 
 # ---------------------------------------------------------------- the CLI's schema

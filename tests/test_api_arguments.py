@@ -31,7 +31,7 @@ def test_check_after_load_in_a_fresh_process():
             f"stepc.load({SWIGLU!r})\n"
             f"assert stepc.check({SWIGLU!r}).ok\n"
             f"assert stepc.check({SWIGLU!r}).ok\n"
-            "import stepc.check.checker\n"
+            "import stepc.typecheck.checker\n"
             f"assert stepc.check({MOE!r}).ok\n"
             "assert callable(stepc.sweep) and callable(stepc.tune.tune)\n"
             "assert stepc.tune.Space and stepc.tune.TuneError\n")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import stepc.cli
+import stepc.cli.group
 from stepc.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_results_files_that_are_not_results_are_refused(place, name, reason, com
 
 
 def test_a_torn_last_line_is_still_a_results_file(tmp_path):
-    from stepc.sweep.runner import read_results
+    from stepc.explore.runner import read_results
     rec = {"key": "k", "program": "p.step", "params": {}, "status": "ok"}
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(rec) + "\n" + json.dumps(rec)[:20])
@@ -128,7 +128,7 @@ def test_internal_error_names_the_debug_flag(monkeypatch, capsys):
     """Exit 70 says what broke and how to get the traceback for a report."""
     def broken(**kwargs):
         raise RuntimeError("boom")
-    monkeypatch.setattr(stepc.cli, "main", broken)
+    monkeypatch.setattr(stepc.cli.group, "main", broken)
     monkeypatch.setattr("sys.argv", ["stepc", "check", "x.step"])
     with pytest.raises(SystemExit) as e:
         stepc.cli.run()
@@ -173,7 +173,7 @@ def test_sweep_says_where_it_wrote(tmp_path, monkeypatch):
     res = run("sweep", SWIGLU, "--grid", "TB=16", "-j", "1", "--out", str(out))
     assert res.exit_code == 0, res.output
     assert f"wrote 1 record to {out}" in res.output
-    monkeypatch.setattr("stepc.sweep.runner.LocalPool",
+    monkeypatch.setattr("stepc.explore.runner.LocalPool",
                         lambda *a, **k: pytest.fail("a pool for nothing"))
     again = run("sweep", SWIGLU, "--grid", "TB=16", "-j", "1", "--out", str(out), "--resume")
     assert again.exit_code == 0 and f"nothing to run: every point's record is in {out}" in \

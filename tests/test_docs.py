@@ -11,7 +11,7 @@
 - docs/diagnostics.md documents exactly the codes stepc's source can emit, and each
   documented mistake produces its code with the message shown;
 - the memory-model fidelity table in docs/dram.md is what the simulator measures
-  (`python -m stepc.fidelity` regenerates it).
+  (`python -m stepc.reproduction.fidelity` regenerates it).
 """
 
 from __future__ import annotations
@@ -176,12 +176,12 @@ def test_documented_mistake_produces_its_code(code, tmp_path, monkeypatch):
 def test_dram_fidelity_and_calibration_tables_are_current():
     """docs/dram.md's Figure 8 tables (every model against the reference simulator and the
     HDL, and the hdl-like calibration) equal a fresh run; they need the paper's data."""
-    from stepc import fidelity
+    from stepc.reproduction import fidelity
     if fidelity.load_measured(fidelity.DATA) is None:
         pytest.skip("the paper's data (../shared/data/fig8) is not beside the repository")
     doc = DOCS / "dram.md"
     assert fidelity.main(["--check", "--doc", str(doc)]) == 0, \
-        "docs/dram.md is stale: run `python -m stepc.fidelity`"
+        "docs/dram.md is stale: run `python -m stepc.reproduction.fidelity`"
 
 
 def test_benchmark_readme_states_the_runs_bench_sim_makes():

@@ -1,6 +1,6 @@
-"""Figure 17's reproduction (stepc/experiments/fig17.toml): the static baselines' MoE tiles
-are chosen from Figure 9's results, Figure 9 runs first when it was not asked for, and the
-report puts the paper's eight numbers beside stepc's with the assumptions."""
+"""Figure 17's reproduction (stepc/reproduction/experiments/fig17.toml): the static baselines'
+MoE tiles are chosen from Figure 9's results, Figure 9 runs first when it was not asked for,
+and the report puts the paper's eight numbers beside stepc's with the assumptions."""
 
 import copy
 from pathlib import Path
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import stepc.sweep.reproduce as rp
+import stepc.reproduction.run as rp
 from stepc.cli import main
+from stepc.explore.runner import finish_cycles
+from stepc.reproduction.claims import PLACEHOLDER, fill_measured
+from stepc.reproduction.run import SpecError, choose, load_spec
 from stepc.sim.run import OpStats
-from stepc.sweep.claims import PLACEHOLDER, fill_measured
-from stepc.sweep.reproduce import SpecError, choose, load_spec
-from stepc.sweep.runner import finish_cycles
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
@@ -165,7 +165,8 @@ def test_lock_step_bounds_quoted_in_the_report_are_the_traces():
     lens = np.load(trace).astype(int).ravel().tolist()
     tiles = [-(-(n + 1) // 32) for n in lens]
     lock, split = _lock_step_bounds(tiles, 4)
-    text = " ".join((REPO / "stepc" / "experiments" / "fig17.toml").read_text().split())
+    spec = REPO / "stepc" / "reproduction" / "experiments" / "fig17.toml"
+    text = " ".join(spec.read_text().split())
     docs = " ".join((REPO / "docs" / "reproduce.md").read_text().split())
     quoted = f"is {lock:.2f}x the balanced time and the round-robin split alone {split:.2f}x"
     assert text.count(quoted) == 3, quoted

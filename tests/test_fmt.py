@@ -319,7 +319,7 @@ def test_a_file_with_a_syntax_error_is_left_as_it_is(tmp_path):
 
 
 def test_a_failed_write_leaves_the_file_whole(tmp_path, monkeypatch):
-    from stepc import cli_editor
+    from stepc.cli import editor as cli_editor
     p = messy(tmp_path)
     real = cli_editor._rewrite
     calls = []
@@ -357,7 +357,7 @@ def test_formatting_keeps_the_files_identity(tmp_path):
 
 
 def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatch):
-    from stepc import cli_editor
+    from stepc.cli import editor as cli_editor
     r = run(["/dev/zero"])
     assert r.exit_code == 2 and "not a regular file" in r.stderr
     fifo = tmp_path / "pipe.step"

@@ -12,10 +12,10 @@ import sympy
 from stepc.analyze import analyze, exact
 from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, add_all
 from stepc.canon import canonical, memo_renamed, rename, symbols_in
-from stepc.check import checker
 from stepc.frontend import compile_file
 from stepc.graph.scope import StreamVal
 from stepc.graph.values import Evaluator
+from stepc.typecheck import checker
 from stepc.types import ceil_div, divides
 
 PROGRAMS = Path(__file__).parent.parent / "programs"

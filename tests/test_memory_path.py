@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from stepc.fidelity import DATA, agreement, load_measured, measure
 from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
+from stepc.reproduction.fidelity import DATA, agreement, load_measured, measure
 from stepc.sim.run import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -63,7 +63,7 @@ def test_types_of_two_iterations_stay_listed():
 # ------------------------------------------------------------------ tables at 80 columns
 def on_terminal(monkeypatch, columns: int):
     """Standard output as a terminal of `columns` columns (rich reads COLUMNS)."""
-    monkeypatch.setattr("stepc.cli.stdout_is_terminal", lambda: True)
+    monkeypatch.setattr("stepc.cli.common.stdout_is_terminal", lambda: True)
     monkeypatch.setenv("COLUMNS", str(columns))
 
 

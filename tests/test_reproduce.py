@@ -1,5 +1,5 @@
-"""`stepc reproduce` specs (stepc/experiments/fig*.toml): every spec parses, every claim term
-selects exactly one point and every claim has a tolerance with a stated reason (a static
+"""`stepc reproduce` specs (stepc/reproduction/experiments/fig*.toml): every spec parses, every
+claim term selects exactly one point and every claim has a tolerance with a stated reason (a static
 check, no simulation); trace sets sweep over windows, cut prefixes and fall back to seeded
 synthetic stand-ins; a shrunken Figure 14 runs end to end on synthetic traces; a claim that
 is not reproduced shows its quirk note in the report; claims compare series with reference
@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.sweep import reproduce as rp
-from stepc.sweep.claims import (
+from stepc.reproduction import run as rp
+from stepc.reproduction.claims import (
     Claim,
     NeedsData,
     Reference,
@@ -29,8 +29,8 @@ from stepc.sweep.claims import (
     load_references,
     select,
 )
-from stepc.sweep.figure_plots import spec_plots
-from stepc.sweep.reproduce import (
+from stepc.reproduction.figure_plots import spec_plots
+from stepc.reproduction.run import (
     SpecError,
     available_figures,
     check_claims,
@@ -221,7 +221,7 @@ def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypat
 def test_per_sweep_x_metric_in_plots(monkeypatch, tmp_path):
     """Figure 9 plots static points at on_chip_bytes and dynamic ones at
     on_chip_bytes_on_demand (the sweeps' `plot_x`)."""
-    import stepc.sweep.plot as plot
+    import stepc.explore.plot as plot
     seen = {}
 
     def fake_scatter(records, x, y, out, *args, **kw):
@@ -421,7 +421,8 @@ def test_reproduce_refuses_an_unknown_figure(tmp_path):
 
 def test_the_specs_and_programs_ship_inside_the_package():
     from importlib import resources
-    assert sorted(p.name for p in (resources.files("stepc") / "experiments").iterdir()
+    specs = resources.files("stepc") / "reproduction" / "experiments"
+    assert sorted(p.name for p in specs.iterdir()
                   if p.name.endswith(".toml")) == sorted(f"fig{f}.toml" for f in ALL)
     for fig in ALL:
         for sw in load_spec(fig)["sweep"]:
@@ -433,7 +434,7 @@ def test_the_specs_and_programs_ship_inside_the_package():
 
 
 def test_reproduce_interrupted_says_what_it_kept(tmp_path, monkeypatch):
-    from stepc.sweep.runner import Interrupted
+    from stepc.explore.runner import Interrupted
 
     def stopped(*args, **kw):
         raise Interrupted(3, 15)

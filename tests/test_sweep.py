@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.cli_sweep import grid_values
-from stepc.sweep.pareto import dominates, pareto_front, pid
-from stepc.sweep.runner import Sweep, grid_points, read_results, run_point
+from stepc.cli.sweep import grid_values
+from stepc.explore.pareto import dominates, pareto_front, pid
+from stepc.explore.runner import Sweep, grid_points, read_results, run_point
 
 
 def test_pareto_front_and_dominance():
@@ -142,7 +142,7 @@ def test_reproduce_figure_8(tmp_path):
 
 
 def test_claim_expressions():
-    from stepc.sweep.reproduce import SpecError, evaluate_claim
+    from stepc.reproduction.run import SpecError, evaluate_claim
     recs = [{"tag": "a", "params": {"T": 8}, "status": "ok", "cycles": 200},
             {"tag": "a", "params": {"T": 16}, "status": "ok", "cycles": 100},
             {"tag": "b", "params": {}, "status": "ok", "cycles": 50}]
@@ -224,7 +224,7 @@ def _lib_program(tmp_path):
 
 
 def test_resume_reruns_points_whose_imports_traces_or_stepc_changed(tmp_path, monkeypatch):
-    import stepc.sweep.runner as runner
+    import stepc.explore.runner as runner
     program = _lib_program(tmp_path)
     points = grid_points([program], {"TI": [128, 256]}, ["hdl-validation"], (), {}, True)
     out = str(tmp_path / "r.jsonl")
@@ -268,7 +268,7 @@ def test_an_edited_record_is_not_reused(tmp_path):
 
 
 def test_plot_takes_the_last_record_of_a_point(tmp_path):
-    from stepc.sweep.runner import latest_records
+    from stepc.explore.runner import latest_records
     points = small_points(tmp_path)[:1]
     out = tmp_path / "r.jsonl"
     Sweep(points, str(out), jobs=1).run()
@@ -366,7 +366,7 @@ def test_plot_says_where_it_wrote_and_honours_or_refuses_every_option(tmp_path):
 
 def _drawn(monkeypatch, draw) -> object:
     """The matplotlib figure a plot function would save."""
-    import stepc.sweep.plot as plot
+    import stepc.explore.plot as plot
     seen = {}
     monkeypatch.setattr(plot, "_save", lambda fig, path: seen.setdefault("fig", fig))
     draw(plot)

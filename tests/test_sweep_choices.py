@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.sweep.runner import Sweep, grid_points, read_results
+from stepc.explore.runner import Sweep, grid_points, read_results
 
 SMALL_MOE = ["-D", "B=8", "-D", "D=64", "-D", "F=128", "-D", "E=4", "-D", "K=2"]
 
@@ -78,7 +78,7 @@ class _Backwards:
 
 
 def test_records_are_written_in_grid_order_whatever_order_points_finish(tmp_path, monkeypatch):
-    from stepc.sweep import runner
+    from stepc.explore import runner
     monkeypatch.setattr(runner, "as_completed", lambda futures: list(executor.futures))
     points = grid_points(["programs/swiglu.step"], {"TB": [32, 64], "TI": [128, 256]},
                          ["hdl-validation"], (), {}, True)
@@ -118,7 +118,7 @@ def _records(tmp_path, grid):
 
 def test_relative_to_must_select_one_point_and_names_it(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    from stepc.sweep import plot
+    from stepc.explore import plot
     out = _records(tmp_path, [(16, 16), (16, 32), (32, 16), (32, 32)])
     bar = ["plot", str(out), "--bar", "cycles", "-o", str(tmp_path / "b.png")]
     r = CliRunner().invoke(main, bar + ["--relative-to", "TB=16"])
@@ -139,7 +139,7 @@ def test_relative_to_must_select_one_point_and_names_it(tmp_path, monkeypatch):
 
 def test_axes_carry_units_and_no_offset(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    from stepc.sweep import plot
+    from stepc.explore import plot
     figs = []
     monkeypatch.setattr(plot, "_save", lambda fig, path: figs.append(fig))
     recs = [{"program": "p.step", "params": {"T": t}, "status": "ok", "cycles": 5_000_000 + t,
@@ -158,7 +158,8 @@ def test_axes_carry_units_and_no_offset(tmp_path, monkeypatch):
 
 def test_figure_series_are_per_model(tmp_path, monkeypatch):
     """Figure 8's hdl_like points (TB = 16) form their own series, not the TB=16 one."""
-    from stepc.sweep import figure_plots, plot
+    from stepc.explore import plot
+    from stepc.reproduction import figure_plots
     seen = {}
     monkeypatch.setattr(plot, "scatter", lambda recs, x, y, out, label, group, *a, **k:
                         seen.update(names={plot._series_name(r, group) for r in recs}))

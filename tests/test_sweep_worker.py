@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from stepc.explore import runner
+from stepc.explore.pool import LocalPool
+from stepc.explore.runner import Sweep, earlier_results, grid_points, prepare, run_point, seal
 from stepc.frontend import compile_files, program_files
-from stepc.sweep import runner
-from stepc.sweep.pool import LocalPool
-from stepc.sweep.runner import Sweep, earlier_results, grid_points, prepare, run_point, seal
 
 REPO = Path(__file__).resolve().parent.parent
 IGNORED = ("wall_seconds", "seal")

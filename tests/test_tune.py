@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
+from stepc.explore.runner import read_results
 from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.sim.run import simulate
-from stepc.sweep.runner import read_results
 from stepc.tune import Budget, Constraint, Objective, Space, TuneError, tune
 from stepc.tune.search import kendall_tau
 from stepc.tune.space import aggregate, parse_amount

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from stepc.analyze import analyze
+from stepc.explore.runner import LocalPool, compile_cached
 from stepc.frontend import compile_files, program_files
 from stepc.hw import load_config
-from stepc.sweep.runner import LocalPool, compile_cached
 from stepc.tune import Budget, Objective, Space, tune
 from stepc.tune.workers import CandidatePool, can_fork
 

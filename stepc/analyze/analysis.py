@@ -18,11 +18,11 @@ import sympy
 
 from stepc.analyze import exact
 from stepc.canon import memo_renamed, symbols_in
-from stepc.check.checker import TypedProgram
 from stepc.hw import HardwareConfig
 from stepc.ops import FUNCTIONS, OPS
 from stepc.ops.base import CostCtx
 from stepc.source import Span
+from stepc.typecheck.checker import TypedProgram
 from stepc.types import Select, SymbolInfo, Tile, natural_key
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from stepc.api.errors import InputError
 from stepc.api.program import check, hardware, settings
 
 if TYPE_CHECKING:
-    from stepc.sweep.reproduce import Reproduced
-    from stepc.sweep.runner import Earlier, Sweep
+    from stepc.explore.runner import Earlier, Sweep
+    from stepc.reproduction.run import Reproduced
 
 MAX_POINTS = 10_000
 set_ = set  # the builtin, which the `set=` argument (hardware overrides) shadows
@@ -106,8 +106,8 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
                timing_only: bool = True, jobs: int | None = None, out: str | None = None,
                resume: bool = False, executor=None) -> SweepPlan:
     """Check a sweep's programs, params, traces and hardware, and read its inputs."""
+    from stepc.explore.runner import Sweep, grid_points
     from stepc.outputs import OutputPathError, check_output_path
-    from stepc.sweep.runner import Sweep, grid_points
 
     files = paths_arg("programs", programs)
     fixed = {k: int_arg(f"params[{k!r}]", v)
@@ -179,7 +179,7 @@ def sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None = No
 
 def results_file(path: str) -> None:
     """Refuse, before any point runs, a file to resume that is not sweep results."""
-    from stepc.sweep.runner import ResultsFileError, read_results
+    from stepc.explore.runner import ResultsFileError, read_results
     try:
         read_results(path)
     except ResultsFileError as e:
@@ -201,7 +201,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     under `out`. Yields each figure's summary as it finishes; `on_figure(figure)` is called
     when its points start to be collected, `progress` as for `sweep`."""
     from stepc.outputs import OutputPathError, check_output_path
-    from stepc.sweep.reproduce import available_figures
+    from stepc.reproduction.run import available_figures
 
     have = available_figures()
     if isinstance(figures, (str, int)) and not isinstance(figures, bool):
@@ -233,8 +233,8 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
 def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, model: str,
                fresh: bool, progress, on_figure) -> Iterator[Reproduced]:
     """`reproduce` once its arguments are checked: a generator of the figures' summaries."""
-    from stepc.sweep.reproduce import SpecError, reproduce_figures
-    from stepc.sweep.runner import ResultsFileError
+    from stepc.explore.runner import ResultsFileError
+    from stepc.reproduction.run import SpecError, reproduce_figures
 
     per_record = record_progress(progress)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from stepc.check.checker import TypedProgram
 from stepc.grammar import ast
 from stepc.source import SourceFile, Span
+from stepc.typecheck.checker import TypedProgram
 from stepc.types import StreamType
 
 FILE = ("file",)  # the program's top-level scope (imports share it)

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
-    from stepc.check.checker import TypedProgram
     from stepc.hw import HardwareConfig
+    from stepc.typecheck.checker import TypedProgram
 
 MAX_RUN_CYCLES = 10**11  # cycles a run may need without --max-cycles (hours of simulation)
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy
 
-from stepc.check.checker import TypedProgram
 from stepc.diagnostics import did_you_mean
 from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
@@ -38,6 +37,7 @@ from stepc.traces import (
     synthetic_kv_lengths,
     synthetic_routing,
 )
+from stepc.typecheck.checker import TypedProgram
 from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
 MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stepc.sweep.runner import Point
+from stepc.explore.runner import Point
 from stepc.tune.space import ANALYSIS_METRICS, Candidate, Constraint
 
 
@@ -41,8 +41,8 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     ok record has one dict of metrics per trace case, with `lower_bound_cycles`."""
     from stepc.analyze import analyze, trace_bindings
     from stepc.analyze.analysis import roofline
+    from stepc.explore.runner import compile_cached
     from stepc.frontend import compile_files
-    from stepc.sweep.runner import compile_cached
     from stepc.traces import TraceError
     from stepc.tune.workers import remember
 
@@ -83,8 +83,8 @@ def hardware(hw: str, sets: tuple[str, ...], model: str) -> tuple[object, tuple[
     """The analysis stage's hardware configuration, and the `hw_digest`s of the run
     configurations (fluid's and `model`'s) that reuse its symbolic analysis: those with its
     fabric, the only part of the hardware the analysis reads."""
+    from stepc.explore.runner import hw_digest
     from stepc.hw import load_config
-    from stepc.sweep.runner import hw_digest
     base = load_config(hw, sets)
     runs = [load_config(hw, sets + (f"hbm.model={m}",)) for m in sorted({"fluid", model})]
     return base, tuple(hw_digest(c) for c in runs if c.fabric == base.fabric)

@@ -113,5 +113,5 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
 
 def pareto_front(items: list, cost) -> list[int]:
     """Indices of the items no other item dominates (all costs minimised)."""
-    from stepc.sweep.pareto import pareto_front as front
+    from stepc.explore.pareto import pareto_front as front
     return front([cost(s) for s in items])

@@ -36,8 +36,8 @@ import tempfile
 import time
 from collections import Counter
 
+from stepc.explore.runner import ResultsFileError, compile_cached, read_results
 from stepc.outputs import OutputPathError, check_output_path
-from stepc.sweep.runner import ResultsFileError, compile_cached, read_results
 from stepc.tune.evaluate import AnalysisJob, analyze_candidate, hardware, sim_command, sim_points
 from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
@@ -83,9 +83,9 @@ class Search(Pruning):
     # ------------------------------------------------------------ setup
     def load(self) -> None:
         """Read programs, traces and hardware; refuse names no program declares."""
+        from stepc.explore.runner import program_digest
         from stepc.frontend import compile_file, program_files
         from stepc.hw import ConfigError
-        from stepc.sweep.runner import program_digest
         from stepc.traces import TraceError, load_array
 
         for program in self.space.programs:
@@ -186,7 +186,7 @@ class Search(Pruning):
 
     # ------------------------------------------------------------ stages 3 and 4: simulate
     def _simulate(self, batch: list[Scored], model: str | None, path: str, tag: str) -> None:
-        from stepc.sweep.runner import Sweep
+        from stepc.explore.runner import Sweep
 
         points, owner = [], []
         for s in batch:
@@ -467,7 +467,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     fluid screen puts within this fraction of the best; `confirm`: `adaptive` (skip those
     that fluid's error observed on confirmed points rules out) or `margin` (confirm them
     all); `probe`: see the module doc."""
-    from stepc.sweep.runner import LocalPool
+    from stepc.explore.runner import LocalPool
 
     t0 = time.perf_counter()
     if not 1 <= len(objectives) <= 2:

@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 
-from stepc.sweep.runner import LocalPool, Point, keep_compiled
+from stepc.explore.runner import LocalPool, Point, keep_compiled
 
 GATHER_SECONDS = 0.02  # a batch's submissions arrive within this time of the first
 KEEP = 8  # candidates a worker keeps compiled (and analysed) for their simulations

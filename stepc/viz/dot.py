@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import sympy
 
-from stepc.check.checker import TypedProgram
 from stepc.graph.program import Cluster, OpNode
 from stepc.ops import OPS
 from stepc.ops.base import fmt_attr
+from stepc.typecheck.checker import TypedProgram
 from stepc.types import fmt_shape
 
 FAMILY_COLORS = {

@@ -26,15 +26,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import stepc
+from stepc.explore.pool import LocalPool
 from stepc.schemas import schema
-from stepc.sweep.pool import LocalPool
 
 DONE = ("ok", "deadlock")  # statuses a resumed sweep keeps; errors are retried
 # Files of the package that only present results: editing them leaves records valid.
-PRESENTATION = ("api/", "cli.py", "cli_sweep.py", "docgen.py", "fidelity.py", "viz/",
-                "experiments/", "ops/examples/", "sweep/plot.py", "sweep/pareto.py",
-                "sweep/reproduce.py", "sweep/claims.py", "sweep/figure_plots.py",
-                "cli_tune.py", "tune/")
+PRESENTATION = ("api/", "cli/", "docgen.py", "viz/", "reproduction/", "ops/examples/",
+                "explore/plot.py", "explore/pareto.py", "tune/")
 
 
 @functools.cache

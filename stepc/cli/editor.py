@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
+from stepc.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
 from stepc.diagnostics import StepError, render_text
 from stepc.source import SourceFile
 

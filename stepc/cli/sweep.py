@@ -15,13 +15,13 @@ from collections import Counter
 import click
 
 from stepc.api.arguments import MAX_JOBS
-from stepc.cli import (
+from stepc.cli.common import (
     EXIT_DEADLOCK,
     EXIT_OK,
     EXIT_PROGRAM,
-    _pairs,
     check_output_path,
     input_error,
+    pairs,
     parse_defines,
     print_report,
 )
@@ -154,7 +154,7 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
     from stepc.api.errors import InputError
     from stepc.api.study import plan_sweep
     from stepc.diagnostics import StepError
-    from stepc.sweep.runner import Interrupted
+    from stepc.explore.runner import Interrupted
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
@@ -162,13 +162,13 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
     fixed = parse_defines(defines)
     grid: dict[str, list[int]] = {}
-    for name, values in _pairs(grids, "--grid"):
+    for name, values in pairs(grids, "--grid"):
         if name in grid:
             raise click.UsageError(f"--grid {name} is given twice: list every value in one "
                                    f"--grid {name}=... (e.g. 8,16,32 or 8..32:pow2)")
         grid[name] = grid_values(name, values)
     trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
-                  _pairs(traces, "--trace")}
+                  pairs(traces, "--trace")}
     try:
         plan = plan_sweep(list(files), grid, fixed, list(hws or ("paper-eval",)), sets,
                           trace_sets, timing_only, jobs, out, resume)
@@ -211,7 +211,7 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         click.echo(f"nothing to run: every point's record is in {out}", err=True)
     print_report(lambda console: _sweep_summary(records, console))
     if pareto:
-        _pareto_report(records, pareto.split(","), _pairs(baselines, "--baseline"))
+        _pareto_report(records, pareto.split(","), pairs(baselines, "--baseline"))
     failed = Counter(r["status"] for r in records if r["status"] != "ok")
     if failed:
         kinds = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
@@ -260,7 +260,7 @@ class _sweep_progress:
 def _sweep_summary(records: list[dict], console) -> None:
     from rich.table import Table
 
-    from stepc.sweep.runner import point_label, point_order
+    from stepc.explore.runner import point_label, point_order
     from stepc.tables import print_table
     table = Table(title=f"{len(records)} points", title_justify="left")
     dram = any(rec.get("row_hit_rate") is not None for rec in records)
@@ -295,8 +295,8 @@ def _matches(rec: dict, field: str, value: str) -> bool:
 
 
 def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
-    from stepc.sweep.pareto import pareto_front, pid
-    from stepc.sweep.runner import point_label, point_order
+    from stepc.explore.pareto import pareto_front, pid
+    from stepc.explore.runner import point_label, point_order
 
     ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
     for m in metrics:
@@ -351,8 +351,8 @@ Examples:
 def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
-    from stepc.sweep.plot import PlotError, SelectionError, bars, scatter
-    from stepc.sweep.runner import ResultsFileError, latest_records, read_results
+    from stepc.explore.plot import PlotError, SelectionError, bars, scatter
+    from stepc.explore.runner import ResultsFileError, latest_records, read_results
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -373,7 +373,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         raise click.UsageError(str(e)) from None
     try:
         if bar_metric:
-            bars(records, bar_metric, out, dict(_pairs(relative, "--relative-to")), force,
+            bars(records, bar_metric, out, dict(pairs(relative, "--relative-to")), force,
                  logy, label, group)
         else:
             scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
@@ -388,7 +388,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
 
 
 def _figures() -> str:
-    from stepc.sweep.reproduce import available_figures
+    from stepc.reproduction.run import available_figures
     return ", ".join(available_figures())
 
 
@@ -425,8 +425,8 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
 
     from stepc.api.errors import InputError
     from stepc.api.study import reproduce
-    from stepc.sweep.reproduce import available_figures
-    from stepc.sweep.runner import Interrupted
+    from stepc.explore.runner import Interrupted
+    from stepc.reproduction.run import available_figures
 
     failed = 0
     # the figure being collected

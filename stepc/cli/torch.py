@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
+from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
 
 _DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64",
            "i32": "int32"}

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
+from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -74,7 +74,7 @@ def export_cmd(file, out, defines, hw, traces, force):
     Example:
       stepc export programs/swiglu.step -D TB=32 --hw hdl-validation -o swiglu.pb
     """
-    from stepc.cli import compiled_or_exit, input_error
+    from stepc.cli.common import compiled_or_exit, input_error
     check_new_output("-o", out, force)
     side = os.path.splitext(out)[0] + ".npy"  # the selector files' directory
     if os.path.exists(side) and not force:

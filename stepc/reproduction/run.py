@@ -1,8 +1,8 @@
 """Reproducing a figure of the paper: run its spec's points, check its claims, write a report.
 
-A spec (`stepc/experiments/fig<N>.toml`, shipped with the package) lists sweeps (program,
+A spec (`stepc/reproduction/experiments/fig<N>.toml`, shipped with the package) lists sweeps (program,
 fixed params, a grid, hardware, trace globs relative to the data directory), reference
-tables (CSV files under the data directory) and claims (`stepc.sweep.claims`). Without the
+tables (CSV files under the data directory) and claims (`stepc.reproduction.claims`). Without the
 paper's traces the points use stepc's seeded synthetic traces, and the report says so;
 claims that compare with reference data then say they need it.
 
@@ -26,7 +26,8 @@ from importlib import resources
 from pathlib import Path
 
 import stepc
-from stepc.sweep.claims import (
+from stepc.explore.runner import Point, Sweep, code_digest
+from stepc.reproduction.claims import (
     METRICS,
     PLACEHOLDER,
     Claim,
@@ -39,7 +40,6 @@ from stepc.sweep.claims import (
     load_references,
     validate_references,
 )
-from stepc.sweep.runner import Point, Sweep, code_digest
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
 COLUMN_NAMES = {"cycles": "cycles", "off_chip_bytes": "off-chip bytes",
@@ -70,7 +70,7 @@ __all__ = ["SpecError", "available_figures", "load_spec", "expand_spec", "spec_p
 
 
 def _specs():
-    return resources.files("stepc") / "experiments"
+    return resources.files("stepc") / "reproduction" / "experiments"
 
 
 def program_root() -> Path:
@@ -204,7 +204,7 @@ def choose(spec: dict, results: dict[str, list[dict]]) -> tuple[dict[str, object
     closeness being |log(static / dynamic)|."""
     import math
 
-    from stepc.sweep.pareto import pareto_front
+    from stepc.explore.pareto import pareto_front
     chosen: dict[str, object] = {}
     lines = []
     for name, ch in spec.get("choose", {}).items():
@@ -409,7 +409,7 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
     choose from, then the others in the order asked, then those that choose. The points
     of figures on a chain of choices run before the others, so that a figure waiting on
     another's results does not start last and leave a worker idle at the end."""
-    from stepc.sweep.pool import LocalPool
+    from stepc.explore.pool import LocalPool
 
     needs = {f: depends_on(load_spec(f)) for f in figures}
     extra = sorted({d for ds in needs.values() for d in ds} - set(figures))
@@ -462,7 +462,7 @@ def _report(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcom
     records = [{**r, "labels": exp.labels.get(p.ident, {})}
                for p, r in zip(sweep.points, outcome.records)]
     _write_csv(records, fig_dir / "results.csv")
-    from stepc.sweep.figure_plots import spec_plots
+    from stepc.reproduction.figure_plots import spec_plots
     plot_lines = spec_plots(spec, records, fig_dir)
     done = Reproduced(str(fig_dir / "report.md"), reused=outcome.reused,
                       simulated=outcome.ran - outcome.shared, shared=outcome.shared,

@@ -10,20 +10,20 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stepc.cli import (
-    _DEFINE,
-    _FORMAT,
+from stepc.cli.common import (
+    DEFINE,
     EXIT_DEADLOCK,
     EXIT_OK,
     EXIT_PROGRAM,
     EXIT_USAGE,
-    _load_hw,
-    _pairs,
-    _presets,
+    FORMAT,
     check_output_path,
     compiled_or_exit,
     emit_diagnostics,
     input_error,
+    load_hw,
+    pairs,
+    presets,
     print_report,
     quick_exit,
 )
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
 @click.command("sim", short_help="Simulate a program cycle by cycle.")
 @click.argument("file", type=str)
-@_DEFINE
+@DEFINE
 @click.option("--hw", default=None, metavar="PRESET|FILE.toml",
-              help=f"Hardware (presets: {_presets('paper-eval')}; or a TOML file).")
+              help=f"Hardware (presets: {presets('paper-eval')}; or a TOML file).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one hardware setting, e.g. hbm.model=fluid (repeatable).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
               "DIR/<tensor>.npy (functional mode), to check its outputs against.")
 @click.option("--trace-out", default=None, metavar="FILE.json",
               help="Write a Chrome/Perfetto trace (one track per operator).")
-@_FORMAT
+@FORMAT
 @click.option("--print-config", is_flag=True, help="Print the effective hardware config "
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
@@ -90,7 +90,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         check_output_path("--out", out_dir, directory=True)
     if trace_out:
         check_output_path("--trace-out", trace_out)
-    config = _load_hw(hw, sets)
+    config = load_hw(hw, sets)
     if print_config:
         click.echo(config.to_toml(), nl=False)
         sys.exit(EXIT_OK)
@@ -120,7 +120,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     deadlock = None
     try:
         with _progress() as progress:
-            run = prog.simulate(hw=config, traces=dict(_pairs(traces, "--trace")),
+            run = prog.simulate(hw=config, traces=dict(pairs(traces, "--trace")),
                                 timing_only=timing_only, max_cycles=max_cycles,
                                 trace_ops=trace_out is not None, progress=progress,
                                 values=values)

@@ -4,11 +4,11 @@ points) and the HDL's (the 5 public points), and the calibration of the `hdl-lik
 preset. The measurements are read from the paper's data directory (`fig8/`), never copied
 into stepc.
 
-    python -m stepc.fidelity                  rewrite the generated tables of docs/dram.md
-    python -m stepc.fidelity --check          exit 1 if they are stale
-    python -m stepc.fidelity --print          print the fidelity tables
-    python -m stepc.fidelity --calibrate      print the calibration of hdl-like
-    python -m stepc.fidelity --choices        print hdl-like's discrete choices, measured
+    python -m stepc.reproduction.fidelity                  rewrite the generated tables of docs/dram.md
+    python -m stepc.reproduction.fidelity --check          exit 1 if they are stale
+    python -m stepc.reproduction.fidelity --print          print the fidelity tables
+    python -m stepc.reproduction.fidelity --calibrate      print the calibration of hdl-like
+    python -m stepc.reproduction.fidelity --choices        print hdl-like's discrete choices, measured
     --data DIR                                the paper's data (default ../shared/data)
 
 Only the regions between the BEGIN/END GENERATED markers of docs/dram.md are rewritten.
@@ -206,7 +206,7 @@ def splice(text: str, region: str, generated: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stepc.fidelity",
+    ap = argparse.ArgumentParser(prog="python -m stepc.reproduction.fidelity",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if the tables are stale")
     ap.add_argument("--print", action="store_true", help="print the fidelity tables")
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         new = splice(new, region, make(measured))
     if args.check:
         if new != text:
-            print(f"{doc} is stale: run `python -m stepc.fidelity`", file=sys.stderr)
+            print(f"{doc} is stale: run `python -m stepc.reproduction.fidelity`", file=sys.stderr)
             return 1
         return 0
     doc.write_text(new, encoding="utf-8")

@@ -7,8 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepc.sweep.claims import METRICS, NeedsData, SpecError, evaluate_claim, geomean, point_field
-from stepc.sweep.plot import PlotError, metric_label
+from stepc.explore.plot import PlotError, metric_label
+from stepc.reproduction.claims import (
+    METRICS,
+    NeedsData,
+    SpecError,
+    evaluate_claim,
+    geomean,
+    point_field,
+)
 
 
 def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
@@ -46,7 +53,7 @@ def _value(rec: dict, name: str):
 
 
 def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: Path) -> None:
-    from stepc.sweep.plot import scatter
+    from stepc.explore.plot import scatter
     x, y = opts["x"], opts["y"]
     tags = opts.get("tags")
     recs = []
@@ -139,7 +146,7 @@ def _bar_table(header: list[str], names: list[str], cols: dict, series: list[str
 
 def _bar_drawing(names: list[str], cols: dict, ylabel: str, path: Path, opts: dict):
     """Draws the grouped bars (with a line at 1) when called."""
-    from stepc.sweep.plot import grouped_bars
+    from stepc.explore.plot import grouped_bars
 
     def draw() -> None:
         grouped_bars(names, cols, ylabel, str(path), hline=1.0, force=True,

@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from stepc.cli import EXIT_OK, EXIT_PROGRAM, _pairs, check_output_path, parse_defines
-from stepc.cli_sweep import EXIT_INTERRUPTED, MAX_JOBS, _dask_client, grid_values
+from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, check_output_path, pairs, parse_defines
+from stepc.cli.sweep import EXIT_INTERRUPTED, MAX_JOBS, _dask_client, grid_values
 
 TUNE_EXAMPLE = """\b
 Examples:
@@ -126,7 +126,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
              max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
-    from stepc.sweep.runner import Interrupted
+    from stepc.explore.runner import Interrupted
     from stepc.tune import Budget, Constraint, Objective, Space, TuneError, tune
     from stepc.tune.report import markdown
 
@@ -135,7 +135,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
     check_output_path("--out", out, directory=True)
     try:
         params, hw_keys = {}, {}
-        for name, text in _pairs(spaces, "--space"):
+        for name, text in pairs(spaces, "--space"):
             (hw_keys if "." in name else params)[name] = _space_values(name, text)
         fixed = parse_defines(defines)
         both = sorted(set(fixed) & set(params))
@@ -144,9 +144,9 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
                                    "or the other")
         space = Space(list(files), params, hw_keys, [Constraint.parse(w) for w in wheres],
                       fixed)
-        limits = [Budget.parse(m, v) for m, v in _pairs(budgets, "--budget")]
+        limits = [Budget.parse(m, v) for m, v in pairs(budgets, "--budget")]
         goals = [Objective.parse(o.strip()) for o in objectives.split(",") if o.strip()]
-        trace_sets = {n: _trace_paths(n, v) for n, v in _pairs(traces, "--trace")}
+        trace_sets = {n: _trace_paths(n, v) for n, v in pairs(traces, "--trace")}
         client = _dask_client(scheduler) if backend == "dask" else None
         try:
             result = tune(space, objectives=goals, budgets=limits, traces=trace_sets,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stepc.sweep.pareto import pareto_front
-from stepc.sweep.runner import natural_key, point_label, point_order
+from stepc.explore.pareto import pareto_front
+from stepc.explore.runner import natural_key, point_label, point_order
 
 MARKER = "stepc plot"
 FORMATS = (".png", ".svg", ".pdf")

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import sympy
 
 from stepc.canon import symbols_in
-from stepc.check.annotations import AnnotationError, Annotator
 from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
 from stepc.ops import OPS
 from stepc.ops.base import STREAMS, VARSTREAMS, InferCtx, OpError
+from stepc.typecheck.annotations import AnnotationError, Annotator
 from stepc.types import Buffer, StreamType, SymbolTable, Tile, Tuple, equal, fmt_dim, fmt_shape
 
 

@@ -1,0 +1,110 @@
+"""The `stepc` command group and its entry point.
+
+Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
+3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+import click
+
+from stepc import __version__
+from stepc.cli import common
+from stepc.cli.common import EXIT_INTERNAL
+
+# Each command lives in the module of its family, imported only when the command line names
+# it or help lists it: `stepc check` does not load the simulator's or the sweeps' modules.
+_ELSEWHERE = {
+    "check": ("stepc.cli.program", "check_cmd"), "analyze": ("stepc.cli.program", "analyze_cmd"),
+    "dot": ("stepc.cli.program", "dot_cmd"),
+    "sweep": ("stepc.cli.sweep", "sweep_cmd"), "plot": ("stepc.cli.sweep", "plot_cmd"),
+    "reproduce": ("stepc.cli.sweep", "reproduce_cmd"), "fmt": ("stepc.cli.editor", "fmt_cmd"),
+    "lsp": ("stepc.cli.editor", "lsp_cmd"), "from-torch": ("stepc.cli.torch", "from_torch_cmd"),
+    "tune": ("stepc.cli.tune", "tune_cmd"), "sim": ("stepc.cli.sim", "sim_cmd"),
+    "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),
+}
+
+
+class _Commands(dict):
+    """A group's commands by name; those of `_ELSEWHERE` are imported on first lookup."""
+
+    def __missing__(self, name: str) -> click.Command:
+        if name not in _ELSEWHERE:
+            raise KeyError(name)
+        module, attr = _ELSEWHERE[name]
+        command = self[name] = getattr(importlib.import_module(module), attr)
+        return command
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+class _Group(click.Group):
+    """The `stepc` group: commands of other modules load when used (or listed by help)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_ELSEWHERE})
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 3 simulation "
+             "deadlock, 70 internal error.")
+@click.version_option(__version__, prog_name="stepc")
+@click.option("--debug", is_flag=True, hidden=True, help="Show Python tracebacks of "
+              "internal errors.")
+def main(debug: bool) -> None:
+    """stepc: check, analyze, simulate and draw Streaming Tensor Programs (.step files).
+
+    \b
+    Examples:
+      stepc check --types programs/moe_simple.step
+      stepc analyze programs/moe_static.step --trace routing=ids.npy
+      stepc sim programs/swiglu.step --hw hdl-validation
+      stepc dot programs/moe_static.step --collapse -o moe.svg
+
+    `stepc COMMAND --help` describes each command.
+    """
+
+
+def run() -> None:
+    """Entry point wrapper: never show a Python traceback for a stepc bug without context."""
+    try:
+        main(standalone_mode=True)
+    except SystemExit as e:
+        if common.quick_exit_requested:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                click.echo(e.code, err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        raise
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
+        click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
+        if "--debug" in sys.argv:
+            traceback.print_exc()
+        sys.exit(EXIT_INTERNAL)
+
+
+def internal_error_message(e: BaseException, debug: bool) -> str:
+    """What exit 70 prints: the exception in one line, and how to get its traceback."""
+    how = "the traceback is below" if debug else \
+        "`stepc --debug COMMAND ...` prints the traceback to attach"
+    return (f"stepc: internal error: {type(e).__name__}: {e}\n"
+            f"this is a bug in stepc: please report it with the input that triggered it "
+            f"({how})")
