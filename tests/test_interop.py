@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 import stepc
 from stepc.cli import main
-from stepc.interop import InteropError, import_graph
+from stepc.frontend import import_graph_file as import_graph
+from stepc.interop import InteropError
 from stepc.interop.schema import ProgramGraph
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,6 +20,17 @@ _TARGETS = re.compile(r"^((?:[a-z][a-z_0-9]*, )*[a-z][a-z_0-9]*) = ", re.MULTILI
 
 
 @dataclass
+class Folded:
+    """A folded program body: the tensor declarations, the lines, each statement's run of
+    units (first unit, count) in order, and each unrolled name's array element."""
+
+    tensors: list[str]
+    body: list[str]
+    runs: list[tuple[int, int]]
+    renamed: dict[str, str]
+
+
+@dataclass
 class Unit:
     """One statement (with the assumptions stated just before it) and its comment."""
 
@@ -35,17 +46,17 @@ def _signature(text: str) -> str:
     return _TOKEN.sub(lambda m: "[#]" if m.group(3) else f"{m.group(1)}_#", text)
 
 
-def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
+def fold(units: list[Unit], tensors: list[str]) -> Folded:
     """The tensor declarations and the program body, runs of repeated statements as loops
     (the tensors each iteration of a run reads, all alike, stacked into one)."""
     sigs = [(_signature(u.code), _numbers(u.code)) for u in units]
     decls = {d.split()[1]: d for d in tensors}
     stacks: dict[str, list[str]] = {}  # stacked tensor -> the tensors it holds, in order
-    renamed: dict[str, str] = {"": ""}  # folded name -> its array element
-    renamed.pop("")
+    renamed: dict[str, str] = {}  # folded name -> its array element
     ctx = (renamed, decls, stacks)
     sizes: dict[str, int] = {}  # folded array -> its length
     lines: list[str] = []
+    runs: list[tuple[int, int]] = []
     loop: int | None = None  # the range of the loop being written
     bound: set[str] = set()  # the names its body binds so far
     i = 0
@@ -73,6 +84,7 @@ def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
             lines += body[0]
             bound |= body[1]
             sizes.update(dict.fromkeys(body[1], n))
+        runs.append((i, n))
         i += n
     if loop is not None:
         lines.append("}")
@@ -85,7 +97,7 @@ def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
             out_decls.append(f"tensor {name} : {kind}[{len(stacks[name])}, {role}")
         elif name not in members:
             out_decls.append(d)
-    return out_decls, [_whole_arrays(line, sizes) for line in lines]
+    return Folded(out_decls, [_whole_arrays(line, sizes) for line in lines], runs, renamed)
 
 
 _NEW_LOOP = ([], set())  # a run that must start a loop of its own
