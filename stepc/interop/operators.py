@@ -211,10 +211,20 @@ def _partition(w: Writer, op: Op, name: str):
     m = op.msg
     _pass(w, op)
     w.outputs[op.id] = m.num_consumers
+    dim = w.partition_dims.setdefault((_root(w, op.inputs[1]), m.num_consumers), name)
     return (f"{name} = Partition({w.ref(op, op.inputs[0])}, {w.ref(op, op.inputs[1])}, " +
             _attrs(rank=m.partition_rank, consumers=m.num_consumers,
                    switch_cycles=_one_switch(w, op), write_back=m.write_back_mu,
-                   dim=f'"{name}"') + ")", "")
+                   dim=f'"{dim}"') + ")", "")
+
+
+def _root(w: Writer, port: Port) -> Port:
+    """The stream a Broadcast's output copies (through any chain of Broadcasts): Partitions
+    routed by copies of one selector route equally many elements to each output, so they
+    share their count symbols (`dim=`)."""
+    while w.by_id[port.src].kind == "broadcast":
+        port = w.by_id[port.src].inputs[0]
+    return Port(port.src, port.idx or 0)
 
 
 def _reassemble(w: Writer, op: Op, name: str):
@@ -290,12 +300,39 @@ def _retile_streamify(w: Writer, op: Op, name: str):
 def _eager_merge(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
-    sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
-                   else f"{name}_sel", op.id)
-    w.ports[op.id] = [name, sel]
+    sel = _merge_ports(w, op, name)[1]
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
     rank = f", rank={m.input_rank}" if m.input_rank else ""
     return f"{name}, {sel} = EagerMerge([{ins}]{rank})", ""
+
+
+def _merge_ports(w: Writer, op: Op, name: str) -> list[str]:
+    """The names of an EagerMerge's data and selector outputs (named once)."""
+    if op.id not in w.ports:
+        sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
+                       else f"{name}_sel", op.id)
+        w.ports[op.id] = [name, sel]
+    return w.ports[op.id]
+
+
+def declare_feedback(w: Writer, op: Op) -> None:
+    """Name an operator whose outputs are read before it (the reader's loop) and declare the
+    fed-back streams: an EagerMerge's selector, of one-hot rows over its inputs, as many as
+    it merges (a fresh `?` dim)."""
+    if op.kind != "eager_merge" or op.fed_back != [1]:
+        raise InteropError(w.path, f"output{'s' if len(op.fed_back) > 1 else ''} "
+                           f"{', '.join(map(str, op.fed_back))} read before the operator (a "
+                           "loop): stepc declares a fed-back stream with its type, which the "
+                           "format gives only for an EagerMerge's selector (output 1)", op)
+    name = w.fresh(op)
+    w.names[op.id] = name
+    sel = _merge_ports(w, op, name)[1]
+    n = len(op.inputs)
+    rank = op.msg.input_rank
+    shape = "[?]" if not rank else f"[?, {', '.join(['?'] * rank)}]"
+    w.feedback[sel] = (len(w.streams), "")
+    w.streams.append(f"stream {sel} : Strm<MultiHot<{n}>, 0>{shape}  # op {op.id}'s "
+                     "selector, fed back: bound by the EagerMerge below")
 
 
 def _expert_addr_gen(w: Writer, op: Op, name: str):

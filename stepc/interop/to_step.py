@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepc.interop.fold import Folded, Unit, fold
-from stepc.interop.operators import HANDLERS, N_BYTE_DTYPES, SINKS, n_byte_dtype
+from stepc.interop.operators import (
+    HANDLERS,
+    N_BYTE_DTYPES,
+    SINKS,
+    declare_feedback,
+    n_byte_dtype,
+)
 from stepc.interop.reader import InteropError, Op, Port, read_graph
 from stepc.interop.writer import Writer
 
@@ -38,10 +44,14 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
     text -> the front end's `Compiled`); side files are named relative to `out_dir`
     (default: the graph's directory)."""
     gname, ops = read_graph(path)
-    w = Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops)
+    w = Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops,
+               by_id={op.id: op for op in ops})
     for op in ops:  # a 2-byte store's data is made in its stored type
         if op.kind == "random_off_chip_store" and op.msg.n_byte in N_BYTE_DTYPES:
             w.narrow[op.inputs[1].src] = n_byte_dtype(w, op, op.msg.wdata_dtype)
+    for op in ops:
+        if op.fed_back:
+            declare_feedback(w, op)
     for op in ops:
         handler = HANDLERS.get(op.kind)
         if handler is None:
@@ -62,8 +72,9 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
               "One statement per operator; each comment names the source operator's id."]
     text, folded = _render(w, header, {})
     compiled = compile_text(text)
+    declared = _fed_back_shapes(w, compiled)
     assumes = _lockstep_assumes(w, compiled, text, folded)
-    if assumes:  # the lockstep facts change the shapes: compile the program that states them
+    if assumes or declared:  # the lockstep facts change the shapes: compile them stated
         text, folded = _render(w, header, assumes)
         compiled = compile_text(text)
     if compiled.typed is not None:
@@ -87,25 +98,64 @@ def _sink_unread(w: Writer, ops: list[Op]) -> None:
                 w.body.append((f"Sink({ref})", f"op {op.id}: output {i} is read by nothing"))
 
 
-def _render(w: Writer, header: list[str], assumes: dict[int, str]) -> tuple[str, Folded]:
-    """The formatted program text, repeated statements folded into loops, and the fold."""
-    units = [Unit(f"{assumes[i]}\n{code}" if i in assumes else code, note)
+def _render(w: Writer, header: list[str],
+            assumes: dict[int, list[str]]) -> tuple[str, Folded]:
+    """The formatted program text, repeated statements folded into loops, and the fold
+    (`assumes`: the statements stated before each body statement; at the body's length,
+    after the last)."""
+    units = [Unit("\n".join(assumes.get(i, []) + [code]), note)
              for i, (code, note) in enumerate(w.body)]
     folded = fold(units, w.tensors)
     out = [f"# {h}" for h in header] + [""] + folded.tensors + [""]
     if w.streams:
         out += w.streams + [""]
-    return _formatted("\n".join(out + folded.body) + "\n", w.path), folded
+    out += folded.body + assumes.get(len(w.body), [])
+    return _formatted("\n".join(out) + "\n", w.path), folded
+
+
+def _fed_back_shapes(w: Writer, compiled) -> bool:
+    """A fed-back stream read in lockstep with a stream of known shape has that shape: its
+    declaration says so (the checker then holds the producer to it). Whether any did."""
+    if compiled.typed is None:
+        return False
+    said = False
+    for names in w.lockstep.values():
+        for name in names:
+            decl = w.feedback.get(name)
+            if decl is None or decl[1]:
+                continue
+            for other in names:
+                shape = _known_shape(compiled.typed.types, other)
+                if other != name and shape:
+                    w.streams[decl[0]] = w.streams[decl[0]].replace("[?]", shape, 1)
+                    w.feedback[name] = (decl[0], shape)
+                    said = True
+                    break
+    return said
+
+
+def _known_shape(types: dict, ref: str) -> str:
+    """`[16]` for a stream `ref` (`x` or `x[k]`) whose shape the checker knows in numbers."""
+    m = re.fullmatch(r"(\w+)(?:\[(\d+)\])?", ref)
+    if m is None:
+        return ""
+    t = types.get((m.group(1), int(m.group(2) or 0)))
+    dims = getattr(t, "shape", None)
+    if not dims or not all(getattr(d, "is_Integer", False) for d in dims):
+        return ""
+    return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
 _OP_COMMENT = re.compile(r"# ops? (\d+)")
 
 
-def _lockstep_assumes(w: Writer, compiled, text: str, folded: Folded) -> dict[int, str]:
+def _lockstep_assumes(w: Writer, compiled, text: str,
+                      folded: Folded) -> dict[int, list[str]]:
     """`assume` statements for binary operators whose inputs the checker cannot prove to
     have one shape: the format's BinaryMap and BinaryMapAccum read their inputs in lockstep,
     so the graph states that they do. A warning inside a loop stands for every iteration's
-    operator, so each gets its statement (the loop keeps folding alike)."""
+    operator, so each gets its statement (the loop keeps folding alike). A fact about a
+    fed-back stream is stated after its producer (the checker needs it bound)."""
     lines = text.splitlines()
     runs = dict(folded.runs)
     flagged: set[int] = set()
@@ -119,11 +169,14 @@ def _lockstep_assumes(w: Writer, compiled, text: str, folded: Folded) -> dict[in
                 if first is not None:
                     flagged.update(range(first, first + runs.get(first, 1)))
                 break
-    out = {}
+    fed_back = {sel: w.unit_of[i] + 1 for i, names in w.ports.items()
+                if w.by_id[i].fed_back for sel in names}
+    out: dict[int, list[str]] = {}
     for i in sorted(flagged & set(w.lockstep)):
         first, *rest = w.lockstep[i]
-        out[i] = "\n".join(f"assume shape({r}) == shape({first})  # lockstep inputs"
-                           for r in rest)
+        at = max([i] + [fed_back[n] for n in [first, *rest] if n in fed_back])
+        out.setdefault(at, []).extend(f"assume shape({r}) == shape({first})  # lockstep inputs"
+                                      for r in rest)
     return out
 
 

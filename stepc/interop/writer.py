@@ -24,6 +24,10 @@ class Writer:
     all_ops: list[Op] = field(default_factory=list)
     lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
     unit_of: dict[int, int] = field(default_factory=dict)  # op id -> its body index
+    by_id: dict[int, Op] = field(default_factory=dict)
+    feedback: dict[str, tuple[int, str]] = field(default_factory=dict)  # stream -> (its
+    # declaration in `streams`, the shape it states when known)
+    partition_dims: dict = field(default_factory=dict)  # (selector, consumers) -> dim name
     ports: dict[int, list[str]] = field(default_factory=dict)  # op id -> its output names
     narrow: dict[int, str] = field(default_factory=dict)  # op id -> type a store writes it in
 
