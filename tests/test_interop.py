@@ -59,10 +59,19 @@ def test_swiglu_graphs_check_clean_and_cost_what_the_artifact_says(name):
 @pytest.mark.parametrize("name, tb, ti", [("swiglu_hdl_b16_i64", 16, 64),
                                           ("swiglu_hdl_b64_i256", 64, 256)])
 def test_swiglu_graphs_simulate_like_the_bundled_program(name, tb, ti):
+    """The same cycles as swiglu.step at the graph's tiles, which are the reference
+    simulator's published cycles for that point (Figure 8's data, when it is here)."""
+    import csv
     graph = stepc.load(GRAPHS / f"{name}.pb").simulate(hw="hdl-validation", timing_only=True)
     own = stepc.load(REPO / "programs" / "swiglu.step", TB=tb, TI=ti).simulate(
         hw="hdl-validation", timing_only=True)
     assert graph.cycles == own.cycles
+    published = REPO.parent / "shared" / "data" / "fig8" / "swiglu_paper_sim.csv"
+    if published.is_file():
+        with published.open() as f:
+            rows = {(int(r["tile_b"]), int(r["tile_i"])): int(r["sim_cycles"])
+                    for r in csv.DictReader(f)}
+        assert graph.cycles == rows[(tb, ti)]
 
 
 @needs_graphs
