@@ -198,8 +198,7 @@ def _nest(units: list[Unit], sigs, i: int, m: int, n: int,
     renamed.update(new)
     stacks.update(stacked)
     text = "".join(parts).splitlines()
-    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
-    note = f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
+    note = _run_note(units, i)
     body = [f"        {line}" + (f"  # {note}" if j == len(text) - 1 else "")
             for j, line in enumerate(text)]
     return ([f"for {OUTER_VAR} in 0..{m} {{", f"    for {LOOP_VAR} in 0..{n} {{"] + body +
@@ -282,10 +281,15 @@ def _loop_body(units: list[Unit], sigs, i: int, n: int, ctx,
     renamed.update(new)
     stacks.update(stacked)
     text = "".join(parts).splitlines()
-    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
-    note = f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
+    note = _run_note(units, i)
     return [f"    {line}" + (f"  # {note}" if j == len(text) - 1 else "")
             for j, line in enumerate(text)], targets
+
+
+def _run_note(units: list[Unit], i: int) -> str:
+    """The comment of a folded run: its first two source ops (`ops 6, 7, ..`)."""
+    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
+    return f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
 
 
 def _alike(group: list[str], decls: dict[str, str]) -> bool:
