@@ -346,6 +346,28 @@ def _merge_op(id_: int, srcs: list[int], idxs: list[int]):
     return op
 
 
+def test_a_loop_closed_by_an_eager_merge_becomes_a_declared_feedback_stream(tmp_path):
+    """Rows routed by the selector of an EagerMerge that merges the routed rows (made before
+    them, as the reference builds its dispatch loop): the selector is declared, as long as
+    the rows it routes, and the fact about it follows its producer."""
+    from stepc.interop.schema import Operation
+    part = Operation(id=2, name="FlatPartition_2")
+    p = part.flat_partition
+    p.input_id, p.control_id, p.control_stream_idx, p.num_consumers = 6, 3, 1, 2
+    p.switch_cycles[:] = [1, 1]
+    outs = [_flatten_op(4, 2), _flatten_op(5, 2)]
+    for i, f in enumerate(outs):
+        f.flatten.stream_idx, f.flatten.max_rank = i, 0
+    data = _graph(_load_op(0), _flatten_op(1, 0), part, _merge_op(3, [4, 5], [-1, -1]), *outs,
+                  _flatten_op(6, 1))
+    r = _check(tmp_path, data)
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+    text = import_graph(_write(tmp_path, data)).text
+    assert "stream eager_merge_sel_3 : Strm<MultiHot<2>, 0>[4]" in text
+    assert text.index("= EagerMerge([flatten_4, flatten_5])") < \
+        text.index("assume shape(eager_merge_sel_3) == shape(flatten_6)")
+
+
 def test_a_loop_through_an_eager_merge_data_output_is_refused_naming_the_output(tmp_path):
     """An EagerMerge made before its cyclic input closes a loop, but only its selector's
     type can be declared from the format."""

@@ -317,8 +317,8 @@ def _merge_ports(w: Writer, op: Op, name: str) -> list[str]:
 
 def declare_feedback(w: Writer, op: Op) -> None:
     """Name an operator whose outputs are read before it (the reader's loop) and declare the
-    fed-back streams: an EagerMerge's selector, of one-hot rows over its inputs, as many as
-    it merges (a fresh `?` dim)."""
+    fed-back streams: an EagerMerge's selector, one one-hot row over its inputs per chunk
+    it merges (a fresh `?` dim, until the import learns the length)."""
     if op.kind != "eager_merge" or op.fed_back != [1]:
         raise InteropError(w.path, f"output{'s' if len(op.fed_back) > 1 else ''} "
                            f"{', '.join(map(str, op.fed_back))} read before the operator (a "
@@ -327,11 +327,8 @@ def declare_feedback(w: Writer, op: Op) -> None:
     name = w.fresh(op)
     w.names[op.id] = name
     sel = _merge_ports(w, op, name)[1]
-    n = len(op.inputs)
-    rank = op.msg.input_rank
-    shape = "[?]" if not rank else f"[?, {', '.join(['?'] * rank)}]"
     w.feedback[sel] = (len(w.streams), "")
-    w.streams.append(f"stream {sel} : Strm<MultiHot<{n}>, 0>{shape}  # op {op.id}'s "
+    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, 0>[?]  # op {op.id}'s "
                      "selector, fed back: bound by the EagerMerge below")
 
 

@@ -127,7 +127,9 @@ def _fed_back_shapes(w: Writer, compiled) -> bool:
             for other in names:
                 shape = _known_shape(compiled.typed.types, other)
                 if other != name and shape:
-                    w.streams[decl[0]] = w.streams[decl[0]].replace("[?]", shape, 1)
+                    rank = shape.count(",")  # a stream's rank: its dims less one
+                    w.streams[decl[0]] = w.streams[decl[0]].replace(", 0>[?]",
+                                                                    f", {rank}>{shape}", 1)
                     w.feedback[name] = (decl[0], shape)
                     said = True
                     break
