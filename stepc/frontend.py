@@ -51,19 +51,34 @@ def read_source(path: str, span: Span | None = None) -> SourceFile:
 GRAPH_SUFFIX = ".pb"  # the reference toolchain's ProgramGraph files
 
 
-def imported_source(path: str) -> SourceFile:
-    """The `.step` text `stepc import` writes for a graph file, named after the graph."""
+def import_graph_file(path: str, out_dir: str | None = None):
+    """The program `stepc import` writes for a graph file (`stepc.interop.Imported`),
+    compiled under the name `GRAPH.pb (imported)`. Raises ImportError without protobuf and
+    `InteropError` for a graph stepc cannot read or say."""
+    from stepc.interop import import_graph  # protobuf is needed only here
+
+    name = f"{path} (imported)"
+    where = os.path.normpath(path)
+    return import_graph(path, lambda text: compile_source(SourceFile(name, text), {}, where),
+                        out_dir)
+
+
+def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
+    """A `.pb` graph imported and compiled once (again only to apply overrides)."""
     try:
-        from stepc.interop import InteropError, import_graph
+        from stepc.interop import InteropError
     except ImportError:
         raise StepError([Diagnostic("E0005", Severity.ERROR, f"{path}: reading STeP IR graphs "
                                     "needs protobuf: pip install 'stepc[interop]'", None)]) \
             from None
     try:
-        text = import_graph(path).text
+        imported = import_graph_file(path)
     except InteropError as e:
         raise StepError([Diagnostic("E0005", Severity.ERROR, str(e), None)]) from None
-    return SourceFile(f"{path} (imported)", text)
+    if not overrides:
+        return imported.compiled
+    src = SourceFile(f"{path} (imported)", imported.text)
+    return compile_source(src, overrides, os.path.normpath(path))
 
 
 def _load_import(path: str, span: Span):
@@ -148,7 +163,9 @@ def compile_file(path: str, overrides: dict[str, int] | None = None) -> Compiled
     """Read and compile a program file ('-' for standard input; a `.pb` STeP IR graph is
     imported first)."""
     try:
-        src = imported_source(path) if path.endswith(GRAPH_SUFFIX) else read_source(path)
+        if path.endswith(GRAPH_SUFFIX):
+            return _compile_graph(path, overrides or {})
+        src = read_source(path)
     except StepError as e:
         bag = DiagnosticBag()
         bag.extend(e.diagnostics)

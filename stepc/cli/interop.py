@@ -33,13 +33,14 @@ def import_cmd(graph, out, force):
     if out:
         check_new_output("-o", out, force)
     try:
-        from stepc.interop import InteropError, import_graph
+        from stepc.frontend import import_graph_file
+        from stepc.interop import InteropError
     except ImportError:
         click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
         sys.exit(EXIT_USAGE)
     try:
-        imported = import_graph(graph, os.path.dirname(out) if out else None)
+        imported = import_graph_file(graph, os.path.dirname(out) if out else None)
     except InteropError as e:
         click.echo(f"stepc: error[E0005]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)

@@ -5,7 +5,9 @@ layer repeats each statement 128 times with ids and output indices that step by 
 constant. A run of consecutive statements that differ only in such numbers becomes one
 loop; a name bound in the run becomes an array (`reshape_6[e]`), and every later use of one
 of its names is rewritten to the array element. Consecutive loops over the same range share
-one body.
+one body. Where runs of one statement repeat block by block (region r's expert e: ids
+stepping by one along e and by eight along r), the blocks become one nest of two loops whose
+statement fills a flat array (`x[8 * r + e] = ..`), so later runs read it by one index.
 """
 
 from __future__ import annotations
@@ -15,8 +17,20 @@ from dataclasses import dataclass
 
 MIN_RUN = 4  # shorter repeats stay unrolled
 LOOP_VAR = "e"
+OUTER_VAR = "r"  # the outer loop of a nest (the regions of a time-multiplexed layer)
 _TOKEN = re.compile(r"\b([A-Za-z][A-Za-z_]*?)_(\d+)\b|\[(\d+)\]")
 _TARGETS = re.compile(r"^((?:[a-z][a-z_0-9]*, )*[a-z][a-z_0-9]*) = ", re.MULTILINE)
+
+
+@dataclass
+class Folded:
+    """A folded program body: the tensor declarations, the lines, each statement's run of
+    units (first unit, count) in order, and each unrolled name's array element."""
+
+    tensors: list[str]
+    body: list[str]
+    runs: list[tuple[int, int]]
+    renamed: dict[str, str]
 
 
 @dataclass
@@ -35,22 +49,33 @@ def _signature(text: str) -> str:
     return _TOKEN.sub(lambda m: "[#]" if m.group(3) else f"{m.group(1)}_#", text)
 
 
-def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
+def fold(units: list[Unit], tensors: list[str]) -> Folded:
     """The tensor declarations and the program body, runs of repeated statements as loops
     (the tensors each iteration of a run reads, all alike, stacked into one)."""
     sigs = [(_signature(u.code), _numbers(u.code)) for u in units]
     decls = {d.split()[1]: d for d in tensors}
     stacks: dict[str, list[str]] = {}  # stacked tensor -> the tensors it holds, in order
-    renamed: dict[str, str] = {"": ""}  # folded name -> its array element
-    renamed.pop("")
+    renamed: dict[str, str] = {}  # folded name -> its array element
     ctx = (renamed, decls, stacks)
     sizes: dict[str, int] = {}  # folded array -> its length
     lines: list[str] = []
+    runs: list[tuple[int, int]] = []
     loop: int | None = None  # the range of the loop being written
     bound: set[str] = set()  # the names its body binds so far
     i = 0
     while i < len(units):
         n = _run_length(sigs, i)
+        m = _blocks(sigs, i, n)
+        nest = _nest(units, sigs, i, m, n, ctx) if m >= MIN_RUN else None
+        if nest is not None:
+            if loop is not None:
+                lines.append("}")
+                loop, bound = None, set()
+            lines += nest[0]
+            sizes.update(dict.fromkeys(nest[1], m * n))
+            runs.append((i, m * n))
+            i += m * n
+            continue
         body = None
         if n >= MIN_RUN:
             body = _loop_body(units, sigs, i, n, ctx, bound if loop == n else set())
@@ -73,6 +98,7 @@ def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
             lines += body[0]
             bound |= body[1]
             sizes.update(dict.fromkeys(body[1], n))
+        runs.append((i, n))
         i += n
     if loop is not None:
         lines.append("}")
@@ -85,7 +111,7 @@ def fold(units: list[Unit], tensors: list[str]) -> tuple[list[str], list[str]]:
             out_decls.append(f"tensor {name} : {kind}[{len(stacks[name])}, {role}")
         elif name not in members:
             out_decls.append(d)
-    return out_decls, [_whole_arrays(line, sizes) for line in lines]
+    return Folded(out_decls, [_whole_arrays(line, sizes) for line in lines], runs, renamed)
 
 
 _NEW_LOOP = ([], set())  # a run that must start a loop of its own
@@ -103,6 +129,106 @@ def _run_length(sigs, i: int) -> int:
             v == a + n * d for v, a, d in zip(sigs[i + n][1], first, step)):
         n += 1
     return n
+
+
+def _blocks(sigs, i: int, n: int) -> int:
+    """How many consecutive blocks of `n` units from `i` repeat the first block's run, each
+    block's numbers the first's plus a constant step per block."""
+    if n < 2:
+        return 1
+    sig, first = sigs[i]
+    inner = [b - a for a, b in zip(first, sigs[i + 1][1])]
+    outer: list[int] = []
+    m = 1
+    while i + (m + 1) * n <= len(sigs):
+        j = i + m * n
+        if sigs[j][0] != sig or _run_length(sigs, j) < n or \
+                [b - a for a, b in zip(sigs[j][1], sigs[j + 1][1])] != inner:
+            break
+        step = [b - a for a, b in zip(first, sigs[j][1])]
+        if m == 1:
+            outer = step
+        elif step != [m * d for d in outer]:
+            break
+        m += 1
+    return m
+
+
+def _nest(units: list[Unit], sigs, i: int, m: int, n: int,
+          ctx) -> tuple[list[str], set[str]] | None:
+    """`m` blocks of `n` units as two nested loops, each bound name a flat array filled at
+    `n * r + e`, and the names bound; None when a varying name is not an element of one
+    array at an index affine in the two loop variables, or the statement binds several."""
+    renamed, decls, stacks = ctx
+    code = units[i].code
+    first = sigs[i][1]
+    inner = [b - a for a, b in zip(first, sigs[i + 1][1])]
+    outer = [b - a for a, b in zip(first, sigs[i + n][1])]
+    targets = {t for mt in _TARGETS.finditer(code) for t in mt.group(1).split(", ")}
+    if len(targets) != 1:
+        return None
+    flat = _affine2(0, n, 1)
+    new: dict[str, str] = {}
+    stacked: dict[str, list[str]] = {}
+    parts: list[str] = []
+    pos = 0
+    for j, mt in enumerate(_TOKEN.finditer(code)):
+        parts.append(code[pos:mt.start()])
+        pos = mt.end()
+        a, di, do = first[j], inner[j], outer[j]
+        names = [f"{mt.group(1)}_{a + r * do + e * di}" for r in range(m) for e in range(n)]
+        if mt.group(3) is not None:  # an output index
+            parts.append(f"[{_affine2(a, do, di)}]")
+        elif mt.group(0) in targets:
+            new.update({x: f"{mt.group(0)}[{k}]" for k, x in enumerate(names)})
+            parts.append(f"{mt.group(0)}[{flat}]")
+        elif not (di or do):
+            parts.append(renamed.get(mt.group(0), mt.group(0)))
+        elif mt.group(0) in decls:  # a tensor per iteration: stack them
+            if not _alike(names, decls):
+                return None
+            stacked[mt.group(0)] = names
+            parts.append(f"{mt.group(0)}[{flat}]")
+        else:
+            index = _indices2([renamed.get(x) for x in names], n)
+            if index is None:
+                return None
+            parts.append(index)
+    parts.append(code[pos:])
+    renamed.update(new)
+    stacks.update(stacked)
+    text = "".join(parts).splitlines()
+    note = _run_note(units, i)
+    body = [f"        {line}" + (f"  # {note}" if j == len(text) - 1 else "")
+            for j, line in enumerate(text)]
+    return ([f"for {OUTER_VAR} in 0..{m} {{", f"    for {LOOP_VAR} in 0..{n} {{"] + body +
+            ["    }", "}"], targets)
+
+
+def _indices2(elems: list[str | None], n: int) -> str | None:
+    """`a[i0 + io * r + ie * e]` when the elements (r-major) are elements of one array at an
+    index affine in the two loop variables."""
+    if any(x is None for x in elems):
+        return None
+    pairs = [x.rsplit("[", 1) for x in elems]  # type: ignore[union-attr]
+    arrays = {a for a, _ in pairs}
+    idx = [int(i[:-1]) if i[:-1].isdigit() else None for _, i in pairs]
+    if len(arrays) > 1 or None in idx:
+        return None
+    i0, ie, io = idx[0], idx[1] - idx[0], idx[n] - idx[0]
+    if any(v != i0 + (k // n) * io + (k % n) * ie for k, v in enumerate(idx)):
+        return None
+    return f"{arrays.pop()}[{_affine2(i0, io, ie)}]"
+
+
+def _affine2(a: int, do: int, di: int) -> str:
+    """`a + do * r + di * e`, written as a person would."""
+    terms = [f"{'' if d == 1 else f'{d} * '}{v}" for d, v in ((do, OUTER_VAR), (di, LOOP_VAR))
+             if d]
+    text = " + ".join(terms).replace("+ -", "- ")
+    if not text:
+        return str(a)
+    return text if a == 0 else f"{text} + {a}" if a > 0 else f"{text} - {-a}"
 
 
 def _loop_body(units: list[Unit], sigs, i: int, n: int, ctx,
@@ -155,10 +281,15 @@ def _loop_body(units: list[Unit], sigs, i: int, n: int, ctx,
     renamed.update(new)
     stacks.update(stacked)
     text = "".join(parts).splitlines()
-    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
-    note = f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
+    note = _run_note(units, i)
     return [f"    {line}" + (f"  # {note}" if j == len(text) - 1 else "")
             for j, line in enumerate(text)], targets
+
+
+def _run_note(units: list[Unit], i: int) -> str:
+    """The comment of a folded run: its first two source ops (`ops 6, 7, ..`)."""
+    ops = [re.findall(r"op (\d+)", units[i + k].comment)[:1] for k in (0, 1)]
+    return f"ops {ops[0][0]}, {ops[1][0]}, .." if all(ops) else units[i].comment
 
 
 def _alike(group: list[str], decls: dict[str, str]) -> bool:

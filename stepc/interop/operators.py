@@ -5,14 +5,11 @@ field that stepc cannot say. See docs/interop.md for the table."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stepc.interop.reader import InteropError, Op, Port, relative_to
-
-if TYPE_CHECKING:
-    from stepc.interop.to_step import _Writer
+from stepc.interop.writer import Writer
 
 # bytes per element of an off-chip tensor -> its stepc element type (`n_byte` of the loads;
 # the reference keeps f32 tiles and counts 2 bytes when it mocks bf16)
@@ -30,14 +27,14 @@ DEFAULT_INIT = {"retile_row": "empty", "retile_col": "empty"}  # others: zero
 
 
 # ------------------------------------------------------------------------ helpers
-def _dtype(w: _Writer, op: Op, dt, what: str) -> str:
+def _dtype(w: Writer, op: Op, dt, what: str) -> str:
     kind = dt.WhichOneof("type")
     if kind is None or kind not in TILE_DTYPES:
         raise InteropError(w.path, f"{what}: element type `{kind}` has no stepc equivalent", op)
     return TILE_DTYPES[kind]
 
 
-def _one_switch(w: _Writer, op: Op) -> int:
+def _one_switch(w: Writer, op: Op) -> int:
     cycles = set(op.msg.switch_cycles)
     if len(cycles) > 1:
         raise InteropError(w.path, "switch_cycles differ between consumers "
@@ -45,7 +42,7 @@ def _one_switch(w: _Writer, op: Op) -> int:
     return cycles.pop() if cycles else 1
 
 
-def n_byte_dtype(w: _Writer, op: Op, dtype=None) -> str:
+def n_byte_dtype(w: Writer, op: Op, dtype=None) -> str:
     m = op.msg
     if m.n_byte not in N_BYTE_DTYPES:
         raise InteropError(w.path, f"n_byte = {m.n_byte}: stepc's element types have 2 or 4 "
@@ -56,7 +53,7 @@ def n_byte_dtype(w: _Writer, op: Op, dtype=None) -> str:
     return N_BYTE_DTYPES[m.n_byte]
 
 
-def _tensor(w: _Writer, name: str, dtype: str, shape_tiled, row: int, col: int, role: str,
+def _tensor(w: Writer, name: str, dtype: str, shape_tiled, row: int, col: int, role: str,
             source: str = "") -> str:
     dims = list(shape_tiled)
     if len(dims) < 2:
@@ -80,7 +77,7 @@ def _attrs(**kv) -> str:
     return ", ".join(parts)
 
 
-def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
+def _out_dtype(w: Writer, op: Op, inputs: list[Port], dt) -> str | None:
     """`dtype=` for a compute operator: given when the output's type differs from the first
     input's."""
     out = w.narrow.get(op.id) or _dtype(w, op, dt, "output dtype")
@@ -90,7 +87,7 @@ def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
 
 
 # ------------------------------------------------------------------------ operators
-def _off_chip_load(w: _Writer, op: Op, name: str):
+def _off_chip_load(w: Writer, op: Op, name: str):
     """A static view streams `(1,) + out_shape_tiled` in the reference: stepc's view gets
     the leading 1 (stride 0); with a reference stream the view follows each element."""
     m = op.msg
@@ -108,7 +105,7 @@ def _off_chip_load(w: _Writer, op: Op, name: str):
         par_dispatch=m.par_dispatch or None) + ")", "")
 
 
-def _off_chip_store(w: _Writer, op: Op, name: str):
+def _off_chip_store(w: Writer, op: Op, name: str):
     m = op.msg
     dtype = _dtype(w, op, m.dtype, "dtype")
     t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
@@ -120,28 +117,28 @@ def _off_chip_store(w: _Writer, op: Op, name: str):
     return store, ""
 
 
-def _broadcast(w: _Writer, op: Op, name: str):
+def _broadcast(w: Writer, op: Op, name: str):
     w.outputs[op.id] = op.msg.num_consumers
     w.dtypes[op.id] = w.dtypes.get(op.inputs[0].src, "f32")
     return f"{name} = Broadcast({w.ref(op, op.inputs[0])}, consumers={op.msg.num_consumers})", ""
 
 
-def _pass(w: _Writer, op: Op, port: int = 0) -> None:
+def _pass(w: Writer, op: Op, port: int = 0) -> None:
     w.dtypes[op.id] = w.dtypes.get(op.inputs[port].src, "f32")
 
 
-def _flatten(w: _Writer, op: Op, name: str):
+def _flatten(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
     return f"{name} = Flatten({w.ref(op, op.inputs[0])}, min={m.min_rank}, max={m.max_rank})", ""
 
 
-def _repeat(w: _Writer, op: Op, name: str):
+def _repeat(w: Writer, op: Op, name: str):
     _pass(w, op)
     return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
 
 
-def _reshape(w: _Writer, op: Op, name: str):
+def _reshape(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
     pad = None
@@ -164,12 +161,12 @@ def _reshape(w: _Writer, op: Op, name: str):
     return f"{name} = {call}", "; ".join(notes)
 
 
-def _compute_readers(w: _Writer, op: Op) -> list[str]:
+def _compute_readers(w: Writer, op: Op) -> list[str]:
     return [c.name for c in w.all_ops if op.id in {p.src for p in c.inputs}
             and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
 
 
-def _npy_shape(w: _Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
+def _npy_shape(w: Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
     path = w.side_file(npy)
     try:
         shape = np.load(relative_to(w.path, npy), mmap_mode="r", allow_pickle=False).shape
@@ -178,7 +175,7 @@ def _npy_shape(w: _Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
     return path, shape
 
 
-def _source(w: _Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
+def _source(w: Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
     """A file-backed source: an external stream of the file's data with the reference's
     leading 1 (its sources stream `(1,) + shape`)."""
     shape = ", ".join(map(str, (1, *dims)))
@@ -187,7 +184,7 @@ def _source(w: _Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], dat
     return "", ""
 
 
-def _select_gen(w: _Writer, op: Op, name: str):
+def _select_gen(w: Writer, op: Op, name: str):
     m = op.msg
     path, shape = _npy_shape(w, op, m.npy_path)
     if not m.is_multihot:
@@ -200,7 +197,7 @@ def _select_gen(w: _Writer, op: Op, name: str):
                    f'external("{name}", file="{path}", multihot=true)')
 
 
-def _metadata_gen(w: _Writer, op: Op, name: str):
+def _metadata_gen(w: Writer, op: Op, name: str):
     m = op.msg
     path, shape = _npy_shape(w, op, m.npy_path)
     w.dtypes[op.id] = "u64"
@@ -210,17 +207,27 @@ def _metadata_gen(w: _Writer, op: Op, name: str):
     return _source(w, op, name, "Tile<u64, [1, 1]>", shape, f'external("{name}", file="{path}")')
 
 
-def _partition(w: _Writer, op: Op, name: str):
+def _partition(w: Writer, op: Op, name: str):
     m = op.msg
     _pass(w, op)
     w.outputs[op.id] = m.num_consumers
+    dim = w.partition_dims.setdefault((_root(w, op.inputs[1]), m.num_consumers), name)
     return (f"{name} = Partition({w.ref(op, op.inputs[0])}, {w.ref(op, op.inputs[1])}, " +
             _attrs(rank=m.partition_rank, consumers=m.num_consumers,
                    switch_cycles=_one_switch(w, op), write_back=m.write_back_mu,
-                   dim=f'"{name}"') + ")", "")
+                   dim=f'"{dim}"') + ")", "")
 
 
-def _reassemble(w: _Writer, op: Op, name: str):
+def _root(w: Writer, port: Port) -> Port:
+    """The stream a Broadcast's output copies (through any chain of Broadcasts): Partitions
+    routed by copies of one selector route equally many elements to each output, so they
+    share their count symbols (`dim=`)."""
+    while w.by_id[port.src].kind == "broadcast":
+        port = w.by_id[port.src].inputs[0]
+    return Port(port.src, port.idx or 0)
+
+
+def _reassemble(w: Writer, op: Op, name: str):
     m = op.msg
     _pass(w, op)
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
@@ -229,7 +236,7 @@ def _reassemble(w: _Writer, op: Op, name: str):
                    write_back=m.write_back_mu) + ")", "")
 
 
-def _func(w: _Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
+def _func(w: Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
     kind = func.WhichOneof(oneof)
     if kind not in table:
         raise InteropError(w.path, f"function `{kind}` has no stepc equivalent", op)
@@ -241,7 +248,7 @@ def _func(w: _Writer, op: Op, func, table: dict[str, str], oneof: str) -> str:
     return fn
 
 
-def _map(w: _Writer, op: Op, name: str):
+def _map(w: Writer, op: Op, name: str):
     m = op.msg
     fn = _func(w, op, m.func, MAP_FNS, "elem_elem_fn")
     out = m.dtype_out if op.kind == "binarymap" else m.dtype_b
@@ -259,7 +266,7 @@ def _map(w: _Writer, op: Op, name: str):
                                               write_back=m.write_back_mu) + ")", "")
 
 
-def _accum(w: _Writer, op: Op, name: str):
+def _accum(w: Writer, op: Op, name: str):
     m = op.msg
     if op.kind == "accum":
         fn = _func(w, op, m.func, ACCUM_FNS, "accum_fn")
@@ -280,7 +287,7 @@ def _accum(w: _Writer, op: Op, name: str):
                                                 write_back=m.write_back_mu) + ")", note)
 
 
-def _retile_streamify(w: _Writer, op: Op, name: str):
+def _retile_streamify(w: Writer, op: Op, name: str):
     m = op.msg
     _pass(w, op)
     if not m.split_row:
@@ -290,25 +297,49 @@ def _retile_streamify(w: _Writer, op: Op, name: str):
     return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn={fn})", ""
 
 
-def _eager_merge(w: _Writer, op: Op, name: str):
+def _eager_merge(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
-    sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
-                   else f"{name}_sel", op.id)
-    w.ports[op.id] = [name, sel]
+    sel = _merge_ports(w, op, name)[1]
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
     rank = f", rank={m.input_rank}" if m.input_rank else ""
     return f"{name}, {sel} = EagerMerge([{ins}]{rank})", ""
 
 
-def _expert_addr_gen(w: _Writer, op: Op, name: str):
+def _merge_ports(w: Writer, op: Op, name: str) -> list[str]:
+    """The names of an EagerMerge's data and selector outputs (named once)."""
+    if op.id not in w.ports:
+        sel = w.unique(re.sub(r"_(\d+)$", r"_sel_\1", name) if name[-1].isdigit()
+                       else f"{name}_sel", op.id)
+        w.ports[op.id] = [name, sel]
+    return w.ports[op.id]
+
+
+def declare_feedback(w: Writer, op: Op) -> None:
+    """Name an operator whose outputs are read before it (the reader's loop) and declare the
+    fed-back streams: an EagerMerge's selector, one one-hot row over its inputs per chunk
+    it merges (a fresh `?` dim, until the import learns the length)."""
+    if op.kind != "eager_merge" or op.fed_back != [1]:
+        raise InteropError(w.path, f"output{'s' if len(op.fed_back) > 1 else ''} "
+                           f"{', '.join(map(str, op.fed_back))} read before the operator (a "
+                           "loop): stepc declares a fed-back stream with its type, which the "
+                           "format gives only for an EagerMerge's selector (output 1)", op)
+    name = w.fresh(op)
+    w.names[op.id] = name
+    sel = _merge_ports(w, op, name)[1]
+    w.feedback[sel] = (len(w.streams), "")
+    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, 0>[?]  # op {op.id}'s "
+                     "selector, fed back: bound by the EagerMerge below")
+
+
+def _expert_addr_gen(w: Writer, op: Op, name: str):
     m = op.msg
     w.dtypes[op.id] = "u64"
     return (f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=expert_addr(" +
             _attrs(tiles=m.num_tile_per_expert, base=m.expert_addr_base or None) + "))", "")
 
 
-def _random_off_chip_load(w: _Writer, op: Op, name: str):
+def _random_off_chip_load(w: Writer, op: Op, name: str):
     m = op.msg
     if m.base_addr_byte:
         raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
@@ -321,18 +352,18 @@ def _random_off_chip_load(w: _Writer, op: Op, name: str):
         tile=[m.tile_row, m.tile_col], par_dispatch=m.par_dispatch or None) + ")", "")
 
 
-def _cache_read_addr_gen(w: _Writer, op: Op, name: str):
+def _cache_read_addr_gen(w: Writer, op: Op, name: str):
     idx, length = (w.ref(op, p) for p in op.inputs)
     w.dtypes[op.id] = "u64"
     fn = f"cache_read_addr(row_offset={op.msg.offset_per_idx})"
     return f"{name} = FlatMap(Zip({idx}, {length}), fn={fn})", ""
 
 
-def _filter_last_tile(w: _Writer, op: Op, name: str):
+def _filter_last_tile(w: Writer, op: Op, name: str):
     return f"{name} = FlatMap({w.ref(op, op.inputs[0])}, fn=filter_last_tile)", ""
 
 
-def _expand_ref(w: _Writer, op: Op, name: str):
+def _expand_ref(w: Writer, op: Op, name: str):
     _pass(w, op)
     e = op.msg.expand_rank
     if e < 1:
@@ -342,7 +373,7 @@ def _expand_ref(w: _Writer, op: Op, name: str):
     return f"{name} = Expand({x}, ref={ref}" + (f", rank={e - 1})" if e > 1 else ")"), ""
 
 
-def _random_off_chip_store(w: _Writer, op: Op, name: str):
+def _random_off_chip_store(w: Writer, op: Op, name: str):
     m = op.msg
     if m.base_addr_byte:
         raise InteropError(w.path, f"base_addr_byte = {m.base_addr_byte}: stepc addresses "
@@ -361,7 +392,7 @@ def _random_off_chip_store(w: _Writer, op: Op, name: str):
             _attrs(par_dispatch=m.par_dispatch or None) + ")", "")
 
 
-def _consumer_context(w: _Writer, op: Op, name: str):
+def _consumer_context(w: Writer, op: Op, name: str):
     return f"Sink({w.ref(op, op.inputs[0])})", ""
 
 

@@ -63,6 +63,7 @@ class Op:
     msg: object  # the op's message (OffChipLoad, Flatten, ...)
     inputs: list[Port] = field(default_factory=list)
     control: Port | None = None  # the selector input of FlatReassemble
+    fed_back: list[int] = field(default_factory=list)  # outputs read before it (a loop)
 
     @property
     def label(self) -> str:
@@ -157,10 +158,28 @@ def _ports(op: Op) -> tuple[list[Port], Port | None]:
 
 def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
     """Producers before consumers, by level (the longest path from a source), then by id,
-    so that the copies of a repeated sub-graph come together; a cycle is refused, naming
-    its operators."""
+    so that the copies of a repeated sub-graph come together. A loop is closed by the edges
+    `_feedback` finds; any other cycle is refused, naming its operators."""
     preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
              for i, op in ops.items()}
+    out, stuck = _levels(ops, preds)
+    if stuck:
+        back = _feedback(ops, preds, stuck)
+        if back:
+            for src, dst in back:
+                preds[dst].discard(src)
+            out, stuck = _levels(ops, preds)
+    if stuck:
+        cycle = _a_cycle(stuck, preds)
+        names = " -> ".join(ops[i].label for i in cycle)
+        raise InteropError(path, f"the graph has a cycle ({names}) that no EagerMerge closes; "
+                           "the format declares no feedback streams, and stepc reads a loop "
+                           "only where an EagerMerge made before its inputs merges them")
+    return out
+
+
+def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], list[int]]:
+    """The operators in order, and those a cycle keeps from ever being ready."""
     succ: dict[int, list[int]] = {i: [] for i in ops}
     for i, ps in preds.items():
         for p in ps:
@@ -178,13 +197,46 @@ def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
             level[s] = max(level[s], level[i] + 1)
             if waiting[s] == 0:
                 heapq.heappush(ready, (level[s], s))
-    if len(out) < len(ops):
-        stuck = sorted(i for i, n in waiting.items() if n)
-        cycle = _a_cycle(stuck, preds)
-        names = " -> ".join(ops[i].label for i in cycle)
-        raise InteropError(path, f"the graph has a cycle ({names}); the format declares no "
-                           "feedback streams, so stepc cannot tell which edge closes the loop")
-    return out
+    return out, sorted(i for i, n in waiting.items() if n)
+
+
+def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
+              stuck: list[int]) -> list[tuple[int, int]]:
+    """The edges that close the graph's loops: the reference builds a loop (the dispatch of
+    dynamic attention) by making an EagerMerge first, reading its selector where the loop
+    starts, and giving it its inputs (the regions' signals, made later: larger ids) at the
+    end. So an EagerMerge on a cycle whose cycle inputs all have larger ids is the loop's
+    end, and its outputs' reads on the cycle are the fed-back edges (marked on the op)."""
+    succ: dict[int, set[int]] = {i: set() for i in ops}
+    for i, ps in preds.items():
+        for p in ps:
+            succ[p].add(i)
+    back = []
+    for m in stuck:
+        op = ops[m]
+        if op.kind != "eager_merge":
+            continue
+        after = _reach(m, succ)
+        cyclic = [p.src for p in op.inputs if p.src in after]
+        if not cyclic or any(src < m for src in cyclic):
+            continue
+        for reader in sorted(succ[m] & _reach(m, preds)):  # readers that lead back to it
+            r = ops[reader]
+            for p in r.inputs + ([r.control] if r.control else []):
+                if p.src == m and (p.idx or 0) not in op.fed_back:
+                    op.fed_back.append(p.idx or 0)
+            back.append((m, reader))
+    return back
+
+
+def _reach(start: int, nxt: dict[int, set[int]]) -> set[int]:
+    seen, todo = set(), [start]
+    while todo:
+        for j in nxt[todo.pop()]:
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen
 
 
 def _a_cycle(stuck: list[int], preds: dict[int, set[int]]) -> list[int]:

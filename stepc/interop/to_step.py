@@ -4,102 +4,64 @@ operator's debug name, with the source operator's id in a comment.
 Each reference operator maps to the stepc operator with the same meaning (see
 docs/interop.md); a field stepc cannot honour is refused with the operator and the field
 named, never dropped. Stream shapes are not in the file: the checker infers them from the
-program this module writes.
+program this module writes, compiled by the caller's compile function (the front end's),
+whose result comes back with the text so that a `.pb` given to a command is compiled once.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from stepc.interop.fold import Unit, fold
-from stepc.interop.operators import HANDLERS, N_BYTE_DTYPES, SINKS, n_byte_dtype
-from stepc.interop.reader import InteropError, Op, Port, read_graph, relative_to
+from stepc.interop.fold import Folded, Unit, fold
+from stepc.interop.operators import (
+    HANDLERS,
+    N_BYTE_DTYPES,
+    SINKS,
+    declare_feedback,
+    n_byte_dtype,
+)
+from stepc.interop.reader import InteropError, Op, Port, read_graph
+from stepc.interop.writer import Writer
 
 
 @dataclass
 class Imported:
-    """The program written for one graph file."""
+    """The program written for one graph file, and its compilation (the front end's
+    `Compiled` for exactly `text`)."""
 
     text: str
     operators: int
+    compiled: Any
 
 
-@dataclass
-class _Writer:
-    path: str  # the graph file
-    out_dir: str  # where the program will live (side-file paths are relative to it)
-    names: dict[int, str] = field(default_factory=dict)  # op id -> stream name
-    dtypes: dict[int, str] = field(default_factory=dict)  # op id -> element type
-    outputs: dict[int, int] = field(default_factory=dict)  # op id -> number of outputs
-    tensors: list[str] = field(default_factory=list)
-    streams: list[str] = field(default_factory=list)
-    body: list[tuple[str, str]] = field(default_factory=list)
-    taken: set[str] = field(default_factory=set)
-    all_ops: list[Op] = field(default_factory=list)
-    lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
-    ports: dict[int, list[str]] = field(default_factory=dict)  # op id -> its output names
-    narrow: dict[int, str] = field(default_factory=dict)  # op id -> type a store writes it in
-
-    def fresh(self, op: Op) -> str:
-        base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
-        return self.unique(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower(), op.id)
-
-    def unique(self, base: str, op_id: int) -> str:
-        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet."""
-        base = re.sub(r"\W+", "_", base.replace("]", "")).strip("_") or f"op_{op_id}"
-        name = base if base[0].isalpha() else f"op_{base}"
-        while name in self.taken:
-            name += "_"
-        self.taken.add(name)
-        return name
-
-    def ref(self, op: Op, port: Port) -> str:
-        """The stepc expression of one input."""
-        src = self.names[port.src]
-        n = self.outputs.get(port.src, 0)
-        if port.src in self.ports:  # several named outputs
-            names = self.ports[port.src]
-            if port.idx is None or port.idx >= len(names):
-                raise InteropError(self.path, f"reads operator {port.src} without a valid "
-                                   f"stream_idx (it has {len(names)} outputs)", op)
-            return names[port.idx]
-        if n:  # an array of outputs (Broadcast, Partition), even of one
-            if port.idx is None or port.idx >= n:
-                raise InteropError(self.path, f"reads operator {port.src} without a valid "
-                                   f"stream_idx (it has {n} outputs)", op)
-            return f"{src}[{port.idx}]"
-        if port.idx not in (None, 0):
-            raise InteropError(self.path, f"reads output {port.idx} of operator {port.src}, "
-                               "which has one output", op)
-        return src
-
-    def side_file(self, npy: str) -> str:
-        full = relative_to(self.path, npy)
-        if not os.path.isfile(full):
-            raise InteropError(self.path, f"names {npy}, which is missing (looked for {full})")
-        rel = os.path.relpath(full, self.out_dir or ".")
-        return os.path.abspath(full) if rel.startswith("..") else rel
-
-
-def import_graph(path: str, out_dir: str | None = None) -> Imported:
-    """The `.step` text of the graph file `path`; side files are named relative to
-    `out_dir` (default: the graph's directory)."""
+def import_graph(path: str, compile_text: Callable[[str], Any],
+                 out_dir: str | None = None) -> Imported:
+    """The `.step` program of the graph file `path`, compiled by `compile_text` (program
+    text -> the front end's `Compiled`); side files are named relative to `out_dir`
+    (default: the graph's directory)."""
     gname, ops = read_graph(path)
-    w = _Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops)
+    w = Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops,
+               by_id={op.id: op for op in ops})
     for op in ops:  # a 2-byte store's data is made in its stored type
         if op.kind == "random_off_chip_store" and op.msg.n_byte in N_BYTE_DTYPES:
             w.narrow[op.inputs[1].src] = n_byte_dtype(w, op, op.msg.wdata_dtype)
     for op in ops:
+        if op.fed_back:
+            declare_feedback(w, op)
+    for op in ops:
         handler = HANDLERS.get(op.kind)
         if handler is None:
             raise InteropError(path, f"stepc has no operator for `{op.kind}`", op)
-        name = w.fresh(op)
+        name = w.names.get(op.id) or w.fresh(op)
         w.names[op.id] = name
         code, note = handler(w, op, name)
         if code:
             w.body.append((code, f"op {op.id}" + (f": {note}" if note else "")))
+            w.unit_of[op.id] = len(w.body) - 1
             if op.kind in _LOCKSTEP or op.kind == "flat_partition" and \
                     not op.msg.partition_rank:
                 w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
@@ -108,15 +70,22 @@ def import_graph(path: str, out_dir: str | None = None) -> Imported:
     header = [(f"Imported from the STeP IR graph {os.path.basename(path)}{title}: {len(ops)} "
                "operators, by `stepc import`."),
               "One statement per operator; each comment names the source operator's id."]
-    text, lines = _render(w, header, {})
-    text = _render_folded(w, header, _lockstep_assumes(w, text, lines, path))
-    return Imported(_formatted(text, path), len(ops))
+    text, folded = _render(w, header, {})
+    compiled = compile_text(text)
+    declared = _fed_back_shapes(w, compiled)
+    assumes = _lockstep_assumes(w, compiled, text, folded)
+    if assumes or declared:  # the lockstep facts change the shapes: compile them stated
+        text, folded = _render(w, header, assumes)
+        compiled = compile_text(text)
+    if compiled.typed is not None:
+        _check_accumulators(w, compiled.typed.types, folded.renamed)
+    return Imported(text, len(ops), compiled)
 
 
 _LOCKSTEP = ("binarymap", "binarymap_accum")
 
 
-def _sink_unread(w: _Writer, ops: list[Op]) -> None:
+def _sink_unread(w: Writer, ops: list[Op]) -> None:
     """A Sink for every output nothing in the graph reads (the reference drops them)."""
     read = {(p.src, p.idx or 0) for op in ops for p in op.inputs + [op.control] if p}
     for op in ops:
@@ -129,58 +98,98 @@ def _sink_unread(w: _Writer, ops: list[Op]) -> None:
                 w.body.append((f"Sink({ref})", f"op {op.id}: output {i} is read by nothing"))
 
 
-def _render(w: _Writer, header: list[str], assumes: dict[int, str]) -> tuple[str, list[int]]:
-    """The program text, and the line of each body statement."""
-    out = [f"# {h}" for h in header] + [""] + w.tensors + [""]
-    if w.streams:
-        out += w.streams + [""]
-    lines = []
-    for i, (code, note) in enumerate(w.body):
-        if i in assumes:
-            out.append(assumes[i])
-        out.append(f"{code}  # {note}")
-        lines.append(len(out))
-    return "\n".join(out) + "\n", lines
-
-
-def _render_folded(w: _Writer, header: list[str], assumes: dict[int, str]) -> str:
-    """The program text with repeated statements folded into loops."""
-    units = [Unit(f"{assumes[i]}\n{code}" if i in assumes else code, note)
+def _render(w: Writer, header: list[str],
+            assumes: dict[int, list[str]]) -> tuple[str, Folded]:
+    """The formatted program text, repeated statements folded into loops, and the fold
+    (`assumes`: the statements stated before each body statement; at the body's length,
+    after the last)."""
+    units = [Unit("\n".join(assumes.get(i, []) + [code]), note)
              for i, (code, note) in enumerate(w.body)]
-    tensors, body = fold(units, w.tensors)
-    out = [f"# {h}" for h in header] + [""] + tensors + [""]
+    folded = fold(units, w.tensors)
+    out = [f"# {h}" for h in header] + [""] + folded.tensors + [""]
     if w.streams:
         out += w.streams + [""]
-    return "\n".join(out + body) + "\n"
+    out += folded.body + assumes.get(len(w.body), [])
+    return _formatted("\n".join(out) + "\n", w.path), folded
 
 
-def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dict[int, str]:
+def _fed_back_shapes(w: Writer, compiled) -> bool:
+    """A fed-back stream read in lockstep with a stream of known shape has that shape: its
+    declaration says so (the checker then holds the producer to it). Whether any did."""
+    if compiled.typed is None:
+        return False
+    said = False
+    for names in w.lockstep.values():
+        for name in names:
+            decl = w.feedback.get(name)
+            if decl is None or decl[1]:
+                continue
+            for other in names:
+                shape = _known_shape(compiled.typed.types, other)
+                if other != name and shape:
+                    rank = shape.count(",")  # a stream's rank: its dims less one
+                    w.streams[decl[0]] = w.streams[decl[0]].replace(", 0>[?]",
+                                                                    f", {rank}>{shape}", 1)
+                    w.feedback[name] = (decl[0], shape)
+                    said = True
+                    break
+    return said
+
+
+def _known_shape(types: dict, ref: str) -> str:
+    """`[16]` for a stream `ref` (`x` or `x[k]`) whose shape the checker knows in numbers."""
+    m = re.fullmatch(r"(\w+)(?:\[(\d+)\])?", ref)
+    if m is None:
+        return ""
+    t = types.get((m.group(1), int(m.group(2) or 0)))
+    dims = getattr(t, "shape", None)
+    if not dims or not all(getattr(d, "is_Integer", False) for d in dims):
+        return ""
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+_OP_COMMENT = re.compile(r"# ops? (\d+)")
+
+
+def _lockstep_assumes(w: Writer, compiled, text: str,
+                      folded: Folded) -> dict[int, list[str]]:
     """`assume` statements for binary operators whose inputs the checker cannot prove to
     have one shape: the format's BinaryMap and BinaryMapAccum read their inputs in lockstep,
-    so the graph states that they do."""
-    from stepc.frontend import compile_source
-    from stepc.source import SourceFile
-    compiled = compile_source(SourceFile(path, text), {}, None)
-    if compiled.typed is not None:
-        _check_accumulators(w, compiled.typed.types)
-    at_line = {ln: i for i, ln in enumerate(lines)}
-    out = {}
+    so the graph states that they do. A warning inside a loop stands for every iteration's
+    operator, so each gets its statement (the loop keeps folding alike). A fact about a
+    fed-back stream is stated after its producer (the checker needs it bound)."""
+    lines = text.splitlines()
+    runs = dict(folded.runs)
+    flagged: set[int] = set()
     for d in compiled.diagnostics.items:
-        i = at_line.get(d.span.line) if d.code == "W0301" and d.span else None
-        if i is not None and i in w.lockstep:
-            first, *rest = w.lockstep[i]
-            out[i] = "\n".join(f"assume shape({r}) == shape({first})  # lockstep inputs"
-                               for r in rest)
+        if d.code != "W0301" or d.span is None:
+            continue
+        for line in lines[d.span.line - 1:]:  # the statement's comment ends its last line
+            m = _OP_COMMENT.search(line)
+            if m:
+                first = w.unit_of.get(int(m.group(1)))
+                if first is not None:
+                    flagged.update(range(first, first + runs.get(first, 1)))
+                break
+    fed_back = {sel: w.unit_of[i] + 1 for i, names in w.ports.items()
+                if w.by_id[i].fed_back for sel in names}
+    out: dict[int, list[str]] = {}
+    for i in sorted(flagged & set(w.lockstep)):
+        first, *rest = w.lockstep[i]
+        at = max([i] + [fed_back[n] for n in [first, *rest] if n in fed_back])
+        out.setdefault(at, []).extend(f"assume shape({r}) == shape({first})  # lockstep inputs"
+                                      for r in rest)
     return out
 
 
-def _check_accumulators(w: _Writer, types: dict) -> None:
+def _check_accumulators(w: Writer, types: dict, renamed: dict[str, str]) -> None:
     """The graph states each accumulator's tile (`tile_row`, `tile_col`, 0 when dynamic);
     stepc infers it, and a graph whose statement differs is refused."""
     for op in w.all_ops:
         if op.kind not in ("accum", "binarymap_accum"):
             continue
-        elem = getattr(types.get((w.names.get(op.id), 0)), "elem", None)
+        name = w.names.get(op.id)
+        elem = getattr(types.get((renamed.get(name, name), 0)), "elem", None)
         for fld in ("tile_row", "tile_col"):
             said = getattr(op.msg, fld)
             got = getattr(elem, "rows" if fld == "tile_row" else "cols", None)
@@ -192,5 +201,3 @@ def _check_accumulators(w: _Writer, types: dict) -> None:
 def _formatted(text: str, path: str) -> str:
     from stepc.grammar.format import format_source
     return format_source(text, path)
-
-
