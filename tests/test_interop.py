@@ -258,10 +258,11 @@ def test_export_then_import_keeps_analysis_and_cycles(tmp_path, tb, ti):
 
 def test_export_refuses_what_the_format_cannot_say(tmp_path):
     prog = tmp_path / "p.step"
-    prog.write_text("tensor X : bf16[16, 64] input\ntensor Y : bf16[16, 64] output\n"
-                    "LinearOffChipStore(LinearOffChipLoad(X, tile=[16, 64]), Y)\n")
+    prog.write_text("tensor X : u64[16, 1] input\ntensor Y : u64[16, 1] output\n"
+                    "x = LinearOffChipLoad(X, tile=[1, 1])\n"
+                    "LinearOffChipStore(Map(x, fn=ceildiv_int(by=4)), Y)\n")
     r = _runner().invoke(main, ["export", str(prog), "-o", str(tmp_path / "p.pb")])
-    assert r.exit_code == 1 and "a bf16 store" in r.stderr
+    assert r.exit_code == 1 and "ceildiv_int" in r.stderr
     assert not (tmp_path / "p.pb").exists()
 
 

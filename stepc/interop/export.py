@@ -22,7 +22,10 @@ MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div"
            "exp": "exp", "row_sum": "row_wise_sum"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
              "retile_col": "retile_col"}
-SOURCES = ("LinearOffChipLoad",)
+# why a function stepc has cannot be said with the format's functions
+UNSAYABLE_FNS = {"ceildiv_int": "; its div divides float tiles and none rounds integers, so "
+                 "the reference's graphs precompute such values (KV tile counts) into their "
+                 "MetadataGen files"}
 
 
 def export_program(prog, path: str, hw, traces: dict | None = None
@@ -69,9 +72,15 @@ class _Exporter:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
 
-    def dtype(self, msg, t) -> None:
+    def dtype(self, msg, t, made: bool = False) -> None:
+        """The format's DataType of `t`. Its tiles are f16 or f32 and only loads say
+        `n_byte`, so a bf16 load is f32 tiles of 2 bytes (the reference's mock bf16), and
+        bf16 tiles an operator computes or stores (`made`) are f16, the format's 2-byte
+        float: the same bytes, and the importer reads them back as bf16."""
         elem = t.elem if hasattr(t, "elem") else t
-        if isinstance(elem, Select):
+        if made and isinstance(elem, Tile) and elem.dtype == "bf16":
+            msg.f16.SetInParent()
+        elif isinstance(elem, Select):
             msg.multi_hot.SetInParent()
         elif isinstance(elem, Tile) and elem.dtype in ("f32", "bf16"):
             msg.f32.SetInParent()  # the reference's tiles are f32; 2-byte loads say n_byte
@@ -119,14 +128,12 @@ class _Exporter:
 
     def op_LinearOffChipStore(self, op) -> None:
         t = self.node.attrs["tensor"]
-        if t.dtype != "f32":
-            self.fail(f"a {t.dtype} store: the format's OffChipStore writes its tiles' f32")
         tile = self.in_type(0).elem
         m = op.off_chip_store
         self.wire(m, 0, "input_id", "stream_idx")
         m.tensor_shape_tiled[:] = [t.shape[-2] // int(tile.rows), t.shape[-1] // int(tile.cols)]
         m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, self.in_type(0), made=True)
         m.par_dispatch = self.par()
 
     def op_Broadcast(self, op) -> None:
@@ -162,19 +169,21 @@ class _Exporter:
     def op_Map(self, op) -> None:
         fn = self.node.attrs["fn"]
         if fn.name not in MAP_FNS:
-            self.fail(f"function `{fn.name}` has no counterpart in the format")
+            self.fail(f"function `{fn.name}` has no counterpart in the format's "
+                      f"ElemtoElemFunc (it has {', '.join(sorted(set(MAP_FNS.values())))})"
+                      + UNSAYABLE_FNS.get(fn.name, ""))
         if len(self.ins) == 1:
             m = op.unarymap
             self.wire(m, 0, "input_id", "stream_idx")
             self.dtype(m.dtype_a, self.in_type(0))
-            self.dtype(m.dtype_b, self.out_type())
+            self.dtype(m.dtype_b, self.out_type(), made=True)
         else:
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
             self.dtype(m.dtype_a, self.in_type(0))
             self.dtype(m.dtype_b, self.in_type(1))
-            self.dtype(m.dtype_out, self.out_type())
+            self.dtype(m.dtype_out, self.out_type(), made=True)
         kind = MAP_FNS[fn.name]
         if kind == "matmul" and not self.out_type().elem.static:
             kind = "dyn_matmul"
@@ -216,7 +225,7 @@ class _Exporter:
         m.compute_bw = self.bw()
         m.write_back_mu = bool(a.get("write_back"))
         self.dtype(m.dtype_a, self.in_type(0))
-        self.dtype(m.dtype_b, self.out_type())
+        self.dtype(m.dtype_b, self.out_type(), made=True)
 
     def op_External(self, op) -> None:
         from stepc.sim.run import external_elements
