@@ -16,6 +16,7 @@ import numpy as np
 
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
+from stepc.interop.stream_shapes import leading_ones, write_shape
 from stepc.types import DTYPE_BYTES, Select, Tile
 
 MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div": "div",
@@ -39,10 +40,28 @@ def export_program(prog, path: str, hw, traces: dict | None = None
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
-    for name, node in p.nodes.items():
+    ones = leading_ones(typed)
+    # what no composition of the format's operators says is refused before the rest
+    order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
+                   p.nodes[n].attrs["fn"].name not in UNSAYABLE_FNS)
+    for name in order:
+        node = p.nodes[name]
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
         _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids).fill(op)
+        shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
+        if node.op == "Promote":  # its first half, the Reshape, was added after it
+            if ones[name]:
+                raise InteropError(path, f"operator `{name}` (Promote): the reference streams "
+                                   "its input with a leading dim of 1 (from a source), and "
+                                   "Reshape's add_outer_dim takes rank-0 streams only")
+            reshape = g.operators[-1]
+            reshape.parallel_factor = 1
+            write_shape(reshape, (*next(iter(shapes)), 1), 0)
+        op.parallel_factor = 1  # stepc runs each operator once
+        if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
+            write_shape(op, shapes.pop(), ones[name])
+    g.operators.sort(key=lambda o: o.id)
     return g.SerializeToString(), files
 
 
