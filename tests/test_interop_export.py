@@ -171,3 +171,50 @@ def test_promote_of_a_stream_with_the_sources_leading_one_is_refused(tmp_path):
     with pytest.raises(InteropError, match=r"\(Promote\): the reference streams its input "
                        "with a leading dim of 1"):
         export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
+
+
+# op kind -> the field of its output's DataType, and the fields of its inputs' (in order)
+_OUT = {"off_chip_load": "dtype", "dyn_off_chip_load": "dtype", "random_off_chip_load": "dtype",
+        "binarymap": "dtype_out", "unarymap": "dtype_b", "accum": "dtype_b",
+        "binarymap_accum": "dtype_b", "flat_partition": "input_dtype",
+        "flat_reassemble": "input_dtype"}
+_IN = {"binarymap": ("dtype_a", "dtype_b"), "unarymap": ("dtype_a",), "accum": ("dtype_a",),
+       "binarymap_accum": ("dtype_a",), "flat_partition": ("input_dtype",),
+       "off_chip_store": ("dtype",), "dyn_off_chip_load": ("ref_dtype",)}
+_MOVERS = ("flatten", "broadcast", "repeat_static", "reshape", "retile_streamify", "expand_ref",
+           "eager_merge", "consumer_context")
+
+
+@pytest.mark.parametrize("program, computed_bf16", [("moe_simple", True),
+                                                    ("moe_dynamic", False)])
+def test_every_edge_has_one_element_type_at_both_ends(tmp_path, program, computed_bf16):
+    """The reference builds its channels by element type: what a producer says it makes is
+    what each reader says it reads (2-byte computed tiles are f16 all the way)."""
+    pb = _export(tmp_path, stepc.load(REPO / "programs" / f"{program}.step",
+                                      **ROUND_TRIP[program]))
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    ops = {o.id: o for o in g.operators}
+
+    def made(op) -> str | None:
+        kind = op.WhichOneof("op_type")
+        field = _OUT.get(kind, "dtype" if kind in _MOVERS else None)
+        return getattr(getattr(op, kind), field).WhichOneof("type") if field else None
+
+    checked = 0
+    for op in g.operators:
+        kind = op.WhichOneof("op_type")
+        m = getattr(op, kind)
+        fields = _IN.get(kind, ("dtype",) if kind in _MOVERS else ())
+        if not fields:
+            continue
+        ids = [m.input_id1, m.input_id2] if kind in ("binarymap", "binarymap_accum") else \
+            [m.ref_id] if kind == "dyn_off_chip_load" else \
+            list(m.input_id_list) if kind == "eager_merge" else [m.input_id]
+        for field, src in zip(fields, ids):
+            said = made(ops[src])
+            if said is not None:
+                assert getattr(m, field).WhichOneof("type") == said, (op.name, field)
+                checked += 1
+    assert checked > 20
+    assert ("f16" in {made(o) for o in g.operators}) == computed_bf16  # moe_dynamic: f32 sums

@@ -40,7 +40,7 @@ def export_program(prog, path: str, hw, traces: dict | None = None
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
-    ones = leading_ones(typed)
+    ones, computed = leading_ones(typed), _computed(typed)
     # what no composition of the format's operators says is refused before the rest
     order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
                    p.nodes[n].attrs["fn"].name not in UNSAYABLE_FNS)
@@ -48,7 +48,8 @@ def export_program(prog, path: str, hw, traces: dict | None = None
         node = p.nodes[name]
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
-        _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids).fill(op)
+        _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids,
+                  computed).fill(op)
         shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
         if node.op == "Promote":  # its first half, the Reshape, was added after it
             if ones[name]:
@@ -65,11 +66,36 @@ def export_program(prog, path: str, hw, traces: dict | None = None
     return g.SerializeToString(), files
 
 
+def _computed(typed) -> dict[str, bool]:
+    """Per node, whether its tiles were computed (by a Map or an Accum, then moved by
+    operators that pass tiles on) rather than loaded."""
+    p = typed.program
+    out: dict[str, bool] = {}
+
+    def computed(name: str, seen: frozenset) -> bool:
+        if name not in out:
+            node, ins = p.nodes[name], p.in_edges(name)
+            if node.op in ("Map", "Accum"):
+                out[name] = True
+            elif not ins or node.op in ("LinearOffChipLoad", "RandomOffChipLoad") or \
+                    name in seen:
+                out[name] = False
+            else:
+                out[name] = computed(ins[0].src, seen | {name})
+        return out[name]
+
+    for name in p.nodes:
+        computed(name, frozenset())
+    return out
+
+
 class _Exporter:
-    def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids):
+    def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
+                 computed):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
+        self.computed = computed  # node -> its tiles were computed, not loaded
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -91,12 +117,15 @@ class _Exporter:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
 
-    def dtype(self, msg, t, made: bool = False) -> None:
-        """The format's DataType of `t`. Its tiles are f16 or f32 and only loads say
-        `n_byte`, so a bf16 load is f32 tiles of 2 bytes (the reference's mock bf16), and
-        bf16 tiles an operator computes or stores (`made`) are f16, the format's 2-byte
-        float: the same bytes, and the importer reads them back as bf16."""
-        elem = t.elem if hasattr(t, "elem") else t
+    def dtype(self, msg, slot: int | None = None) -> None:
+        """The format's DataType of input `slot` (None: of the output). The format's tiles
+        are f16 or f32 and only loads say `n_byte`: bf16 tiles from a 2-byte load are f32
+        (the reference's mock bf16), and bf16 tiles an operator computes are f16, the
+        format's 2-byte float, downstream too (the importer reads them back as bf16)."""
+        if slot is None:
+            elem, made = self.out_type().elem, self.computed[self.node.name]
+        else:
+            elem, made = self.in_type(slot).elem, self.computed[self.ins[slot].src]
         if made and isinstance(elem, Tile) and elem.dtype == "bf16":
             msg.f16.SetInParent()
         elif isinstance(elem, Select):
@@ -134,7 +163,7 @@ class _Exporter:
         if self.ins:
             m = op.dyn_off_chip_load
             self.wire(m, 0, "ref_id", "ref_stream_idx")
-            self.dtype(m.ref_dtype, self.in_type(0))
+            self.dtype(m.ref_dtype, 0)
         else:
             m = op.off_chip_load
         m.tensor_shape_tiled[:] = tiled
@@ -142,7 +171,7 @@ class _Exporter:
         m.out_shape_tiled[:] = shape
         m.tile_row, m.tile_col = tile
         m.n_byte = DTYPE_BYTES[t.dtype]
-        self.dtype(m.dtype, self.out_type())
+        self.dtype(m.dtype)
         m.par_dispatch = self.par()
 
     def op_LinearOffChipStore(self, op) -> None:
@@ -152,26 +181,26 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         m.tensor_shape_tiled[:] = [t.shape[-2] // int(tile.rows), t.shape[-1] // int(tile.cols)]
         m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
-        self.dtype(m.dtype, self.in_type(0), made=True)
+        self.dtype(m.dtype, 0)
         m.par_dispatch = self.par()
 
     def op_Broadcast(self, op) -> None:
         m = op.broadcast
         self.wire(m, 0, "input_id", "stream_idx")
         m.num_consumers = len(self.node.outputs)
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Flatten(self, op) -> None:
         m = op.flatten
         self.wire(m, 0, "input_id", "stream_idx")
         m.min_rank, m.max_rank = self.node.attrs["min"], self.node.attrs["max"]
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Repeat(self, op) -> None:
         m = op.repeat_static
         self.wire(m, 0, "input_id", "stream_idx")
         m.repeat_factor = self.node.attrs["count"]
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Reshape(self, op) -> None:
         a = self.node.attrs
@@ -179,7 +208,7 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         m.split_dim, m.chunk_size = a.get("rank") or 0, a["chunk"]
         m.input_stream_rank = self.in_type(0).rank
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
         if a.get("pad") is not None:
             m.pad_func.zero.SetInParent()
             tile = self.in_type(0).elem
@@ -194,15 +223,15 @@ class _Exporter:
         if len(self.ins) == 1:
             m = op.unarymap
             self.wire(m, 0, "input_id", "stream_idx")
-            self.dtype(m.dtype_a, self.in_type(0))
-            self.dtype(m.dtype_b, self.out_type(), made=True)
+            self.dtype(m.dtype_a, 0)
+            self.dtype(m.dtype_b)
         else:
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
-            self.dtype(m.dtype_a, self.in_type(0))
-            self.dtype(m.dtype_b, self.in_type(1))
-            self.dtype(m.dtype_out, self.out_type(), made=True)
+            self.dtype(m.dtype_a, 0)
+            self.dtype(m.dtype_b, 1)
+            self.dtype(m.dtype_out)
         kind = MAP_FNS[fn.name]
         if kind == "matmul" and not self.out_type().elem.static:
             kind = "dyn_matmul"
@@ -243,8 +272,8 @@ class _Exporter:
         m.rank = a["rank"]
         m.compute_bw = self.bw()
         m.write_back_mu = bool(a.get("write_back"))
-        self.dtype(m.dtype_a, self.in_type(0))
-        self.dtype(m.dtype_b, self.out_type(), made=True)
+        self.dtype(m.dtype_a, 0)
+        self.dtype(m.dtype_b)
 
     def op_External(self, op) -> None:
         from stepc.sim.run import external_elements
@@ -282,8 +311,8 @@ class _Exporter:
         self.wire(m, 1, "control_id", "control_stream_idx")
         m.partition_rank = self.node.attrs["rank"]
         m.num_consumers = len(self.node.outputs)
-        self.dtype(m.input_dtype, self.in_type(0))
-        self.dtype(m.control_dtype, self.in_type(1))
+        self.dtype(m.input_dtype, 0)
+        self.dtype(m.control_dtype, 1)
         self.router(m, "partition")
 
     def op_Reassemble(self, op) -> None:
@@ -296,8 +325,8 @@ class _Exporter:
                 self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`")
         self.wire(m, len(self.ins) - 1, "control_id", "control_stream_idx")
         m.reassemble_rank = self.node.attrs["rank"]
-        self.dtype(m.input_dtype, self.in_type(0))
-        self.dtype(m.control_dtype, self.in_type(len(self.ins) - 1))
+        self.dtype(m.input_dtype, 0)
+        self.dtype(m.control_dtype, len(self.ins) - 1)
         self.router(m, "reassemble")
 
     def op_FlatMap(self, op) -> None:
@@ -307,7 +336,7 @@ class _Exporter:
             m = op.expert_addr_gen
             self.wire(m, 0, "input_id", "input_stream_idx")
             m.num_tile_per_expert, m.expert_addr_base = kw["tiles"], kw.get("base") or 0
-            self.dtype(m.dtype, self.in_type(0))
+            self.dtype(m.dtype, 0)
             return
         if fn.name != "retile_streamify":
             self.fail(f"FlatMap `{fn.name}` is not exported yet")
@@ -315,7 +344,7 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         m.split_row = True
         m.filter_mask = bool(dict(fn.kwargs).get("filter"))
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Promote(self, op) -> None:
         """stepc's Promote of a rank-0 stream (an outer dim of 1 if it is non-empty, else 0)
@@ -328,10 +357,10 @@ class _Exporter:
         r = self.graph.operators.add(name=f"{self.node.name}.reshape", id=reshape_id).reshape
         self.wire(r, 0, "input_id", "stream_idx")
         r.chunk_size, r.add_outer_dim = 1, True
-        self.dtype(r.dtype, self.in_type(0))
+        self.dtype(r.dtype, 0)
         f = op.flatten
         f.input_id, f.min_rank, f.max_rank = reshape_id, 0, 1
-        self.dtype(f.dtype, self.in_type(0))
+        self.dtype(f.dtype, 0)
 
     def op_EagerMerge(self, op) -> None:
         if self.node.attrs.get("rank") not in (None, self.in_type(0).rank):
@@ -343,7 +372,7 @@ class _Exporter:
             m.input_id_list.append(self.ids[e.src])
             m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
         m.input_rank = self.in_type(0).rank
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_RandomOffChipLoad(self, op) -> None:
         a = self.node.attrs
@@ -355,7 +384,7 @@ class _Exporter:
         m.tile_row, m.tile_col = tile
         m.n_byte = DTYPE_BYTES[t.dtype]
         m.par_dispatch = self.par()
-        self.dtype(m.dtype, self.out_type())
+        self.dtype(m.dtype)
 
     def op_Expand(self, op) -> None:
         if len(self.ins) != 2:
@@ -365,13 +394,13 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         self.wire(m, 1, "ref_id", "ref_stream_idx")
         m.expand_rank = (self.node.attrs.get("rank") or 0) + 1
-        self.dtype(m.dtype, self.in_type(0))
-        self.dtype(m.ref_dtype, self.in_type(1))
+        self.dtype(m.dtype, 0)
+        self.dtype(m.ref_dtype, 1)
 
     def op_Sink(self, op) -> None:
         m = op.consumer_context
         self.wire(m, 0, "input_id", "stream_idx")
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
 
 def _row_major(shape: list[int]) -> list[int]:

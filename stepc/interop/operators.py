@@ -91,8 +91,8 @@ def _out_dtype(w: _Writer, op: Op, inputs: list[Port], dt) -> str | None:
 
 
 def _two_byte(said: str, first: str | None) -> str:
-    """The format's tiles are f16 or f32, and only loads say `n_byte`: an f16 result or
-    store of bf16 tiles (a 2-byte load's) is bf16, as `stepc export` writes it."""
+    """The format's tiles are f16 or f32, and only loads say `n_byte`: an f16 result of
+    bf16 tiles (a 2-byte load's) is bf16, as `stepc export` writes it."""
     return "bf16" if said == "f16" and first == "bf16" else said
 
 
@@ -117,7 +117,9 @@ def _off_chip_load(w: _Writer, op: Op, name: str):
 
 def _off_chip_store(w: _Writer, op: Op, name: str):
     m = op.msg
-    dtype = _two_byte(_dtype(w, op, m.dtype, "dtype"), w.dtypes.get(op.inputs[0].src))
+    dtype = _dtype(w, op, m.dtype, "dtype")
+    if w.dtypes.get(op.inputs[0].src) == "bf16" and dtype in ("f16", "f32"):
+        dtype = "bf16"  # it writes the 2-byte tiles it is given, as `stepc export` says them
     t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
     if m.HasField("store_path"):
         raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
