@@ -218,3 +218,16 @@ def test_every_edge_has_one_element_type_at_both_ends(tmp_path, program, compute
                 checked += 1
     assert checked > 20
     assert ("f16" in {made(o) for o in g.operators}) == computed_bf16  # moe_dynamic: f32 sums
+
+
+@pytest.mark.parametrize("knob", ["depth=4", "depth=[4]"])
+def test_a_fifo_depth_the_format_cannot_carry_is_refused_not_dropped(tmp_path, knob):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : f32[64, 64] input\n"
+                    f"Sink(Map(LinearOffChipLoad(X, tile=[16, 64]), fn=exp, {knob}))\n")
+    with pytest.raises(InteropError, match=r"\(Map\): depth=\[?4\]?: the format carries no "
+                       "channel or buffer depths"):
+        export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
+    plain = prog.read_text().replace(f", {knob}", "")
+    prog.write_text(plain)
+    assert stepc.load(_export(tmp_path, stepc.load(prog))).operators == 3  # load, map, sink

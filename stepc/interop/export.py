@@ -23,6 +23,8 @@ MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div"
            "exp": "exp", "row_sum": "row_wise_sum"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
              "retile_col": "retile_col"}
+# FIFO settings of stepc's operators the format has no field for -> their default
+CHANNEL_KNOBS = {"depth": None, "buffer_depth": 1}
 # why a function stepc has cannot be said with the format's functions
 UNSAYABLE_FNS = {"ceildiv_int": "; its div divides float tiles and none rounds integers, so "
                  "the reference's graphs precompute such values (KV tile counts) into their "
@@ -147,6 +149,11 @@ class _Exporter:
 
     def fill(self, op) -> None:
         kind = self.node.op
+        for knob, default in CHANNEL_KNOBS.items():
+            if self.node.attrs.get(knob) not in (None, default):
+                self.fail(f"{knob}={self.node.attrs[knob]}: the format carries no channel or "
+                          "buffer depths (the reference simulator takes them from its own "
+                          "per-operator settings), so the graph would run with other FIFOs")
         handler = getattr(self, f"op_{kind}", None)
         if handler is None:
             self.fail("the format has no operator for it (yet)")
