@@ -2,8 +2,10 @@
 
 Each operator becomes one Operation; its inputs name their producers' ids and output
 indices. Settings the program leaves to the hardware (`compute_bw`, `par_dispatch`) are
-written with the hardware's values, since the format has no defaults. What the format
-cannot say is refused, naming the operator: an `InteropError` like the importer's.
+written with the hardware's values, since the format has no defaults. Every Operation
+also carries the newer schema's `out_stream_shape` (see stream_shapes.py) and
+`parallel_factor`. What the format cannot say is refused, naming the operator: an
+`InteropError` like the importer's.
 """
 
 from __future__ import annotations
