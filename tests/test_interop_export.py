@@ -80,7 +80,8 @@ def test_export_then_import_keeps_totals_and_cycles(tmp_path, program):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["moe_static", "moe_dynamic", "moe_timemux"])
+@pytest.mark.parametrize("program", ["moe_static", "moe_dynamic", "moe_timemux",
+                                     "moe_timemux_dynamic"])
 def test_full_size_moe_round_trip(tmp_path, program):
     own, back = _round_trip(tmp_path, program, {})
     assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
