@@ -232,3 +232,15 @@ def test_a_fifo_depth_the_format_cannot_carry_is_refused_not_dropped(tmp_path, k
     plain = prog.read_text().replace(f", {knob}", "")
     prog.write_text(plain)
     assert stepc.load(_export(tmp_path, stepc.load(prog))).operators == 3  # load, map, sink
+
+
+def test_the_export_command_refuses_with_exit_1_and_writes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+    out = tmp_path / "attn.pb"
+    defines = [a for k, v in REFUSED["attention_dynamic"][0].items() for a in ("-D", f"{k}={v}")]
+    r = CliRunner().invoke(main, ["export", str(REPO / "programs" / "attention_dynamic.step"),
+                                  *defines, "-o", str(out)])
+    assert r.exit_code == 1 and "error[E0005]" in r.output and "ceildiv_int" in r.output
+    assert "Traceback" not in r.output and list(tmp_path.iterdir()) == []
