@@ -244,3 +244,57 @@ def test_the_export_command_refuses_with_exit_1_and_writes_nothing(tmp_path):
                                   *defines, "-o", str(out)])
     assert r.exit_code == 1 and "error[E0005]" in r.output and "ceildiv_int" in r.output
     assert "Traceback" not in r.output and list(tmp_path.iterdir()) == []
+
+
+_KV = """
+param B = 4
+param TILE_N = 8
+param HEAD_DIM = 16
+param RO = 64 // TILE_N
+
+tensor K    : bf16[B * 64, HEAD_DIM] input = random(seed=1)
+tensor KOUT : bf16[B * 64, HEAD_DIM] output
+tensor KNEW : bf16[B, HEAD_DIM] input = random(seed=2)
+tensor IDX  : u64[B] input = arange
+
+stream ntiles : Strm<Tile<u64, [1, 1]>, 0>[B] = external("ntiles")
+
+idx   = MetadataGen(IDX)
+addr  = FlatMap(Zip(idx, ntiles), fn=cache_read_addr(row_offset=RO))
+raw   = RandomOffChipLoad(addr, K, tile=[TILE_N, HEAD_DIM])
+last  = FlatMap(ntiles, fn=filter_last_tile)
+assume shape(last) == shape(raw)
+part  = Partition(raw, last, rank=0, consumers=2, dim="t")
+kn    = LinearOffChipLoad(KNEW, tile=[1, HEAD_DIM], shape=[B])
+waddr = Map(idx, ntiles, fn=cache_write_addr(row_offset=RO))
+Sink(RandomOffChipStore(waddr, kn, KOUT))
+Sink(part[0])
+Sink(part[1])
+Sink(Accum(raw, fn=signal_req_all_read, rank=1))
+"""
+
+
+def test_integer_streams_and_the_kv_cache_operators_round_trip(tmp_path):
+    """MetadataGen (a tensor's and an external stream's integers), CacheReadAddrGen (the
+    Zip goes with it), FilterLastTile, cache_write_addr, RandomOffChipStore and
+    signal_req_all_read, as the reference's attention graphs use them."""
+    prog = tmp_path / "kv.step"
+    prog.write_text(_KV)
+    own = stepc.load(prog)
+    lens = np.array([2, 3, 1, 4])
+    out = tmp_path / "graph.pb"
+    data, files = export_program(own, str(out), load_config("paper-eval"), {"ntiles": lens})
+    assert sorted(files) == ["idx.npy", "ntiles.npy"] and (files["ntiles.npy"] == lens).all()
+    (tmp_path / "graph.npy").mkdir()
+    for name, arr in files.items():
+        np.save(tmp_path / "graph.npy" / name, arr)
+    out.write_bytes(data)
+    g = ProgramGraph()
+    g.ParseFromString(data)
+    kinds = [o.WhichOneof("op_type") for o in g.operators]
+    assert kinds.count("metadata_gen") == 2 and "cache_read_addr_gen" in kinds
+    assert len(g.operators) == own.operators - 1  # the Zip is inside CacheReadAddrGen
+    mine = own.simulate(timing_only=True, traces={"ntiles": lens})
+    back = stepc.load(out).simulate(timing_only=True)
+    assert {k: back.totals[k] for k in TOTALS} == {k: mine.totals[k] for k in TOTALS}
+    assert back.cycles == mine.cycles

@@ -16,15 +16,17 @@ import zlib
 
 import numpy as np
 
+from stepc.interop.export_kv import INT_DTYPE, KvCacheOps
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
 from stepc.interop.stream_shapes import leading_ones, write_shape
-from stepc.types import DTYPE_BYTES, Select, Tile
+from stepc.types import DTYPE_BYTES, Scalar, Select, Tile
 
 MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div": "div",
-           "exp": "exp", "row_sum": "row_wise_sum"}
+           "exp": "exp", "row_sum": "row_wise_sum", "set_offset": "set_offset",
+           "row_append": "row_wise_append", "cache_write_addr": "cache_write_addr_gen"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
-             "retile_col": "retile_col"}
+             "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
 # FIFO settings of stepc's operators the format has no field for -> their default
 CHANNEL_KNOBS = {"depth": None, "buffer_depth": 1}
 # why a function stepc has cannot be said with the format's functions
@@ -52,8 +54,10 @@ def export_program(prog, path: str, hw, traces: dict | None = None
         node = p.nodes[name]
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
-        _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids,
-                  computed).fill(op)
+        if _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids,
+                     computed).fill(op) is False:  # said by its reader
+            del g.operators[len(g.operators) - 1]
+            continue
         shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
         if node.op == "Promote":  # its first half, the Reshape, was added after it
             if ones[name]:
@@ -93,7 +97,7 @@ def _computed(typed) -> dict[str, bool]:
     return out
 
 
-class _Exporter:
+class _Exporter(KvCacheOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
                  computed):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
@@ -112,7 +116,9 @@ class _Exporter:
         return self.typed.types[(e.src, e.port)]
 
     def wire(self, msg, slot: int, id_field: str, idx_field: str) -> None:
-        e = self.ins[slot]
+        self.wire_edge(msg, self.ins[slot], id_field, idx_field)
+
+    def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
         src = self.typed.program.nodes[e.src]
         setattr(msg, id_field, self.ids[e.src])
         if src.array_outputs or src.op in ("EagerMerge",):
@@ -140,6 +146,8 @@ class _Exporter:
             msg.f16.SetInParent()
         elif isinstance(elem, Tile) and elem.dtype == "u64":
             msg.u64.SetInParent()
+        elif isinstance(elem, Scalar) and elem.dtype == "bool":
+            msg.scalar_bool.SetInParent()  # a random store's acknowledgements
         else:
             self.fail(f"element type {elem} has no counterpart in the format")
 
@@ -149,7 +157,8 @@ class _Exporter:
     def par(self) -> int:
         return self.node.attrs.get("par_dispatch") or self.hw.hbm.par_dispatch
 
-    def fill(self, op) -> None:
+    def fill(self, op) -> bool | None:
+        """Fill `op`; False when the node is said by another operation instead."""
         kind = self.node.op
         for knob, default in CHANNEL_KNOBS.items():
             if self.node.attrs.get(knob) not in (None, default):
@@ -159,7 +168,7 @@ class _Exporter:
         handler = getattr(self, f"op_{kind}", None)
         if handler is None:
             self.fail("the format has no operator for it (yet)")
-        handler(op)
+        return handler(op)
 
     # ------------------------------------------------------------------ operators
     def op_LinearOffChipLoad(self, op) -> None:
@@ -248,6 +257,8 @@ class _Exporter:
         f.SetInParent()
         if fn.name == "matmul" and dict(fn.kwargs).get("transpose"):
             f.weight_transposed = True
+        if kind == "cache_write_addr_gen":
+            f.offset_per_idx = self.row_offset(fn)
         m.compute_bw = self.bw()
         m.write_back_mu = bool(self.node.attrs.get("write_back"))
 
@@ -288,18 +299,21 @@ class _Exporter:
         from stepc.sim.run import external_elements
         from stepc.traces import TraceError, external_file
         st = self.out_type()
-        if not isinstance(st.elem, Select):
-            self.fail("an external stream of tiles: the format's MetadataGen is not "
-                      "exported yet")
+        if not isinstance(st.elem, Select) and getattr(st.elem, "dtype", None) != INT_DTYPE:
+            self.fail(f"an external stream of {st.elem}: the format's sources stream "
+                      f"selectors (SelectGen) or {INT_DTYPE} tiles (MetadataGen)")
         name, gen = self.node.attrs["name"], self.node.attrs.get("gen", {})
         try:
             arr = self.traces.get(name)
             if arr is None:
                 arr = external_file(gen, st.elem.n, len(st.shape))
-            elems, dims, _data = external_elements(name, st, arr, gen,
+            elems, dims, data = external_elements(name, st, arr, gen,
                                                    zlib.crc32(name.encode()) % 2**31)
         except TraceError as e:
             self.fail(str(e))
+        if not isinstance(st.elem, Select):
+            self.metadata(op, np.asarray(data))
+            return
         shape = [int(dims.get(str(d), d)) for d in st.shape]
         rows = np.zeros((len(elems), st.elem.n), dtype=np.int64)
         for i, (sel, _stop) in enumerate(elems):
@@ -347,6 +361,10 @@ class _Exporter:
             m.num_tile_per_expert, m.expert_addr_base = kw["tiles"], kw.get("base") or 0
             self.dtype(m.dtype, 0)
             return
+        if fn.name == "cache_read_addr":
+            return self.cache_read_addr(op, fn)
+        if fn.name == "filter_last_tile":
+            return self.filter_last_tile(op)
         if fn.name != "retile_streamify":
             self.fail(f"FlatMap `{fn.name}` is not exported yet")
         m = op.retile_streamify
