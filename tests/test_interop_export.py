@@ -298,3 +298,21 @@ def test_integer_streams_and_the_kv_cache_operators_round_trip(tmp_path):
     back = stepc.load(out).simulate(timing_only=True)
     assert {k: back.totals[k] for k in TOTALS} == {k: mine.totals[k] for k in TOTALS}
     assert back.cycles == mine.cycles
+
+
+def test_a_selectgen_of_a_tensor_routes_as_before(tmp_path):
+    prog = tmp_path / "sel.step"
+    prog.write_text("tensor X : f32[8, 64] input = random(seed=1)\n"
+                    "tensor IDS : u64[8] input = random(seed=3, high=4)\n"
+                    "x = LinearOffChipLoad(X, tile=[1, 64])\n"
+                    "p = Partition(x, SelectGen(IDS, n=4, onehot=true), rank=1, consumers=4, "
+                    "dim=\"n\")\n"
+                    "for e in 0..4 {\n    Sink(Map(p[e], fn=exp))\n}\n")
+    own = stepc.load(prog)
+    pb = _export(tmp_path, own)
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    assert sum(o.HasField("select_gen") for o in g.operators) == 1
+    mine, back = own.simulate(timing_only=True), stepc.load(pb).simulate(timing_only=True)
+    assert {k: back.totals[k] for k in TOTALS} == {k: mine.totals[k] for k in TOTALS}
+    assert back.cycles == mine.cycles

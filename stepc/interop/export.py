@@ -315,12 +315,7 @@ class _Exporter(KvCacheOps):
             self.metadata(op, np.asarray(data))
             return
         shape = [int(dims.get(str(d), d)) for d in st.shape]
-        rows = np.zeros((len(elems), st.elem.n), dtype=np.int64)
-        for i, (sel, _stop) in enumerate(elems):
-            rows[i, list(sel)] = 1
-        file = f"{self.node.name.replace('.', '_')}.npy"
-        self.files[file] = rows.reshape(shape + [st.elem.n])
-        op.select_gen.npy_path, op.select_gen.is_multihot = file, True
+        self.selectors(op, [sel for sel, _stop in elems], shape, st.elem.n)
 
     def router(self, m, kind: str) -> None:
         a = self.node.attrs

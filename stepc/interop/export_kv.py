@@ -1,5 +1,6 @@
-"""`stepc export` of integer streams and the KV-cache operators of decode attention: the
-format's MetadataGen, CacheReadAddrGen, FilterLastTile and RandomOffChipStore.
+"""`stepc export` of sources of integer data and the KV-cache operators of decode
+attention: the format's SelectGen, MetadataGen, CacheReadAddrGen, FilterLastTile and
+RandomOffChipStore.
 
 A mixin of the exporter (stepc/interop/export.py): each `op_<Op>` fills one Operation.
 """
@@ -25,14 +26,38 @@ class KvCacheOps:
         op.metadata_gen.npy_path = file
         op.metadata_gen.dtype.scalar_i64.SetInParent()  # as the reference's graphs say it
 
-    def op_MetadataGen(self, op) -> None:
+    def selectors(self, op, sels: list, shape: list[int], n: int) -> None:
+        """A SelectGen streaming the selectors `sels` (tuples of targets) in `shape` from a
+        multi-hot side file named after the node."""
+        rows = np.zeros((len(sels), n), dtype=np.int64)
+        for i, sel in enumerate(sels):
+            rows[i, list(sel)] = 1
+        file = f"{self.node.name.replace('.', '_')}.npy"
+        self.files[file] = rows.reshape([*shape, n])
+        op.select_gen.npy_path, op.select_gen.is_multihot = file, True
+
+    def op_SelectGen(self, op) -> None:
+        ids = self.tensor_values()
+        if self.node.attrs["onehot"]:
+            self.selectors(op, [(int(i),) for i in ids.reshape(-1)], list(ids.shape),
+                           self.node.attrs["n"])
+        else:
+            sels = [tuple(sorted({int(i) for i in r})) for r in ids.reshape(-1, ids.shape[-1])]
+            self.selectors(op, sels, list(ids.shape[:-1]), self.node.attrs["n"])
+
+    def tensor_values(self) -> np.ndarray:
+        """The values the node's tensor (or its indexed view) starts a run with."""
         from stepc.sim.run import initial_value
+        ref = self.node.attrs["tensor"]
+        values = initial_value(self.typed.program.tensors[ref.name])
+        return values[tuple(ref.index)] if ref.index else values
+
+    def op_MetadataGen(self, op) -> None:
         ref = self.node.attrs["tensor"]
         if ref.dtype != INT_DTYPE:
             self.fail(f"MetadataGen of a {ref.dtype} tensor: the format's MetadataGen "
                       f"streams {INT_DTYPE} tiles")
-        values = initial_value(self.typed.program.tensors[ref.name])
-        self.metadata(op, values[tuple(ref.index)] if ref.index else values)
+        self.metadata(op, self.tensor_values())
 
     def op_Zip(self, op) -> bool:
         """No operation: the format's CacheReadAddrGen reads the two streams itself."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 # operators whose output's outer dims come from the input on this port, not the first
 OUTER_FROM = {"Reassemble": -1, "Expand": 1, "LinearOffChipLoad": 0, "RandomOffChipLoad": 0}
 OUTER_REBUILT = ("Partition", "EagerMerge")  # outputs start with a count of their own
-SOURCES = ("LinearOffChipLoad", "External", "MetadataGen")  # lead with 1 when they read nothing
+# lead with a 1 when they read no stream
+SOURCES = ("LinearOffChipLoad", "External", "MetadataGen", "SelectGen")
 
 
 def leading_ones(typed) -> dict[str, int]:
