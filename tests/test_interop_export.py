@@ -126,10 +126,9 @@ def test_promote_is_one_operator_again_after_the_round_trip(tmp_path):
     g.ParseFromString(pb.read_bytes())
     pairs = [o for o in g.operators if o.HasField("reshape") and o.reshape.add_outer_dim]
     assert len(pairs) == _MOE["E"]
-    text = import_graph(str(pb)).text
-    assert "Promote(" in text and "add_outer_dim" not in text
     back = stepc.load(pb)
-    assert back.operators == own.operators
+    promotes = [n for n in back.typed.program.nodes.values() if n.op == "Promote"]
+    assert len(promotes) == _MOE["E"] and back.operators == own.operators
 
 
 def _shape(op) -> list:
