@@ -64,7 +64,8 @@ def import_cmd(graph, out, force):
               "leaves to the hardware (the format has no defaults).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="The data of an external stream (repeatable), written as the graph's "
-              "selector file; default: the stream's seeded generator, as `stepc sim` uses.")
+              "selector or metadata file; default: the stream's seeded generator, as "
+              "`stepc sim` uses.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @quick_exit
 def export_cmd(file, out, defines, hw, traces, force):
@@ -77,7 +78,7 @@ def export_cmd(file, out, defines, hw, traces, force):
     """
     from stepc.cli.common import compiled_or_exit, input_error
     check_new_output("-o", out, force)
-    side = os.path.splitext(out)[0] + ".npy"  # the selector files' directory
+    side = os.path.splitext(out)[0] + ".npy"  # the side files' directory
     if os.path.exists(side) and not force:
         click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
         sys.exit(EXIT_USAGE)
@@ -112,5 +113,5 @@ def export_cmd(file, out, defines, hw, traces, force):
     with open(out, "wb") as f:
         f.write(data)
     click.echo(f"wrote {out} ({prog.operators} operators)" +
-               (f" and {len(files)} selector files in {side}" if files else ""), err=True)
+               (f" and {len(files)} side files in {side}" if files else ""), err=True)
     sys.exit(EXIT_OK)

@@ -2,8 +2,10 @@
 
 Each operator becomes one Operation; its inputs name their producers' ids and output
 indices. Settings the program leaves to the hardware (`compute_bw`, `par_dispatch`) are
-written with the hardware's values, since the format has no defaults. What the format
-cannot say is refused, naming the operator: an `InteropError` like the importer's.
+written with the hardware's values, since the format has no defaults. Every Operation
+also carries the newer schema's `out_stream_shape` (see stream_shapes.py) and
+`parallel_factor`. What the format cannot say is refused, naming the operator: an
+`InteropError` like the importer's.
 """
 
 from __future__ import annotations
@@ -14,15 +16,23 @@ import zlib
 
 import numpy as np
 
+from stepc.interop.export_kv import INT_DTYPE, KvCacheOps
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
-from stepc.types import DTYPE_BYTES, Select, Tile
+from stepc.interop.stream_shapes import leading_ones, write_shape
+from stepc.types import DTYPE_BYTES, Scalar, Select, Tile
 
 MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div": "div",
-           "exp": "exp", "row_sum": "row_wise_sum"}
+           "exp": "exp", "row_sum": "row_wise_sum", "set_offset": "set_offset",
+           "row_append": "row_wise_append", "cache_write_addr": "cache_write_addr_gen"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
-             "retile_col": "retile_col"}
-SOURCES = ("LinearOffChipLoad",)
+             "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
+# FIFO settings of stepc's operators the format has no field for -> their default
+CHANNEL_KNOBS = {"depth": None, "buffer_depth": 1}
+# why a function stepc has cannot be said with the format's functions
+UNSAYABLE_FNS = {"ceildiv_int": "; its div divides float tiles and none rounds integers, so "
+                 "the reference's graphs precompute such values (KV tile counts) into their "
+                 "MetadataGen files"}
 
 
 def export_program(prog, path: str, hw, traces: dict | None = None
@@ -36,18 +46,64 @@ def export_program(prog, path: str, hw, traces: dict | None = None
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
-    for name, node in p.nodes.items():
+    ones, computed = leading_ones(typed), _computed(typed)
+    # what no composition of the format's operators says is refused before the rest
+    order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
+                   p.nodes[n].attrs["fn"].name not in UNSAYABLE_FNS)
+    for name in order:
+        node = p.nodes[name]
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
-        _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids).fill(op)
+        if _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids,
+                     computed).fill(op) is False:  # said by its reader
+            del g.operators[len(g.operators) - 1]
+            continue
+        shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
+        if node.op == "Promote":  # its first half, the Reshape, was added after it
+            if ones[name]:
+                raise InteropError(path, f"operator `{name}` (Promote): the reference streams "
+                                   "its input with a leading dim of 1 (from a source), and "
+                                   "Reshape's add_outer_dim takes rank-0 streams only")
+            reshape = g.operators[-1]
+            reshape.parallel_factor = 1
+            write_shape(reshape, (*next(iter(shapes)), 1), 0)
+        op.parallel_factor = 1  # stepc runs each operator once
+        if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
+            write_shape(op, shapes.pop(), ones[name])
+    g.operators.sort(key=lambda o: o.id)
     return g.SerializeToString(), files
 
 
-class _Exporter:
-    def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids):
+def _computed(typed) -> dict[str, bool]:
+    """Per node, whether its tiles were computed (by a Map or an Accum, then moved by
+    operators that pass tiles on) rather than loaded."""
+    p = typed.program
+    out: dict[str, bool] = {}
+
+    def computed(name: str, seen: frozenset) -> bool:
+        if name not in out:
+            node, ins = p.nodes[name], p.in_edges(name)
+            if node.op in ("Map", "Accum"):
+                out[name] = True
+            elif not ins or node.op in ("LinearOffChipLoad", "RandomOffChipLoad") or \
+                    name in seen:
+                out[name] = False
+            else:
+                out[name] = computed(ins[0].src, seen | {name})
+        return out[name]
+
+    for name in p.nodes:
+        computed(name, frozenset())
+    return out
+
+
+class _Exporter(KvCacheOps):
+    def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
+                 computed):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
+        self.computed = computed  # node -> its tiles were computed, not loaded
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -60,7 +116,9 @@ class _Exporter:
         return self.typed.types[(e.src, e.port)]
 
     def wire(self, msg, slot: int, id_field: str, idx_field: str) -> None:
-        e = self.ins[slot]
+        self.wire_edge(msg, self.ins[slot], id_field, idx_field)
+
+    def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
         src = self.typed.program.nodes[e.src]
         setattr(msg, id_field, self.ids[e.src])
         if src.array_outputs or src.op in ("EagerMerge",):
@@ -69,9 +127,18 @@ class _Exporter:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
 
-    def dtype(self, msg, t) -> None:
-        elem = t.elem if hasattr(t, "elem") else t
-        if isinstance(elem, Select):
+    def dtype(self, msg, slot: int | None = None) -> None:
+        """The format's DataType of input `slot` (None: of the output). The format's tiles
+        are f16 or f32 and only loads say `n_byte`: bf16 tiles from a 2-byte load are f32
+        (the reference's mock bf16), and bf16 tiles an operator computes are f16, the
+        format's 2-byte float, downstream too (the importer reads them back as bf16)."""
+        if slot is None:
+            elem, made = self.out_type().elem, self.computed[self.node.name]
+        else:
+            elem, made = self.in_type(slot).elem, self.computed[self.ins[slot].src]
+        if made and isinstance(elem, Tile) and elem.dtype == "bf16":
+            msg.f16.SetInParent()
+        elif isinstance(elem, Select):
             msg.multi_hot.SetInParent()
         elif isinstance(elem, Tile) and elem.dtype in ("f32", "bf16"):
             msg.f32.SetInParent()  # the reference's tiles are f32; 2-byte loads say n_byte
@@ -79,6 +146,8 @@ class _Exporter:
             msg.f16.SetInParent()
         elif isinstance(elem, Tile) and elem.dtype == "u64":
             msg.u64.SetInParent()
+        elif isinstance(elem, Scalar) and elem.dtype == "bool":
+            msg.scalar_bool.SetInParent()  # a random store's acknowledgements
         else:
             self.fail(f"element type {elem} has no counterpart in the format")
 
@@ -88,12 +157,18 @@ class _Exporter:
     def par(self) -> int:
         return self.node.attrs.get("par_dispatch") or self.hw.hbm.par_dispatch
 
-    def fill(self, op) -> None:
+    def fill(self, op) -> bool | None:
+        """Fill `op`; False when the node is said by another operation instead."""
         kind = self.node.op
+        for knob, default in CHANNEL_KNOBS.items():
+            if self.node.attrs.get(knob) not in (None, default):
+                self.fail(f"{knob}={self.node.attrs[knob]}: the format carries no channel or "
+                          "buffer depths (the reference simulator takes them from its own "
+                          "per-operator settings), so the graph would run with other FIFOs")
         handler = getattr(self, f"op_{kind}", None)
         if handler is None:
             self.fail("the format has no operator for it (yet)")
-        handler(op)
+        return handler(op)
 
     # ------------------------------------------------------------------ operators
     def op_LinearOffChipLoad(self, op) -> None:
@@ -106,7 +181,7 @@ class _Exporter:
         if self.ins:
             m = op.dyn_off_chip_load
             self.wire(m, 0, "ref_id", "ref_stream_idx")
-            self.dtype(m.ref_dtype, self.in_type(0))
+            self.dtype(m.ref_dtype, 0)
         else:
             m = op.off_chip_load
         m.tensor_shape_tiled[:] = tiled
@@ -114,38 +189,36 @@ class _Exporter:
         m.out_shape_tiled[:] = shape
         m.tile_row, m.tile_col = tile
         m.n_byte = DTYPE_BYTES[t.dtype]
-        self.dtype(m.dtype, self.out_type())
+        self.dtype(m.dtype)
         m.par_dispatch = self.par()
 
     def op_LinearOffChipStore(self, op) -> None:
         t = self.node.attrs["tensor"]
-        if t.dtype != "f32":
-            self.fail(f"a {t.dtype} store: the format's OffChipStore writes its tiles' f32")
         tile = self.in_type(0).elem
         m = op.off_chip_store
         self.wire(m, 0, "input_id", "stream_idx")
         m.tensor_shape_tiled[:] = [t.shape[-2] // int(tile.rows), t.shape[-1] // int(tile.cols)]
         m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
         m.par_dispatch = self.par()
 
     def op_Broadcast(self, op) -> None:
         m = op.broadcast
         self.wire(m, 0, "input_id", "stream_idx")
         m.num_consumers = len(self.node.outputs)
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Flatten(self, op) -> None:
         m = op.flatten
         self.wire(m, 0, "input_id", "stream_idx")
         m.min_rank, m.max_rank = self.node.attrs["min"], self.node.attrs["max"]
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Repeat(self, op) -> None:
         m = op.repeat_static
         self.wire(m, 0, "input_id", "stream_idx")
         m.repeat_factor = self.node.attrs["count"]
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Reshape(self, op) -> None:
         a = self.node.attrs
@@ -153,7 +226,7 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         m.split_dim, m.chunk_size = a.get("rank") or 0, a["chunk"]
         m.input_stream_rank = self.in_type(0).rank
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
         if a.get("pad") is not None:
             m.pad_func.zero.SetInParent()
             tile = self.in_type(0).elem
@@ -162,19 +235,21 @@ class _Exporter:
     def op_Map(self, op) -> None:
         fn = self.node.attrs["fn"]
         if fn.name not in MAP_FNS:
-            self.fail(f"function `{fn.name}` has no counterpart in the format")
+            self.fail(f"function `{fn.name}` has no counterpart in the format's "
+                      f"ElemtoElemFunc (it has {', '.join(sorted(set(MAP_FNS.values())))})"
+                      + UNSAYABLE_FNS.get(fn.name, ""))
         if len(self.ins) == 1:
             m = op.unarymap
             self.wire(m, 0, "input_id", "stream_idx")
-            self.dtype(m.dtype_a, self.in_type(0))
-            self.dtype(m.dtype_b, self.out_type())
+            self.dtype(m.dtype_a, 0)
+            self.dtype(m.dtype_b)
         else:
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
-            self.dtype(m.dtype_a, self.in_type(0))
-            self.dtype(m.dtype_b, self.in_type(1))
-            self.dtype(m.dtype_out, self.out_type())
+            self.dtype(m.dtype_a, 0)
+            self.dtype(m.dtype_b, 1)
+            self.dtype(m.dtype_out)
         kind = MAP_FNS[fn.name]
         if kind == "matmul" and not self.out_type().elem.static:
             kind = "dyn_matmul"
@@ -182,6 +257,8 @@ class _Exporter:
         f.SetInParent()
         if fn.name == "matmul" and dict(fn.kwargs).get("transpose"):
             f.weight_transposed = True
+        if kind == "cache_write_addr_gen":
+            f.offset_per_idx = self.row_offset(fn)
         m.compute_bw = self.bw()
         m.write_back_mu = bool(self.node.attrs.get("write_back"))
 
@@ -215,32 +292,30 @@ class _Exporter:
         m.rank = a["rank"]
         m.compute_bw = self.bw()
         m.write_back_mu = bool(a.get("write_back"))
-        self.dtype(m.dtype_a, self.in_type(0))
-        self.dtype(m.dtype_b, self.out_type())
+        self.dtype(m.dtype_a, 0)
+        self.dtype(m.dtype_b)
 
     def op_External(self, op) -> None:
         from stepc.sim.run import external_elements
         from stepc.traces import TraceError, external_file
         st = self.out_type()
-        if not isinstance(st.elem, Select):
-            self.fail("an external stream of tiles: the format's MetadataGen is not "
-                      "exported yet")
+        if not isinstance(st.elem, Select) and getattr(st.elem, "dtype", None) != INT_DTYPE:
+            self.fail(f"an external stream of {st.elem}: the format's sources stream "
+                      f"selectors (SelectGen) or {INT_DTYPE} tiles (MetadataGen)")
         name, gen = self.node.attrs["name"], self.node.attrs.get("gen", {})
         try:
             arr = self.traces.get(name)
             if arr is None:
                 arr = external_file(gen, st.elem.n, len(st.shape))
-            elems, dims, _data = external_elements(name, st, arr, gen,
+            elems, dims, data = external_elements(name, st, arr, gen,
                                                    zlib.crc32(name.encode()) % 2**31)
         except TraceError as e:
             self.fail(str(e))
+        if not isinstance(st.elem, Select):
+            self.metadata(op, np.asarray(data))
+            return
         shape = [int(dims.get(str(d), d)) for d in st.shape]
-        rows = np.zeros((len(elems), st.elem.n), dtype=np.int64)
-        for i, (sel, _stop) in enumerate(elems):
-            rows[i, list(sel)] = 1
-        file = f"{self.node.name.replace('.', '_')}.npy"
-        self.files[file] = rows.reshape(shape + [st.elem.n])
-        op.select_gen.npy_path, op.select_gen.is_multihot = file, True
+        self.selectors(op, [sel for sel, _stop in elems], shape, st.elem.n)
 
     def router(self, m, kind: str) -> None:
         a = self.node.attrs
@@ -254,8 +329,8 @@ class _Exporter:
         self.wire(m, 1, "control_id", "control_stream_idx")
         m.partition_rank = self.node.attrs["rank"]
         m.num_consumers = len(self.node.outputs)
-        self.dtype(m.input_dtype, self.in_type(0))
-        self.dtype(m.control_dtype, self.in_type(1))
+        self.dtype(m.input_dtype, 0)
+        self.dtype(m.control_dtype, 1)
         self.router(m, "partition")
 
     def op_Reassemble(self, op) -> None:
@@ -268,8 +343,8 @@ class _Exporter:
                 self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`")
         self.wire(m, len(self.ins) - 1, "control_id", "control_stream_idx")
         m.reassemble_rank = self.node.attrs["rank"]
-        self.dtype(m.input_dtype, self.in_type(0))
-        self.dtype(m.control_dtype, self.in_type(len(self.ins) - 1))
+        self.dtype(m.input_dtype, 0)
+        self.dtype(m.control_dtype, len(self.ins) - 1)
         self.router(m, "reassemble")
 
     def op_FlatMap(self, op) -> None:
@@ -279,15 +354,19 @@ class _Exporter:
             m = op.expert_addr_gen
             self.wire(m, 0, "input_id", "input_stream_idx")
             m.num_tile_per_expert, m.expert_addr_base = kw["tiles"], kw.get("base") or 0
-            self.dtype(m.dtype, self.in_type(0))
+            self.dtype(m.dtype, 0)
             return
+        if fn.name == "cache_read_addr":
+            return self.cache_read_addr(op, fn)
+        if fn.name == "filter_last_tile":
+            return self.filter_last_tile(op)
         if fn.name != "retile_streamify":
             self.fail(f"FlatMap `{fn.name}` is not exported yet")
         m = op.retile_streamify
         self.wire(m, 0, "input_id", "stream_idx")
         m.split_row = True
         m.filter_mask = bool(dict(fn.kwargs).get("filter"))
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_Promote(self, op) -> None:
         """stepc's Promote of a rank-0 stream (an outer dim of 1 if it is non-empty, else 0)
@@ -300,10 +379,10 @@ class _Exporter:
         r = self.graph.operators.add(name=f"{self.node.name}.reshape", id=reshape_id).reshape
         self.wire(r, 0, "input_id", "stream_idx")
         r.chunk_size, r.add_outer_dim = 1, True
-        self.dtype(r.dtype, self.in_type(0))
+        self.dtype(r.dtype, 0)
         f = op.flatten
         f.input_id, f.min_rank, f.max_rank = reshape_id, 0, 1
-        self.dtype(f.dtype, self.in_type(0))
+        self.dtype(f.dtype, 0)
 
     def op_EagerMerge(self, op) -> None:
         if self.node.attrs.get("rank") not in (None, self.in_type(0).rank):
@@ -315,7 +394,7 @@ class _Exporter:
             m.input_id_list.append(self.ids[e.src])
             m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
         m.input_rank = self.in_type(0).rank
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
     def op_RandomOffChipLoad(self, op) -> None:
         a = self.node.attrs
@@ -327,7 +406,7 @@ class _Exporter:
         m.tile_row, m.tile_col = tile
         m.n_byte = DTYPE_BYTES[t.dtype]
         m.par_dispatch = self.par()
-        self.dtype(m.dtype, self.out_type())
+        self.dtype(m.dtype)
 
     def op_Expand(self, op) -> None:
         if len(self.ins) != 2:
@@ -337,13 +416,13 @@ class _Exporter:
         self.wire(m, 0, "input_id", "stream_idx")
         self.wire(m, 1, "ref_id", "ref_stream_idx")
         m.expand_rank = (self.node.attrs.get("rank") or 0) + 1
-        self.dtype(m.dtype, self.in_type(0))
-        self.dtype(m.ref_dtype, self.in_type(1))
+        self.dtype(m.dtype, 0)
+        self.dtype(m.ref_dtype, 1)
 
     def op_Sink(self, op) -> None:
         m = op.consumer_context
         self.wire(m, 0, "input_id", "stream_idx")
-        self.dtype(m.dtype, self.in_type(0))
+        self.dtype(m.dtype, 0)
 
 
 def _row_major(shape: list[int]) -> list[int]:

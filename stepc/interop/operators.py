@@ -81,9 +81,16 @@ def _out_dtype(w: Writer, op: Op, inputs: list[Port], dt) -> str | None:
     """`dtype=` for a compute operator: given when the output's type differs from the first
     input's."""
     out = w.narrow.get(op.id) or _dtype(w, op, dt, "output dtype")
-    w.dtypes[op.id] = out
     first = w.dtypes.get(inputs[0].src) if inputs else None
+    out = _two_byte(out, first)
+    w.dtypes[op.id] = out
     return None if first == out else out
+
+
+def _two_byte(said: str, first: str | None) -> str:
+    """The format's tiles are f16 or f32, and only loads say `n_byte`: an f16 result of
+    bf16 tiles (a 2-byte load's) is bf16, as `stepc export` writes it."""
+    return "bf16" if said == "f16" and first == "bf16" else said
 
 
 # ------------------------------------------------------------------------ operators
@@ -108,6 +115,8 @@ def _off_chip_load(w: Writer, op: Op, name: str):
 def _off_chip_store(w: Writer, op: Op, name: str):
     m = op.msg
     dtype = _dtype(w, op, m.dtype, "dtype")
+    if w.dtypes.get(op.inputs[0].src) == "bf16" and dtype in ("f16", "f32"):
+        dtype = "bf16"  # it writes the 2-byte tiles it is given, as `stepc export` says them
     t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
     if m.HasField("store_path"):
         raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
@@ -130,6 +139,10 @@ def _pass(w: Writer, op: Op, port: int = 0) -> None:
 def _flatten(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
+    reshape = promoting_reshape(w, _producer(w, op))
+    if reshape is not None:
+        return (f"{name} = Promote({w.ref(reshape, reshape.inputs[0])})",
+                f"with op {reshape.id}: Reshape(chunk 1, add_outer_dim) + Flatten is Promote")
     return f"{name} = Flatten({w.ref(op, op.inputs[0])}, min={m.min_rank}, max={m.max_rank})", ""
 
 
@@ -138,9 +151,30 @@ def _repeat(w: Writer, op: Op, name: str):
     return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
 
 
+def _producer(w: Writer, op: Op) -> Op:
+    return next(o for o in w.all_ops if o.id == op.inputs[0].src)
+
+
+def promoting_reshape(w: Writer, op: Op) -> Op | None:
+    """`op` when it is the format's half of stepc's Promote of a rank-0 stream: a Reshape
+    by chunks of 1 adding the outer dim (1 if the stream has an element, else 0), read only
+    by a Flatten of the two inner dims; the pair reads back as one Promote."""
+    m = op.msg
+    if op.kind != "reshape" or not (m.add_outer_dim and m.chunk_size == 1) or m.split_dim \
+            or m.input_stream_rank or m.write_back_mu:
+        return None
+    readers = [c for c in w.all_ops if op.id in {p.src for p in c.inputs}]
+    if len(readers) != 1 or readers[0].kind != "flatten" or \
+            (readers[0].msg.min_rank, readers[0].msg.max_rank) != (0, 1):
+        return None
+    return op
+
+
 def _reshape(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
+    if promoting_reshape(w, op) is not None:
+        return "", ""  # said by its Flatten (see promoting_reshape)
     pad = None
     if m.HasField("pad_func"):
         pad = m.pad_func.WhichOneof("init_fn")

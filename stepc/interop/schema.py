@@ -170,6 +170,13 @@ MESSAGES: dict[str, tuple] = {
                    ("input_rank", 3, U32, ""), ("dtype", 4, "DataType", "")),
 }
 
+# Fields of Operation in newer schema revisions (published numbers), which `stepc export`
+# writes: each output's stream shape (a dim: a number, or a symbolic expression), the
+# replication factor (0 means 1), and the group id (not written).
+MESSAGES["DimShape"] = (("static", 1, U32, "oneof:type"), ("dynamic", 2, STR, "oneof:type"))
+NEWER_OPERATION_FIELDS = (("group_id", 3, U32, ""), ("out_stream_shape", 4, "DimShape", "rep"),
+                          ("parallel_factor", 48, U32, ""))
+
 # Operation's op_type oneof: field name -> (number, message)
 OP_TYPES: dict[str, tuple[int, str]] = {
     "binarymap": (10, "BinaryMap"), "unarymap": (11, "UnaryMap"),
@@ -218,7 +225,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     fd = descriptor_pb2.FileDescriptorProto(name="stepc_step_perf_ir.proto", package=PACKAGE,
                                             syntax="proto3")
     messages = dict(MESSAGES)
-    messages["Operation"] = (("name", 1, STR, ""), ("id", 2, U32, ""),
+    messages["Operation"] = (("name", 1, STR, ""), ("id", 2, U32, ""), *NEWER_OPERATION_FIELDS,
                              *((f, n, m, "oneof:op_type") for f, (n, m) in OP_TYPES.items()))
     messages["ProgramGraph"] = (("name", 1, STR, ""), ("operators", 2, "Operation", "rep"))
     for name, fields in messages.items():

@@ -1,0 +1,317 @@
+"""`stepc export` then `stepc import`: every bundled program comes back with the same
+analysis totals and the same simulated cycles, or is refused naming the operator and what
+the format lacks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stepc
+from stepc.hw import load_config
+from stepc.interop import InteropError, import_graph
+from stepc.interop.export import export_program
+from stepc.interop.schema import ProgramGraph
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAMS = sorted(p.stem for p in (REPO / "programs").glob("*.step"))
+TOTALS = ("off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops")
+
+_MOE = {"E": 4, "B": 8, "K": 2, "D": 64, "F": 128, "TILE_F": 64}
+_TIMEMUX = {"E": 8, "R": 2, "B": 8, "K": 2, "D": 64, "F": 96, "TILE_F": 48}
+# program -> small parameters for a fast round trip
+ROUND_TRIP = {
+    "swiglu": {"B": 64, "I": 256, "TB": 16, "TI": 64},
+    "moe_simple": {},
+    "moe_static": {**_MOE, "TILE_N": 4},
+    "moe_dynamic": _MOE,
+    "moe_timemux": {**_TIMEMUX, "TILE_N": 4},
+    "moe_timemux_dynamic": _TIMEMUX,
+}
+_ATTN = {"HEAD_DIM": 16, "TILE_N": 8, "MAXN": 64}
+_DECODER = {"L": 1, "B": 8, "R": 2, "D": 64, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, "TILE_P": 32,
+            "F": 64, "TILE_F": 32, "E": 4, "TOPK": 2, "MAXN": 256}
+# program -> (small parameters, the operator named in the refusal): the KV tile counts are
+# an integer ceiling division, which none of the format's functions computes
+REFUSED = {
+    "attention_coarse": ({**_ATTN, "B": 16, "R": 1}, "ntiles[0]"),
+    "attention_dynamic": ({**_ATTN, "B": 8, "R": 2}, "ceildiv_int"),
+    "attention_interleaved": ({**_ATTN, "B": 8, "R": 2}, "ceildiv_int"),
+    "decoder_static": (_DECODER, "ceildiv_int"),
+    "decoder_dynamic": (_DECODER, "ceildiv_int"),
+    "decoder_timemux": ({**_DECODER, "MR": 2}, "ceildiv_int"),
+}
+
+
+def _export(tmp_path: Path, prog, hw: str = "paper-eval") -> Path:
+    """Write `prog` as `tmp_path/graph.pb` with its side files, as `stepc export` does."""
+    out = tmp_path / "graph.pb"
+    data, files = export_program(prog, str(out), load_config(hw))
+    side = tmp_path / "graph.npy"
+    for name, arr in files.items():
+        side.mkdir(exist_ok=True)
+        np.save(side / name, arr)
+    out.write_bytes(data)
+    return out
+
+
+def _round_trip(tmp_path: Path, program: str, params: dict) -> tuple[object, object]:
+    own = stepc.load(REPO / "programs" / f"{program}.step", **params)
+    back = stepc.load(_export(tmp_path, own))
+    assert [d for d in back.diagnostics if d.severity.value == "error"] == []
+    return (own.simulate(timing_only=True), back.simulate(timing_only=True))
+
+
+def test_every_bundled_program_is_round_tripped_or_refused():
+    assert sorted({*ROUND_TRIP, *REFUSED}) == PROGRAMS
+
+
+@pytest.mark.parametrize("program", sorted(ROUND_TRIP))
+def test_export_then_import_keeps_totals_and_cycles(tmp_path, program):
+    """The analysis bound at each run's dims (the routing the export wrote is the one the
+    program's own run draws) and the cycles are the program's."""
+    own, back = _round_trip(tmp_path, program, ROUND_TRIP[program])
+    assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
+    assert (back.off_chip_bytes, back.flops) == (own.off_chip_bytes, own.flops)
+    assert back.cycles == own.cycles
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", ["moe_static", "moe_dynamic", "moe_timemux",
+                                     "moe_timemux_dynamic"])
+def test_full_size_moe_round_trip(tmp_path, program):
+    own, back = _round_trip(tmp_path, program, {})
+    assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
+    assert back.cycles == own.cycles
+
+
+@pytest.mark.parametrize("program", sorted(REFUSED))
+def test_programs_the_format_cannot_say_are_refused_by_operator(tmp_path, program):
+    params, named = REFUSED[program]
+    prog = stepc.load(REPO / "programs" / f"{program}.step", **params)
+    with pytest.raises(InteropError) as e:
+        export_program(prog, str(tmp_path / "g.pb"), load_config("paper-eval"))
+    msg = str(e.value)
+    assert "(Map): function `ceildiv_int` has no counterpart in the format's ElemtoElemFunc" \
+        in msg and named in msg
+
+
+def test_a_bf16_store_is_written_in_the_formats_two_byte_float_and_read_back_bf16(tmp_path):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : bf16[32, 64] input\ntensor Y : bf16[32, 64] output\n"
+                    "x = LinearOffChipLoad(X, tile=[16, 64])\n"
+                    "LinearOffChipStore(Map(x, x, fn=add), Y)\n")
+    own = stepc.load(prog)
+    pb = _export(tmp_path, own)
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    kinds = {o.WhichOneof("op_type"): o for o in g.operators}
+    assert kinds["off_chip_load"].off_chip_load.n_byte == 2
+    assert kinds["binarymap"].binarymap.dtype_out.WhichOneof("type") == "f16"
+    assert kinds["off_chip_store"].off_chip_store.dtype.WhichOneof("type") == "f16"
+    text = import_graph(str(pb)).text
+    assert not re.search(r"\bf16\b", text) and ": bf16[32, 64] output" in text
+    assert stepc.load(pb).analyze().totals["off_chip_bytes"] == 2 * 32 * 64 * 2  # load, store
+
+
+def test_promote_is_one_operator_again_after_the_round_trip(tmp_path):
+    """The format says Promote as Reshape(chunk 1, add_outer_dim) + Flatten; the import
+    reads the pair back as one Promote (it was two extra stages, 912 vs 910 cycles)."""
+    own = stepc.load(REPO / "programs" / "moe_dynamic.step", **_MOE)
+    pb = _export(tmp_path, own)
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    pairs = [o for o in g.operators if o.HasField("reshape") and o.reshape.add_outer_dim]
+    assert len(pairs) == _MOE["E"]
+    back = stepc.load(pb)
+    promotes = [n for n in back.typed.program.nodes.values() if n.op == "Promote"]
+    assert len(promotes) == _MOE["E"] and back.operators == own.operators
+
+
+def _shape(op) -> list:
+    return [d.static if d.HasField("static") else "?" for d in op.out_stream_shape]
+
+
+@pytest.mark.parametrize("program", ["swiglu", "moe_timemux_dynamic"])
+def test_out_stream_shape_is_the_shape_the_format_reads(tmp_path, program):
+    """Each operation's out_stream_shape (newer schema) is the shape stepc's checker infers
+    for the graph as the format reads it (the imported program): same rank, same static
+    dims, a symbolic dim where it is symbolic."""
+    params = {**ROUND_TRIP[program], "TB": 32} if program == "swiglu" else ROUND_TRIP[program]
+    pb = _export(tmp_path, stepc.load(REPO / "programs" / f"{program}.step", **params))
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    by_id = {o.id: o for o in g.operators}
+    assert {o.parallel_factor for o in g.operators} == {1}
+    back = stepc.load(pb)
+    lines = import_graph(str(pb)).text.splitlines()
+    checked = 0
+    for (node, port), t in back.typed.types.items():
+        n = back.typed.program.nodes[node]
+        found = re.search(r"# op (\d+)$", lines[n.span.line - 1]) if n.span else None
+        if port or not found or n.op in ("Sink", "LinearOffChipStore"):
+            continue
+        op = by_id[int(found.group(1))]
+        if not op.out_stream_shape or n.op == "Reshape" and op.HasField("flatten"):
+            continue
+        bound = [int(d) if d.is_Integer else "?" for d in t.shape]
+        assert _shape(op) == bound, (op.name, node)
+        checked += 1
+    assert checked >= 10
+
+
+def test_promote_of_a_stream_with_the_sources_leading_one_is_refused(tmp_path):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : f32[16, 64] input\n"
+                    "x = Flatten(LinearOffChipLoad(X, tile=[1, 64]), min=0, max=1)\n"
+                    "Sink(Promote(x))\n")
+    with pytest.raises(InteropError, match=r"\(Promote\): the reference streams its input "
+                       "with a leading dim of 1"):
+        export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
+
+
+# op kind -> the field of its output's DataType, and the fields of its inputs' (in order)
+_OUT = {"off_chip_load": "dtype", "dyn_off_chip_load": "dtype", "random_off_chip_load": "dtype",
+        "binarymap": "dtype_out", "unarymap": "dtype_b", "accum": "dtype_b",
+        "binarymap_accum": "dtype_b", "flat_partition": "input_dtype",
+        "flat_reassemble": "input_dtype"}
+_IN = {"binarymap": ("dtype_a", "dtype_b"), "unarymap": ("dtype_a",), "accum": ("dtype_a",),
+       "binarymap_accum": ("dtype_a",), "flat_partition": ("input_dtype",),
+       "off_chip_store": ("dtype",), "dyn_off_chip_load": ("ref_dtype",)}
+_MOVERS = ("flatten", "broadcast", "repeat_static", "reshape", "retile_streamify", "expand_ref",
+           "eager_merge", "consumer_context")
+
+
+@pytest.mark.parametrize("program, computed_bf16", [("moe_simple", True),
+                                                    ("moe_dynamic", False)])
+def test_every_edge_has_one_element_type_at_both_ends(tmp_path, program, computed_bf16):
+    """The reference builds its channels by element type: what a producer says it makes is
+    what each reader says it reads (2-byte computed tiles are f16 all the way)."""
+    pb = _export(tmp_path, stepc.load(REPO / "programs" / f"{program}.step",
+                                      **ROUND_TRIP[program]))
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    ops = {o.id: o for o in g.operators}
+
+    def made(op) -> str | None:
+        kind = op.WhichOneof("op_type")
+        field = _OUT.get(kind, "dtype" if kind in _MOVERS else None)
+        return getattr(getattr(op, kind), field).WhichOneof("type") if field else None
+
+    checked = 0
+    for op in g.operators:
+        kind = op.WhichOneof("op_type")
+        m = getattr(op, kind)
+        fields = _IN.get(kind, ("dtype",) if kind in _MOVERS else ())
+        if not fields:
+            continue
+        ids = [m.input_id1, m.input_id2] if kind in ("binarymap", "binarymap_accum") else \
+            [m.ref_id] if kind == "dyn_off_chip_load" else \
+            list(m.input_id_list) if kind == "eager_merge" else [m.input_id]
+        for field, src in zip(fields, ids):
+            said = made(ops[src])
+            if said is not None:
+                assert getattr(m, field).WhichOneof("type") == said, (op.name, field)
+                checked += 1
+    assert checked > 20
+    assert ("f16" in {made(o) for o in g.operators}) == computed_bf16  # moe_dynamic: f32 sums
+
+
+@pytest.mark.parametrize("knob", ["depth=4", "depth=[4]"])
+def test_a_fifo_depth_the_format_cannot_carry_is_refused_not_dropped(tmp_path, knob):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : f32[64, 64] input\n"
+                    f"Sink(Map(LinearOffChipLoad(X, tile=[16, 64]), fn=exp, {knob}))\n")
+    with pytest.raises(InteropError, match=r"\(Map\): depth=\[?4\]?: the format carries no "
+                       "channel or buffer depths"):
+        export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
+    plain = prog.read_text().replace(f", {knob}", "")
+    prog.write_text(plain)
+    assert stepc.load(_export(tmp_path, stepc.load(prog))).operators == 3  # load, map, sink
+
+
+def test_the_export_command_refuses_with_exit_1_and_writes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+    out = tmp_path / "attn.pb"
+    defines = [a for k, v in REFUSED["attention_dynamic"][0].items() for a in ("-D", f"{k}={v}")]
+    r = CliRunner().invoke(main, ["export", str(REPO / "programs" / "attention_dynamic.step"),
+                                  *defines, "-o", str(out)])
+    assert r.exit_code == 1 and "error[E0005]" in r.output and "ceildiv_int" in r.output
+    assert "Traceback" not in r.output and list(tmp_path.iterdir()) == []
+
+
+_KV = """
+param B = 4
+param TILE_N = 8
+param HEAD_DIM = 16
+param RO = 64 // TILE_N
+
+tensor K    : bf16[B * 64, HEAD_DIM] input = random(seed=1)
+tensor KOUT : bf16[B * 64, HEAD_DIM] output
+tensor KNEW : bf16[B, HEAD_DIM] input = random(seed=2)
+tensor IDX  : u64[B] input = arange
+
+stream ntiles : Strm<Tile<u64, [1, 1]>, 0>[B] = external("ntiles")
+
+idx   = MetadataGen(IDX)
+addr  = FlatMap(Zip(idx, ntiles), fn=cache_read_addr(row_offset=RO))
+raw   = RandomOffChipLoad(addr, K, tile=[TILE_N, HEAD_DIM])
+last  = FlatMap(ntiles, fn=filter_last_tile)
+assume shape(last) == shape(raw)
+part  = Partition(raw, last, rank=0, consumers=2, dim="t")
+kn    = LinearOffChipLoad(KNEW, tile=[1, HEAD_DIM], shape=[B])
+waddr = Map(idx, ntiles, fn=cache_write_addr(row_offset=RO))
+Sink(RandomOffChipStore(waddr, kn, KOUT))
+Sink(part[0])
+Sink(part[1])
+Sink(Accum(raw, fn=signal_req_all_read, rank=1))
+"""
+
+
+def test_integer_streams_and_the_kv_cache_operators_round_trip(tmp_path):
+    """MetadataGen (a tensor's and an external stream's integers), CacheReadAddrGen (the
+    Zip goes with it), FilterLastTile, cache_write_addr, RandomOffChipStore and
+    signal_req_all_read, as the reference's attention graphs use them."""
+    prog = tmp_path / "kv.step"
+    prog.write_text(_KV)
+    own = stepc.load(prog)
+    lens = np.array([2, 3, 1, 4])
+    out = tmp_path / "graph.pb"
+    data, files = export_program(own, str(out), load_config("paper-eval"), {"ntiles": lens})
+    assert sorted(files) == ["idx.npy", "ntiles.npy"] and (files["ntiles.npy"] == lens).all()
+    (tmp_path / "graph.npy").mkdir()
+    for name, arr in files.items():
+        np.save(tmp_path / "graph.npy" / name, arr)
+    out.write_bytes(data)
+    g = ProgramGraph()
+    g.ParseFromString(data)
+    kinds = [o.WhichOneof("op_type") for o in g.operators]
+    assert kinds.count("metadata_gen") == 2 and "cache_read_addr_gen" in kinds
+    assert len(g.operators) == own.operators - 1  # the Zip is inside CacheReadAddrGen
+    mine = own.simulate(timing_only=True, traces={"ntiles": lens})
+    back = stepc.load(out).simulate(timing_only=True)
+    assert {k: back.totals[k] for k in TOTALS} == {k: mine.totals[k] for k in TOTALS}
+    assert back.cycles == mine.cycles
+
+
+def test_a_selectgen_of_a_tensor_routes_as_before(tmp_path):
+    prog = tmp_path / "sel.step"
+    prog.write_text("tensor X : f32[8, 64] input = random(seed=1)\n"
+                    "tensor IDS : u64[8] input = random(seed=3, high=4)\n"
+                    "x = LinearOffChipLoad(X, tile=[1, 64])\n"
+                    "p = Partition(x, SelectGen(IDS, n=4, onehot=true), rank=1, consumers=4, "
+                    "dim=\"n\")\n"
+                    "for e in 0..4 {\n    Sink(Map(p[e], fn=exp))\n}\n")
+    own = stepc.load(prog)
+    pb = _export(tmp_path, own)
+    g = ProgramGraph()
+    g.ParseFromString(pb.read_bytes())
+    assert sum(o.HasField("select_gen") for o in g.operators) == 1
+    mine, back = own.simulate(timing_only=True), stepc.load(pb).simulate(timing_only=True)
+    assert {k: back.totals[k] for k in TOTALS} == {k: mine.totals[k] for k in TOTALS}
+    assert back.cycles == mine.cycles
