@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import stepc
+from stepc.frontend import import_graph_file as import_graph
 from stepc.hw import load_config
-from stepc.interop import InteropError, import_graph
+from stepc.interop import InteropError
 from stepc.interop.export import export_program
 from stepc.interop.schema import ProgramGraph
 
