@@ -21,6 +21,7 @@ CASTS = ("to", "_to_copy", "type_as")
 VIEWS = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "unflatten",
          "expand", "view_as", "reshape_as")
 TRANSPOSES = ("t", "transpose", "permute", "swapaxes")
+SPLITS = ("chunk", "split", "split_with_sizes")
 SPELLINGS = {"_softmax": "softmax", "true_divide": "div", "multiply": "mul", "subtract": "sub",
              "square": "pow"}
 
@@ -70,11 +71,30 @@ def canonicalise(nodes: list[Node]) -> list[Node]:
             op = "transpose"
         if n.op == "square":
             n.args = (first, 2)
+        if op in SPLITS and isinstance(first, Node):
+            n.kwargs = {"sizes": _split_sizes(n, first), "dim": _arg(n, 2, "dim", 0)}
+            op = "split"
         n.op = op
         out.append(n)
     for n in out:
         n.users = []
     return link_users(out)
+
+
+def _arg(n: Node, i: int, name: str, default):
+    return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+
+def _split_sizes(n: Node, src: Node) -> list[int]:
+    """The sizes of the pieces of a chunk/split along its dim."""
+    dim = _arg(n, 2, "dim", 0) % max(len(src.shape), 1)
+    total, what = src.shape[dim], _arg(n, 1, "split_size", None)
+    if n.op == "chunk":
+        step = -(-total // what)
+        return [min(step, total - i) for i in range(0, total, step)]
+    if isinstance(what, int):
+        return [min(what, total - i) for i in range(0, total, what)]
+    return list(what)
 
 
 def unsupported(nodes: list[Node], supported) -> LoweringError | None:

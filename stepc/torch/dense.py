@@ -14,6 +14,7 @@ accumulates the down projection (programs/swiglu.step's schedule).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
@@ -28,7 +29,40 @@ LINEAR_KINDS = {
     "`TILE_F` columns, `Map(matmul)`, bias `Map(add)`, `Accum(retile_col)`",
     "down(silu(gate(x)) * up(x))": "one fused SwiGLU: per `TILE_F` slice gate, up, SiLU, "
     "product, `Accum(matmul)` of the down projection (programs/swiglu.step's schedule)",
+    "chunk, split: `gate, up = gate_up_proj(x).chunk(2, -1)` feeding that SwiGLU (Phi-3)":
+    "the same fused SwiGLU, the `[2F, D]` weight declared `[2, F, D]` and its halves "
+    "loaded as `W[0]`, `W[1]`; another split of an activation's columns is refused",
 }
+
+
+@dataclass
+class SwiGLUParts:
+    """The pieces of one SwiGLU MLP: its input, the gate and up weights as (parameter,
+    half of a fused [2F, D] weight or None), the nodes it replaces, and names for comments."""
+
+    x: Node
+    gate: tuple[Node, int | None]
+    up: tuple[Node, int | None]
+    nodes: set[str]
+    gate_site: str
+    up_site: str
+
+
+def _fused_halves(gate: Node, up: Node):
+    """(fused linear, split, (gate half, up half)) when gate and up are the two halves of
+    one linear's output split along its last dim; else None."""
+    if not (gate.op == up.op == "getitem" and gate.args[0] is up.args[0]):
+        return None
+    split = gate.args[0]
+    fused = split.args[0] if split.op == "split" else None
+    if not (isinstance(fused, Node) and fused.op == "linear" and len(fused.args) == 2
+            and len(fused.users) == 1 and len(split.users) == 2):
+        return None
+    sizes, dim = split.kwargs["sizes"], split.kwargs["dim"]
+    if dim % len(fused.shape) != len(fused.shape) - 1 or len(sizes) != 2 \
+            or sizes[0] != sizes[1]:
+        return None
+    return fused, split, (gate.args[1], up.args[1])
 
 
 class DenseLowering(RowwiseOps):
@@ -58,6 +92,13 @@ class DenseLowering(RowwiseOps):
         self.weights_declared[key] = name
         return name
 
+    def _half_weight(self, p: Node, half: int | None, rows: int) -> str:
+        """A weight `[F, D]`, or half `W[h]` of a fused `[2F, D]` one (declared [2, F, D]:
+        the same row-major data, its halves indexed by the first dim)."""
+        if half is None:
+            return self.weight(p)
+        return f"{self.weight(p, [2, rows, p.shape[1]])}[{half}]"
+
     def cols_tiles(self, n: int, node: Node) -> str:
         if n % self.tile_f:
             raise LoweringError(f"{node.site}: {n} columns are not a multiple of TILE_F = "
@@ -81,7 +122,7 @@ class DenseLowering(RowwiseOps):
         for node in self.nodes:
             parts = self.swiglu_parts(node)
             if parts:
-                self.fused |= {p.name for p in parts}
+                self.fused |= parts.nodes
         error = unsupported([n for n in self.nodes if n.name not in self.fused],
                             lambda op: hasattr(self, f"op_{op}"))
         if error:
@@ -186,6 +227,11 @@ class DenseLowering(RowwiseOps):
     def op_getitem(self, node: Node) -> None:
         raise fail(node, "an element of a multi-output operator")
 
+    def op_split(self, node: Node) -> None:
+        raise fail(node, "a split of an activation's columns, other than the gate and up "
+                         "halves of a fused projection feeding a SwiGLU "
+                         "(`down(silu(gate) * up)`)")
+
     # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
                 bias: Node | None) -> None:
@@ -243,9 +289,10 @@ class DenseLowering(RowwiseOps):
 
     # ---------------------------------------------------------------- SwiGLU
     @staticmethod
-    def swiglu_parts(down: Node):
-        """down(silu(gate(x)) * up(x)) with the intermediate used nowhere else:
-        (gate, up, silu, mul), else None."""
+    def swiglu_parts(down: Node) -> SwiGLUParts | None:
+        """down(silu(gate(x)) * up(x)) with the intermediate used nowhere else, gate and up
+        two linears of x or the halves of one fused linear (`gate_up_proj(x).chunk(2, -1)`,
+        as Phi-3 writes it); else None."""
         mul = down.args[0] if down.op == "linear" else None
         if not (isinstance(mul, Node) and mul.op == "mul" and len(mul.users) == 1):
             return None
@@ -255,29 +302,38 @@ class DenseLowering(RowwiseOps):
         if not (isinstance(a, Node) and a.op == "silu" and len(a.users) == 1):
             return None
         gate, up = a.args[0], b
-        ok = all(isinstance(n, Node) and n.op == "linear" and len(n.args) == 2
-                 and len(n.users) == 1 for n in (gate, up))
-        if not ok or gate.args[0] is not up.args[0]:
+        if not all(isinstance(n, Node) and len(n.users) == 1 for n in (gate, up)):
             return None
-        return gate, up, a, mul
+        if gate.op == up.op == "linear" and len(gate.args) == len(up.args) == 2 \
+                and gate.args[0] is up.args[0]:
+            return SwiGLUParts(gate.args[0], (gate.args[1], None), (up.args[1], None),
+                               {gate.name, up.name, a.name, mul.name},
+                               gate.site.module, up.site.module)
+        halves = _fused_halves(gate, up)
+        if halves is None:
+            return None
+        fused, split, (hg, hu) = halves
+        return SwiGLUParts(fused.args[0], (fused.args[1], hg), (fused.args[1], hu),
+                           {fused.name, split.name, gate.name, up.name, a.name, mul.name},
+                           f"{fused.site.module}[{hg}]", f"{fused.site.module}[{hu}]")
 
     def _swiglu(self, down: Node) -> bool:
         """One fused block that streams TILE_F columns of the intermediate at a time."""
         parts = self.swiglu_parts(down)
         if parts is None:
             return False
-        gate, up, _, _ = parts
-        x = self.val(gate.args[0], down)
-        wg, wu, wd = gate.args[1], up.args[1], down.args[1]
-        f = wg.shape[0]
+        x = self.val(parts.x, down)
+        wd = down.args[1]
+        f = wd.shape[1]
         base = down.site.module.rsplit(".", 1)[0] if "." in down.site.module else "mlp"
         nt = self.cols_tiles(f, down)
-        g, u, d = self.weight(wg), self.weight(wu), self.weight(wd)
+        g, u = (self._half_weight(p, half, f) for p, half in (parts.gate, parts.up))
+        d = self.weight(wd)
         s = {k: self.w.name(f"{base}_{k}" if base != "mlp" else k)
              for k in ("xr", "wg", "wu", "wd", "gate", "up", "act", "h", "down")}
         dt = f", dtype={down.dtype}" if down.dtype != x.dtype else ""
         self.w.blank(f"SwiGLU MLP: {down.site.module or down.name}(silu("
-                     f"{gate.site.module}(x)) * {up.site.module}(x))"
+                     f"{parts.gate_site}(x)) * {parts.up_site}(x))"
                      + (f" ({down.site.line})" if down.site.line else ""))
         self.w.stmt(f"{s['xr']} = Repeat({x.stream}, count={nt})",
                     f"[MT, {f} / TILE_F] of [TB, {x.cols}]")
@@ -288,9 +344,9 @@ class DenseLowering(RowwiseOps):
         self.w.stmt(f"{s['wd']} = LinearOffChipLoad({d}, tile=[{wd.shape[0]}, TILE_F], "
                     f"stride=[0, 1], shape=[MT, {nt}])")
         self.w.stmt(f"{s['gate']} = Map({s['xr']}, {s['wg']}, fn=matmul(transpose=true){dt})",
-                    f"{gate.site.module}: [MT, .] of [TB, TILE_F]")
+                    f"{parts.gate_site}: [MT, .] of [TB, TILE_F]")
         self.w.stmt(f"{s['up']} = Map({s['xr']}, {s['wu']}, fn=matmul(transpose=true){dt})",
-                    up.site.module)
+                    parts.up_site)
         self.w.stmt(f"{s['act']} = Map({s['gate']}, fn=silu)")
         self.w.stmt(f"{s['h']} = Map({s['up']}, {s['act']}, fn=mul)")
         self.w.stmt(f"{s['down']} = Accum({s['h']}, {s['wd']}, fn=matmul(transpose=true), "
