@@ -88,3 +88,52 @@ class SplitOnly(torch.nn.Module):
 def test_another_split_of_the_columns_is_refused_with_its_line():
     with pytest.raises(LoweringError, match=r"aten.split in .*test_torch_hf_more.py:\d+"):
         from_torch(SplitOnly(), (torch.randn(8, 16),))
+
+
+class QueryHeads(torch.nn.Module):
+    """The query path of transformers' Qwen3Attention up to the scores, and back: q_proj,
+    `view(*input_shape, -1, head_dim)`, the per-head `Qwen3RMSNorm`, `transpose(1, 2)`;
+    then an element-wise op per head, `transpose(1, 2).reshape(*input_shape, -1)` and
+    o_proj (attention's output path)."""
+
+    def __init__(self, dtype=torch.float32, heads=4, head_dim=16):
+        super().__init__()
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+        self.head_dim = head_dim
+        self.q_proj = torch.nn.Linear(HIDDEN, heads * head_dim, bias=False, dtype=dtype)
+        self.q_norm = Qwen3RMSNorm(head_dim, eps=1e-6).to(dtype)
+        self.o_proj = torch.nn.Linear(heads * head_dim, HIDDEN, bias=False, dtype=dtype)
+
+    def forward(self, hidden_states):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        q = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        q = torch.nn.functional.silu(q)
+        return self.o_proj(q.transpose(1, 2).reshape(*input_shape, -1).contiguous())
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)],
+                         ids=["f32", "bf16"])
+def test_head_split_view_and_transposes_relabel_the_stream(dtype, tol):
+    torch.manual_seed(11)
+    m = QueryHeads(dtype).eval()
+    with torch.no_grad():
+        m.q_norm.weight.normal_(1.0, 0.5)
+    x = torch.randn(2, 8, HIDDEN, dtype=dtype)
+    prog = from_torch(m, (x,), schedule={"TB": 4})
+    text = prog.text
+    assert "Reshape(" in text and "[MT, 4] of [TB, 16]" in text  # 4 heads of 16
+    assert "stride=[0, 0], shape=[MT, 4]" in text  # the norm's scale, per row tile and head
+    _, out = _run(prog, x)
+    _assert_close(out, m(x), tol)
+
+
+class HeadsMoved(torch.nn.Module):
+    def forward(self, x):  # [B, S, H, Dh] -> [B, H, S, Dh] -> [B, H, S * Dh]: data moves
+        b, s, _ = x.shape
+        return x.view(b, s, 4, 2).transpose(1, 2).reshape(b, 4, s * 2) * 2.0
+
+
+def test_a_reshape_that_moves_heads_into_rows_is_refused():
+    with pytest.raises(LoweringError, match="moves data between heads and rows"):
+        from_torch(HeadsMoved(), (torch.randn(2, 4, 8),))

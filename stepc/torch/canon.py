@@ -31,9 +31,13 @@ LAYOUT_KINDS = {
     ", ".join(CASTS): "nothing when the dtype is unchanged; else the next operator's "
                       "`dtype=`, or `Map(cast)` before the output",
     ", ".join(VIEWS): "nothing when the last dim is kept and the rows are only relabelled "
-                      "(`[batch, seq, hidden]` folds to `[batch * seq, hidden]`); else refused",
+                      "(`[batch, seq, hidden]` folds to `[batch * seq, hidden]`); a split of "
+                      "the last dim into heads `[.., H, Dh]` streams `[MT, H] of [TB, Dh]` "
+                      "(`FlatMap(retile_streamify)`, `Reshape`, `Accum(retile_col)`), merged "
+                      "back by `Accum(retile_col)`; else refused",
     ", ".join(TRANSPOSES): "a weight's transpose is read by `matmul(transpose=true)`; an "
-                           "activation's only when it moves unit dims, else refused",
+                           "activation's when it moves unit dims or the heads dim "
+                           "(`transpose(1, 2)` of `[B, S, H, Dh]`), else refused",
 }
 
 
