@@ -137,3 +137,43 @@ class HeadsMoved(torch.nn.Module):
 def test_a_reshape_that_moves_heads_into_rows_is_refused():
     with pytest.raises(LoweringError, match="moves data between heads and rows"):
         from_torch(HeadsMoved(), (torch.randn(2, 4, 8),))
+
+
+class GroupedSwiGLU(torch.nn.Module):
+    """Per-batch SwiGLU weights applied with `torch.bmm` to tokens sorted by batch, as
+    transformers' batched expert implementations write it (one weight given transposed)."""
+
+    def __init__(self, groups=4, d=32, f=64):
+        super().__init__()
+        self.groups = groups
+        self.gate = torch.nn.Parameter(torch.randn(groups, d, f) * 0.1)
+        self.up = torch.nn.Parameter(torch.randn(groups, f, d) * 0.1)  # [G, out, in]
+        self.down = torch.nn.Parameter(torch.randn(groups, f, d) * 0.1)
+
+    def forward(self, x):
+        h = x.view(self.groups, -1, x.shape[-1])
+        a = torch.nn.functional.silu(torch.bmm(h, self.gate)) * torch.bmm(
+            h, self.up.transpose(1, 2))
+        return torch.bmm(a, self.down).view(-1, x.shape[-1])
+
+
+def test_bmm_by_a_parameter_tiles_over_the_batch_dim():
+    torch.manual_seed(12)
+    m, x = GroupedSwiGLU().eval(), torch.randn(32, 32)
+    prog = from_torch(m, (x,), schedule={"TB": 4, "TILE_F": 16})
+    assert prog.text.count("stride=[64 // TILE_F, 0, 1], shape=[4, 8 // TB, 64 // TILE_F]") == 2
+    _, out = _run(prog, x)
+    _assert_close(out, m(x))
+    with pytest.raises(LoweringError, match="TB = 16 does not divide the 8 rows of each batch"):
+        from_torch(m, (x,), schedule={"TB": 16})
+
+
+class Scores(torch.nn.Module):
+    def forward(self, x):
+        return torch.bmm(x, torch.sigmoid(x))
+
+
+def test_bmm_of_two_activations_is_refused_with_its_line():
+    with pytest.raises(LoweringError, match=r"aten.bmm in .*test_torch_hf_more.py:\d+.*not "
+                                            "of two activations"):
+        from_torch(Scores(), (torch.randn(2, 8, 8),))

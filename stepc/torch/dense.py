@@ -1,7 +1,8 @@
 """Node-by-node lowering of dense blocks: the linear family (linear, matmul, mm, addmm, +
-bias), the SwiGLU MLP fused the way the paper's SwiGLU workload streams it, layout
-bookkeeping (views, casts, weight transposes), and the element-wise ops and row
-reductions of `stepc.torch.rowwise`.
+bias, and batched by a `[G, in, out]` parameter), the SwiGLU MLP fused the way the
+paper's SwiGLU workload streams it, with the layout bookkeeping of `stepc.torch.layout`
+(views, casts, transposes, heads) and the element-wise ops and row reductions of
+`stepc.torch.rowwise`.
 
 Every activation is a stream of `B // TB` row tiles `[TB, C]`: its leading dims fold into
 the B rows (`[batch, seq, hidden]` is `[batch * seq, hidden]`), its last dim is the tile's
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
 from stepc.torch.emit import StepWriter
+from stepc.torch.layout import LayoutOps
 from stepc.torch.rowwise import RowwiseOps, Val, fail
 
 DENSE_PARAMS = ("TB", "TILE_F")
@@ -27,6 +29,9 @@ DENSE_PARAMS = ("TB", "TILE_F")
 LINEAR_KINDS = {
     "linear, matmul, mm, addmm (+ bias)": "`Repeat` of the row tile, weight tiles of "
     "`TILE_F` columns, `Map(matmul)`, bias `Map(add)`, `Accum(retile_col)`",
+    "bmm, matmul of `[G, N, in]` by a parameter `[G, in, out]` (or `W.transpose(1, 2)`)":
+    "the same, each row tile reading its batch's weight tiles (`Flatten` of a "
+    "`[G, N / TB, out / TILE_F]` view); `bmm` of two activations is refused",
     "down(silu(gate(x)) * up(x))": "one fused SwiGLU: per `TILE_F` slice gate, up, SiLU, "
     "product, `Accum(matmul)` of the down projection (programs/swiglu.step's schedule)",
     "chunk, split: `gate, up = gate_up_proj(x).chunk(2, -1)` feeding that SwiGLU (Phi-3)":
@@ -65,7 +70,7 @@ def _fused_halves(gate: Node, up: Node):
     return fused, split, (gate.args[1], up.args[1])
 
 
-class DenseLowering(RowwiseOps):
+class DenseLowering(LayoutOps, RowwiseOps):
     """Walks the canonical nodes once, emitting statements; nothing is returned half-way
     (the caller renders the writer only when the whole walk succeeded)."""
 
@@ -179,120 +184,12 @@ class DenseLowering(RowwiseOps):
         self.w.blank()
         self.w.stmt(f"LinearOffChipStore({stream}, {t})")
 
-    # ---------------------------------------------------------------- layout bookkeeping
-    def op_view(self, node: Node) -> None:
-        src = node.args[0]
-        if self.param_view(src) is not None:
-            raise fail(node, "a reshape of a parameter (stepc reads weights in their "
-                             "declared shape)")
-        v = self.val(src, node)
-        rows, cols = rows_cols(node.shape)
-        if v.heads:
-            self._view_heads(node, v)
-        elif self._splits_heads(node, v):
-            self.vals[node.name] = self._split_heads(node, v)
-        elif not v.vector and (rows, cols) == (v.rows, v.cols):
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype)
-        elif v.cols == 1 and math.prod(node.shape) == v.rows:
-            # [R] <-> [R, 1]: a reduced row vector gains or loses its unit dim
-            vector = not node.shape or node.shape[-1] != 1 or rows != v.rows
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype, vector)
-        else:
-            raise fail(node, f"a reshape of {list(v.shape)} to {list(node.shape)} moves data "
-                             "across the last dim (stepc streams rows of it)")
-
-    @staticmethod
-    def _splits_heads(node: Node, v: Val) -> bool:
-        """A view `[.., C] -> [.., H, Dh]` with C = H * Dh, the rows kept (attention's
-        `view(*input_shape, -1, head_dim)`)."""
-        shape = node.shape
-        return (not v.vector and not v.per_tile and len(shape) >= 3 and 1 < shape[-2]
-                and shape[-2] * shape[-1] == v.cols and math.prod(shape[:-2]) == v.rows)
-
-    def _split_heads(self, node: Node, v: Val) -> Val:
-        """`[MT] of [TB, H * Dh]` -> `[MT, H] of [TB, Dh]`: each tile's columns streamed
-        out, regrouped per head and gathered into one tile per head."""
-        heads, dh = node.shape[-2], node.shape[-1]
-        base = node.site.module or node.name
-        cols, grouped, flat, out = (self.w.name(f"{base}_{k}")
-                                    for k in ("cols", "grouped", "flat", "heads"))
-        self.w.blank(f"{base}: view {list(v.shape)} -> {list(node.shape)}, split into heads"
-                     + (f" ({node.site.line})" if node.site.line else ""))
-        self.w.stmt(f'{cols} = FlatMap({v.stream}, fn=retile_streamify(split="col"))',
-                    f"[MT * {v.cols}] of [TB, 1]")
-        self.w.stmt(f"{grouped}, _ = Reshape({cols}, chunk={dh})",
-                    f"[MT * {heads}, {dh}] of [TB, 1]")
-        self.w.stmt(f"{flat} = Accum({grouped}, fn=retile_col, rank=1)",
-                    f"[MT * {heads}] of [TB, {dh}]")
-        self.w.stmt(f"{out}, _ = Reshape({flat}, chunk={heads})", f"[MT, {heads}] of [TB, {dh}]")
-        return Val(out, node.shape, v.dtype, heads=heads, heads_at=len(node.shape) - 2)
-
-    def _merge_heads(self, v: Val, node: Node) -> Val:
-        """`[MT, H] of [TB, Dh]` -> `[MT] of [TB, H * Dh]`, the heads side by side."""
-        out = self.w.name(f"{node.site.module or node.name}_merged")
-        cols = v.heads * v.cols
-        self.w.stmt(f"{out} = Accum({v.stream}, fn=retile_col, rank=1)",
-                    f"[MT] of [TB, {cols}]: heads merged")
-        return Val(out, tuple(v.shape[:-2]) + (cols,), v.dtype)
-
-    def _view_heads(self, node: Node, v: Val) -> None:
-        """A view of a value split into heads: the same shape, or the heads merged back
-        (`[.., H, Dh] -> [.., H * Dh]`, with H just before the last dim)."""
-        shape = tuple(node.shape)
-        if shape == tuple(v.shape):
-            self.vals[node.name] = Val(v.stream, shape, v.dtype, v.vector, **v.layout())
-        elif v.heads_at == len(v.shape) - 2 and shape == tuple(v.shape[:-2]) + (
-                v.heads * v.cols,) and not v.vector:
-            self.vals[node.name] = self._merge_heads(v, node)
-        else:
-            raise fail(node, f"a reshape of {list(v.shape)} (split into {v.heads} heads at "
-                             f"dim {v.heads_at}) to {list(node.shape)} moves data between "
-                             "heads and rows (stepc merges the heads back only from "
-                             "[.., heads, head_dim])")
-
-    def op_cast(self, node: Node) -> None:
-        """The stream is unchanged; its consumers compute in the cast's dtype."""
-        v = self.val(node.args[0], node)
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **v.layout())
-
-    def op_transpose(self, node: Node) -> None:
-        src = node.args[0]
-        pv = self.param_view(src)
-        if pv is not None and len(node.shape) == 2:
-            self.transposed[node.name] = (pv[0], not pv[1])
-            return
-        v = self.val(src, node)
-        perm = self._perm(node, len(v.shape))
-        # the heads are a stream dim of their own: moving them past the rows relabels
-        moved = [d for d in perm if v.shape[d] != 1 and not (v.heads and d == v.heads_at)]
-        if moved != sorted(moved) or node.shape[-1] != v.shape[-1]:
-            raise fail(node, f"a transpose of the activation {list(v.shape)} to "
-                             f"{list(node.shape)} reorders its rows or columns")
-        layout = {"heads": v.heads, "heads_at": perm.index(v.heads_at)} if v.heads else {}
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **layout)
-
-    @staticmethod
-    def _perm(node: Node, ndim: int) -> list[int]:
-        """The permutation of a transpose/permute/t node."""
-        args = node.args[1:]
-        if "permute" in node.target:
-            return [d % ndim for d in args[0]]
-        perm = list(range(ndim))
-        a, b = (args[0] % ndim, args[1] % ndim) if len(args) >= 2 else (0, 1)
-        perm[a], perm[b] = perm[b], perm[a]
-        return perm
-
-    def op_getitem(self, node: Node) -> None:
-        raise fail(node, "an element of a multi-output operator")
-
-    def op_split(self, node: Node) -> None:
-        raise fail(node, "a split of an activation's columns, other than the gate and up "
-                         "halves of a fused projection feeding a SwiGLU "
-                         "(`down(silu(gate) * up)`)")
-
     # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
-                bias: Node | None) -> None:
+                bias: Node | None, groups: int = 0) -> None:
+        """x times a weight `[in, out]` (`[out, in]` when `transpose`), in TILE_F columns;
+        with `groups` G, x is `[G, N, in]` and the weight `[G, in, out]`: row tile m reads
+        group m // (N / TB)'s matrix (a batched matmul)."""
         if x.vector or x.per_tile:
             raise fail(node, "a matmul of a reduced row vector or of a parameter's function")
         if x.heads:
@@ -304,8 +201,17 @@ class DenseLowering(RowwiseOps):
         xr, wl, y = self.w.name(f"{base}_x"), self.w.name(f"{base}_w"), self.w.name(base)
         self.w.stmt(f"{xr} = Repeat({x.stream}, count={nt})",
                     f"[MT, {out_cols} / TILE_F] of [TB, {x.cols}]")
-        self.w.stmt(f"{wl} = LinearOffChipLoad({wname}, tile={tile}, stride=[0, 1], "
-                    f"shape=[MT, {nt}])", "re-read for every row tile")
+        if groups:
+            per_group = x.rows // groups
+            if per_group % self.tb:
+                raise fail(node, f"TB = {self.tb} does not divide the {per_group} rows of "
+                                 "each batch of the batched matmul (choose a TB that does)")
+            self.w.stmt(f"{wl} = Flatten(LinearOffChipLoad({wname}, tile={tile}, stride=["
+                        f"{nt}, 0, 1], shape=[{groups}, {per_group} // TB, {nt}]), min=1, "
+                        "max=2)", f"[MT, {out_cols} / TILE_F]: each row tile's batch")
+        else:
+            self.w.stmt(f"{wl} = LinearOffChipLoad({wname}, tile={tile}, stride=[0, 1], "
+                        f"shape=[MT, {nt}])", "re-read for every row tile")
         mm = "matmul(transpose=true)" if transpose else "matmul"
         part = self.w.name(f"{base}_t")
         self.w.stmt(f"{part} = Map({xr}, {wl}, fn={mm}, dtype={node.dtype})",
@@ -332,14 +238,32 @@ class DenseLowering(RowwiseOps):
     def op_matmul(self, node: Node, bias: Node | None = None) -> None:
         a, b = node.args[0], node.args[1]
         pv = self.param_view(b)
+        x = self.val(a, node)
+        if pv is not None and len(pv[0].shape) == 3 and bias is None:
+            self._batched(node, x, *pv)
+            return
         if pv is None or len(pv[0].shape) != 2:
             raise fail(node, "stepc lowers the matmul of an activation by a 2-D parameter "
-                             "(or its transpose)")
+                             "(or its transpose), or the batched matmul of an activation "
+                             "[G, N, in] by a parameter [G, in, out] (not of two activations)")
         p, transposed = pv
         out_cols = p.shape[0] if transposed else p.shape[1]
-        self._linear(node, self.val(a, node), self.weight(p), out_cols, transposed, bias)
+        self._linear(node, x, self.weight(p), out_cols, transposed, bias)
 
-    op_mm = op_matmul
+    op_mm = op_bmm = op_matmul
+
+    def _batched(self, node: Node, x: Val, p: Node, transposed: bool) -> None:
+        """`bmm(x [G, N, in], W [G, in, out])` (or `W.transpose(1, 2)` of `[G, out, in]`):
+        one tiled matmul whose weight tiles follow each row tile's batch."""
+        groups = p.shape[0]
+        inner = p.shape[2] if transposed else p.shape[1]
+        if len(x.shape) != 3 or x.shape[0] != groups or x.cols != inner or x.heads:
+            raise fail(node, f"a batched matmul of {list(x.shape)} by the parameter "
+                             f"`{p.target}` {list(p.shape)}" + (" transposed" if transposed
+                                                                else "")
+                             + f" (stepc lowers [{groups}, N, {inner}] activations by it)")
+        out_cols = p.shape[1] if transposed else p.shape[2]
+        self._linear(node, x, self.weight(p), out_cols, transposed, None, groups)
 
     def op_addmm(self, node: Node) -> None:
         bias, a, b = node.args[:3]
@@ -478,7 +402,7 @@ def _linear_widths(nodes: list[Node]) -> list[int]:
     intermediate too)."""
     out = []
     for n in nodes:
-        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
+        if n.op in ("linear", "matmul", "mm", "bmm", "addmm") and n.shape:
             out.append(n.shape[-1])
             if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
                 out.append(n.args[0].shape[-1])
