@@ -47,6 +47,27 @@ def _assert_close(out, ref, tol=1e-5):
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * float(np.abs(ref).max()))
 
 
+def _fused_mlp(name: str):
+    """Other transformers MLPs with one `gate_up_proj` split by `chunk`."""
+    from transformers.models.glm4 import modeling_glm4
+    from transformers.models.llama4 import modeling_llama4
+    small = dict(hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=4,
+                 num_key_value_heads=2, num_hidden_layers=1, vocab_size=32, pad_token_id=0,
+                 eos_token_id=1, bos_token_id=1)
+    torch.manual_seed(8)
+    if name == "Glm4MLP":
+        return modeling_glm4.Glm4MLP(transformers.Glm4Config(**small)).eval()
+    cfg = transformers.Llama4TextConfig(**small, intermediate_size_mlp=INTER)
+    return modeling_llama4.Llama4TextMLP(cfg).eval()
+
+
+@pytest.mark.parametrize("name", ["Glm4MLP", "Llama4TextMLP"])
+def test_other_fused_gate_up_mlps_simulate_to_their_forward(name):
+    m, x = _fused_mlp(name), torch.randn(2, 8, HIDDEN)
+    _, out = _run(from_torch(m, (x,), schedule={"TB": 8}), x)
+    _assert_close(out, m(x))
+
+
 @pytest.mark.parametrize("shape", [(16, HIDDEN), (2, 8, HIDDEN)], ids=["2d", "3d"])
 def test_phi3_mlp_fused_gate_up_chunk_lowers_to_the_swiglu(shape):
     m, x = _phi3_mlp(), torch.randn(shape)
