@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="the transformers blocks need the "
                                    "`transformers` package (the torch extra installs it)")
 
+from stepc.analyze import analyze  # noqa: E402
 from stepc.frontend import compile_source  # noqa: E402
 from stepc.hw import load_config  # noqa: E402
 from stepc.sim.run import simulate  # noqa: E402
@@ -185,6 +186,10 @@ def test_bmm_by_a_parameter_tiles_over_the_batch_dim():
     assert prog.text.count("stride=[64 // TILE_F, 0, 1], shape=[4, 8 // TB, 64 // TILE_F]") == 2
     _, out = _run(prog, x)
     _assert_close(out, m(x))
+    for tb in (4, 8):  # input and output once; each row tile reads its batch's 3 matrices
+        r = compile_source(SourceFile("e.step", from_torch(m, (x,), schedule={"TB": tb}).text))
+        traffic = int(analyze(r.typed, "artifact").totals["off_chip_bytes"])
+        assert traffic == 4 * (2 * 32 * 32 + (32 // tb) * 3 * 32 * 64)
     with pytest.raises(LoweringError, match="TB = 16 does not divide the 8 rows of each batch"):
         from_torch(m, (x,), schedule={"TB": 16})
 
