@@ -92,9 +92,10 @@ def _arg(n: Node, i: int, name: str, default):
 def _split_sizes(n: Node, src: Node) -> list[int]:
     """The sizes of the pieces of a chunk/split along its dim."""
     dim = _arg(n, 2, "dim", 0) % max(len(src.shape), 1)
-    total, what = src.shape[dim], _arg(n, 1, "split_size", None)
+    total = src.shape[dim]
+    what = _arg(n, 1, "split_sizes" if n.op == "split_with_sizes" else "split_size", None)
     if n.op == "chunk":
-        step = -(-total // what)
+        step = -(-total // what)  # torch's chunk: pieces of ceil(total / chunks)
         return [min(step, total - i) for i in range(0, total, step)]
     if isinstance(what, int):
         return [min(what, total - i) for i in range(0, total, what)]
