@@ -124,7 +124,10 @@ def match_weights(tensors: dict, arrays: dict[str, np.ndarray], prefix: str | No
                                "values are computed, not loaded")
         if [d for d in arr.shape if d != 1] != [d for d in t.shape if d != 1] and not (
                 t.role == "input" and arr.ndim > 2 and arr.size == math.prod(t.shape)
-                and arr.shape[-1] == t.shape[-1]):  # a [batch, seq, C] input folds
+                and arr.shape[-1] == t.shape[-1]) and not (  # a [batch, seq, C] input folds
+                arr.ndim >= 2 and len(t.shape) == arr.ndim + 1
+                and arr.shape[1:] == tuple(t.shape[2:])
+                and arr.shape[0] == t.shape[0] * t.shape[1]):  # [2F, D] read as halves [2, F, D]
             raise WeightsError(f"`{key}` holds {list(arr.shape)} but tensor `{name}` is "
                                f"declared {list(t.shape)}")
         matched[name] = arr.reshape(t.shape)

@@ -134,13 +134,13 @@ class RowMixer(torch.nn.Module):
         return x.transpose(0, 1) * 2.0
 
 
-class HeadSplit(torch.nn.Module):
+class RowsIntoColumns(torch.nn.Module):
     def forward(self, x):
-        return torch.softmax(x.view(4, 2, 4), dim=-1)
+        return torch.softmax(x.view(2, 16), dim=-1)
 
 
 @pytest.mark.parametrize("module,why", [(RowMixer(), "reorders its rows"),
-                                        (HeadSplit(), "moves data across the last dim")])
+                                        (RowsIntoColumns(), "moves data across the last dim")])
 def test_layout_changes_that_move_data_are_refused(module, why):
     with pytest.raises(LoweringError, match=why):
         from_torch(module, (torch.randn(4, 8),))

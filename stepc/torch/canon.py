@@ -21,6 +21,7 @@ CASTS = ("to", "_to_copy", "type_as")
 VIEWS = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "unflatten",
          "expand", "view_as", "reshape_as")
 TRANSPOSES = ("t", "transpose", "permute", "swapaxes")
+SPLITS = ("chunk", "split", "split_with_sizes")
 SPELLINGS = {"_softmax": "softmax", "true_divide": "div", "multiply": "mul", "subtract": "sub",
              "square": "pow"}
 
@@ -30,9 +31,13 @@ LAYOUT_KINDS = {
     ", ".join(CASTS): "nothing when the dtype is unchanged; else the next operator's "
                       "`dtype=`, or `Map(cast)` before the output",
     ", ".join(VIEWS): "nothing when the last dim is kept and the rows are only relabelled "
-                      "(`[batch, seq, hidden]` folds to `[batch * seq, hidden]`); else refused",
+                      "(`[batch, seq, hidden]` folds to `[batch * seq, hidden]`); a split of "
+                      "the last dim into heads `[.., H, Dh]` streams `[MT, H] of [TB, Dh]` "
+                      "(`FlatMap(retile_streamify)`, `Reshape`, `Accum(retile_col)`), merged "
+                      "back by `Accum(retile_col)`; else refused",
     ", ".join(TRANSPOSES): "a weight's transpose is read by `matmul(transpose=true)`; an "
-                           "activation's only when it moves unit dims, else refused",
+                           "activation's when it moves unit dims or the heads dim "
+                           "(`transpose(1, 2)` of `[B, S, H, Dh]`), else refused",
 }
 
 
@@ -70,11 +75,31 @@ def canonicalise(nodes: list[Node]) -> list[Node]:
             op = "transpose"
         if n.op == "square":
             n.args = (first, 2)
+        if op in SPLITS and isinstance(first, Node):
+            n.kwargs = {"sizes": _split_sizes(n, first), "dim": _arg(n, 2, "dim", 0)}
+            op = "split"
         n.op = op
         out.append(n)
     for n in out:
         n.users = []
     return link_users(out)
+
+
+def _arg(n: Node, i: int, name: str, default):
+    return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+
+def _split_sizes(n: Node, src: Node) -> list[int]:
+    """The sizes of the pieces of a chunk/split along its dim."""
+    dim = _arg(n, 2, "dim", 0) % max(len(src.shape), 1)
+    total = src.shape[dim]
+    what = _arg(n, 1, "split_sizes" if n.op == "split_with_sizes" else "split_size", None)
+    if n.op == "chunk":
+        step = -(-total // what)  # torch's chunk: pieces of ceil(total / chunks)
+        return [min(step, total - i) for i in range(0, total, step)]
+    if isinstance(what, int):
+        return [min(what, total - i) for i in range(0, total, what)]
+    return list(what)
 
 
 def unsupported(nodes: list[Node], supported) -> LoweringError | None:

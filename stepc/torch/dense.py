@@ -1,7 +1,8 @@
 """Node-by-node lowering of dense blocks: the linear family (linear, matmul, mm, addmm, +
-bias), the SwiGLU MLP fused the way the paper's SwiGLU workload streams it, layout
-bookkeeping (views, casts, weight transposes), and the element-wise ops and row
-reductions of `stepc.torch.rowwise`.
+bias, and batched by a `[G, in, out]` parameter), the SwiGLU MLP fused the way the
+paper's SwiGLU workload streams it, with the layout bookkeeping of `stepc.torch.layout`
+(views, casts, transposes, heads) and the element-wise ops and row reductions of
+`stepc.torch.rowwise`.
 
 Every activation is a stream of `B // TB` row tiles `[TB, C]`: its leading dims fold into
 the B rows (`[batch, seq, hidden]` is `[batch * seq, hidden]`), its last dim is the tile's
@@ -14,10 +15,12 @@ accumulates the down projection (programs/swiglu.step's schedule).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
 from stepc.torch.emit import StepWriter
+from stepc.torch.layout import LayoutOps
 from stepc.torch.rowwise import RowwiseOps, Val, fail
 
 DENSE_PARAMS = ("TB", "TILE_F")
@@ -26,12 +29,48 @@ DENSE_PARAMS = ("TB", "TILE_F")
 LINEAR_KINDS = {
     "linear, matmul, mm, addmm (+ bias)": "`Repeat` of the row tile, weight tiles of "
     "`TILE_F` columns, `Map(matmul)`, bias `Map(add)`, `Accum(retile_col)`",
+    "bmm, matmul of `[G, N, in]` by a parameter `[G, in, out]` (or `W.transpose(1, 2)`)":
+    "the same, each row tile reading its batch's weight tiles (`Flatten` of a "
+    "`[G, N / TB, out / TILE_F]` view); `bmm` of two activations is refused",
     "down(silu(gate(x)) * up(x))": "one fused SwiGLU: per `TILE_F` slice gate, up, SiLU, "
     "product, `Accum(matmul)` of the down projection (programs/swiglu.step's schedule)",
+    "chunk, split: `gate, up = gate_up_proj(x).chunk(2, -1)` feeding that SwiGLU (Phi-3)":
+    "the same fused SwiGLU, the `[2F, D]` weight declared `[2, F, D]` and its halves "
+    "loaded as `W[0]`, `W[1]`; another split of an activation's columns is refused",
 }
 
 
-class DenseLowering(RowwiseOps):
+@dataclass
+class SwiGLUParts:
+    """The pieces of one SwiGLU MLP: its input, the gate and up weights as (parameter,
+    half of a fused [2F, D] weight or None), the nodes it replaces, and names for comments."""
+
+    x: Node
+    gate: tuple[Node, int | None]
+    up: tuple[Node, int | None]
+    nodes: set[str]
+    gate_site: str
+    up_site: str
+
+
+def _fused_halves(gate: Node, up: Node):
+    """(fused linear, split, (gate half, up half)) when gate and up are the two halves of
+    one linear's output split along its last dim; else None."""
+    if not (gate.op == up.op == "getitem" and gate.args[0] is up.args[0]):
+        return None
+    split = gate.args[0]
+    fused = split.args[0] if split.op == "split" else None
+    if not (isinstance(fused, Node) and fused.op == "linear" and len(fused.args) == 2
+            and len(fused.users) == 1 and len(split.users) == 2):
+        return None
+    sizes, dim = split.kwargs["sizes"], split.kwargs["dim"]
+    if dim % len(fused.shape) != len(fused.shape) - 1 or len(sizes) != 2 \
+            or sizes[0] != sizes[1]:
+        return None
+    return fused, split, (gate.args[1], up.args[1])
+
+
+class DenseLowering(LayoutOps, RowwiseOps):
     """Walks the canonical nodes once, emitting statements; nothing is returned half-way
     (the caller renders the writer only when the whole walk succeeded)."""
 
@@ -58,6 +97,13 @@ class DenseLowering(RowwiseOps):
         self.weights_declared[key] = name
         return name
 
+    def _half_weight(self, p: Node, half: int | None, rows: int) -> str:
+        """A weight `[F, D]`, or half `W[h]` of a fused `[2F, D]` one (declared [2, F, D]:
+        the same row-major data, its halves indexed by the first dim)."""
+        if half is None:
+            return self.weight(p)
+        return f"{self.weight(p, [2, rows, p.shape[1]])}[{half}]"
+
     def cols_tiles(self, n: int, node: Node) -> str:
         if n % self.tile_f:
             raise LoweringError(f"{node.site}: {n} columns are not a multiple of TILE_F = "
@@ -81,7 +127,7 @@ class DenseLowering(RowwiseOps):
         for node in self.nodes:
             parts = self.swiglu_parts(node)
             if parts:
-                self.fused |= {p.name for p in parts}
+                self.fused |= parts.nodes
         error = unsupported([n for n in self.nodes if n.name not in self.fused],
                             lambda op: hasattr(self, f"op_{op}"))
         if error:
@@ -122,7 +168,9 @@ class DenseLowering(RowwiseOps):
                                 "modules with one output tensor")
         arg = node.args[0]
         v = self.val(arg, node)
-        if v.vector or v.rows != self.rows:
+        if v.heads and v.heads_at == len(v.shape) - 2:  # [.., H, Dh] is [.., H * Dh]
+            v = self._merge_heads(v, arg)
+        if v.vector or v.rows != self.rows or v.heads:
             raise fail(arg, f"the output {list(v.shape)} is not [..., C] with the input's "
                             f"{self.rows} rows")
         stream = v.stream
@@ -136,69 +184,34 @@ class DenseLowering(RowwiseOps):
         self.w.blank()
         self.w.stmt(f"LinearOffChipStore({stream}, {t})")
 
-    # ---------------------------------------------------------------- layout bookkeeping
-    def op_view(self, node: Node) -> None:
-        src = node.args[0]
-        if self.param_view(src) is not None:
-            raise fail(node, "a reshape of a parameter (stepc reads weights in their "
-                             "declared shape)")
-        v = self.val(src, node)
-        rows, cols = rows_cols(node.shape)
-        if not v.vector and (rows, cols) == (v.rows, v.cols):
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype)
-        elif v.cols == 1 and math.prod(node.shape) == v.rows:
-            # [R] <-> [R, 1]: a reduced row vector gains or loses its unit dim
-            vector = not node.shape or node.shape[-1] != 1 or rows != v.rows
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype, vector)
-        else:
-            raise fail(node, f"a reshape of {list(v.shape)} to {list(node.shape)} moves data "
-                             "across the last dim (stepc streams rows of it)")
-
-    def op_cast(self, node: Node) -> None:
-        """The stream is unchanged; its consumers compute in the cast's dtype."""
-        v = self.val(node.args[0], node)
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector)
-
-    def op_transpose(self, node: Node) -> None:
-        src = node.args[0]
-        pv = self.param_view(src)
-        if pv is not None and len(node.shape) == 2:
-            self.transposed[node.name] = (pv[0], not pv[1])
-            return
-        v = self.val(src, node)
-        moved = [d for d in self._perm(node, len(v.shape)) if v.shape[d] != 1]
-        if moved != sorted(moved) or node.shape[-1] != v.shape[-1]:
-            raise fail(node, f"a transpose of the activation {list(v.shape)} to "
-                             f"{list(node.shape)} reorders its rows or columns")
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector)
-
-    @staticmethod
-    def _perm(node: Node, ndim: int) -> list[int]:
-        """The permutation of a transpose/permute/t node."""
-        args = node.args[1:]
-        if "permute" in node.target:
-            return [d % ndim for d in args[0]]
-        perm = list(range(ndim))
-        a, b = (args[0] % ndim, args[1] % ndim) if len(args) >= 2 else (0, 1)
-        perm[a], perm[b] = perm[b], perm[a]
-        return perm
-
-    def op_getitem(self, node: Node) -> None:
-        raise fail(node, "an element of a multi-output operator")
-
     # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
-                bias: Node | None) -> None:
+                bias: Node | None, groups: int = 0) -> None:
+        """x times a weight `[in, out]` (`[out, in]` when `transpose`), in TILE_F columns;
+        with `groups` G, x is `[G, N, in]` and the weight `[G, in, out]`: row tile m reads
+        group m // (N / TB)'s matrix (a batched matmul)."""
         if x.vector or x.per_tile:
             raise fail(node, "a matmul of a reduced row vector or of a parameter's function")
+        if x.heads:
+            raise fail(node, f"a linear layer of {list(x.shape)}, split into heads (merge "
+                             "them first: `.transpose(1, 2).reshape(*input_shape, -1)`)")
         base = node.site.module or node.name
         nt = self.cols_tiles(out_cols, node)
         tile = f"[TILE_F, {x.cols}]" if transpose else f"[{x.cols}, TILE_F]"
         xr, wl, y = self.w.name(f"{base}_x"), self.w.name(f"{base}_w"), self.w.name(base)
         self.w.stmt(f"{xr} = Repeat({x.stream}, count={nt})",
                     f"[MT, {out_cols} / TILE_F] of [TB, {x.cols}]")
-        self.w.stmt(f"{wl} = LinearOffChipLoad({wname}, tile={tile}, stride=[0, 1], "
-                    f"shape=[MT, {nt}])", "re-read for every row tile")
+        if groups:
+            per_group = x.rows // groups
+            if per_group % self.tb:
+                raise fail(node, f"TB = {self.tb} does not divide the {per_group} rows of "
+                                 "each batch of the batched matmul (choose a TB that does)")
+            self.w.stmt(f"{wl} = Flatten(LinearOffChipLoad({wname}, tile={tile}, stride=["
+                        f"{nt}, 0, 1], shape=[{groups}, {per_group} // TB, {nt}]), min=1, "
+                        "max=2)", f"[MT, {out_cols} / TILE_F]: each row tile's batch")
+        else:
+            self.w.stmt(f"{wl} = LinearOffChipLoad({wname}, tile={tile}, stride=[0, 1], "
+                        f"shape=[MT, {nt}])", "re-read for every row tile")
         mm = "matmul(transpose=true)" if transpose else "matmul"
         part = self.w.name(f"{base}_t")
         self.w.stmt(f"{part} = Map({xr}, {wl}, fn={mm}, dtype={node.dtype})",
@@ -225,14 +238,32 @@ class DenseLowering(RowwiseOps):
     def op_matmul(self, node: Node, bias: Node | None = None) -> None:
         a, b = node.args[0], node.args[1]
         pv = self.param_view(b)
+        x = self.val(a, node)
+        if pv is not None and len(pv[0].shape) == 3 and bias is None:
+            self._batched(node, x, *pv)
+            return
         if pv is None or len(pv[0].shape) != 2:
             raise fail(node, "stepc lowers the matmul of an activation by a 2-D parameter "
-                             "(or its transpose)")
+                             "(or its transpose), or the batched matmul of an activation "
+                             "[G, N, in] by a parameter [G, in, out] (not of two activations)")
         p, transposed = pv
         out_cols = p.shape[0] if transposed else p.shape[1]
-        self._linear(node, self.val(a, node), self.weight(p), out_cols, transposed, bias)
+        self._linear(node, x, self.weight(p), out_cols, transposed, bias)
 
-    op_mm = op_matmul
+    op_mm = op_bmm = op_matmul
+
+    def _batched(self, node: Node, x: Val, p: Node, transposed: bool) -> None:
+        """`bmm(x [G, N, in], W [G, in, out])` (or `W.transpose(1, 2)` of `[G, out, in]`):
+        one tiled matmul whose weight tiles follow each row tile's batch."""
+        groups = p.shape[0]
+        inner = p.shape[2] if transposed else p.shape[1]
+        if len(x.shape) != 3 or x.shape[0] != groups or x.cols != inner or x.heads:
+            raise fail(node, f"a batched matmul of {list(x.shape)} by the parameter "
+                             f"`{p.target}` {list(p.shape)}" + (" transposed" if transposed
+                                                                else "")
+                             + f" (stepc lowers [{groups}, N, {inner}] activations by it)")
+        out_cols = p.shape[1] if transposed else p.shape[2]
+        self._linear(node, x, self.weight(p), out_cols, transposed, None, groups)
 
     def op_addmm(self, node: Node) -> None:
         bias, a, b = node.args[:3]
@@ -243,9 +274,10 @@ class DenseLowering(RowwiseOps):
 
     # ---------------------------------------------------------------- SwiGLU
     @staticmethod
-    def swiglu_parts(down: Node):
-        """down(silu(gate(x)) * up(x)) with the intermediate used nowhere else:
-        (gate, up, silu, mul), else None."""
+    def swiglu_parts(down: Node) -> SwiGLUParts | None:
+        """down(silu(gate(x)) * up(x)) with the intermediate used nowhere else, gate and up
+        two linears of x or the halves of one fused linear (`gate_up_proj(x).chunk(2, -1)`,
+        as Phi-3 writes it); else None."""
         mul = down.args[0] if down.op == "linear" else None
         if not (isinstance(mul, Node) and mul.op == "mul" and len(mul.users) == 1):
             return None
@@ -255,29 +287,38 @@ class DenseLowering(RowwiseOps):
         if not (isinstance(a, Node) and a.op == "silu" and len(a.users) == 1):
             return None
         gate, up = a.args[0], b
-        ok = all(isinstance(n, Node) and n.op == "linear" and len(n.args) == 2
-                 and len(n.users) == 1 for n in (gate, up))
-        if not ok or gate.args[0] is not up.args[0]:
+        if not all(isinstance(n, Node) and len(n.users) == 1 for n in (gate, up)):
             return None
-        return gate, up, a, mul
+        if gate.op == up.op == "linear" and len(gate.args) == len(up.args) == 2 \
+                and gate.args[0] is up.args[0]:
+            return SwiGLUParts(gate.args[0], (gate.args[1], None), (up.args[1], None),
+                               {gate.name, up.name, a.name, mul.name},
+                               gate.site.module, up.site.module)
+        halves = _fused_halves(gate, up)
+        if halves is None:
+            return None
+        fused, split, (hg, hu) = halves
+        return SwiGLUParts(fused.args[0], (fused.args[1], hg), (fused.args[1], hu),
+                           {fused.name, split.name, gate.name, up.name, a.name, mul.name},
+                           f"{fused.site.module}[{hg}]", f"{fused.site.module}[{hu}]")
 
     def _swiglu(self, down: Node) -> bool:
         """One fused block that streams TILE_F columns of the intermediate at a time."""
         parts = self.swiglu_parts(down)
         if parts is None:
             return False
-        gate, up, _, _ = parts
-        x = self.val(gate.args[0], down)
-        wg, wu, wd = gate.args[1], up.args[1], down.args[1]
-        f = wg.shape[0]
+        x = self.val(parts.x, down)
+        wd = down.args[1]
+        f = wd.shape[1]
         base = down.site.module.rsplit(".", 1)[0] if "." in down.site.module else "mlp"
         nt = self.cols_tiles(f, down)
-        g, u, d = self.weight(wg), self.weight(wu), self.weight(wd)
+        g, u = (self._half_weight(p, half, f) for p, half in (parts.gate, parts.up))
+        d = self.weight(wd)
         s = {k: self.w.name(f"{base}_{k}" if base != "mlp" else k)
              for k in ("xr", "wg", "wu", "wd", "gate", "up", "act", "h", "down")}
         dt = f", dtype={down.dtype}" if down.dtype != x.dtype else ""
         self.w.blank(f"SwiGLU MLP: {down.site.module or down.name}(silu("
-                     f"{gate.site.module}(x)) * {up.site.module}(x))"
+                     f"{parts.gate_site}(x)) * {parts.up_site}(x))"
                      + (f" ({down.site.line})" if down.site.line else ""))
         self.w.stmt(f"{s['xr']} = Repeat({x.stream}, count={nt})",
                     f"[MT, {f} / TILE_F] of [TB, {x.cols}]")
@@ -288,9 +329,9 @@ class DenseLowering(RowwiseOps):
         self.w.stmt(f"{s['wd']} = LinearOffChipLoad({d}, tile=[{wd.shape[0]}, TILE_F], "
                     f"stride=[0, 1], shape=[MT, {nt}])")
         self.w.stmt(f"{s['gate']} = Map({s['xr']}, {s['wg']}, fn=matmul(transpose=true){dt})",
-                    f"{gate.site.module}: [MT, .] of [TB, TILE_F]")
+                    f"{parts.gate_site}: [MT, .] of [TB, TILE_F]")
         self.w.stmt(f"{s['up']} = Map({s['xr']}, {s['wu']}, fn=matmul(transpose=true){dt})",
-                    up.site.module)
+                    parts.up_site)
         self.w.stmt(f"{s['act']} = Map({s['gate']}, fn=silu)")
         self.w.stmt(f"{s['h']} = Map({s['up']}, {s['act']}, fn=mul)")
         self.w.stmt(f"{s['down']} = Accum({s['h']}, {s['wd']}, fn=matmul(transpose=true), "
@@ -361,7 +402,7 @@ def _linear_widths(nodes: list[Node]) -> list[int]:
     intermediate too)."""
     out = []
     for n in nodes:
-        if n.op in ("linear", "matmul", "mm", "addmm") and n.shape:
+        if n.op in ("linear", "matmul", "mm", "bmm", "addmm") and n.shape:
             out.append(n.shape[-1])
             if n.op == "linear" and isinstance(n.args[0], Node) and n.args[0].op == "mul":
                 out.append(n.args[0].shape[-1])

@@ -39,92 +39,7 @@ import torch
 from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
-from stepc.torch.hf_attention_program import declare, program_body, site
-
-_IMPLEMENTATIONS = ("eager", "sdpa")
-_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
-
-
-def _refuse(module, what: str) -> LoweringError:
-    return LoweringError(f"{what}, in the top-level module {site(module)}; stepc lowers "
-                         "decode attention: one new token per request over a DynamicCache")
-
-
-class HFDecodeShapes:
-    """The sizes of one lowering, read from the module and its example inputs."""
-
-    def __init__(self, module, example: tuple):
-        cfg = module.config
-        self.hidden = cfg.hidden_size
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = module.head_dim
-        self.qpk = self.heads // self.kv_heads
-        self.scaling = float(module.scaling)
-        self.norm_eps = (float(module.q_norm.variance_epsilon)
-                         if hasattr(module, "q_norm") else None)
-        self.bias = module.q_proj.bias is not None    # on q, k and v
-        self.bias_o = module.o_proj.bias is not None  # on o, independently (Qwen2 has none)
-        if any((getattr(module, f"{p}_proj").bias is not None) != self.bias for p in "kv"):
-            raise _refuse(module, "q, k and v projections with and without biases are not "
-                                  "lowered (all three or none)")
-        impl = getattr(cfg, "_attn_implementation", None) or "eager"
-        if impl not in _IMPLEMENTATIONS:
-            raise _refuse(module, f"attention implementation `{impl}` is not lowered (choose "
-                                  f"{' or '.join(_IMPLEMENTATIONS)})")
-        if len(example) < 2:
-            raise _refuse(module, "expected the forward arguments hidden_states, "
-                                  "position_embeddings, attention_mask, cache")
-        hs = example[0]
-        if not isinstance(hs, torch.Tensor) or hs.dim() != 3 or hs.shape[-1] != self.hidden:
-            raise _refuse(module, f"hidden_states must be [B, 1, {self.hidden}], found "
-                                  f"{list(getattr(hs, 'shape', []))}")
-        if hs.shape[1] != 1:
-            raise _refuse(module, f"prefill (hidden_states {list(hs.shape)}: {hs.shape[1]} new "
-                                  "tokens per request) is not lowered")
-        if hs.dtype not in _DTYPES:
-            raise _refuse(module, f"dtype {hs.dtype} is not lowered (f32 or bf16)")
-        self.dtype = _DTYPES[hs.dtype]
-        self.batch = hs.shape[0]
-        cos, sin = self.rope_args(example[1], module)
-        if cos.shape[-1] != self.head_dim:
-            raise _refuse(module, f"rotary embeddings cover {cos.shape[-1]} of the "
-                                  f"{self.head_dim} dims of a head (partial rotary) and are not "
-                                  "lowered")
-        if any(tuple(t.shape) != (self.batch, 1, self.head_dim) for t in (cos, sin)):
-            raise _refuse(module, f"position_embeddings (cos, sin) are {list(cos.shape)} and "
-                                  f"{list(sin.shape)}, expected [{self.batch}, 1, "
-                                  f"{self.head_dim}] each")
-        self.past = self.past_length(example, module)
-
-    @staticmethod
-    def rope_args(pe, module) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin), given as a pair or stacked in one tensor `[2, B, 1, head_dim]`."""
-        if isinstance(pe, torch.Tensor) and pe.dim() >= 1 and pe.shape[0] == 2:
-            return pe[0], pe[1]
-        if isinstance(pe, (tuple, list)) and len(pe) == 2:
-            return pe[0], pe[1]
-        raise _refuse(module, "position_embeddings must be (cos, sin), each [B, 1, head_dim]")
-
-    def past_length(self, example: tuple, module) -> int:
-        """P, the cache's padded length: from the cache, else from the mask."""
-        cache = example[3] if len(example) > 3 else None
-        if cache is not None:
-            keys = _layer_kv(cache, module)[0]
-            return int(keys.shape[2])
-        mask = example[2] if len(example) > 2 else None
-        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
-            return int(mask.shape[-1]) - 1
-        raise _refuse(module, "no cache and no 4-D attention_mask: the cache's length is unknown")
-
-
-def _layer_kv(cache, module) -> tuple[torch.Tensor, torch.Tensor]:
-    layers = getattr(cache, "layers", None)
-    idx = module.layer_idx
-    if layers is None or idx >= len(layers) or getattr(layers[idx], "keys", None) is None:
-        raise _refuse(module, f"the cache has no keys for layer_idx {idx} (pass a "
-                              "DynamicCache holding the past keys and values)")
-    return layers[idx].keys, layers[idx].values
+from stepc.torch.hf_attention_program import HFDecodeShapes, declare, layer_kv, program_body, refuse
 
 
 class HFAttentionIO:
@@ -144,13 +59,13 @@ class HFAttentionIO:
         if mask is None:
             return np.ones((s.batch, s.past), dtype=bool)
         if tuple(mask.shape) != (s.batch, 1, 1, s.past + 1):
-            raise _refuse(module, f"attention_mask is {list(mask.shape)}, expected "
+            raise refuse(module, f"attention_mask is {list(mask.shape)}, expected "
                                   f"[{s.batch}, 1, 1, {s.past + 1}] (bool or additive)")
         m = mask[:, 0, 0].detach().cpu()
         attend = m.numpy() if m.dtype == torch.bool else (
             m.float() > torch.finfo(m.dtype).min / 2).numpy()
         if not attend[:, -1].all():
-            raise _refuse(module, "the attention mask hides a request's new token")
+            raise refuse(module, "the attention mask hides a request's new token")
         return attend[:, :-1]
 
     def traces(self, module, args: tuple) -> dict[str, np.ndarray]:
@@ -159,13 +74,13 @@ class HFAttentionIO:
     def values(self, module, args: tuple) -> dict[str, np.ndarray]:
         s, p = self.s, self.params
         if tuple(args[0].shape) != (s.batch, 1, s.hidden):
-            raise _refuse(module, f"hidden_states is {list(args[0].shape)}; the program was "
+            raise refuse(module, f"hidden_states is {list(args[0].shape)}; the program was "
                                   f"lowered for [{s.batch}, 1, {s.hidden}]")
         attend = self._attended(module, args)
         lens = attend.sum(axis=1)
-        keys, vals = (_np(t) for t in _layer_kv(args[3], module))
+        keys, vals = (_np(t) for t in layer_kv(args[3], module))
         if keys.shape != (s.batch, s.kv_heads, s.past, s.head_dim):
-            raise _refuse(module, f"the cache's keys are {list(keys.shape)}, expected "
+            raise refuse(module, f"the cache's keys are {list(keys.shape)}, expected "
                                   f"[{s.batch}, {s.kv_heads}, {s.past}, {s.head_dim}]")
         maxn, tn = p["MAXN"], p["TILE_N"]
         kc = np.zeros((s.batch, s.kv_heads, maxn, s.head_dim), np.float32)

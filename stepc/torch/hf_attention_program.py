@@ -1,6 +1,7 @@
-"""The program text of transformers decode attention (stepc.torch.hf_attention): header,
-params and tensors from the module's sizes, and the region graph run under the paper's
-interleaved, coarse and dynamic schedules (programs/attention_*.step)."""
+"""The program text of transformers decode attention (stepc.torch.hf_attention): the sizes
+of one lowering read from the module and its example inputs (`HFDecodeShapes`), header,
+params and tensors from them, and the region graph run under the paper's interleaved,
+coarse and dynamic schedules (programs/attention_*.step)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import inspect
 import os
 import re
 from string import Template
-from typing import TYPE_CHECKING
+
+import torch
 
 from stepc.torch.attention import KV_LIB, REGION_IDS
+from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
-
-if TYPE_CHECKING:
-    from stepc.torch.hf_attention import HFDecodeShapes
 
 
 def site(module) -> str:
@@ -26,6 +26,92 @@ def site(module) -> str:
     except (OSError, TypeError):
         return name
     return f"{name} ({os.path.basename(path)}:{line})"
+
+
+_IMPLEMENTATIONS = ("eager", "sdpa")
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def refuse(module, what: str) -> LoweringError:
+    return LoweringError(f"{what}, in the top-level module {site(module)}; stepc lowers "
+                         "decode attention: one new token per request over a DynamicCache")
+
+
+class HFDecodeShapes:
+    """The sizes of one lowering, read from the module and its example inputs."""
+
+    def __init__(self, module, example: tuple):
+        cfg = module.config
+        self.hidden = cfg.hidden_size
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = module.head_dim
+        self.qpk = self.heads // self.kv_heads
+        self.scaling = float(module.scaling)
+        self.norm_eps = (float(module.q_norm.variance_epsilon)
+                         if hasattr(module, "q_norm") else None)
+        self.bias = module.q_proj.bias is not None    # on q, k and v
+        self.bias_o = module.o_proj.bias is not None  # on o, independently (Qwen2 has none)
+        if any((getattr(module, f"{p}_proj").bias is not None) != self.bias for p in "kv"):
+            raise refuse(module, "q, k and v projections with and without biases are not "
+                                  "lowered (all three or none)")
+        impl = getattr(cfg, "_attn_implementation", None) or "eager"
+        if impl not in _IMPLEMENTATIONS:
+            raise refuse(module, f"attention implementation `{impl}` is not lowered (choose "
+                                  f"{' or '.join(_IMPLEMENTATIONS)})")
+        if len(example) < 2:
+            raise refuse(module, "expected the forward arguments hidden_states, "
+                                  "position_embeddings, attention_mask, cache")
+        hs = example[0]
+        if not isinstance(hs, torch.Tensor) or hs.dim() != 3 or hs.shape[-1] != self.hidden:
+            raise refuse(module, f"hidden_states must be [B, 1, {self.hidden}], found "
+                                  f"{list(getattr(hs, 'shape', []))}")
+        if hs.shape[1] != 1:
+            raise refuse(module, f"prefill (hidden_states {list(hs.shape)}: {hs.shape[1]} new "
+                                  "tokens per request) is not lowered")
+        if hs.dtype not in _DTYPES:
+            raise refuse(module, f"dtype {hs.dtype} is not lowered (f32 or bf16)")
+        self.dtype = _DTYPES[hs.dtype]
+        self.batch = hs.shape[0]
+        cos, sin = self.rope_args(example[1], module)
+        if cos.shape[-1] != self.head_dim:
+            raise refuse(module, f"rotary embeddings cover {cos.shape[-1]} of the "
+                                  f"{self.head_dim} dims of a head (partial rotary) and are not "
+                                  "lowered")
+        if any(tuple(t.shape) != (self.batch, 1, self.head_dim) for t in (cos, sin)):
+            raise refuse(module, f"position_embeddings (cos, sin) are {list(cos.shape)} and "
+                                  f"{list(sin.shape)}, expected [{self.batch}, 1, "
+                                  f"{self.head_dim}] each")
+        self.past = self.past_length(example, module)
+
+    @staticmethod
+    def rope_args(pe, module) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin), given as a pair or stacked in one tensor `[2, B, 1, head_dim]`."""
+        if isinstance(pe, torch.Tensor) and pe.dim() >= 1 and pe.shape[0] == 2:
+            return pe[0], pe[1]
+        if isinstance(pe, (tuple, list)) and len(pe) == 2:
+            return pe[0], pe[1]
+        raise refuse(module, "position_embeddings must be (cos, sin), each [B, 1, head_dim]")
+
+    def past_length(self, example: tuple, module) -> int:
+        """P, the cache's padded length: from the cache, else from the mask."""
+        cache = example[3] if len(example) > 3 else None
+        if cache is not None:
+            keys = layer_kv(cache, module)[0]
+            return int(keys.shape[2])
+        mask = example[2] if len(example) > 2 else None
+        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
+            return int(mask.shape[-1]) - 1
+        raise refuse(module, "no cache and no 4-D attention_mask: the cache's length is unknown")
+
+
+def layer_kv(cache, module) -> tuple[torch.Tensor, torch.Tensor]:
+    layers = getattr(cache, "layers", None)
+    idx = module.layer_idx
+    if layers is None or idx >= len(layers) or getattr(layers[idx], "keys", None) is None:
+        raise refuse(module, f"the cache has no keys for layer_idx {idx} (pass a "
+                              "DynamicCache holding the past keys and values)")
+    return layers[idx].keys, layers[idx].values
 
 
 def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict):

@@ -44,6 +44,17 @@ class Val:
     dtype: str  # the element type of the stream's tiles
     vector: bool = False  # reduced without keepdim: every dim is rows, one column
     per_tile: bool = False  # computed from a [C] parameter: one [1, C] tile per row tile
+    heads: int = 0  # split into heads: `[MT, heads] of [TB, cols]`, the heads dim of the
+    heads_at: int = -1  # torch shape at `heads_at` (a view [.., H, Dh], then transposes)
+
+    @property
+    def tiles(self) -> str:
+        """The stream's shape: `[MT]`, or `[MT, H]` split into heads."""
+        return f"[MT, {self.heads}]" if self.heads else "[MT]"
+
+    def layout(self) -> dict:
+        """The head split, for a value computed from this one."""
+        return {"heads": self.heads, "heads_at": self.heads_at}
 
     @property
     def rows(self) -> int:
@@ -67,13 +78,17 @@ class RowwiseOps:
     `vals`, `val`, `weight` and `param_view`)."""
 
     def _map(self, node: Node, args: list[str], fn: str, first_dtype: str,
-             vector: bool = False, comment: str = "", per_tile: bool = False) -> None:
+             vector: bool = False, comment: str = "", per_tile: bool = False,
+             like: Val | None = None) -> None:
+        """`Map` of the operand streams; the result keeps `like`'s head split."""
         s = self.w.name(node.name)
         dt = f", dtype={node.dtype}" if node.dtype and node.dtype != first_dtype else ""
         cols = rows_cols(node.shape, vector)[1]
+        out = Val(s, node.shape, node.dtype or first_dtype, vector, per_tile,
+                  **(like.layout() if like else {}))
         self.w.stmt(f"{s} = Map({', '.join(args)}, fn={fn}{dt})",
-                    comment or f"[MT] of [TB, {cols}]")
-        self.vals[node.name] = Val(s, node.shape, node.dtype or first_dtype, vector, per_tile)
+                    comment or f"{out.tiles} of [TB, {cols}]")
+        self.vals[node.name] = out
 
     def _operand(self, a, other: Val | None, node: Node) -> tuple[str, str, bool]:
         """A binary operand as a stream: (stream, dtype, vector). A parameter `[C]`
@@ -87,18 +102,19 @@ class RowwiseOps:
         if other is None or other.vector or cols not in (1, other.cols):
             raise fail(node, f"the parameter `{p.target}` {list(p.shape)} does not broadcast "
                              "along rows (stepc broadcasts a [C] parameter over the rows)")
-        return self._param_rows(p, node), p.dtype, False
+        return self._param_rows(p, node, other.heads), p.dtype, False
 
-    def _param_rows(self, p: Node, node: Node) -> str:
-        """A `[C]` parameter loaded as one `[1, C]` tile per row tile."""
+    def _param_rows(self, p: Node, node: Node, heads: int = 0) -> str:
+        """A `[C]` parameter loaded as one `[1, C]` tile per row tile (and per head)."""
         cols = p.shape[-1] if p.shape else 1
         if math.prod(p.shape) != cols:
             raise fail(node, f"the parameter `{p.target}` {list(p.shape)} does not broadcast "
                              "along rows (stepc broadcasts a [C] parameter over the rows)")
         wt = self.weight(p, [1, cols])
         wl = self.w.name(f"{p.target.replace('.', '_')}_rows")
-        self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {cols}], stride=[0], "
-                    "shape=[MT])", f"`{p.target}`, once per row tile")
+        view = f"stride=[0, 0], shape=[MT, {heads}]" if heads else "stride=[0], shape=[MT]"
+        self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {cols}], {view})",
+                    f"`{p.target}`, once per row tile" + (" and head" if heads else ""))
         return wl
 
     def _binary(self, node: Node) -> None:
@@ -115,6 +131,9 @@ class RowwiseOps:
         sa, da, veca = self._operand(a, vb, node)
         sb, _, vecb = self._operand(b, va, node)
         x, y = va or vb, vb or va
+        if x.layout() != y.layout() or (x.heads and (x.per_tile or y.per_tile)):
+            raise fail(node, f"operands {list(x.shape)} and {list(y.shape)} are split into "
+                             "heads differently")
         per_tile = x.per_tile and y.per_tile
         rows_differ = x.rows != y.rows and not (x.per_tile or y.per_tile)
         if va and vb and (veca != vecb or rows_differ
@@ -124,7 +143,8 @@ class RowwiseOps:
         fn = {"maximum": "max", "minimum": None}.get(node.op, node.op)
         if fn is None:
             raise fail(node, "minimum of two activations (stepc's library has max)")
-        self._map(node, [sa, sb], fn, da, veca and (vecb or vb is None), per_tile=per_tile)
+        self._map(node, [sa, sb], fn, da, veca and (vecb or vb is None), per_tile=per_tile,
+                  like=x)
 
     op_add = op_sub = op_mul = op_div = op_maximum = op_minimum = _binary
 
@@ -151,7 +171,7 @@ class RowwiseOps:
         attrs = ([f'scale="{_number(scale)}"'] if scale != 1 else []) + \
             ([f'shift="{_number(shift)}"'] if shift != 0 else [])
         fn = f"affine({', '.join(attrs)})" if attrs else "cast"
-        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile)
+        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile, like=v)
 
     def op_rsub(self, node: Node) -> None:
         self._with_number(node, node.args[0], node.args[1])
@@ -159,11 +179,12 @@ class RowwiseOps:
     def op_neg(self, node: Node) -> None:
         v = self.val(node.args[0], node)
         self._map(node, [v.stream], 'affine(scale="-1.0")', v.dtype, v.vector,
-                  per_tile=v.per_tile)
+                  per_tile=v.per_tile, like=v)
 
     def _unary(self, node: Node) -> None:
         v = self.val(node.args[0], node)
-        self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector, per_tile=v.per_tile)
+        self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector, per_tile=v.per_tile,
+                  like=v)
 
     op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = _unary
 
@@ -171,18 +192,19 @@ class RowwiseOps:
         v = self.val(node.args[0], node)
         approx = node.kwargs.get("approximate", "none")
         fn = "gelu" if approx == "none" else f'gelu(approximate="{approx}")'
-        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile)
+        self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile, like=v)
 
     def op_pow(self, node: Node) -> None:
         v, e = self.val(node.args[0], node), node.args[1]
         if isinstance(e, (Node, bool)) or not isinstance(e, (int, float)):
             raise fail(node, "a tensor exponent (stepc raises to a number)")
         self._map(node, [v.stream], f'pow(exponent="{_number(e)}")', v.dtype, v.vector,
-                  per_tile=v.per_tile)
+                  per_tile=v.per_tile, like=v)
 
     def op_sqrt(self, node: Node) -> None:
         v = self.val(node.args[0], node)
-        self._map(node, [v.stream], 'pow(exponent="0.5")', v.dtype, v.vector, per_tile=v.per_tile)
+        self._map(node, [v.stream], 'pow(exponent="0.5")', v.dtype, v.vector,
+                  per_tile=v.per_tile, like=v)
 
     # ---------------------------------------------------------------- reductions
     def _reduce(self, node: Node) -> None:
@@ -197,7 +219,7 @@ class RowwiseOps:
         if node.kwargs.get("dtype") is not None:
             raise fail(node, "a reduction with dtype= (cast its input instead)")
         self._map(node, [v.stream], REDUCTIONS[node.op], v.dtype, vector=not keepdim,
-                  comment="[MT] of [TB, 1]")
+                  comment=f"{v.tiles} of [TB, 1]", like=v)
 
     op_mean = op_sum = op_amax = _reduce
 
@@ -212,17 +234,14 @@ class RowwiseOps:
         base = node.site.module or node.name
         r, n = self.w.name(f"{base}_inv"), self.w.name(f"{base}_n")
         self.w.stmt(f'{r} = Map({x.stream}, fn=rms_inv(eps="{eps!r}"))',
-                    "[MT] of [TB, 1]: 1/sqrt(mean(x^2) + eps)")
-        self.w.stmt(f"{n} = Map({x.stream}, {r}, fn=mul)", f"[MT] of [TB, {x.cols}]")
+                    f"{x.tiles} of [TB, 1]: 1/sqrt(mean(x^2) + eps)")
+        self.w.stmt(f"{n} = Map({x.stream}, {r}, fn=mul)", f"{x.tiles} of [TB, {x.cols}]")
         if wp is None:
-            self.vals[node.name] = Val(n, node.shape, x.dtype)
+            self.vals[node.name] = Val(n, node.shape, x.dtype, **x.layout())
             return
-        wt = self.weight(wp, [1, x.cols])
-        wl, y = self.w.name(f"{base}_w"), self.w.name(base)
-        self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {x.cols}], stride=[0], "
-                    "shape=[MT])", "the scale, once per row tile")
-        self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"[MT] of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, node.shape, x.dtype)
+        wl, y = self._param_rows(wp, node, x.heads), self.w.name(base)
+        self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"{x.tiles} of [TB, {x.cols}]")
+        self.vals[node.name] = Val(y, node.shape, x.dtype, **x.layout())
 
     def op_layer_norm(self, node: Node) -> None:
         """`(x - mean) * rsqrt(var + eps) * weight + bias`, in f32 (as torch computes it)."""
@@ -233,10 +252,10 @@ class RowwiseOps:
         base = node.site.module or node.name
         f32 = ", dtype=f32" if x.dtype != "f32" else ""
         m, c, sq, v, r = (self.w.name(f"{base}_{k}") for k in ("mean", "c", "sq", "var", "inv"))
-        self.w.stmt(f"{m} = Map({x.stream}, fn=row_mean{f32})", "[MT] of [TB, 1]")
+        self.w.stmt(f"{m} = Map({x.stream}, fn=row_mean{f32})", f"{x.tiles} of [TB, 1]")
         self.w.stmt(f"{c} = Map({x.stream}, {m}, fn=sub{f32})", "x - mean")
         self.w.stmt(f'{sq} = Map({c}, fn=pow(exponent="2.0"))')
-        self.w.stmt(f"{v} = Map({sq}, fn=row_mean)", "[MT] of [TB, 1]")
+        self.w.stmt(f"{v} = Map({sq}, fn=row_mean)", f"{x.tiles} of [TB, 1]")
         self.w.stmt(f'{r} = Map({v}, fn=affine(shift="{_number(eps or 0.0)}"))')
         steps = [("rsqrt", None), ("mul", c)] + [(fn, p) for fn, p in (("mul", wp), ("add", bp))
                                                 if p is not None]
@@ -245,13 +264,13 @@ class RowwiseOps:
             last = i == len(steps) - 1
             dt = f", dtype={node.dtype}" if last and node.dtype != "f32" else ""
             if isinstance(other, Node) and other.op == "param":
-                other = self._param_rows(other, node)
+                other = self._param_rows(other, node, x.heads)
             nxt = self.w.name(base if last else f"{base}_{fn}")
             operands = f"{out}, {other}" if other is not None else out
             self.w.stmt(f"{nxt} = Map({operands}, fn={fn}{dt})",
-                        f"[MT] of [TB, {x.cols}]" if last else "")
+                        f"{x.tiles} of [TB, {x.cols}]" if last else "")
             out = nxt
-        self.vals[node.name] = Val(out, node.shape, node.dtype)
+        self.vals[node.name] = Val(out, node.shape, node.dtype, **x.layout())
 
     def op_softmax(self, node: Node) -> None:
         x = self.val(node.args[0], node)
@@ -262,9 +281,9 @@ class RowwiseOps:
         base = node.name
         m, s, e, d, y = (self.w.name(f"{base}_{k}") for k in ("max", "shift", "exp", "sum", "y"))
         dt = f", dtype={node.dtype}" if node.dtype != x.dtype else ""
-        self.w.stmt(f"{m} = Map({x.stream}, fn=row_max)", "[MT] of [TB, 1]")
+        self.w.stmt(f"{m} = Map({x.stream}, fn=row_max)", f"{x.tiles} of [TB, 1]")
         self.w.stmt(f"{s} = Map({x.stream}, {m}, fn=sub{dt})", "x - max")
         self.w.stmt(f"{e} = Map({s}, fn=exp)")
-        self.w.stmt(f"{d} = Map({e}, fn=row_sum)", "[MT] of [TB, 1]")
-        self.w.stmt(f"{y} = Map({e}, {d}, fn=div)", f"[MT] of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, node.shape, node.dtype)
+        self.w.stmt(f"{d} = Map({e}, fn=row_sum)", f"{x.tiles} of [TB, 1]")
+        self.w.stmt(f"{y} = Map({e}, {d}, fn=div)", f"{x.tiles} of [TB, {x.cols}]")
+        self.vals[node.name] = Val(y, node.shape, node.dtype, **x.layout())
