@@ -198,14 +198,6 @@ def require_tile(ctx: InferCtx, name: str, static: bool = False, index: int | No
     return st.elem
 
 
-def require_rank(ctx: InferCtx, name: str, lo: int, what: str = "",
-                 index: int | None = None) -> StreamType:
-    st = ctx.inputs[name] if index is None else ctx.inputs[name][index]
-    if st.rank < lo:
-        raise OpError("E0301", f"{ctx.op} needs `{name}` of rank >= {lo}{what}, found rank "
-                               f"{st.rank} {fmt_shape(st.shape)}", name, index)
-    return st
-
 
 @dataclass(frozen=True)
 class CostCtx:
@@ -227,6 +219,28 @@ class CostCtx:
 
 
 ONCHIP_MODES = ("paper", "artifact")
+LOAD, STORE = "load", "store"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """An operator's memory role: the direction it moves data and the memory it uses."""
+
+    direction: str  # LOAD | STORE
+    off_chip: bool  # HBM (True) or the fabric's on-chip memory
+
+
+@dataclass
+class TraceStep:
+    """What a `trace_values` hook sees: the node's attributes, the traced values of its
+    inputs (None where unknown), its output types; it sets `values` (output port -> value)
+    or adds to `bindings` (dim name -> value)."""
+
+    attrs: dict[str, Any]
+    ins: list
+    outputs: list
+    values: dict[int, Any] = field(default_factory=dict)
+    bindings: dict[str, sympy.Expr] = field(default_factory=dict)
 
 
 def _zero(ctx: CostCtx, *mode) -> sympy.Expr:
@@ -254,6 +268,17 @@ class OpSpec:
     off_chip: Callable[[CostCtx], sympy.Expr] = _zero
     on_chip: Callable[[CostCtx, str], sympy.Expr] = _zero
     flops: Callable[[CostCtx], sympy.Expr] = _zero
+    # ---- roles: what the rest of stepc asks of an operator, instead of its name
+    behavior: str | Callable = ""  # its simulator generator: "module.function" under
+    # stepc.sim.behaviors, or the generator itself
+    memory: Memory | None = None  # the memory it loads from or stores to
+    reads_tensor: bool = False  # reads its `tensor`'s contents even in a timing-only run
+    fn_use: str | None = None  # the use ("map", "accum", ...) its `fn` is called in
+    trace_source: bool = False  # its stream is the data of a trace (external stream)
+    trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
+    # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
+    trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,
+    # the selector's rank, the [elements, n] selection matrix) -> [(dim, value)] it binds
 
     @property
     def all_params(self) -> tuple[Param, ...]:

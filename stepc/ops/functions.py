@@ -59,6 +59,8 @@ class FnSpec:
     # values may be ints or numpy integer arrays (elementwise), so the simulator and the
     # trace bindings of `stepc analyze` share one definition
     init: str = "zero"  # default accumulator initialiser for accum/scan
+    expands_length: bool = False  # flatmap: each input length L becomes L elements (a
+    # trace of the lengths binds the ragged dim)
     example: str = ""
     uses: tuple = field(init=False, default=())
 
@@ -402,12 +404,13 @@ _register(
            example="addr = FlatMap(sel, fn=expert_addr(tiles=16))"),
     FnSpec("cache_read_addr", {"flatmap": 1}, "For each (index, length) pair, the addresses "
            "`idx * row_offset + i` of its KV tiles: a `[1, L]` stream with L ragged. 0 FLOPs.",
-           _flatmap_zero, inner=_cache_read_addr,
+           _flatmap_zero, inner=_cache_read_addr, expands_length=True,
            attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
            example="ka = FlatMap(Zip(idx, len), fn=cache_read_addr(row_offset=202))"),
     FnSpec("filter_last_tile", {"flatmap": 1}, "For each length L, L-1 selectors `{1}` and a "
            "final `{0}` (routes a request's last KV tile apart). 0 FLOPs.", _flatmap_zero,
-           inner=_filter_last_tile, example="last = FlatMap(len, fn=filter_last_tile)"),
+           inner=_filter_last_tile, expands_length=True,
+           example="last = FlatMap(len, fn=filter_last_tile)"),
 )
 
 INITS = {

@@ -6,7 +6,16 @@ import difflib
 
 import sympy
 
-from stepc.ops.base import VARSTREAMS, FnValue, InferCtx, OpError, OpSpec, Param, stream
+from stepc.ops.base import (
+    VARSTREAMS,
+    FnValue,
+    InferCtx,
+    OpError,
+    OpSpec,
+    Param,
+    TraceStep,
+    stream,
+)
 from stepc.ops.functions import FUNCTIONS, INITS, FnCtx, FnSpec, check_fn_attrs
 from stepc.types import DTYPE_BYTES, StreamType, Tile, Tuple, fmt_shape
 
@@ -154,6 +163,33 @@ _DTYPE = Param("dtype", "dtype", None, "element type of the output tiles (e.g. f
 _INIT = Param("init", "init", None, "accumulator initialiser (default: the function's)")
 _DIM = Param("dim", "str", None, "name for the dims this operator introduces")
 
+# ---- trace bindings: traced integer values (KV lengths) through the library's functions
+def _map_values(t: TraceStep) -> None:
+    """A function with an integer definition (`FnSpec.ints`) applied to traced values."""
+    import numpy as np
+    fn = t.attrs["fn"]
+    ints = FUNCTIONS[fn.name].ints
+    if ints is None:
+        return
+    args = list(t.ins[0]) if len(t.ins) == 1 and isinstance(t.ins[0], tuple) else t.ins
+    if all(isinstance(x, np.ndarray) for x in args):
+        t.values[0] = ints(args, fn)
+
+
+def _flatmap_values(t: TraceStep) -> None:
+    """A function that expands each length into a stream of that many elements: its ragged
+    dim is bound to the mean length (so the stream's element count stays exact)."""
+    import numpy as np
+    if not FUNCTIONS[t.attrs["fn"].name].expands_length:
+        return
+    lengths = t.ins[0][1] if isinstance(t.ins[0], tuple) else t.ins[0]
+    out = t.outputs[0] if t.outputs else None
+    if isinstance(lengths, np.ndarray) and lengths.size and out is not None \
+            and out.shape[-1].is_Symbol:
+        t.bindings[out.shape[-1].name] = sympy.Rational(
+            int(np.maximum(lengths, 0).sum()), lengths.size)
+
+
 HIGHER_ORDER_OPS = [
     OpSpec(
         "Map", "higher_order",
@@ -165,6 +201,9 @@ HIGHER_ORDER_OPS = [
         _map,
         on_chip=_map_onchip,
         flops=_fn_flops,
+        behavior="compute.map_",
+        fn_use="map",
+        trace_values=_map_values,
     ),
     OpSpec(
         "Accum", "higher_order",
@@ -180,6 +219,8 @@ HIGHER_ORDER_OPS = [
         _accum,
         on_chip=_accum_onchip,
         flops=_fn_flops,
+        behavior="compute.accum",
+        fn_use="accum",
     ),
     OpSpec(
         "Scan", "higher_order",
@@ -190,6 +231,8 @@ HIGHER_ORDER_OPS = [
         _scan,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         flops=_fn_flops,
+        behavior="compute.scan",
+        fn_use="scan",
     ),
     OpSpec(
         "FlatMap", "higher_order",
@@ -200,6 +243,9 @@ HIGHER_ORDER_OPS = [
         (_INS, _FN, _BW, _DTYPE, _DIM),
         _flatmap,
         flops=_fn_flops,
+        behavior="compute.flatmap",
+        fn_use="flatmap",
+        trace_values=_flatmap_values,
     ),
 ]
 

@@ -6,7 +6,19 @@ import math
 
 import sympy
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, require_tile, stream
+from stepc.ops.base import (
+    LOAD,
+    STORE,
+    STREAM,
+    InferCtx,
+    Memory,
+    OpError,
+    OpSpec,
+    Param,
+    TensorRef,
+    require_tile,
+    stream,
+)
 from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_shape
 
 
@@ -138,6 +150,8 @@ OFFCHIP_OPS = [
         _load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
+        behavior="memory.linear_load",
+        memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
         "LinearOffChipStore", "offchip",
@@ -152,6 +166,8 @@ OFFCHIP_OPS = [
         off_chip=lambda c: c.inputs["in"].card * c.inputs["in"].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.inputs["in"].elem.bytes),
         outputs=lambda attrs: [],
+        behavior="memory.linear_store",
+        memory=Memory(STORE, off_chip=True),
     ),
     OpSpec(
         "RandomOffChipLoad", "offchip",
@@ -164,6 +180,8 @@ OFFCHIP_OPS = [
         _random_load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
+        behavior="memory.random_load",
+        memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
         "RandomOffChipStore", "offchip",
@@ -182,5 +200,7 @@ OFFCHIP_OPS = [
         on_chip=_tile_buffers(lambda c: c.inputs["wdata"].elem.bytes,
                               artifact_factor=lambda c: c.attrs["buffer_depth"]),
         outputs=lambda attrs: ["ack"],
+        behavior="memory.random_store",
+        memory=Memory(STORE, off_chip=True),
     ),
 ]

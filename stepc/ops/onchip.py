@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, require_tile, stream
+from stepc.ops.base import (
+    LOAD,
+    STORE,
+    STREAM,
+    InferCtx,
+    Memory,
+    OpError,
+    OpSpec,
+    Param,
+    require_tile,
+    stream,
+)
 from stepc.ops.offchip import affine_view
 from stepc.types import Buffer, StreamType, elem_kind, fmt_dim, fmt_shape
 
@@ -69,6 +80,8 @@ ONCHIP_OPS = [
         _bufferize,
         on_chip=lambda c, mode: (c.outputs[0].elem.tile.bytes
                                  + 2 * c.outputs[0].elem.bytes),
+        behavior="memory.bufferize",
+        memory=Memory(STORE, off_chip=False),
     ),
     OpSpec(
         "Streamify", "onchip",
@@ -87,5 +100,7 @@ ONCHIP_OPS = [
         _streamify,
         on_chip=lambda c, mode: 0 if mode == "paper" else (
             c.inputs["in"].elem.bytes + c.inputs["in"].elem.tile.bytes),
+        behavior="memory.streamify",
+        memory=Memory(LOAD, off_chip=False),
     ),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, stream
+from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, TraceStep, stream
 from stepc.types import Select, StreamType, Tile, ceil_div, equal, fmt_shape
 
 
@@ -139,6 +139,37 @@ def _reassemble_onchip(c, mode):
     return sympy.Mul(*dims) * out.elem.bytes
 
 
+# ---- trace bindings: what a traced selector or traced integer values decide
+def _partition_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:
+    """Each output's element count: how many selector elements route to it."""
+    counts = selection.sum(axis=0)
+    return [(st.shape[0], sympy.Integer(int(counts[i]))) for i, st in enumerate(outputs)]
+
+
+def _reassemble_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:
+    """The group size: the mean number of inputs a selector element selects."""
+    if not selection.shape[0]:
+        return []
+    return [(outputs[0].shape[sel_rank + 1],
+             sympy.Rational(int(selection.sum()), selection.shape[0]))]
+
+
+def _parallelize_values(t: TraceStep) -> None:
+    import numpy as np
+    arr = t.ins[0]
+    if not isinstance(arr, np.ndarray):
+        return
+    p = arr.ndim - 1 if t.attrs.get("rank") is None else t.attrs["rank"]
+    chunks = arr.reshape((-1,) + arr.shape[arr.ndim - p:])
+    for i in range(len(t.outputs)):
+        t.values[i] = chunks[i::len(t.outputs)]
+
+
+def _broadcast_values(t: TraceStep) -> None:
+    for i in range(len(t.outputs)):
+        t.values[i] = t.ins[0]
+
+
 _SWITCH = Param("switch_cycles", "int", 1, "extra cycles per routed element", minimum=0)
 _WB = Param("write_back", "bool", False, "routed elements are written to an on-chip memory unit")
 _DIM = Param("dim", "str", None, "name for the dims this operator introduces")
@@ -160,6 +191,8 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.partition",
+        trace_selected=_partition_selected,
     ),
     OpSpec(
         "Reassemble", "routing",
@@ -175,6 +208,8 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _reassemble,
         on_chip=_reassemble_onchip,
+        behavior="routing.reassemble",
+        trace_selected=_reassemble_selected,
     ),
     OpSpec(
         "EagerMerge", "routing",
@@ -187,6 +222,7 @@ ROUTING_OPS = [
          _DIM),
         _eager_merge,
         outputs=lambda attrs: ["data", "sel"],
+        behavior="routing.eager_merge",
     ),
     OpSpec(
         "Parallelize", "routing",
@@ -199,6 +235,8 @@ ROUTING_OPS = [
          _SWITCH, _DIM),
         _parallelize,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.parallelize",
+        trace_values=_parallelize_values,
     ),
     OpSpec(
         "Broadcast", "routing",
@@ -209,5 +247,7 @@ ROUTING_OPS = [
          Param("consumers", "int", doc="number of copies")),
         _broadcast,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.broadcast",
+        trace_values=_broadcast_values,
     ),
 ]

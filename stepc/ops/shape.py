@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, stream
+from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TraceStep, stream
 from stepc.types import Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim, fmt_shape
 
 
@@ -124,6 +124,38 @@ def _zip(ctx: InferCtx):
     return [stream(Tuple((a.elem, b.elem)), a.shape)]
 
 
+# ---- trace bindings: traced integer values (KV lengths) carried through the reshaping
+def _flatten_values(t: TraceStep) -> None:
+    import numpy as np
+    arr, lo, hi = t.ins[0], t.attrs["min"], t.attrs["max"]
+    if isinstance(arr, np.ndarray):
+        n = arr.ndim
+        t.values[0] = arr.reshape(arr.shape[:n - 1 - hi] + (-1,) + arr.shape[n - lo:])
+
+
+def _reshape_values(t: TraceStep) -> None:
+    import numpy as np
+    arr, a = t.ins[0], t.attrs
+    if not isinstance(arr, np.ndarray) or (a.get("rank") or 0) != 0:
+        return
+    k = a["chunk"]
+    pad = -arr.shape[-1] % k
+    if pad and a.get("pad") is None:
+        return
+    arr = np.concatenate([arr, np.zeros(arr.shape[:-1] + (pad,), arr.dtype)], -1)
+    t.values[0] = arr.reshape(arr.shape[:-1] + (-1, k))
+
+
+def _repeat_values(t: TraceStep) -> None:
+    import numpy as np
+    if isinstance(t.ins[0], np.ndarray):
+        t.values[0] = np.repeat(t.ins[0][..., None], t.attrs["count"], axis=-1)
+
+
+def _zip_values(t: TraceStep) -> None:
+    t.values[0] = tuple(t.ins)
+
+
 SHAPE_OPS = [
     OpSpec(
         "Flatten", "shape",
@@ -137,6 +169,8 @@ SHAPE_OPS = [
          Param("max", "int", doc="outermost merged dim (rank index)"),
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _flatten,
+        behavior="shape.flatten",
+        trace_values=_flatten_values,
     ),
     OpSpec(
         "Reshape", "shape",
@@ -152,6 +186,8 @@ SHAPE_OPS = [
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _reshape,
         outputs=lambda attrs: ["data", "pad"],
+        behavior="shape.reshape",
+        trace_values=_reshape_values,
     ),
     OpSpec(
         "Promote", "shape",
@@ -161,6 +197,7 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
         _promote,
+        behavior="shape.promote",
     ),
     OpSpec(
         "Expand", "shape",
@@ -175,6 +212,7 @@ SHAPE_OPS = [
          Param("sizes", "ints", None, "static sizes (no ref)")),
         _expand,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
+        behavior="shape.expand",
     ),
     OpSpec(
         "Repeat", "shape",
@@ -185,6 +223,8 @@ SHAPE_OPS = [
          Param("count", "int", doc="number of copies")),
         _repeat,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
+        behavior="shape.repeat",
+        trace_values=_repeat_values,
     ),
     OpSpec(
         "Zip", "shape",
@@ -192,5 +232,7 @@ SHAPE_OPS = [
         "Pairs two streams of equal shape element by element into a stream of tuples.",
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
+        behavior="shape.zip_",
+        trace_values=_zip_values,
     ),
 ]

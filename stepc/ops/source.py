@@ -53,6 +53,8 @@ SOURCE_OPS = [
         (Param("name", "str", doc="the name a trace binds to"),
          Param("type", "type", doc="the declared stream type")),
         _external,
+        behavior="source.external",
+        trace_source=True,
     ),
     OpSpec(
         "SelectGen", "source",
@@ -64,6 +66,8 @@ SOURCE_OPS = [
          Param("n", "int", doc="number of targets"),
          Param("onehot", "bool", False, "one selector per id instead of per row")),
         _select_gen,
+        behavior="source.select_gen",
+        reads_tensor=True,
     ),
     OpSpec(
         "MetadataGen", "source",
@@ -72,6 +76,8 @@ SOURCE_OPS = [
         "one element per tensor entry.",
         (Param("tensor", "tensor", doc="integer tensor"),),
         _metadata_gen,
+        behavior="source.metadata_gen",
+        reads_tensor=True,
     ),
     OpSpec(
         "Sink", "sink",
@@ -80,5 +86,6 @@ SOURCE_OPS = [
         (Param("in", STREAM, doc="stream to discard"),),
         _sink,
         outputs=lambda attrs: [],
+        behavior="source.sink",
     ),
 ]

@@ -22,7 +22,7 @@ from stepc.diagnostics import did_you_mean
 from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
-from stepc.ops.base import STREAMS, VARSTREAMS
+from stepc.ops.base import LOAD, STORE, STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.behaviors.memory import tensor_layout
 from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
@@ -40,8 +40,6 @@ from stepc.traces import (
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
-MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
-              "RandomOffChipStore")
 if TYPE_CHECKING:
     from stepc.analyze import Analysis
 
@@ -229,8 +227,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
     """Refuse, before any work, a run that could not hold its data: tensor values, one tile
     or buffer, or an external stream beyond what a run holds (SimError at the operator)."""
     prog = typed.program
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
-              if n.op in ("SelectGen", "MetadataGen")}
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
     held = [t for t in prog.tensors.values() if functional or t.name in needed]
     total = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype] for t in held)
     if total > MAX_VALUE_BYTES:
@@ -254,7 +251,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
             raise SimError(f"a {what} of {n:,} elements ({elem}): a run holds tiles and "
                            f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", node)
     for node in prog.nodes.values():
-        if node.op != "External":
+        if not OPS[node.op].trace_source:
             continue
         arr = traces.get(node.attrs["name"])
         st = typed.types.get((node.name, 0))
@@ -291,15 +288,14 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     bindings: dict[str, int] = {}
 
     env.layout = tensor_layout(prog.tensors.values(), hw)
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
-              if n.op in ("SelectGen", "MetadataGen")}
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
     for t in prog.tensors.values():
         if t.role == "output":
             if functional:
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
             env.tensors[t.name] = initial_value(t, values)
-    externals = [n for n in prog.nodes.values() if n.op == "External"]
+    externals = [n for n in prog.nodes.values() if OPS[n.op].trace_source]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
             raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
@@ -351,8 +347,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             if p.kind in (STREAMS, VARSTREAMS):
                 ins[n][p.name] = [ch for _, ch in sorted(ins[n].get(p.name, []),
                                                          key=lambda x: x[0])]
-    reads = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Load" in node.op]
-    writes = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Store" in node.op]
+    reads = [n for n, node in prog.nodes.items() if _off_chip(node.op, LOAD)]
+    writes = [n for n, node in prog.nodes.items() if _off_chip(node.op, STORE)]
     env.ports = {n: (0, i) for i, n in enumerate(reads)}
     env.ports.update({n: (1, i) for i, n in enumerate(writes)})
 
@@ -377,7 +373,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     wall = time.perf_counter() - start
 
     blocked = kernel.blocked()
-    mem_clock = max((c.t for c in kernel.contexts if c.op in MEMORY_OPS), default=None)
+    mem_clock = max((c.t for c in kernel.contexts if _off_chip(c.op)), default=None)
     cycles = max((c.t for c in kernel.contexts), default=0)
     if mem_clock is not None:
         cycles = max(cycles, mem_clock + 2)  # the HBM node's closing handshake (reference)
@@ -412,6 +408,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats,
         overrides=hardware_overrides(prog.nodes.values(), hw))
     return result
+
+
+def _off_chip(op: str, direction: str | None = None) -> bool:
+    """Whether `op` loads from or stores to HBM (in `direction`, when given)."""
+    memory = OPS[op].memory
+    return memory is not None and memory.off_chip and direction in (None, memory.direction)
 
 
 def _bind_from_count(st: StreamType, count: int, bindings: dict, values: dict) -> None:
