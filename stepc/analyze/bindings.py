@@ -3,7 +3,7 @@ streams decide (the dims a trace's shape fixes, the per-output counts a traced s
 routes, the mean KV length a traced integer stream carries), and which symbols a trace of
 each external stream would bind.
 
-What each operator contributes is its record's role (`trace_source`, `trace_selected`,
+What each operator contributes is its record's role (`external`, `trace_selected`,
 `trace_values` in `stepc.ops`).
 """
 
@@ -86,7 +86,7 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
     prog = typed.program
     externals: dict[str, list] = {}
     for n in prog.nodes.values():
-        if OPS[n.op].trace_source:
+        if OPS[n.op].external:
             externals.setdefault(n.attrs["name"], []).append(n)
     for name in traces:
         if name not in externals:
@@ -118,7 +118,7 @@ def declared_files(typed: TypedProgram, traced: set[str]) -> dict[str, np.ndarra
     from stepc.traces import TraceError, external_file
     out = {}
     for node in typed.program.nodes.values():
-        name = node.attrs.get("name") if OPS[node.op].trace_source else None
+        name = node.attrs.get("name") if OPS[node.op].external else None
         if name is None or name in traced or name in out:
             continue
         st = typed.types[(node.name, 0)]
@@ -191,7 +191,7 @@ def trace_decidable(typed: TypedProgram, free: set[str]) -> dict[str, list[str]]
     out: dict[str, list[str]] = {}
     externals: dict[str, list] = {}
     for n in typed.program.nodes.values():
-        if OPS[n.op].trace_source and (n.name, 0) in typed.types:
+        if OPS[n.op].external and (n.name, 0) in typed.types:
             externals.setdefault(n.attrs["name"], []).append(n)
     for name, nodes in sorted(externals.items()):
         types = [typed.types[(n.name, 0)] for n in nodes]

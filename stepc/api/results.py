@@ -78,6 +78,7 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     import sympy
 
     from stepc.analyze import analyze, roofline, trace_bindings
+    from stepc.ops import OPS
 
     if onchip_model not in ("artifact", "paper"):
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
@@ -87,7 +88,7 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     a = analyze(typed, onchip_model, config)
     values: dict = {}
     if traces or any("file" in n.attrs.get("gen", {}) for n in typed.program.nodes.values()
-                     if n.op == "External"):  # numpy is loaded only for traces
+                     if OPS[n.op].external):  # numpy is loaded only for traces
         from stepc.traces import TraceError
         try:
             values.update(trace_bindings(typed, trace_arrays(traces)))

@@ -20,7 +20,7 @@ from stepc.ops.base import COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue, 
 from stepc.source import SourceFile, Span
 from stepc.types import DTYPE_BYTES
 
-ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
+ARRAY_OUTPUT_OPS = tuple(name for name, spec in OPS.items() if spec.indexed_outputs)
 MAX_NODES = 50_000  # operator instances of one program
 MAX_CONSUMERS = 65_536  # outputs of one Partition, Parallelize or Broadcast
 
@@ -253,7 +253,7 @@ class Evaluator:
 
     def op_call(self, e: ast.Call, scope: Scope, name_hint: str | None) -> Any:
         spec = OPS[e.func]
-        if spec.name == "External":
+        if spec.external:
             raise self.error("E0204", "external streams are declared with "
                                       '`stream NAME : TYPE = external("name")`', e.span)
         args = self.bind_args(e, list(spec.all_params), spec.name)

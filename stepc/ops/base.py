@@ -274,7 +274,10 @@ class OpSpec:
     memory: Memory | None = None  # the memory it loads from or stores to
     reads_tensor: bool = False  # reads its `tensor`'s contents even in a timing-only run
     fn_use: str | None = None  # the use ("map", "accum", ...) its `fn` is called in
-    trace_source: bool = False  # its stream is the data of a trace (external stream)
+    external: bool = False  # an external stream: declared `stream N : T = external(..)`,
+    # not called; its data is a trace or a file
+    fan_out: bool = False  # copies every input element to each of its outputs
+    indexed_outputs: bool = False  # its outputs form an array (`p[i]`), one per consumer
     trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
     # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
     trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,

@@ -192,6 +192,7 @@ ROUTING_OPS = [
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.partition",
+        indexed_outputs=True,
         trace_selected=_partition_selected,
     ),
     OpSpec(
@@ -236,6 +237,7 @@ ROUTING_OPS = [
         _parallelize,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.parallelize",
+        indexed_outputs=True,
         trace_values=_parallelize_values,
     ),
     OpSpec(
@@ -248,6 +250,8 @@ ROUTING_OPS = [
         _broadcast,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.broadcast",
+        fan_out=True,
+        indexed_outputs=True,
         trace_values=_broadcast_values,
     ),
 ]

@@ -54,7 +54,7 @@ SOURCE_OPS = [
          Param("type", "type", doc="the declared stream type")),
         _external,
         behavior="source.external",
-        trace_source=True,
+        external=True,
     ),
     OpSpec(
         "SelectGen", "source",

@@ -251,7 +251,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
             raise SimError(f"a {what} of {n:,} elements ({elem}): a run holds tiles and "
                            f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", node)
     for node in prog.nodes.values():
-        if not OPS[node.op].trace_source:
+        if not OPS[node.op].external:
             continue
         arr = traces.get(node.attrs["name"])
         st = typed.types.get((node.name, 0))
@@ -295,7 +295,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
             env.tensors[t.name] = initial_value(t, values)
-    externals = [n for n in prog.nodes.values() if OPS[n.op].trace_source]
+    externals = [n for n in prog.nodes.values() if OPS[n.op].external]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
             raise TraceError(f"--trace {name}: the program has no external stream `{name}`"

@@ -185,7 +185,7 @@ class Checker:
     def source_of(self, node: str, port: int) -> tuple[str, int]:
         """The stream a (possibly Broadcast) port carries, traced back through fan-outs."""
         n = self.prog.nodes[node]
-        while n.op == "Broadcast" and self.prog.in_edges(n.name):
+        while OPS[n.op].fan_out and self.prog.in_edges(n.name):
             e = self.prog.in_edges(n.name)[0]
             node, port = e.src, e.port
             n = self.prog.nodes[node]
@@ -214,7 +214,7 @@ class Checker:
                 inputs[pname].append(t)
             keys.setdefault(pname, self.source_of(e.src, e.port))
         attrs = dict(node.attrs)
-        if node.op == "External":
+        if OPS[node.op].external:
             try:
                 attrs["type"] = self.annotator.declared(attrs["type"], origin=node.name,
                                                         span=node.span)
