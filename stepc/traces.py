@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from stepc.codes import TRACE_MISMATCH
+
 
 class TraceError(Exception):
     """A trace file that cannot be used (error E0404); the message names the file and the
     problem, `span` the external stream it was meant for, when known."""
 
-    code = "E0404"
+    code = TRACE_MISMATCH
 
     def __init__(self, message: str, span=None):
         super().__init__(message)

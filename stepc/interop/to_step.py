@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from stepc.codes import UNPROVEN_EQUALITY
 from stepc.interop.fold import Unit, fold
 from stepc.interop.operators import HANDLERS, N_BYTE_DTYPES, SINKS, n_byte_dtype
 from stepc.interop.reader import InteropError, Op, Port, read_graph, relative_to
@@ -166,7 +167,7 @@ def _lockstep_assumes(w: _Writer, text: str, lines: list[int], path: str) -> dic
     at_line = {ln: i for i, ln in enumerate(lines)}
     out = {}
     for d in compiled.diagnostics.items:
-        i = at_line.get(d.span.line) if d.code == "W0301" and d.span else None
+        i = at_line.get(d.span.line) if d.code == UNPROVEN_EQUALITY and d.span else None
         if i is not None and i in w.lockstep:
             first, *rest = w.lockstep[i]
             out[i] = "\n".join(f"assume shape({r}) == shape({first})  # lockstep inputs"

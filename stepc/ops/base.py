@@ -15,6 +15,7 @@ from typing import Any
 
 import sympy
 
+from stepc.codes import RANK_MISMATCH, SHAPE_MISMATCH, UNPROVEN_EQUALITY, WRONG_ELEMENT_KIND
 from stepc.source import Span
 from stepc.types import (
     ElemType,
@@ -153,27 +154,28 @@ class InferCtx:
 
     # ---- checks
     def require_equal(self, a, b, what: str, arg: str | None, index: int | None = None,
-                      code: str = "E0302") -> None:
+                      code: str = SHAPE_MISMATCH) -> None:
         """Error if a == b is refuted, warning if sympy cannot decide."""
         verdict = equal(a, b)
         if verdict is False:
             raise OpError(code, f"{what}: expected {fmt_dim(a)}, found {fmt_dim(b)}", arg, index)
         if verdict is None:
             self.warnings.append(OpError(
-                "W0301", f"{what}: cannot prove {fmt_dim(a)} equals {fmt_dim(b)}", arg, index))
+                UNPROVEN_EQUALITY, f"{what}: cannot prove {fmt_dim(a)} equals {fmt_dim(b)}", arg,
+                index))
 
     def require_shapes_equal(self, a: StreamType, b: StreamType, what: str, arg: str,
                              index: int | None = None) -> None:
         if a.rank != b.rank:
-            raise OpError("E0301", f"{what}: expected rank {a.rank} {fmt_shape(a.shape)}, "
+            raise OpError(RANK_MISMATCH, f"{what}: expected rank {a.rank} {fmt_shape(a.shape)}, "
                                    f"found rank {b.rank} {fmt_shape(b.shape)}", arg, index)
         verdicts = [equal(da, db) for da, db in zip(a.shape, b.shape, strict=True)]
         if False in verdicts:
-            raise OpError("E0302", f"{what}: expected shape {fmt_shape(a.shape)}, "
+            raise OpError(SHAPE_MISMATCH, f"{what}: expected shape {fmt_shape(a.shape)}, "
                                    f"found {fmt_shape(b.shape)}", arg, index)
         if None in verdicts:
             self.warnings.append(OpError(
-                "W0301", f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
+                UNPROVEN_EQUALITY, f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
                          f"{fmt_shape(a.shape)}", arg, index))
 
 
@@ -190,10 +192,10 @@ def require_tile(ctx: InferCtx, name: str, static: bool = False, index: int | No
     """The input's element must be a tile (a static one if `static`)."""
     st = st if st is not None else ctx.inputs[name]
     if not isinstance(st.elem, Tile):
-        raise OpError("E0303", f"{ctx.op} expects a stream of tiles for `{name}`, "
+        raise OpError(WRONG_ELEMENT_KIND, f"{ctx.op} expects a stream of tiles for `{name}`, "
                                f"found a stream of {elem_kind(st.elem)}s ({st.elem})", name, index)
     if static and not st.elem.static:
-        raise OpError("E0303", f"{ctx.op} expects statically sized tiles for `{name}`, "
+        raise OpError(WRONG_ELEMENT_KIND, f"{ctx.op} expects statically sized tiles for `{name}`, "
                                f"found {st.elem}", name, index)
     return st.elem
 

@@ -6,6 +6,13 @@ import difflib
 
 import sympy
 
+from stepc.codes import (
+    FUNCTION_NOT_USABLE,
+    MISSING_ARGUMENT,
+    RANK_OUT_OF_RANGE,
+    UNKNOWN_FUNCTION,
+    UNKNOWN_PARAMETER,
+)
 from stepc.ops.base import (
     VARSTREAMS,
     FnValue,
@@ -26,10 +33,10 @@ def lookup_fn(ctx: InferCtx, use: str) -> FnSpec:
     if spec is None:
         near = difflib.get_close_matches(fn.name, list(FUNCTIONS), n=1)
         hint = f" (did you mean `{near[0]}`?)" if near else ""
-        raise OpError("E0103", f"unknown function `{fn.name}`{hint}", "fn")
+        raise OpError(UNKNOWN_FUNCTION, f"unknown function `{fn.name}`{hint}", "fn")
     if use not in spec.arity:
         users = ", ".join(u.capitalize() if u != "flatmap" else "FlatMap" for u in spec.uses)
-        raise OpError("E0307", f"function `{fn.name}` cannot be used in {ctx.op} "
+        raise OpError(FUNCTION_NOT_USABLE, f"function `{fn.name}` cannot be used in {ctx.op} "
                                f"(it is for {users})", "fn")
     check_fn_attrs(spec, fn)
     return spec
@@ -43,7 +50,7 @@ def _elements(ctx: InferCtx, spec: FnSpec, use: str) -> tuple[StreamType, list]:
     """Check arity and lockstep shapes; return the leading stream and per-element types."""
     ins: list[StreamType] = ctx.inputs["ins"]
     if not ins:
-        raise OpError("E0201", f"{ctx.op} needs at least one input stream", "ins")
+        raise OpError(MISSING_ARGUMENT, f"{ctx.op} needs at least one input stream", "ins")
     first = ins[0]
     for i, st in enumerate(ins[1:], start=1):
         ctx.require_shapes_equal(first, st, f"{ctx.op} consumes its inputs in lockstep; "
@@ -53,7 +60,8 @@ def _elements(ctx: InferCtx, spec: FnSpec, use: str) -> tuple[StreamType, list]:
         elems = list(elems[0].elems)  # Map over Zip
     want = spec.arity[use]
     if len(elems) != want:
-        raise OpError("E0307", f"`{spec.name}` takes {want} input{'s' if want != 1 else ''} "
+        raise OpError(FUNCTION_NOT_USABLE,
+                      f"`{spec.name}` takes {want} input{'s' if want != 1 else ''} "
                                f"in {ctx.op}, found {len(elems)}", "fn")
     return first, elems
 
@@ -73,16 +81,16 @@ def check_init(ctx: InferCtx, param: str = "init") -> None:
     if init.name not in INITS:
         near = difflib.get_close_matches(init.name, list(INITS), n=1)
         hint = f" (did you mean `{near[0]}`?)" if near else ""
-        raise OpError("E0103", f"unknown initialiser `{init.name}`{hint}", param)
+        raise OpError(UNKNOWN_FUNCTION, f"unknown initialiser `{init.name}`{hint}", param)
     if init.kwargs:
-        raise OpError("E0202", f"initialiser `{init.name}` takes no attributes, found "
+        raise OpError(UNKNOWN_PARAMETER, f"initialiser `{init.name}` takes no attributes, found "
                                f"`{init.kwargs[0][0]}`", param)
 
 
 def _reduce_rank(ctx: InferCtx, st: StreamType) -> int:
     b = ctx.attrs["rank"]
     if not 1 <= b <= st.rank:
-        raise OpError("E0330", f"{ctx.op} rank must be between 1 and the input's rank "
+        raise OpError(RANK_OUT_OF_RANGE, f"{ctx.op} rank must be between 1 and the input's rank "
                                f"{st.rank} (input {fmt_shape(st.shape)}), found {b}", "rank")
     return b
 

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import sympy
 
+from stepc.codes import (
+    BAD_ARGUMENT,
+    CONFLICTING_ARGUMENTS,
+    EXPAND_NOT_SIZE_ONE,
+    FLATTEN_RANGE,
+    MISSING_ARGUMENT,
+    RANK_MISMATCH,
+    RESHAPE_CHUNK,
+    RESHAPE_NON_STATIC,
+    RESHAPE_PADDING,
+    WRONG_ELEMENT_KIND,
+)
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TraceStep, stream
 from stepc.types import Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim, fmt_shape
 
@@ -14,7 +26,7 @@ def _flatten(ctx: InferCtx):
     if lo == hi and 0 <= lo <= st.rank:
         return [st]  # merging one dim changes nothing
     if not 0 <= lo < hi <= st.rank:
-        raise OpError("E0340", f"Flatten needs 0 <= min <= max <= {st.rank} (the input's "
+        raise OpError(FLATTEN_RANGE, f"Flatten needs 0 <= min <= max <= {st.rank} (the input's "
                                f"rank, input {fmt_shape(st.shape)}), found min={lo} max={hi}",
                       "max" if hi > st.rank else "min")
     n = len(st.shape)
@@ -26,30 +38,32 @@ def _flatten(ctx: InferCtx):
 def _reshape(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     if isinstance(st.elem, Buffer):
-        raise OpError("E0303", "Reshape cannot be applied to a stream of buffers (of all shape "
+        raise OpError(WRONG_ELEMENT_KIND,
+                      "Reshape cannot be applied to a stream of buffers (of all shape "
                                "operators, only Reshape is excluded between Bufferize and "
                                "Streamify)", "in")
     s, b = ctx.attrs["chunk"], ctx.attrs["rank"]
     from stepc.ops.higher_order import check_init
     check_init(ctx, "pad")
     if s < 1:
-        raise OpError("E0204", f"`chunk` must be >= 1, found {s}", "chunk")
+        raise OpError(BAD_ARGUMENT, f"`chunk` must be >= 1, found {s}", "chunk")
     if not 0 <= b <= st.rank:
-        raise OpError("E0301", f"Reshape rank must be between 0 and the input's rank "
+        raise OpError(RANK_MISMATCH, f"Reshape rank must be between 0 and the input's rank "
                                f"{st.rank}, found {b}", "rank")
     i = len(st.shape) - 1 - b
     d = st.shape[i]
     if b > 0:
         if not d.is_Integer:
-            raise OpError("E0341", f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
+            raise OpError(RESHAPE_NON_STATIC, f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
                                    f"{fmt_shape(st.shape)}, which must be static", "rank")
         if int(d) % s:
-            raise OpError("E0342", f"Reshape at rank {b}: the dim of size {int(d)} in "
+            raise OpError(RESHAPE_CHUNK, f"Reshape at rank {b}: the dim of size {int(d)} in "
                                    f"{fmt_shape(st.shape)} is not divisible by chunk {s}",
                           "chunk")
     elif s != 1 and divides(s, d) is not True and ctx.attrs["pad"] is None:
         partial = "leaves" if d.is_Integer else "may leave"
-        raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
+        raise OpError(RESHAPE_PADDING,
+                      f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
                                f"{partial} a partial last chunk: give `pad=zero` to pad it",
                       "chunk")
     outer = ctx.absorb(ceil_div(d, s), "c", "chunks made by Reshape")
@@ -66,7 +80,7 @@ def _promote(ctx: InferCtx):
             sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
         return [stream(st.elem, (ctx.absorb(new, "p", "outer dim of Promote"),) + st.shape)]
     if not 0 <= p <= st.rank + 1:
-        raise OpError("E0301", f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
+        raise OpError(RANK_MISMATCH, f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
                       "rank")
     i = len(st.shape) - p
     return [stream(st.elem, st.shape[:i] + (sympy.Integer(1),) + st.shape[i:])]
@@ -77,9 +91,10 @@ def _expand(ctx: InferCtx):
     ref: StreamType | None = ctx.inputs.get("ref")
     sizes = ctx.attrs["sizes"]
     if ref is not None and sizes is not None:
-        raise OpError("E0205", "Expand takes either `ref` or `sizes`, not both", "sizes")
+        raise OpError(CONFLICTING_ARGUMENTS,
+                      "Expand takes either `ref` or `sizes`, not both", "sizes")
     if ref is None and sizes is None:
-        raise OpError("E0201", "Expand needs a reference stream `ref=` or static `sizes=`",
+        raise OpError(MISSING_ARGUMENT, "Expand needs a reference stream `ref=` or static `sizes=`",
                       None)
     k = len(sizes) if sizes is not None else ctx.attrs["rank"] + 1
     if st.rank == 0:  # a single value, repeated for every reference element
@@ -87,20 +102,20 @@ def _expand(ctx: InferCtx):
                           "element", "in")
         return [stream(st.elem, tuple(sizes) if sizes is not None else ref.shape)]
     if k < 1 or k > len(st.shape) - 1:
-        raise OpError("E0301", f"Expand repeats {k} inner dim(s), but the input "
+        raise OpError(RANK_MISMATCH, f"Expand repeats {k} inner dim(s), but the input "
                                f"{fmt_shape(st.shape)} has rank {st.rank}",
                       "sizes" if sizes is not None else "rank")
     tail = st.shape[len(st.shape) - k:]
     if any(d != 1 for d in tail):
         what = "innermost dim" if k == 1 else f"{k} innermost dims"
-        raise OpError("E0344", f"Expand needs the input's {what} to be 1, found "
+        raise OpError(EXPAND_NOT_SIZE_ONE, f"Expand needs the input's {what} to be 1, found "
                                f"{fmt_shape(st.shape)}", "in")
     if sizes is not None:
         if any(x < 1 for x in sizes):
-            raise OpError("E0204", f"`sizes` entries must be positive, found {sizes}", "sizes")
+            raise OpError(BAD_ARGUMENT, f"`sizes` entries must be positive, found {sizes}", "sizes")
         return [stream(st.elem, st.shape[: len(st.shape) - k] + tuple(sizes))]
     if ref.rank != st.rank:
-        raise OpError("E0301", f"Expand needs `ref` of the input's rank {st.rank} "
+        raise OpError(RANK_MISMATCH, f"Expand needs `ref` of the input's rank {st.rank} "
                                f"{fmt_shape(st.shape)}, found rank {ref.rank} "
                                f"{fmt_shape(ref.shape)}", "ref")
     for a, b in zip(st.shape[: len(st.shape) - k], ref.shape, strict=False):
@@ -113,7 +128,7 @@ def _repeat(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     r = ctx.attrs["count"]
     if r < 1:
-        raise OpError("E0204", f"`count` must be >= 1, found {r}", "count")
+        raise OpError(BAD_ARGUMENT, f"`count` must be >= 1, found {r}", "count")
     return [stream(st.elem, st.shape + (sympy.Integer(r),))]
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy
 
+from stepc.codes import UNREADABLE_FILE
 from stepc.diagnostics import did_you_mean
 from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
@@ -125,13 +126,13 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
         except FileNotFoundError:
             raise SimError(f"tensor `{t.name}`: no such file: {path} (a `file` path is "
                            "relative to the program's folder)", span=src.span,
-                           code="E0002") from None
+                           code=UNREADABLE_FILE) from None
         except (OSError, ValueError) as e:
             raise SimError(f"tensor `{t.name}`: cannot load {path}: {e}", span=src.span,
-                           code="E0002") from None
+                           code=UNREADABLE_FILE) from None
         if tuple(arr.shape) != tuple(t.shape):
             raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
-                           f"{path} holds {list(arr.shape)}", span=src.span, code="E0002")
+                           f"{path} holds {list(arr.shape)}", span=src.span, code=UNREADABLE_FILE)
         return arr.astype(dtype)
     rng = np.random.default_rng(kw.get("seed", 0))
     if t.dtype in ("i32", "u32", "u64"):
