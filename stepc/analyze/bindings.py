@@ -24,26 +24,12 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def _selector_matrix(name: str, declared, arr: np.ndarray) -> np.ndarray:
-    """A trace for a selector stream as a [elements, n] boolean matrix."""
+def _selector_matrix(rows: np.ndarray, n: int) -> np.ndarray:
+    """Rows of selector ids as a [elements, n] boolean matrix."""
     import numpy as np
-
-    from stepc.traces import TraceError, check_ids
-    n = declared.elem.n
-    dims = len(declared.shape)
-    check_ids(arr, n, f"trace for `{name}`")
-    if arr.ndim == dims + 1:  # one multi-hot selector per row of ids
-        rows = arr.reshape(-1, arr.shape[-1])
-        out = np.zeros((rows.shape[0], n), dtype=bool)
-        out[np.repeat(np.arange(rows.shape[0]), rows.shape[1]), rows.ravel()] = True
-        return out
-    if arr.ndim == dims:  # one one-hot selector per id
-        flat = arr.ravel()
-        out = np.zeros((flat.size, n), dtype=bool)
-        out[np.arange(flat.size), flat] = True
-        return out
-    raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not fit "
-                     f"{declared}")
+    out = np.zeros((rows.shape[0], n), dtype=bool)
+    out[np.repeat(np.arange(rows.shape[0]), rows.shape[1]), rows.ravel()] = True
+    return out
 
 
 def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> None:
@@ -62,12 +48,11 @@ def _bind_dims(bindings: dict, declared, shape: tuple[int, ...], name: str) -> N
 def _bind_external(node, declared, arr: np.ndarray, name: str, bindings: dict,
                    selectors: dict) -> None:
     """The dims one traced external stream fixes (and its selectors, for a selector trace)."""
-    from stepc.traces import TraceError
+    from stepc.traces import TraceError, selector_ids
     if isinstance(declared.elem, Select):
-        mat = _selector_matrix(name, declared, arr)
-        dims = arr.shape if arr.ndim == len(declared.shape) else arr.shape[:-1]
+        rows, dims = selector_ids(arr, declared.elem.n, len(declared.shape), name, declared)
         _bind_dims(bindings, declared, dims, name)
-        selectors[node.name] = mat
+        selectors[node.name] = _selector_matrix(rows, declared.elem.n)
     elif isinstance(declared.elem, Tile):
         _bind_dims(bindings, declared, arr.shape, name)
     else:

@@ -32,7 +32,6 @@ REQUIRED = object()
 
 # Parameter kinds. Stream kinds are graph inputs; the rest are compile-time attributes.
 STREAM, STREAMS, VARSTREAMS = "stream", "streams", "varstreams"
-ATTR_KINDS = ("int", "ints", "bool", "str", "dtype", "fn", "init", "tensor", "type", "int_or_ints")
 
 
 @dataclass(frozen=True)

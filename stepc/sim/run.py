@@ -33,8 +33,8 @@ from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
 from stepc.traces import (
     TraceError,
-    check_ids,
     external_file,
+    selector_ids,
     synthetic_kv_lengths,
     synthetic_routing,
 )
@@ -163,18 +163,9 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
-        check_ids(arr, n, f"trace for `{name}`")
-        if arr.ndim == len(st.shape) + 1:  # rows of ids -> one multi-hot selector per row
-            shape = list(arr.shape[:-1])
-            sels = [tuple(sorted({int(i) for i in row})) for row in
-                    arr.reshape(-1, arr.shape[-1])]
-        elif arr.ndim == len(st.shape):  # one one-hot selector per id
-            shape = list(arr.shape)
-            sels = [(int(i),) for i in arr.reshape(-1)]
-        else:
-            raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not "
-                             f"fit {st}")
-        values = sels
+        rows, dims_of_trace = selector_ids(arr, n, len(st.shape), name, st)
+        shape = list(dims_of_trace)
+        values = [tuple(sorted({int(i) for i in row})) for row in rows]
     elif isinstance(st.elem, Tile):
         if arr is not None and arr.size and arr.max() > MAX_KV_LENGTH:
             raise TraceError(f"trace for `{name}` holds {int(arr.max()):,}: values of an "
