@@ -79,8 +79,9 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
 
     from stepc.analyze import analyze, roofline, trace_bindings
     from stepc.ops import OPS
+    from stepc.ops.base import ONCHIP_MODES
 
-    if onchip_model not in ("artifact", "paper"):
+    if onchip_model not in ONCHIP_MODES:
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
     config, warnings = hardware(hw, sets, roofline=True) if (hw is not None or sets) \
         else (None, [])

@@ -199,7 +199,6 @@ def require_tile(ctx: InferCtx, name: str, static: bool = False, index: int | No
     return st.elem
 
 
-
 @dataclass(frozen=True)
 class CostCtx:
     """What a cost formula sees: the node's typed inputs and outputs and its attributes."""
