@@ -1,8 +1,9 @@
 """Symbolic cost analysis: off-chip traffic, on-chip memory and FLOPs per operator and in total.
 
 Each operator's formulas live in its `OPS` record; this module sums them over the typed
-graph, keeps them symbolic in the program's dynamic dims, binds symbols (by hand or from
-a trace), and computes the roofline lower bound for a hardware configuration.
+graph, keeps them symbolic in the program's dynamic dims, binds symbols (by hand, or to
+the values a trace decides: `stepc.analyze.bindings`), and computes the roofline lower
+bound for a hardware configuration.
 """
 
 from __future__ import annotations
