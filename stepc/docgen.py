@@ -17,7 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from stepc.graph.values import ARRAY_OUTPUT_OPS
 from stepc.ops import FAMILIES, FUNCTIONS, INITS, OPS
 from stepc.ops.base import (
     COMMON_PARAMS,
@@ -42,7 +41,6 @@ KIND_WORDS = {
     "int_or_ints": "int or int list", "bool": "bool", "str": "string", "dtype": "element type",
     "fn": "function", "init": "initialiser", "tensor": "tensor (or slice)", "type": "stream type",
 }
-USE_NAMES = {"map": "Map", "accum": "Accum", "scan": "Scan", "flatmap": "FlatMap"}
 
 
 def cell(text: str) -> str:
@@ -77,7 +75,7 @@ def outputs_text(spec: OpSpec) -> str:
     if not one:
         return "none (use it as a statement)"
     names = ", ".join(f"`{o}`" for o in one)
-    if spec.name in ARRAY_OUTPUT_OPS:
+    if spec.indexed_outputs:
         return names + " (indexed)"
     if len(one) == 1:
         return names
@@ -92,8 +90,8 @@ def example_text(spec: OpSpec) -> str:
 
 def render_op(spec: OpSpec) -> list[str]:
     out = [f"### {spec.name}", "", "```text", spec.signature, "```", "", spec.doc, ""]
-    out += ["Parts of the declaration (External is declared, not called):" if spec.name ==
-            "External" else "Parameters, in positional order (stream inputs in bold):", ""]
+    out += [f"Parts of the declaration ({spec.name} is declared, not called):" if spec.external
+            else "Parameters, in positional order (stream inputs in bold):", ""]
     out += param_table(spec.params)
     out += ["", f"Outputs: {outputs_text(spec)}.", ""]
     example = example_text(spec)
@@ -114,7 +112,8 @@ def render_index() -> list[str]:
 
 
 def uses_text(fn: FnSpec) -> str:
-    return ", ".join(f"{USE_NAMES[u]} ({n} input{'s' if n != 1 else ''})"
+    op_of_use = {spec.fn_use: spec.name for spec in OPS.values() if spec.fn_use}
+    return ", ".join(f"{op_of_use[u]} ({n} input{'s' if n != 1 else ''})"
                      for u, n in fn.arity.items())
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
 from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
 from stepc.grammar import ast
 from stepc.grammar.parse import decode_source, parse
@@ -37,13 +38,14 @@ def read_source(path: str, span: Span | None = None) -> SourceFile:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {path}",
+        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"no such file: {path}",
                                     span)]) from None
     except IsADirectoryError:
-        raise StepError([Diagnostic("E0002", Severity.ERROR, f"{path} is a directory, not a "
+        raise StepError([Diagnostic(UNREADABLE_FILE,
+                                    Severity.ERROR, f"{path} is a directory, not a "
                                     ".step file", span)]) from None
     except OSError as e:
-        raise StepError([Diagnostic("E0002", Severity.ERROR, f"cannot read {path}: "
+        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"cannot read {path}: "
                                     f"{e.strerror}", span)]) from None
     return decode_source(path, data)
 
@@ -68,13 +70,14 @@ def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
     try:
         from stepc.interop import InteropError
     except ImportError:
-        raise StepError([Diagnostic("E0005", Severity.ERROR, f"{path}: reading STeP IR graphs "
+        raise StepError([Diagnostic(UNREADABLE_GRAPH,
+                                    Severity.ERROR, f"{path}: reading STeP IR graphs "
                                     "needs protobuf: pip install 'stepc[interop]'", None)]) \
             from None
     try:
         imported = import_graph_file(path)
     except InteropError as e:
-        raise StepError([Diagnostic("E0005", Severity.ERROR, str(e), None)]) from None
+        raise StepError([Diagnostic(UNREADABLE_GRAPH, Severity.ERROR, str(e), None)]) from None
     if not overrides:
         return imported.compiled
     src = SourceFile(f"{path} (imported)", imported.text)
@@ -115,7 +118,7 @@ def compile_files(files: dict[str, bytes], path: str,
     file's parse for later compiles: a syntax tree does not depend on the overrides."""
     def load(name: str, span: Span | None):
         if name not in files:
-            raise StepError([Diagnostic("E0002", Severity.ERROR, f"no such file: {name}",
+            raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"no such file: {name}",
                                         span)])
         key = (name, files[name])
         if parsed is not None and key in parsed:

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from stepc.codes import TRACE_MISMATCH
+
 
 class TraceError(Exception):
     """A trace file that cannot be used (error E0404); the message names the file and the
     problem, `span` the external stream it was meant for, when known."""
 
-    code = "E0404"
+    code = TRACE_MISMATCH
 
     def __init__(self, message: str, span=None):
         super().__init__(message)
@@ -41,6 +43,20 @@ def check_ids(arr: np.ndarray, n: int, what: str) -> None:
     more = f" ({len(bad) - 1:,} more out of range)" if len(bad) > 1 else ""
     raise TraceError(f"{what}: id {int(arr[pos])}{where} is out of range for MultiHot<{n}> "
                      f"(ids 0..{n - 1}){more}")
+
+
+def selector_ids(arr: np.ndarray, n: int, dims: int, name: str, declared
+                 ) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A selector trace for a rank-`dims` stream of MultiHot<n> (`declared`) as rows of ids,
+    one row per stream element, and the stream shape it gives: a trace with one more dim
+    holds a multi-hot selector per row of ids, one with `dims` dims a one-hot per id."""
+    check_ids(arr, n, f"trace for `{name}`")
+    if arr.ndim == dims + 1:
+        return arr.reshape(-1, arr.shape[-1]), tuple(arr.shape[:-1])
+    if arr.ndim == dims:
+        return arr.reshape(-1, 1), tuple(arr.shape)
+    raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not fit "
+                     f"{declared}")
 
 
 def load_array(path: str) -> np.ndarray:
@@ -91,17 +107,6 @@ def validate_routing(arr: np.ndarray, num_experts: int | None, where: str) -> No
         raise TraceError(f"{where}: negative expert id {int(arr.min())}")
     if num_experts is not None:
         check_ids(arr, num_experts, where)
-
-
-def load_kv_lengths(path: str) -> np.ndarray:
-    """KV-cache lengths `[B]`: validated rank and non-negative values."""
-    arr = load_array(path)
-    if arr.ndim != 1:
-        raise TraceError(f"{path}: KV lengths must be a [B] vector, found shape "
-                         f"{list(arr.shape)}")
-    if arr.size and arr.min() < 0:
-        raise TraceError(f"{path}: negative KV length {int(arr.min())}")
-    return arr
 
 
 def synthetic_routing(batch: int, experts: int, k: int, seed: int = 0,

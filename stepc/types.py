@@ -23,13 +23,8 @@ defer_tensor_module()
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
 INT_DTYPES = ("i32", "u32", "u64")
-FLOAT_DTYPES = ("bf16", "f16", "f32")
 
 Dim = sympy.Expr
-
-
-def as_dim(x) -> Dim:
-    return sympy.sympify(x)
 
 
 # ------------------------------------------------------------------ printing

@@ -10,13 +10,8 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze, fold, report
-from stepc.analyze.analysis import (
-    _charged_when,
-    _nonempty,
-    _selector_stand_in,
-    _stand_in,
-    cost_formulas,
-)
+from stepc.analyze.analysis import _charged_when, _nonempty, cost_formulas
+from stepc.analyze.bindings import _selector_stand_in, _stand_in
 from stepc.canon import symbols_in
 from stepc.frontend import compile_file
 

@@ -1,5 +1,6 @@
 """Symbolic off-chip traffic, on-chip memory, FLOPs and operational intensity."""
 
-from stepc.analyze.analysis import Analysis, OpCost, analyze, roofline, trace_bindings
+from stepc.analyze.analysis import Analysis, OpCost, analyze, roofline
+from stepc.analyze.bindings import trace_bindings
 
 __all__ = ["Analysis", "OpCost", "analyze", "roofline", "trace_bindings"]

@@ -10,7 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from stepc.analyze.analysis import Analysis, Roofline, add_all, trace_decidable
+from stepc.analyze.analysis import Analysis, Roofline, add_all
+from stepc.analyze.bindings import trace_decidable
 from stepc.analyze.fold import family, fmt_folded, fold_names
 from stepc.diagnostics import span_json
 from stepc.hw import HardwareConfig

@@ -3,7 +3,6 @@ argument, never a bare TypeError or ValueError from deep inside."""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,17 +52,6 @@ def int_arg(arg: str, value: Any, minimum: int | None = None,
     if maximum is not None and value > maximum:
         raise InputError(f"{arg}: expected an integer <= {maximum:,}, found {value:,}")
     return int(value)
-
-
-def number_arg(arg: str, value: Any, minimum: float | None = None) -> float:
-    """A finite real number, at least `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{arg}: expected a number, found {kind(value)}")
-    if not math.isfinite(value):
-        raise InputError(f"{arg}: expected a finite number, found {value}")
-    if minimum is not None and value < minimum:
-        raise InputError(f"{arg}: expected a number >= {minimum}, found {value}")
-    return float(value)
 
 
 def bool_arg(arg: str, value: Any) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import kind, mapping_arg, path_arg, text_arg
 from stepc.api.errors import InputError
+from stepc.codes import UNKNOWN_OVERRIDE, UNREADABLE_FILE
 from stepc.diagnostics import (
     Diagnostic,
     Note,
@@ -84,7 +85,7 @@ class CheckReport:
         """The program file itself could not be read (missing, a directory, no permission):
         a usage error, not a program with errors."""
         return self.compiled.typed is None and any(
-            d.code == "E0002" and d.span is None for d in self.compiled.diagnostics.items)
+            d.code == UNREADABLE_FILE and d.span is None for d in self.compiled.diagnostics.items)
 
     def program(self) -> Program:
         """The checked program; raises StepError (with the diagnostics) if it has errors,
@@ -132,7 +133,7 @@ def no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
     """E0106: a param or symbol the program does not declare, with the likeliest one."""
     notes = tuple(Note(f"`{near}` is declared here", options[near])
                   for near in closest(name, options) if options[near] is not None)
-    return Diagnostic("E0106", Severity.ERROR, f"{flag} {name}: the program has no {what} "
+    return Diagnostic(UNKNOWN_OVERRIDE, Severity.ERROR, f"{flag} {name}: the program has no {what} "
                       f"`{name}`{did_you_mean(name, options)}", None, notes)
 
 

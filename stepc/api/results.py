@@ -78,8 +78,10 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     import sympy
 
     from stepc.analyze import analyze, roofline, trace_bindings
+    from stepc.ops import OPS
+    from stepc.ops.base import ONCHIP_MODES
 
-    if onchip_model not in ("artifact", "paper"):
+    if onchip_model not in ONCHIP_MODES:
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
     config, warnings = hardware(hw, sets, roofline=True) if (hw is not None or sets) \
         else (None, [])
@@ -87,7 +89,7 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
     a = analyze(typed, onchip_model, config)
     values: dict = {}
     if traces or any("file" in n.attrs.get("gen", {}) for n in typed.program.nodes.values()
-                     if n.op == "External"):  # numpy is loaded only for traces
+                     if OPS[n.op].external):  # numpy is loaded only for traces
         from stepc.traces import TraceError
         try:
             values.update(trace_bindings(typed, trace_arrays(traces)))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from stepc.codes import TRACE_MISMATCH
 from stepc.diagnostics import Diagnostic, Note, render_text
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
         raise click.UsageError(str(e))
     diags = []
     for d in e.diagnostics:
-        if d.code == "E0404":
+        if d.code == TRACE_MISMATCH:
             d = Diagnostic(d.code, d.severity, d.message, d.span, d.notes + tuple(
                 Note(f"from --trace {name}={path}") for name, path in pairs(traces, "--trace")
                 if f"`{name}`" in d.message))

@@ -8,6 +8,7 @@ from importlib import resources
 import textx
 from textx import metamodel_from_str
 
+from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
 from stepc.source import SourceFile
@@ -79,14 +80,14 @@ def _syntax_error(src: SourceFile, line: int, col: int, message: str) -> Diagnos
     stack, quote = _scan(text, len(text))
     if quote is not None:
         qline, qcol = src.linecol(quote)
-        return Diagnostic("E0001", Severity.ERROR, "syntax error: unterminated string",
+        return Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: unterminated string",
                           ast.Span(src.name, qline, qcol, qline, qcol + 1))
     expected = _expected(message)
     stack, _ = _scan(text, offset)
     if stack and src.linecol(stack[-1][1])[0] < line:
         ch, pos = stack[-1]
         bline, bcol = src.linecol(pos)
-        return Diagnostic("E0001", Severity.ERROR,
+        return Diagnostic(SYNTAX_ERROR, Severity.ERROR,
                           f"syntax error: `{ch}` is never closed (expected "
                           f"`{_CLOSERS[ch]}`)", ast.Span(src.name, bline, bcol, bline, bcol + 1),
                           (Note(f"expected `{_CLOSERS[ch]}` before this",
@@ -110,7 +111,7 @@ def _syntax_error(src: SourceFile, line: int, col: int, message: str) -> Diagnos
                 start -= 1
             token = text[start:end] or text[end - 1]
             pline, pcol = src.linecol(start if start < end else end - 1)
-            return Diagnostic("E0001", Severity.ERROR, f"syntax error after `{token}`: "
+            return Diagnostic(SYNTAX_ERROR, Severity.ERROR, f"syntax error after `{token}`: "
                               f"expected {expected}",
                               ast.Span(src.name, pline, pcol, pline, pcol + max(1, len(token))))
     line_text = src.line_text(line)
@@ -118,7 +119,7 @@ def _syntax_error(src: SourceFile, line: int, col: int, message: str) -> Diagnos
     while end_col <= len(line_text) and (line_text[end_col - 1].isalnum()
                                          or line_text[end_col - 1] == "_"):
         end_col += 1
-    return Diagnostic("E0001", Severity.ERROR, f"syntax error: expected {expected}",
+    return Diagnostic(SYNTAX_ERROR, Severity.ERROR, f"syntax error: expected {expected}",
                       ast.Span(src.name, line, col, line, max(end_col, col + 1)))
 
 
@@ -141,7 +142,7 @@ def decode_source(name: str, data: bytes) -> SourceFile:
     if b"\x00" in data:
         prefix = data[: data.index(b"\x00")].decode("utf-8", errors="replace")
         line, col = SourceFile(name, prefix).linecol(len(prefix))
-        raise StepError([Diagnostic("E0003", Severity.ERROR,
+        raise StepError([Diagnostic(NOT_TEXT, Severity.ERROR,
                                     "file is not a .step program (it contains NUL bytes)",
                                     ast.Span(name, line, col, line, col + 1))])
     try:
@@ -150,7 +151,7 @@ def decode_source(name: str, data: bytes) -> SourceFile:
         prefix = data[: e.start].decode("utf-8", errors="replace")
         src = SourceFile(name, prefix)
         line, col = src.linecol(len(prefix))
-        raise StepError([Diagnostic("E0003", Severity.ERROR,
+        raise StepError([Diagnostic(NOT_TEXT, Severity.ERROR,
                                     f"file is not valid UTF-8 (byte 0x{data[e.start]:02x})",
                                     ast.Span(name, line, col, line, col + 1))]) from None
     return SourceFile(name, text.lstrip("\ufeff"))
@@ -164,7 +165,7 @@ def parse(src: SourceFile) -> ast.Module:
         raise StepError([_syntax_error(src, e.line or 1, e.col or 1, e.message or "")]) from None
     except (textx.TextXError, RecursionError) as e:  # pragma: no cover - defensive
         msg = getattr(e, "message", None) or "input is too deeply nested"
-        raise StepError([Diagnostic("E0001", Severity.ERROR, f"syntax error: {msg}",
+        raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, f"syntax error: {msg}",
                                     ast.Span(src.name, 1, 1, 1, 2))]) from None
     statements = getattr(model, "statements", None) or []  # an empty file parses to ""
     return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
@@ -262,7 +263,7 @@ class _Lower:
             return self.expr(e.value)
         if kind == "IntLit":
             if len(e.value) > 30:
-                raise StepError([Diagnostic("E0001", Severity.ERROR, "syntax error: integer "
+                raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
                                             f"literal of {len(e.value)} digits is too large",
                                             sp)])
             return ast.IntLit(int(e.value), sp)

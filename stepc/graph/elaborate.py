@@ -14,6 +14,26 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from stepc.codes import (
+    ALREADY_DEFINED,
+    BAD_ARGUMENT,
+    BAD_INDEX,
+    BINDING_MISMATCH,
+    IMPORT_CYCLE,
+    MISSING_ARGUMENT,
+    NON_POSITIVE_DIM,
+    NOTHING_TO_BIND,
+    PROGRAM_TOO_LARGE,
+    RETURN_OUTSIDE_GRAPH,
+    TILE_DOES_NOT_FIT,
+    TOP_LEVEL_ONLY,
+    UNBOUND_DECLARED_STREAM,
+    UNKNOWN_FUNCTION,
+    UNKNOWN_TYPE_OR_ROLE,
+    UNREADABLE_FILE,
+    UNUSED_PARAM,
+    USED_BEFORE_BOUND,
+)
 from stepc.diagnostics import DiagnosticBag, Note, StepError, did_you_mean
 from stepc.grammar import ast
 from stepc.graph.program import (
@@ -87,7 +107,7 @@ class Elaborator(Evaluator):
         for name, e in self.global_scope.names.items():
             # a statement skipped for a failed definition may have been a param's only use
             if e.kind == "param" and not e.used and not self.hit_poison:
-                self.bag.warning("W0002", f"parameter `{name}` is never used", e.span)
+                self.bag.warning(UNUSED_PARAM, f"parameter `{name}` is never used", e.span)
         return self.build()
 
     def block(self, stmts, scope: Scope, top: bool = False) -> None:
@@ -136,11 +156,12 @@ class Elaborator(Evaluator):
     def statement(self, s, scope: Scope, top: bool) -> None:
         if isinstance(s, ast.Import):
             if not top:
-                raise self.error("E0109", "`import` is only allowed at the top level", s.span)
+                raise self.error(TOP_LEVEL_ONLY,
+                                 "`import` is only allowed at the top level", s.span)
             self.do_import(s, scope)
         elif isinstance(s, ast.Param):
             if not top or scope is not self.global_scope:
-                raise self.error("E0109", "`param` is only allowed at the top level", s.span)
+                raise self.error(TOP_LEVEL_ONLY, "`param` is only allowed at the top level", s.span)
             self.do_param(s, scope)
         elif isinstance(s, ast.TensorDecl):
             self.do_tensor(s, scope)
@@ -154,7 +175,8 @@ class Elaborator(Evaluator):
             self.define(scope, s.name, GraphVal(s, scope), "graph", s.name_span)
         elif isinstance(s, ast.Return):
             if scope.has_return is None:
-                raise self.error("E0111", "`return` is only allowed inside a `graph` body",
+                raise self.error(RETURN_OUTSIDE_GRAPH,
+                                 "`return` is only allowed inside a `graph` body",
                                  s.span)
             vals = [self.value(v, scope) for v in s.values]
             scope.returned = vals[0] if len(vals) == 1 else tuple(vals)
@@ -164,16 +186,17 @@ class Elaborator(Evaluator):
         elif isinstance(s, ast.CallStatement):
             v = self.call(s.call, scope, anonymous=True)
             if v is not None and not isinstance(v, (StreamVal, list, tuple)):
-                raise self.error("E0208", f"this statement computes {kind_word(v)} and "
+                raise self.error(NOTHING_TO_BIND, f"this statement computes {kind_word(v)} and "
                                           "discards it", s.span)
 
     def define(self, scope: Scope, name: str, value: Any, kind: str, span: Span) -> None:
         prev = scope.names.get(name)
         if prev is not None:
             notes = [Note(f"`{name}` was first defined here", prev.span)] if prev.span else []
-            raise self.error("E0104", f"`{name}` is already defined in this scope", span, notes)
+            raise self.error(ALREADY_DEFINED,
+                             f"`{name}` is already defined in this scope", span, notes)
         if name in OPS:
-            raise self.error("E0104", f"`{name}` is the name of an operator and cannot be "
+            raise self.error(ALREADY_DEFINED, f"`{name}` is the name of an operator and cannot be "
                                       "redefined", span)
         scope.names[name] = Entry(value, kind, span)
 
@@ -181,7 +204,7 @@ class Elaborator(Evaluator):
         path = import_path(self.import_stack[-1], s.path)
         if path in self.import_stack:
             chain = " -> ".join(self.import_stack[self.import_stack.index(path):] + [path])
-            raise self.error("E0004", f"import cycle: {chain}", s.span)
+            raise self.error(IMPORT_CYCLE, f"import cycle: {chain}", s.span)
         if path in self.imported:
             return
         try:
@@ -216,20 +239,22 @@ class Elaborator(Evaluator):
 
     def do_tensor(self, s: ast.TensorDecl, scope: Scope) -> None:
         if s.dtype not in DTYPE_BYTES:
-            raise self.error("E0105", f"unknown element type `{s.dtype}`"
+            raise self.error(UNKNOWN_TYPE_OR_ROLE, f"unknown element type `{s.dtype}`"
                              + did_you_mean(s.dtype, DTYPE_BYTES), s.dtype_span)
         if s.role not in TENSOR_ROLES:
-            raise self.error("E0105", f"unknown tensor role `{s.role}` (expected one of "
+            raise self.error(UNKNOWN_TYPE_OR_ROLE,
+                             f"unknown tensor role `{s.role}` (expected one of "
                              f"{', '.join(TENSOR_ROLES)})" + did_you_mean(s.role, TENSOR_ROLES),
                              s.role_span)
         shape = []
         for d in s.dims:
             v = self.eval_int(d, scope)
             if v <= 0:
-                raise self.error("E0501", f"tensor dims must be positive, found {v}", d.span)
+                raise self.error(NON_POSITIVE_DIM,
+                                 f"tensor dims must be positive, found {v}", d.span)
             shape.append(v)
         if not shape:
-            raise self.error("E0320", f"tensor `{s.name}` needs at least one dim", s.span)
+            raise self.error(TILE_DOES_NOT_FIT, f"tensor `{s.name}` needs at least one dim", s.span)
         source = None
         if s.source is not None:
             source = self.tensor_source(s.source, scope)
@@ -244,7 +269,7 @@ class Elaborator(Evaluator):
             e = ast.Call(e.name, (), e.span, e.span)
         if not isinstance(e, ast.Call) or e.func not in TENSOR_SOURCES:
             name = e.func if isinstance(e, ast.Call) else ""
-            raise self.error("E0103", "unknown tensor data source"
+            raise self.error(UNKNOWN_FUNCTION, "unknown tensor data source"
                              + (f" `{name}`" if name else "") + " (expected "
                              + ", ".join(f"{k}(...)" for k in TENSOR_SOURCES) + ")"
                              + did_you_mean(name, TENSOR_SOURCES), e.span)
@@ -278,7 +303,8 @@ class Elaborator(Evaluator):
         ann = TypeAnnotation(s.type, scope.int_env())
         if s.source is None:
             if s.type.dims is None:
-                raise self.error("E0401", f"feedback stream `{s.name}` needs a full type with "
+                raise self.error(UNBOUND_DECLARED_STREAM,
+                                 f"feedback stream `{s.name}` needs a full type with "
                                           "a shape: Strm<T, r>[dims]", s.type.span)
             p = Pending(s.name, ann, s.name_span)
             self.pendings.append(p)
@@ -288,7 +314,8 @@ class Elaborator(Evaluator):
         if isinstance(src, ast.Call) and src.func == "external":
             if not src.args or src.args[0].name is not None or \
                     not isinstance(src.args[0].value, ast.StrLit):
-                raise self.error("E0201", 'external streams are written `external("name")` '
+                raise self.error(MISSING_ARGUMENT,
+                                 'external streams are written `external("name")` '
                                  "(optionally with generator settings: topk=, seed=, "
                                  "mean=, std=, file=, multihot=)", src.span)
             gen = dict(self.fn_value(ast.Call("external", src.args[1:], src.span,
@@ -298,7 +325,8 @@ class Elaborator(Evaluator):
             if isinstance(gen.get("file"), str):  # relative to the declaring file
                 gen["file"] = import_path(self.import_stack[-1], gen["file"])
             if s.type.dims is None:
-                raise self.error("E0401", f"external stream `{s.name}` needs a full type with "
+                raise self.error(UNBOUND_DECLARED_STREAM,
+                                 f"external stream `{s.name}` needs a full type with "
                                           "a shape: Strm<T, r>[dims]", s.type.span)
             node = self.new_node("External", s.name, scope, src.span, s.name_span,
                                  {"name": src.args[0].value.value, "type": ann, "gen": gen},
@@ -325,18 +353,19 @@ class Elaborator(Evaluator):
             if not number or (integral and not isinstance(value, int)) or \
                     not low <= value <= (high if high is not None else value):
                 bounds = f"{low:,}..{high:,}" if high is not None else f">= {low}"
-                raise self.error("E0204", f"external `{key}=` expects "
+                raise self.error(BAD_ARGUMENT, f"external `{key}=` expects "
                                  f"{'an integer' if integral else 'a number'} in {bounds}, "
                                  f"found {value!r}", spans.get(key, call.span))
 
     def do_for(self, s: ast.ForLoop, scope: Scope) -> None:
         lo, hi = self.eval_int(s.start, scope), self.eval_int(s.end, scope)
         if hi - lo > MAX_LOOP:
-            raise self.error("E0114", f"loop of {hi - lo:,} iterations: stepc unrolls loops "
+            raise self.error(PROGRAM_TOO_LARGE,
+                             f"loop of {hi - lo:,} iterations: stepc unrolls loops "
                              f"and allows at most {MAX_LOOP:,}", s.span)
         self.iterations += max(hi - lo, 0)
         if self.iterations > MAX_ITERATIONS:
-            self.error("E0114", f"the program's loops unroll to more than "
+            self.error(PROGRAM_TOO_LARGE, f"the program's loops unroll to more than "
                        f"{MAX_ITERATIONS:,} iterations", s.span)
             raise Fatal()
         exported: dict[str, list] = {}
@@ -366,7 +395,7 @@ class Elaborator(Evaluator):
             for k, e in items:
                 arr[k] = e.value
             if name in scope.names:
-                self.bag.error("E0104", f"`{name}` is already defined in this scope", span,
+                self.bag.error(ALREADY_DEFINED, f"`{name}` is already defined in this scope", span,
                                [Note(f"`{name}` was first defined here", scope.names[name].span)])
                 continue
             scope.names[name] = Entry(arr, "array", span, used=True)
@@ -381,11 +410,11 @@ class Elaborator(Evaluator):
         if isinstance(e, ast.Call) and e.func in ("shape", "dim"):
             want = 1 if e.func == "shape" else 2
             if len(e.args) != want:
-                raise self.error("E0201", f"`{e.func}` takes {want} argument"
+                raise self.error(MISSING_ARGUMENT, f"`{e.func}` takes {want} argument"
                                  + ("s" if want > 1 else ""), e.span)
             v = self.value(e.args[0].value, scope)
             if not isinstance(v, (StreamVal, Pending)):
-                raise self.error("E0204", f"`{e.func}` expects a stream, found {kind_word(v)}",
+                raise self.error(BAD_ARGUMENT, f"`{e.func}` expects a stream, found {kind_word(v)}",
                                  e.args[0].span)
             ref = self.stream_ref(v, e.args[0].span)
             streams.append(ref)
@@ -399,7 +428,8 @@ class Elaborator(Evaluator):
     def stream_ref(self, v, span: Span) -> StreamRefTerm:
         if isinstance(v, Pending):
             if v.bound is None:
-                raise self.error("E0402", f"`{v.name}` is not bound yet; assume facts about it "
+                raise self.error(USED_BEFORE_BOUND,
+                                 f"`{v.name}` is not bound yet; assume facts about it "
                                           "after its producer", span)
             v = v.bound
         return StreamRefTerm(v.node, v.port, span)
@@ -407,7 +437,8 @@ class Elaborator(Evaluator):
     # ================================================================ bindings
     def do_binding(self, s: ast.Binding, scope: Scope) -> None:
         if len(s.targets) > 1 and s.type is not None:
-            raise self.error("E0207", "a type annotation needs a single binding target", s.span)
+            raise self.error(BINDING_MISMATCH,
+                             "a type annotation needs a single binding target", s.span)
         first = s.targets[0]
         name_hint = None if first.name == "_" else self.target_name(first, scope)
         value = self.value(s.value, scope, name_hint=name_hint)
@@ -422,7 +453,7 @@ class Elaborator(Evaluator):
                 values = [value]
             if len(values) != len(s.targets):
                 self.discard(values)
-                raise self.error("E0207", f"{len(s.targets)} targets but the value has "
+                raise self.error(BINDING_MISMATCH, f"{len(s.targets)} targets but the value has "
                                           f"{len(values)} output{'s' if len(values) != 1 else ''}",
                                  s.span)
         node = self.last_node if isinstance(s.value, ast.Call) and s.value.func in OPS else None
@@ -434,7 +465,7 @@ class Elaborator(Evaluator):
                     self.nodes[v.node].discarded.add(v.port)
                 continue
             if v is None:
-                raise self.error("E0208", "the call has no output stream to bind", t.span)
+                raise self.error(NOTHING_TO_BIND, "the call has no output stream to bind", t.span)
             self.bind(t, v, scope, s.type)
 
     def discard(self, values) -> None:
@@ -457,7 +488,8 @@ class Elaborator(Evaluator):
                 node.annotations.setdefault(v.port, []).append(
                     TypeAnnotation(ann, scope.int_env()))
         elif ann is not None:
-            raise self.error("E0207", f"only streams can be annotated, found {kind_word(v)}",
+            raise self.error(BINDING_MISMATCH,
+                             f"only streams can be annotated, found {kind_word(v)}",
                              ann.span)
         if t.indices:
             self.assign_indexed(t, v, scope)
@@ -466,7 +498,7 @@ class Elaborator(Evaluator):
         if existing is not None and isinstance(existing.value, Pending) \
                 and existing.value.bound is None:
             if not isinstance(v, StreamVal):
-                raise self.error("E0204", f"feedback stream `{t.name}` must be bound to a "
+                raise self.error(BAD_ARGUMENT, f"feedback stream `{t.name}` must be bound to a "
                                           f"stream, found {kind_word(v)}", t.span)
             existing.value.bound = v
             self.nodes[v.node].port_names[v.port] = t.name
@@ -481,9 +513,10 @@ class Elaborator(Evaluator):
         for i in idx:
             bad = None
             if i < 0:
-                bad = self.error("E0107", f"negative index {i}", t.span)
+                bad = self.error(BAD_INDEX, f"negative index {i}", t.span)
             elif i >= MAX_INDEX:
-                bad = self.error("E0114", f"index {i:,} of `{t.name}`: stepc builds arrays of "
+                bad = self.error(PROGRAM_TOO_LARGE,
+                                 f"index {i:,} of `{t.name}`: stepc builds arrays of "
                                  f"at most {MAX_INDEX:,} elements", t.span)
             if bad is not None:
                 self.discard(v)
@@ -496,7 +529,7 @@ class Elaborator(Evaluator):
             entry = self.array_owner(scope).names[t.name] = Entry([], "array", t.span,
                                                                   used=True)
         if not isinstance(entry.value, list):
-            raise self.error("E0107", f"`{t.name}` is {kind_word(entry.value)}, not an array",
+            raise self.error(BAD_INDEX, f"`{t.name}` is {kind_word(entry.value)}, not an array",
                              t.span)
         arr = entry.value
         for depth, i in enumerate(idx):
@@ -504,7 +537,7 @@ class Elaborator(Evaluator):
                 arr.append(None if depth == len(idx) - 1 else [])
             if depth == len(idx) - 1:
                 if arr[i] is not None:
-                    raise self.error("E0104", f"`{t.name}{''.join(f'[{x}]' for x in idx)}` "
+                    raise self.error(ALREADY_DEFINED, f"`{t.name}{''.join(f'[{x}]' for x in idx)}` "
                                               "is assigned twice", t.span)
                 arr[i] = v
             else:
@@ -523,7 +556,8 @@ class Elaborator(Evaluator):
     def finish_pendings(self) -> None:
         for p in self.pendings:
             if p.bound is None and not p.failed:
-                self.bag.error("E0401", f"feedback stream `{p.name}` is declared but never "
+                self.bag.error(UNBOUND_DECLARED_STREAM,
+                               f"feedback stream `{p.name}` is declared but never "
                                         "bound to a producer", p.span)
 
     def build(self) -> Program:
@@ -567,7 +601,7 @@ def import_path(importer: str | None, path: str) -> str:
 
 def _no_imports(path: str, span: Span):
     from stepc.diagnostics import Diagnostic, Severity
-    raise StepError([Diagnostic("E0002", Severity.ERROR, f"cannot import `{path}` here",
+    raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"cannot import `{path}` here",
                                 span)])
 
 

@@ -10,6 +10,13 @@ from collections.abc import Callable
 
 import sympy
 
+from stepc.codes import (
+    BAD_ARGUMENT,
+    DIVISION_BY_ZERO,
+    MISPLACED_ARGUMENT,
+    MISSING_ARGUMENT,
+    NOT_INTEGER,
+)
 from stepc.grammar import ast
 from stepc.source import Span
 
@@ -33,7 +40,7 @@ Resolver = Callable[[str, Span], "int | sympy.Expr"]
 
 def _apply(e: ast.BinOp, a, b, symbolic: bool):
     if e.op in ("//", "%", "/") and b == 0:
-        raise ExprError("E0502", "division by zero", e.rhs.span)
+        raise ExprError(DIVISION_BY_ZERO, "division by zero", e.rhs.span)
     if e.op == "+":
         return a + b
     if e.op == "-":
@@ -45,7 +52,7 @@ def _apply(e: ast.BinOp, a, b, symbolic: bool):
     if e.op == "%":
         return sympy.Mod(a, b) if symbolic else a % b
     if not symbolic:
-        raise ExprError("E0503", "`/` is not integer division: use `//` or "
+        raise ExprError(NOT_INTEGER, "`/` is not integer division: use `//` or "
                                  "`ceildiv(a, b)`", e.span)
     return sympy.sympify(a) / b
 
@@ -70,27 +77,27 @@ def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
         return acc
     if isinstance(e, ast.Call) and e.func in INT_BUILTINS + DIM_BUILTINS:
         if any(a.name for a in e.args):
-            raise ExprError("E0203", f"`{e.func}` takes positional arguments", e.span)
+            raise ExprError(MISPLACED_ARGUMENT, f"`{e.func}` takes positional arguments", e.span)
         vals = [evaluate(a.value, resolve, symbolic) for a in e.args]
         want = 1 if e.func in DIM_BUILTINS else 2
         if len(vals) != want and not (e.func in ("min", "max") and len(vals) >= 2):
-            raise ExprError("E0201", f"`{e.func}` takes {want} argument"
+            raise ExprError(MISSING_ARGUMENT, f"`{e.func}` takes {want} argument"
                                      f"{'s' if want > 1 else ''}, found {len(vals)}", e.span)
         if e.func == "ceildiv":
             if vals[1] == 0:
-                raise ExprError("E0502", "division by zero", e.args[1].span)
+                raise ExprError(DIVISION_BY_ZERO, "division by zero", e.args[1].span)
             if symbolic:
                 return sympy.ceiling(sympy.sympify(vals[0]) / vals[1])
             return -(-vals[0] // vals[1])
         if e.func in DIM_BUILTINS:
             if not symbolic:
-                raise ExprError("E0503", f"`{e.func}` is for symbolic dims; use "
+                raise ExprError(NOT_INTEGER, f"`{e.func}` is for symbolic dims; use "
                                          "`ceildiv(a, b)` or `//`", e.span)
             return (sympy.ceiling if e.func == "ceil" else sympy.floor)(vals[0])
         if symbolic:
             return (sympy.Min if e.func == "min" else sympy.Max)(*vals)
         return (min if e.func == "min" else max)(vals)
     if isinstance(e, ast.Call):
-        raise ExprError("E0204", f"expected an integer expression, found a call of "
+        raise ExprError(BAD_ARGUMENT, f"expected an integer expression, found a call of "
                                  f"`{e.func}`", e.span)
-    raise ExprError("E0204", "expected an integer expression", e.span)
+    raise ExprError(BAD_ARGUMENT, "expected an integer expression", e.span)

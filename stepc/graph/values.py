@@ -10,6 +10,21 @@ from typing import Any
 
 import sympy
 
+from stepc.codes import (
+    BAD_ARGUMENT,
+    BAD_INDEX,
+    DIVISION_BY_ZERO,
+    MISPLACED_ARGUMENT,
+    MISSING_ARGUMENT,
+    PROGRAM_TOO_LARGE,
+    RECURSIVE_GRAPH,
+    UNASSIGNED_ELEMENT,
+    UNDEFINED_NAME,
+    UNKNOWN_OPERATOR,
+    UNKNOWN_PARAMETER,
+    UNKNOWN_TYPE_OR_ROLE,
+    USED_BEFORE_BOUND,
+)
 from stepc.diagnostics import DiagnosticBag, Note, closest, did_you_mean
 from stepc.grammar import ast
 from stepc.graph.expr import INT_BUILTINS, ExprError, dim_symbol, evaluate
@@ -20,7 +35,7 @@ from stepc.ops.base import COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue, 
 from stepc.source import SourceFile, Span
 from stepc.types import DTYPE_BYTES
 
-ARRAY_OUTPUT_OPS = ("Partition", "Parallelize", "Broadcast")
+ARRAY_OUTPUT_OPS = tuple(name for name, spec in OPS.items() if spec.indexed_outputs)
 MAX_NODES = 50_000  # operator instances of one program
 MAX_CONSUMERS = 65_536  # outputs of one Partition, Parallelize or Broadcast
 
@@ -108,10 +123,10 @@ class Evaluator:
             i = self.eval_int(e.index, scope)
             if isinstance(base, TensorRef):
                 if len(base.shape) <= 1:
-                    raise self.error("E0107", f"tensor `{base}` has no dim left to index",
+                    raise self.error(BAD_INDEX, f"tensor `{base}` has no dim left to index",
                                      e.span)
                 if not 0 <= i < base.shape[0]:
-                    raise self.error("E0107", f"index {i} is out of range for tensor `{base}` "
+                    raise self.error(BAD_INDEX, f"index {i} is out of range for tensor `{base}` "
                                               f"of shape {list(base.shape)}", e.index.span)
                 return TensorRef(base.name, base.dtype, base.shape[1:], base.index + (i,),
                                  base.span)
@@ -120,15 +135,15 @@ class Evaluator:
                     what = f"`{self.text_of(e.base.span)}`" if isinstance(e.base, (
                         ast.Name, ast.Index)) else "the array"
                     valid = f"indices 0..{len(base) - 1}" if base else "it is empty"
-                    raise self.error("E0107", f"index {i} is out of range for {what} (length "
+                    raise self.error(BAD_INDEX, f"index {i} is out of range for {what} (length "
                                               f"{len(base)}: {valid})", e.index.span)
                 v = base[i]
                 if v is POISON:
                     raise self.poisoned()
                 if v is None:
-                    raise self.error("E0108", f"element [{i}] is never assigned", e.span)
+                    raise self.error(UNASSIGNED_ELEMENT, f"element [{i}] is never assigned", e.span)
                 return v
-            raise self.error("E0107", f"cannot index {kind_word(base)}", e.span)
+            raise self.error(BAD_INDEX, f"cannot index {kind_word(base)}", e.span)
         if isinstance(e, ast.Call):
             return self.call(e, scope, name_hint=name_hint)
         return self.eval_int(e, scope)
@@ -154,7 +169,7 @@ class Evaluator:
     def undefined(self, name: str, span: Span, scope: Scope) -> Abort:
         later = self.defined_later(name)
         if later is not None:
-            return self.error("E0402", f"`{name}` is used before it is bound; to build a "
+            return self.error(USED_BEFORE_BOUND, f"`{name}` is used before it is bound; to build a "
                                        f"feedback edge declare it first with "
                                        f"`stream {name} : TYPE`", span,
                               [Note(f"`{name}` is bound here", later)])
@@ -163,7 +178,7 @@ class Evaluator:
             entry = scope.lookup(near)         # the stream it meant is never consumed
             if entry is not None:
                 self.referenced(entry.value)
-        return self.error("E0101", f"undefined name `{name}`" + did_you_mean(name, options),
+        return self.error(UNDEFINED_NAME, f"undefined name `{name}`" + did_you_mean(name, options),
                           span)
 
     def defined_later(self, name: str) -> Span | None:
@@ -193,9 +208,9 @@ class Evaluator:
             return self.eval_int(e, scope)
         self.reference_args(e, scope)
         if entry is not None:
-            raise self.error("E0102", f"`{e.func}` is {kind_word(entry.value)}, not an "
+            raise self.error(UNKNOWN_OPERATOR, f"`{e.func}` is {kind_word(entry.value)}, not an "
                                       "operator or graph", e.func_span)
-        raise self.error("E0102", f"unknown operator `{e.func}`" + did_you_mean(
+        raise self.error(UNKNOWN_OPERATOR, f"unknown operator `{e.func}`" + did_you_mean(
             e.func, list(OPS) + [n for n in scope.visible()
                                  if isinstance(scope.lookup(n).value, GraphVal)]), e.func_span)
 
@@ -222,7 +237,8 @@ class Evaluator:
             if a.name is not None:
                 seen_kw = True
             elif seen_kw:
-                raise self.error("E0203", "positional argument after keyword arguments", a.span)
+                raise self.error(MISPLACED_ARGUMENT,
+                                 "positional argument after keyword arguments", a.span)
         positional = [p for p in params if getattr(p, "kind", None) != "type"
                       and p not in COMMON_PARAMS]
         i = 0
@@ -236,14 +252,14 @@ class Evaluator:
             out[p.name] = (pos[i].value, pos[i].span, None)
             i += 1
         if i < len(pos):
-            raise self.error("E0203", f"{what} takes at most {i} positional argument"
+            raise self.error(MISPLACED_ARGUMENT, f"{what} takes at most {i} positional argument"
                              f"{'s' if i != 1 else ''}, found {len(pos)}", pos[i].span)
         for a in kw:
             if a.name not in names:
-                raise self.error("E0202", f"{what} has no parameter `{a.name}`"
+                raise self.error(UNKNOWN_PARAMETER, f"{what} has no parameter `{a.name}`"
                                  + did_you_mean(a.name, names), a.span)
             if a.name in out:
-                raise self.error("E0203", f"parameter `{a.name}` is given twice", a.span)
+                raise self.error(MISPLACED_ARGUMENT, f"parameter `{a.name}` is given twice", a.span)
             p = next(p for p in params if p.name == a.name)
             if getattr(p, "kind", None) == VARSTREAMS:
                 out[a.name] = ((a.value,), a.span, None)
@@ -253,8 +269,8 @@ class Evaluator:
 
     def op_call(self, e: ast.Call, scope: Scope, name_hint: str | None) -> Any:
         spec = OPS[e.func]
-        if spec.name == "External":
-            raise self.error("E0204", "external streams are declared with "
+        if spec.external:
+            raise self.error(BAD_ARGUMENT, "external streams are declared with "
                                       '`stream NAME : TYPE = external("name")`', e.span)
         args = self.bind_args(e, list(spec.all_params), spec.name)
         attrs: dict[str, Any] = {}
@@ -264,7 +280,7 @@ class Evaluator:
         for p in spec.all_params:
             if p.name not in args:
                 if p.required:
-                    self.bag.error("E0201", f"{spec.name} needs `{p.name}=` "
+                    self.bag.error(MISSING_ARGUMENT, f"{spec.name} needs `{p.name}=` "
                                    f"({p.doc or _KIND_EXPECT[p.kind]})", e.span)
                     failed = True
                 elif not p.is_stream:
@@ -283,7 +299,7 @@ class Evaluator:
                         if isinstance(vs, tuple):
                             vs = list(vs)
                         if not isinstance(vs, list):
-                            raise self.error("E0204", f"{spec.name} `{p.name}` expects a list "
+                            raise self.error(BAD_ARGUMENT, f"{spec.name} `{p.name}` expects a list "
                                              f"of streams, found {kind_word(vs)}", span)
                         spans = [i.span for i in val_ast.items] \
                             if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
@@ -294,7 +310,8 @@ class Evaluator:
                         if v is None and p.kind == STREAMS:
                             what = f"`{val_ast.name}[{k}]`" if isinstance(val_ast, ast.Name) \
                                 else f"element [{k}] of the list"
-                            raise self.error("E0108", f"{what} is never assigned (passed to "
+                            raise self.error(UNASSIGNED_ELEMENT,
+                                             f"{what} is never assigned (passed to "
                                              f"{spec.name} `{p.name}`)", sp)
                         self.expect_stream(v, spec.name, p.name, sp)
                         stream_inputs.append((p.name, k, v, sp))
@@ -305,7 +322,8 @@ class Evaluator:
         if failed:
             raise Abort()
         if isinstance(attrs.get("consumers"), int) and attrs["consumers"] > MAX_CONSUMERS:
-            raise self.error("E0114", f"{spec.name} with {attrs['consumers']:,} consumers: at "
+            raise self.error(PROGRAM_TOO_LARGE,
+                             f"{spec.name} with {attrs['consumers']:,} consumers: at "
                              f"most {MAX_CONSUMERS:,} are allowed", arg_spans["consumers"])
         name = name_hint or self.anon_name(spec.name, e.span, scope)
         node = self.new_node(spec.name, name, scope, e.span, e.func_span, attrs,
@@ -329,7 +347,7 @@ class Evaluator:
 
     def expect_stream(self, v: Any, op: str, param: str, span: Span) -> None:
         if not isinstance(v, (StreamVal, Pending)):
-            raise self.error("E0204", f"{op} `{param}` expects a stream, found {kind_word(v)}",
+            raise self.error(BAD_ARGUMENT, f"{op} `{param}` expects a stream, found {kind_word(v)}",
                              span)
 
     def anon_name(self, op: str, span: Span, scope: Scope) -> str:
@@ -343,7 +361,7 @@ class Evaluator:
                  attrs: dict, inputs: list, arg_spans: dict) -> OpNode:
         spec = OPS[op]
         if len(self.nodes) >= MAX_NODES:
-            self.error("E0114", f"the program has more than {MAX_NODES:,} operator "
+            self.error(PROGRAM_TOO_LARGE, f"the program has more than {MAX_NODES:,} operator "
                        "instances", span)
             raise Fatal()
         while name in self.nodes:
@@ -361,15 +379,15 @@ class Evaluator:
                 return FnValue(e.name, (), e.span)
             if isinstance(e, ast.Call):
                 return self.fn_value(e, scope)
-            raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
+            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
                              f"{kind_word(self.value(e, scope))}", span)
         if kind == "dtype":
             if isinstance(e, ast.Name) and e.name in DTYPE_BYTES:
                 return e.name
             if isinstance(e, ast.Name):
-                raise self.error("E0105", f"unknown element type `{e.name}`"
+                raise self.error(UNKNOWN_TYPE_OR_ROLE, f"unknown element type `{e.name}`"
                                  + did_you_mean(e.name, DTYPE_BYTES), e.span)
-            raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}", span)
+            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}", span)
         v = self.value(e, scope)
         ok = {
             "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
@@ -382,11 +400,11 @@ class Evaluator:
             "tensor": lambda x: isinstance(x, TensorRef),
         }[kind](v)
         if not ok:
-            raise self.error("E0204", f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
+            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
                              f"{kind_word(v)}", span)
         low = getattr(p, "minimum", None)
         if low is not None and any(i < low for i in (v if isinstance(v, list) else [v])):
-            raise self.error("E0204", f"{op} `{p.name}` must be >= {low}, found {v}"
+            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` must be >= {low}, found {v}"
                              + (f" (leave it out to take the hardware's {p.hw})" if p.hw else ""),
                              span)
         return v
@@ -395,14 +413,14 @@ class Evaluator:
         kwargs = []
         for a in e.args:
             if a.name is None:
-                raise self.error("E0203", f"arguments of `{e.func}` must be named "
+                raise self.error(MISPLACED_ARGUMENT, f"arguments of `{e.func}` must be named "
                                           f"(`{e.func}(name=value)`)", a.span)
             if allowed is not None and a.name not in allowed:
-                raise self.error("E0202", f"`{e.func}` has no parameter `{a.name}`"
+                raise self.error(UNKNOWN_PARAMETER, f"`{e.func}` has no parameter `{a.name}`"
                                  + did_you_mean(a.name, allowed), a.span)
             v = self.value(a.value, scope)
             if not isinstance(v, (int, bool, str)):
-                raise self.error("E0204", f"argument `{a.name}` of `{e.func}` must be an "
+                raise self.error(BAD_ARGUMENT, f"argument `{a.name}` of `{e.func}` must be an "
                                           f"integer, boolean or string, found {kind_word(v)}",
                                  a.span)
             kwargs.append((a.name, v))
@@ -411,7 +429,7 @@ class Evaluator:
     def graph_call(self, e: ast.Call, g: GraphVal, scope: Scope, name_hint: str | None) -> Any:
         d = g.definition
         if d.name in self.graph_stack:
-            raise self.error("E0112", f"graph `{d.name}` instantiates itself (through "
+            raise self.error(RECURSIVE_GRAPH, f"graph `{d.name}` instantiates itself (through "
                              + " -> ".join(self.graph_stack + [d.name]) + "); recursion is "
                              "not allowed", e.span)
         args = self.bind_args(e, list(d.params), f"graph `{d.name}`")
@@ -425,7 +443,8 @@ class Evaluator:
             elif p.default is not None:
                 v = self.value(p.default, g.scope)
             else:
-                raise self.error("E0201", f"graph `{d.name}` needs argument `{p.name}`", e.span)
+                raise self.error(MISSING_ARGUMENT,
+                                 f"graph `{d.name}` needs argument `{p.name}`", e.span)
             if p.type is not None and isinstance(v, StreamVal) and \
                     not self.mentions_poison(p.type, g.scope):
                 # the parameter's annotation is checked on the producing port
@@ -464,14 +483,14 @@ class Evaluator:
                 return dim_symbol(name)
             if entry is None:
                 raise self.undefined(name, span, scope)
-            raise self.error("E0204", f"expected an integer, but `{name}` is "
+            raise self.error(BAD_ARGUMENT, f"expected an integer, but `{name}` is "
                              f"{kind_word(entry.value)}", span)
         try:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
             msg = err.message
             divisor = self.text_of(err.span)
-            if err.code == "E0502" and not divisor.strip().isdigit():
+            if err.code == DIVISION_BY_ZERO and not divisor.strip().isdigit():
                 msg = f"division by zero: `{divisor}` is 0"
             raise self.error(err.code, msg, err.span) from None
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stepc.codes import UNPROVEN_EQUALITY
 from stepc.interop.fold import Folded, Unit, fold
 from stepc.interop.operators import (
     HANDLERS,
@@ -162,7 +163,7 @@ def _lockstep_assumes(w: Writer, compiled, text: str,
     runs = dict(folded.runs)
     flagged: set[int] = set()
     for d in compiled.diagnostics.items:
-        if d.code != "W0301" or d.span is None:
+        if d.code != UNPROVEN_EQUALITY or d.span is None:
             continue
         for line in lines[d.span.line - 1:]:  # the statement's comment ends its last line
             m = _OP_COMMENT.search(line)

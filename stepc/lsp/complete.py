@@ -13,8 +13,6 @@ from stepc.ops import FUNCTIONS, INITS, OPS
 from stepc.ops.base import REQUIRED, fmt_attr
 from stepc.types import DTYPE_BYTES
 
-# Function uses of each higher-order operator (FnSpec.arity keys).
-FN_USE = {"Map": "map", "Accum": "accum", "Scan": "scan", "FlatMap": "flatmap"}
 _HW_FLAG = re.compile(r"--hw[ =]([\w.-]*)$")
 
 
@@ -132,7 +130,7 @@ def value_items(func: str, keyword: str, index: Index | None, file: str,
     if param is None:
         return name_items(index, file, line)
     if param.kind == "fn":
-        use = FN_USE.get(func)
+        use = spec.fn_use if spec else None
         return [Item(n, "function", ", ".join(f.uses), f.doc)
                 for n, f in sorted(FUNCTIONS.items()) if use is None or use in f.uses]
     if param.kind == "dtype":

@@ -19,6 +19,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from stepc import __version__
+from stepc.codes import UNKNOWN_OVERRIDE
 from stepc.diagnostics import Diagnostic, Severity, did_you_mean
 from stepc.lsp.analysis import Checked, Settings, check_document
 from stepc.source import SourceFile, Span
@@ -105,7 +106,7 @@ class StepServer(LanguageServer):
                 lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
                 f"stepc.defines {name}: the program has no parameter `{name}`"
                 f"{did_you_mean(name, params)}", lsp.DiagnosticSeverity.Warning,
-                code="E0106", source="stepc"))
+                code=UNKNOWN_OVERRIDE, source="stepc"))
         for span, target in checked.index.imports:
             n = sum(1 for d in by_file.get(target, ()) if d.severity == 1)
             if n and span.file == checked.path:

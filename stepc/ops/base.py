@@ -15,6 +15,7 @@ from typing import Any
 
 import sympy
 
+from stepc.codes import RANK_MISMATCH, SHAPE_MISMATCH, UNPROVEN_EQUALITY, WRONG_ELEMENT_KIND
 from stepc.source import Span
 from stepc.types import (
     ElemType,
@@ -31,7 +32,6 @@ REQUIRED = object()
 
 # Parameter kinds. Stream kinds are graph inputs; the rest are compile-time attributes.
 STREAM, STREAMS, VARSTREAMS = "stream", "streams", "varstreams"
-ATTR_KINDS = ("int", "ints", "bool", "str", "dtype", "fn", "init", "tensor", "type", "int_or_ints")
 
 
 @dataclass(frozen=True)
@@ -153,27 +153,28 @@ class InferCtx:
 
     # ---- checks
     def require_equal(self, a, b, what: str, arg: str | None, index: int | None = None,
-                      code: str = "E0302") -> None:
+                      code: str = SHAPE_MISMATCH) -> None:
         """Error if a == b is refuted, warning if sympy cannot decide."""
         verdict = equal(a, b)
         if verdict is False:
             raise OpError(code, f"{what}: expected {fmt_dim(a)}, found {fmt_dim(b)}", arg, index)
         if verdict is None:
             self.warnings.append(OpError(
-                "W0301", f"{what}: cannot prove {fmt_dim(a)} equals {fmt_dim(b)}", arg, index))
+                UNPROVEN_EQUALITY, f"{what}: cannot prove {fmt_dim(a)} equals {fmt_dim(b)}", arg,
+                index))
 
     def require_shapes_equal(self, a: StreamType, b: StreamType, what: str, arg: str,
                              index: int | None = None) -> None:
         if a.rank != b.rank:
-            raise OpError("E0301", f"{what}: expected rank {a.rank} {fmt_shape(a.shape)}, "
+            raise OpError(RANK_MISMATCH, f"{what}: expected rank {a.rank} {fmt_shape(a.shape)}, "
                                    f"found rank {b.rank} {fmt_shape(b.shape)}", arg, index)
         verdicts = [equal(da, db) for da, db in zip(a.shape, b.shape, strict=True)]
         if False in verdicts:
-            raise OpError("E0302", f"{what}: expected shape {fmt_shape(a.shape)}, "
+            raise OpError(SHAPE_MISMATCH, f"{what}: expected shape {fmt_shape(a.shape)}, "
                                    f"found {fmt_shape(b.shape)}", arg, index)
         if None in verdicts:
             self.warnings.append(OpError(
-                "W0301", f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
+                UNPROVEN_EQUALITY, f"{what}: cannot prove shape {fmt_shape(b.shape)} equals "
                          f"{fmt_shape(a.shape)}", arg, index))
 
 
@@ -190,21 +191,12 @@ def require_tile(ctx: InferCtx, name: str, static: bool = False, index: int | No
     """The input's element must be a tile (a static one if `static`)."""
     st = st if st is not None else ctx.inputs[name]
     if not isinstance(st.elem, Tile):
-        raise OpError("E0303", f"{ctx.op} expects a stream of tiles for `{name}`, "
+        raise OpError(WRONG_ELEMENT_KIND, f"{ctx.op} expects a stream of tiles for `{name}`, "
                                f"found a stream of {elem_kind(st.elem)}s ({st.elem})", name, index)
     if static and not st.elem.static:
-        raise OpError("E0303", f"{ctx.op} expects statically sized tiles for `{name}`, "
+        raise OpError(WRONG_ELEMENT_KIND, f"{ctx.op} expects statically sized tiles for `{name}`, "
                                f"found {st.elem}", name, index)
     return st.elem
-
-
-def require_rank(ctx: InferCtx, name: str, lo: int, what: str = "",
-                 index: int | None = None) -> StreamType:
-    st = ctx.inputs[name] if index is None else ctx.inputs[name][index]
-    if st.rank < lo:
-        raise OpError("E0301", f"{ctx.op} needs `{name}` of rank >= {lo}{what}, found rank "
-                               f"{st.rank} {fmt_shape(st.shape)}", name, index)
-    return st
 
 
 @dataclass(frozen=True)
@@ -227,6 +219,28 @@ class CostCtx:
 
 
 ONCHIP_MODES = ("paper", "artifact")
+LOAD, STORE = "load", "store"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """An operator's memory role: the direction it moves data and the memory it uses."""
+
+    direction: str  # LOAD | STORE
+    off_chip: bool  # HBM (True) or the fabric's on-chip memory
+
+
+@dataclass
+class TraceStep:
+    """What a `trace_values` hook sees: the node's attributes, the traced values of its
+    inputs (None where unknown), its output types; it sets `values` (output port -> value)
+    or adds to `bindings` (dim name -> value)."""
+
+    attrs: dict[str, Any]
+    ins: list
+    outputs: list
+    values: dict[int, Any] = field(default_factory=dict)
+    bindings: dict[str, sympy.Expr] = field(default_factory=dict)
 
 
 def _zero(ctx: CostCtx, *mode) -> sympy.Expr:
@@ -254,6 +268,20 @@ class OpSpec:
     off_chip: Callable[[CostCtx], sympy.Expr] = _zero
     on_chip: Callable[[CostCtx, str], sympy.Expr] = _zero
     flops: Callable[[CostCtx], sympy.Expr] = _zero
+    # ---- roles: what the rest of stepc asks of an operator, instead of its name
+    behavior: str | Callable = ""  # its simulator generator: "module.function" under
+    # stepc.sim.behaviors, or the generator itself
+    memory: Memory | None = None  # the memory it loads from or stores to
+    reads_tensor: bool = False  # reads its `tensor`'s contents even in a timing-only run
+    fn_use: str | None = None  # the use ("map", "accum", ...) its `fn` is called in
+    external: bool = False  # an external stream: declared `stream N : T = external(..)`,
+    # not called; its data is a trace or a file
+    fan_out: bool = False  # copies every input element to each of its outputs
+    indexed_outputs: bool = False  # its outputs form an array (`p[i]`), one per consumer
+    trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
+    # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
+    trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,
+    # the selector's rank, the [elements, n] selection matrix) -> [(dim, value)] it binds
 
     @property
     def all_params(self) -> tuple[Param, ...]:

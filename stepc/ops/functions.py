@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from stepc.codes import (
+    BAD_ARGUMENT,
+    BAD_FUNCTION_ATTRIBUTE,
+    MATMUL_INNER_MISMATCH,
+    MISSING_ARGUMENT,
+    NOT_ELEMENTWISE,
+    UNKNOWN_PARAMETER,
+    WRONG_OPERAND_TYPE,
+)
 from stepc.ops.base import FnValue, OpError, Param
 from stepc.types import (
     INT_DTYPES,
@@ -59,6 +68,8 @@ class FnSpec:
     # values may be ints or numpy integer arrays (elementwise), so the simulator and the
     # trace bindings of `stepc analyze` share one definition
     init: str = "zero"  # default accumulator initialiser for accum/scan
+    expands_length: bool = False  # flatmap: each input length L becomes L elements (a
+    # trace of the lengths binds the ragged dim)
     example: str = ""
     uses: tuple = field(init=False, default=())
 
@@ -68,14 +79,16 @@ class FnSpec:
 
 def _tile(e: ElemType, fn: str, which: str = "input") -> Tile:
     if not isinstance(e, Tile):
-        raise OpError("E0305", f"`{fn}` expects a tile {which}, found a {elem_kind(e)} ({e})", "fn")
+        raise OpError(WRONG_OPERAND_TYPE,
+                      f"`{fn}` expects a tile {which}, found a {elem_kind(e)} ({e})", "fn")
     return e
 
 
 def _int_tile(e: ElemType, fn: str, which: str) -> Tile:
     t = _tile(e, fn, which)
     if t.dtype not in INT_DTYPES or not (t.rows == 1 and t.cols == 1):
-        raise OpError("E0305", f"`{fn}` expects a [1, 1] integer tile as {which}, found {t}", "fn")
+        raise OpError(WRONG_OPERAND_TYPE,
+                      f"`{fn}` expects a [1, 1] integer tile as {which}, found {t}", "fn")
     return t
 
 
@@ -87,7 +100,7 @@ def _matmul_apply(elems, fn, ctx):
     verdict = equal(a.cols, k_b)
     if verdict is False:
         rhs = f"[{fmt_dim(b.rows)}, {fmt_dim(b.cols)}]" + ("^T" if transpose else "")
-        raise OpError("E0310", f"matmul inner dimensions differ: [{fmt_dim(a.rows)}, "
+        raise OpError(MATMUL_INNER_MISMATCH, f"matmul inner dimensions differ: [{fmt_dim(a.rows)}, "
                                f"{fmt_dim(a.cols)}] x {rhs} needs {fmt_dim(a.cols)} == "
                                f"{fmt_dim(k_b)}", "fn")
     return Tile(a.dtype, a.rows, n)
@@ -107,7 +120,8 @@ def _broadcast(a: Tile, b: Tile, fn: str) -> Tile:
         elif da == 1:
             out.append(db)
         elif equal(da, db) is False:
-            raise OpError("E0311", f"`{fn}` cannot broadcast tile {what}: {a} and {b}", "fn")
+            raise OpError(NOT_ELEMENTWISE,
+                          f"`{fn}` cannot broadcast tile {what}: {a} and {b}", "fn")
         else:
             out.append(da)
     return Tile(a.dtype, out[0], out[1])
@@ -135,7 +149,8 @@ def _per_elem(k):
 
 def _gelu_apply(elems, fn, ctx):
     if fn.get("approximate", "none") not in ("none", "tanh"):
-        raise OpError("E0204", "attribute `approximate` of function `gelu` expects \"none\" or "
+        raise OpError(BAD_ARGUMENT,
+                      "attribute `approximate` of function `gelu` expects \"none\" or "
                                f"\"tanh\", found {fn.get('approximate')!r}", "fn")
     return _tile(elems[0], fn.name)
 
@@ -147,7 +162,7 @@ def _rms_inv_apply(elems, fn, ctx):
     except ValueError:
         ok = False
     if not ok:
-        raise OpError("E0204", "attribute `eps` of function `rms_inv` expects a non-negative "
+        raise OpError(BAD_ARGUMENT, "attribute `eps` of function `rms_inv` expects a non-negative "
                                f"decimal number as a string, found {eps!r}", "fn")
     return _rowwise_apply(elems, fn, ctx)
 
@@ -162,7 +177,7 @@ def _decimal(fn, name: str, default: str, nonnegative: bool = False) -> float:
         ok = False
     if not ok:
         kind = "a non-negative" if nonnegative else "a finite"
-        raise OpError("E0204", f"attribute `{name}` of function `{fn.name}` expects {kind} "
+        raise OpError(BAD_ARGUMENT, f"attribute `{name}` of function `{fn.name}` expects {kind} "
                                f"decimal number as a string, found {text!r}", "fn")
     return value
 
@@ -213,7 +228,7 @@ def _set_offset(elems, fn, ctx):
 def _row_append(elems, fn, ctx):
     a, b = _tile(elems[0], fn.name, "cache tile"), _tile(elems[1], fn.name, "new rows")
     if equal(a.cols, b.cols) is False:
-        raise OpError("E0311", f"`row_append` needs equal column counts: {a} and {b}", "fn")
+        raise OpError(NOT_ELEMENTWISE, f"`row_append` needs equal column counts: {a} and {b}", "fn")
     return a
 
 
@@ -226,7 +241,7 @@ def _cache_write_addr(elems, fn, ctx):
 def _int_unary(elems, fn, ctx):
     _int_tile(elems[0], fn.name, "input")
     if not isinstance(fn.get("by"), int) or fn.get("by") <= 0:
-        raise OpError("E0206", f"`{fn.name}` needs by=N with N > 0", "fn")
+        raise OpError(BAD_FUNCTION_ATTRIBUTE, f"`{fn.name}` needs by=N with N > 0", "fn")
     return elems[0]
 
 
@@ -238,7 +253,8 @@ def _retile_streamify(elem, fn, ctx):
     t = _tile(elem, fn.name)
     split = fn.get("split", "row")
     if split not in ("row", "col"):
-        raise OpError("E0206", f"`retile_streamify` split must be \"row\" or \"col\", "
+        raise OpError(BAD_FUNCTION_ATTRIBUTE,
+                      f"`retile_streamify` split must be \"row\" or \"col\", "
                                f"found \"{split}\"", "fn")
     count, piece = (t.rows, Tile(t.dtype, sympy.Integer(1), t.cols)) if split == "row" else \
         (t.cols, Tile(t.dtype, t.rows, sympy.Integer(1)))
@@ -249,16 +265,19 @@ def _retile_streamify(elem, fn, ctx):
 
 def _expert_addr(elem, fn, ctx):
     if not isinstance(elem, Select):
-        raise OpError("E0305", f"`expert_addr` expects a selector stream, found {elem}", "fn")
+        raise OpError(WRONG_OPERAND_TYPE,
+                      f"`expert_addr` expects a selector stream, found {elem}", "fn")
     n = fn.get("tiles")
     if not isinstance(n, int) or n <= 0:
-        raise OpError("E0206", "`expert_addr` needs tiles=N (weight tiles per expert, > 0)", "fn")
+        raise OpError(BAD_FUNCTION_ATTRIBUTE,
+                      "`expert_addr` needs tiles=N (weight tiles per expert, > 0)", "fn")
     return (1, n, 1), Tile("u64", sympy.Integer(1), sympy.Integer(1))
 
 
 def _cache_read_addr(elem, fn, ctx):
     if not (isinstance(elem, Tuple) and len(elem.elems) == 2):
-        raise OpError("E0305", "`cache_read_addr` expects Zip(index, length) of [1, 1] integer "
+        raise OpError(WRONG_OPERAND_TYPE,
+                      "`cache_read_addr` expects Zip(index, length) of [1, 1] integer "
                                f"tiles, found {elem}", "fn")
     _int_tile(elem.elems[0], fn.name, "request index")
     _int_tile(elem.elems[1], fn.name, "length")
@@ -402,12 +421,13 @@ _register(
            example="addr = FlatMap(sel, fn=expert_addr(tiles=16))"),
     FnSpec("cache_read_addr", {"flatmap": 1}, "For each (index, length) pair, the addresses "
            "`idx * row_offset + i` of its KV tiles: a `[1, L]` stream with L ragged. 0 FLOPs.",
-           _flatmap_zero, inner=_cache_read_addr,
+           _flatmap_zero, inner=_cache_read_addr, expands_length=True,
            attrs=(Param("row_offset", "int", FN_REQUIRED, "tiles per request slot"),),
            example="ka = FlatMap(Zip(idx, len), fn=cache_read_addr(row_offset=202))"),
     FnSpec("filter_last_tile", {"flatmap": 1}, "For each length L, L-1 selectors `{1}` and a "
            "final `{0}` (routes a request's last KV tile apart). 0 FLOPs.", _flatmap_zero,
-           inner=_filter_last_tile, example="last = FlatMap(len, fn=filter_last_tile)"),
+           inner=_filter_last_tile, expands_length=True,
+           example="last = FlatMap(len, fn=filter_last_tile)"),
 )
 
 INITS = {
@@ -429,17 +449,19 @@ def check_fn_attrs(spec: FnSpec, fn: FnValue) -> None:
         p = known.get(k)
         if p is None:
             hint = f" (it takes {', '.join(known)})" if known else " (it takes no attributes)"
-            raise OpError("E0202", f"unknown attribute `{k}` of function `{spec.name}`{hint}",
+            raise OpError(UNKNOWN_PARAMETER,
+                          f"unknown attribute `{k}` of function `{spec.name}`{hint}",
                           "fn")
         ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
               "bool": lambda x: isinstance(x, bool),
               "str": lambda x: isinstance(x, str)}[p.kind](v)
         if not ok:
-            raise OpError("E0204", f"attribute `{k}` of function `{spec.name}` expects "
+            raise OpError(BAD_ARGUMENT, f"attribute `{k}` of function `{spec.name}` expects "
                                    f"{_KIND_WORDS[p.kind]}, found {v!r}", "fn")
     for name in required_attrs(spec):
         if name not in dict(fn.kwargs):
-            raise OpError("E0201", f"function `{spec.name}` needs attribute `{name}=`", "fn")
+            raise OpError(MISSING_ARGUMENT,
+                          f"function `{spec.name}` needs attribute `{name}=`", "fn")
 
 
 _KIND_WORDS = {"int": "an integer", "bool": "true or false", "str": "a string"}

@@ -6,7 +6,23 @@ import difflib
 
 import sympy
 
-from stepc.ops.base import VARSTREAMS, FnValue, InferCtx, OpError, OpSpec, Param, stream
+from stepc.codes import (
+    FUNCTION_NOT_USABLE,
+    MISSING_ARGUMENT,
+    RANK_OUT_OF_RANGE,
+    UNKNOWN_FUNCTION,
+    UNKNOWN_PARAMETER,
+)
+from stepc.ops.base import (
+    VARSTREAMS,
+    FnValue,
+    InferCtx,
+    OpError,
+    OpSpec,
+    Param,
+    TraceStep,
+    stream,
+)
 from stepc.ops.functions import FUNCTIONS, INITS, FnCtx, FnSpec, check_fn_attrs
 from stepc.types import DTYPE_BYTES, StreamType, Tile, Tuple, fmt_shape
 
@@ -17,10 +33,10 @@ def lookup_fn(ctx: InferCtx, use: str) -> FnSpec:
     if spec is None:
         near = difflib.get_close_matches(fn.name, list(FUNCTIONS), n=1)
         hint = f" (did you mean `{near[0]}`?)" if near else ""
-        raise OpError("E0103", f"unknown function `{fn.name}`{hint}", "fn")
+        raise OpError(UNKNOWN_FUNCTION, f"unknown function `{fn.name}`{hint}", "fn")
     if use not in spec.arity:
         users = ", ".join(u.capitalize() if u != "flatmap" else "FlatMap" for u in spec.uses)
-        raise OpError("E0307", f"function `{fn.name}` cannot be used in {ctx.op} "
+        raise OpError(FUNCTION_NOT_USABLE, f"function `{fn.name}` cannot be used in {ctx.op} "
                                f"(it is for {users})", "fn")
     check_fn_attrs(spec, fn)
     return spec
@@ -34,7 +50,7 @@ def _elements(ctx: InferCtx, spec: FnSpec, use: str) -> tuple[StreamType, list]:
     """Check arity and lockstep shapes; return the leading stream and per-element types."""
     ins: list[StreamType] = ctx.inputs["ins"]
     if not ins:
-        raise OpError("E0201", f"{ctx.op} needs at least one input stream", "ins")
+        raise OpError(MISSING_ARGUMENT, f"{ctx.op} needs at least one input stream", "ins")
     first = ins[0]
     for i, st in enumerate(ins[1:], start=1):
         ctx.require_shapes_equal(first, st, f"{ctx.op} consumes its inputs in lockstep; "
@@ -44,7 +60,8 @@ def _elements(ctx: InferCtx, spec: FnSpec, use: str) -> tuple[StreamType, list]:
         elems = list(elems[0].elems)  # Map over Zip
     want = spec.arity[use]
     if len(elems) != want:
-        raise OpError("E0307", f"`{spec.name}` takes {want} input{'s' if want != 1 else ''} "
+        raise OpError(FUNCTION_NOT_USABLE,
+                      f"`{spec.name}` takes {want} input{'s' if want != 1 else ''} "
                                f"in {ctx.op}, found {len(elems)}", "fn")
     return first, elems
 
@@ -64,16 +81,16 @@ def check_init(ctx: InferCtx, param: str = "init") -> None:
     if init.name not in INITS:
         near = difflib.get_close_matches(init.name, list(INITS), n=1)
         hint = f" (did you mean `{near[0]}`?)" if near else ""
-        raise OpError("E0103", f"unknown initialiser `{init.name}`{hint}", param)
+        raise OpError(UNKNOWN_FUNCTION, f"unknown initialiser `{init.name}`{hint}", param)
     if init.kwargs:
-        raise OpError("E0202", f"initialiser `{init.name}` takes no attributes, found "
+        raise OpError(UNKNOWN_PARAMETER, f"initialiser `{init.name}` takes no attributes, found "
                                f"`{init.kwargs[0][0]}`", param)
 
 
 def _reduce_rank(ctx: InferCtx, st: StreamType) -> int:
     b = ctx.attrs["rank"]
     if not 1 <= b <= st.rank:
-        raise OpError("E0330", f"{ctx.op} rank must be between 1 and the input's rank "
+        raise OpError(RANK_OUT_OF_RANGE, f"{ctx.op} rank must be between 1 and the input's rank "
                                f"{st.rank} (input {fmt_shape(st.shape)}), found {b}", "rank")
     return b
 
@@ -154,6 +171,33 @@ _DTYPE = Param("dtype", "dtype", None, "element type of the output tiles (e.g. f
 _INIT = Param("init", "init", None, "accumulator initialiser (default: the function's)")
 _DIM = Param("dim", "str", None, "name for the dims this operator introduces")
 
+# ---- trace bindings: traced integer values (KV lengths) through the library's functions
+def _map_values(t: TraceStep) -> None:
+    """A function with an integer definition (`FnSpec.ints`) applied to traced values."""
+    import numpy as np
+    fn = t.attrs["fn"]
+    ints = FUNCTIONS[fn.name].ints
+    if ints is None:
+        return
+    args = list(t.ins[0]) if len(t.ins) == 1 and isinstance(t.ins[0], tuple) else t.ins
+    if all(isinstance(x, np.ndarray) for x in args):
+        t.values[0] = ints(args, fn)
+
+
+def _flatmap_values(t: TraceStep) -> None:
+    """A function that expands each length into a stream of that many elements: its ragged
+    dim is bound to the mean length (so the stream's element count stays exact)."""
+    import numpy as np
+    if not FUNCTIONS[t.attrs["fn"].name].expands_length:
+        return
+    lengths = t.ins[0][1] if isinstance(t.ins[0], tuple) else t.ins[0]
+    out = t.outputs[0] if t.outputs else None
+    if isinstance(lengths, np.ndarray) and lengths.size and out is not None \
+            and out.shape[-1].is_Symbol:
+        t.bindings[out.shape[-1].name] = sympy.Rational(
+            int(np.maximum(lengths, 0).sum()), lengths.size)
+
+
 HIGHER_ORDER_OPS = [
     OpSpec(
         "Map", "higher_order",
@@ -165,6 +209,9 @@ HIGHER_ORDER_OPS = [
         _map,
         on_chip=_map_onchip,
         flops=_fn_flops,
+        behavior="compute.map_",
+        fn_use="map",
+        trace_values=_map_values,
     ),
     OpSpec(
         "Accum", "higher_order",
@@ -180,6 +227,8 @@ HIGHER_ORDER_OPS = [
         _accum,
         on_chip=_accum_onchip,
         flops=_fn_flops,
+        behavior="compute.accum",
+        fn_use="accum",
     ),
     OpSpec(
         "Scan", "higher_order",
@@ -190,6 +239,8 @@ HIGHER_ORDER_OPS = [
         _scan,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         flops=_fn_flops,
+        behavior="compute.scan",
+        fn_use="scan",
     ),
     OpSpec(
         "FlatMap", "higher_order",
@@ -200,6 +251,9 @@ HIGHER_ORDER_OPS = [
         (_INS, _FN, _BW, _DTYPE, _DIM),
         _flatmap,
         flops=_fn_flops,
+        behavior="compute.flatmap",
+        fn_use="flatmap",
+        trace_values=_flatmap_values,
     ),
 ]
 

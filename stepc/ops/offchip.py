@@ -6,21 +6,44 @@ import math
 
 import sympy
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, require_tile, stream
+from stepc.codes import (
+    BAD_ARGUMENT,
+    DTYPE_MISMATCH,
+    MISSING_ARGUMENT,
+    STORE_NOT_FILLED,
+    TILE_DOES_NOT_FIT,
+    VIEW_LENGTHS_DIFFER,
+    VIEW_OUT_OF_BOUNDS,
+    WRONG_OPERAND_TYPE,
+)
+from stepc.ops.base import (
+    LOAD,
+    STORE,
+    STREAM,
+    InferCtx,
+    Memory,
+    OpError,
+    OpSpec,
+    Param,
+    TensorRef,
+    require_tile,
+    stream,
+)
 from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_shape
 
 
 def tiled_shape(t: TensorRef, tile: list[int], arg: str = "tile") -> tuple[int, ...]:
     """The tensor's shape in tiles; the tile must divide the two innermost dims."""
     if len(t.shape) < 2:
-        raise OpError("E0320", f"tensor `{t}` has shape {list(t.shape)}; off-chip operators "
+        raise OpError(TILE_DOES_NOT_FIT,
+                      f"tensor `{t}` has shape {list(t.shape)}; off-chip operators "
                                "need at least 2 dims (declare a vector as [1, N])", "tensor")
     if len(tile) != 2 or any(x <= 0 for x in tile):
-        raise OpError("E0204", f"`{arg}` expects two positive integers [rows, cols], "
+        raise OpError(BAD_ARGUMENT, f"`{arg}` expects two positive integers [rows, cols], "
                                f"found {tile}", arg)
     rows, cols = t.shape[-2:]
     if rows % tile[0] or cols % tile[1]:
-        raise OpError("E0320", f"tile {list(tile)} does not divide tensor `{t}` of shape "
+        raise OpError(TILE_DOES_NOT_FIT, f"tile {list(tile)} does not divide tensor `{t}` of shape "
                                f"{list(t.shape)}", arg)
     return tuple(t.shape[:-2]) + (rows // tile[0], cols // tile[1])
 
@@ -28,22 +51,26 @@ def tiled_shape(t: TensorRef, tile: list[int], arg: str = "tile") -> tuple[int, 
 def affine_view(tiled: tuple[int, ...], stride, shape, what: str) -> tuple[list[int], list[int]]:
     """Validate (and default) an affine tile view; returns (stride, shape)."""
     if shape is None and stride is not None:
-        raise OpError("E0201", f"`stride` needs `shape` (the view's shape in {what})", "stride")
+        raise OpError(MISSING_ARGUMENT,
+                      f"`stride` needs `shape` (the view's shape in {what})", "stride")
     if shape is None:
         shape = list(tiled)
     if stride is None:
         stride = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     if len(stride) != len(shape):
-        raise OpError("E0321", f"`stride` has {len(stride)} entries but `shape` has "
+        raise OpError(VIEW_LENGTHS_DIFFER, f"`stride` has {len(stride)} entries but `shape` has "
                                f"{len(shape)}", "stride")
     if any(s <= 0 for s in shape):
-        raise OpError("E0204", f"`shape` entries must be positive, found {list(shape)}", "shape")
+        raise OpError(BAD_ARGUMENT,
+                      f"`shape` entries must be positive, found {list(shape)}", "shape")
     if any(s < 0 for s in stride):
-        raise OpError("E0204", f"`stride` entries must be >= 0, found {list(stride)}", "stride")
+        raise OpError(BAD_ARGUMENT,
+                      f"`stride` entries must be >= 0, found {list(stride)}", "stride")
     last = sum((n - 1) * s for n, s in zip(shape, stride))
     total = math.prod(tiled)
     if last >= total:
-        raise OpError("E0322", f"the view (stride {list(stride)}, shape {list(shape)}) reads "
+        raise OpError(VIEW_OUT_OF_BOUNDS,
+                      f"the view (stride {list(stride)}, shape {list(shape)}) reads "
                                f"tile {last}, but there are only {total} tiles "
                                f"({' x '.join(map(str, tiled))})", "shape")
     return list(stride), list(shape)
@@ -60,7 +87,7 @@ def _load(ctx: InferCtx):
 
 def _check_tile_dtype(ctx: InferCtx, tile: Tile, t: TensorRef, arg: str) -> None:
     if tile.dtype != t.dtype:
-        raise OpError("E0304", f"{ctx.op} writes {tile.dtype} tiles into tensor `{t}` of "
+        raise OpError(DTYPE_MISMATCH, f"{ctx.op} writes {tile.dtype} tiles into tensor `{t}` of "
                                f"type {t.dtype}", arg)
 
 
@@ -72,7 +99,7 @@ def _store(ctx: InferCtx):
     tiled = tiled_shape(t, [int(tile.rows), int(tile.cols)], "in")
     ctx.require_equal(math.prod(tiled), st.card,
                       f"tiles written by {ctx.op} must fill tensor `{t}` {list(t.shape)} "
-                      f"({math.prod(tiled)} tiles of {tile})", "in", code="E0323")
+                      f"({math.prod(tiled)} tiles of {tile})", "in", code=STORE_NOT_FILLED)
     return []
 
 
@@ -80,7 +107,8 @@ def _int_addr(ctx: InferCtx, name: str) -> StreamType:
     st: StreamType = ctx.inputs[name]
     e = st.elem
     if not (isinstance(e, Tile) and e.dtype in INT_DTYPES and e.rows == 1 and e.cols == 1):
-        raise OpError("E0305", f"{ctx.op} expects `{name}` to be a stream of [1, 1] integer "
+        raise OpError(WRONG_OPERAND_TYPE,
+                      f"{ctx.op} expects `{name}` to be a stream of [1, 1] integer "
                                f"tiles (tile addresses), found {e}", name)
     return st
 
@@ -138,6 +166,8 @@ OFFCHIP_OPS = [
         _load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
+        behavior="memory.linear_load",
+        memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
         "LinearOffChipStore", "offchip",
@@ -152,6 +182,8 @@ OFFCHIP_OPS = [
         off_chip=lambda c: c.inputs["in"].card * c.inputs["in"].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.inputs["in"].elem.bytes),
         outputs=lambda attrs: [],
+        behavior="memory.linear_store",
+        memory=Memory(STORE, off_chip=True),
     ),
     OpSpec(
         "RandomOffChipLoad", "offchip",
@@ -164,6 +196,8 @@ OFFCHIP_OPS = [
         _random_load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
+        behavior="memory.random_load",
+        memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
         "RandomOffChipStore", "offchip",
@@ -182,5 +216,7 @@ OFFCHIP_OPS = [
         on_chip=_tile_buffers(lambda c: c.inputs["wdata"].elem.bytes,
                               artifact_factor=lambda c: c.attrs["buffer_depth"]),
         outputs=lambda attrs: ["ack"],
+        behavior="memory.random_store",
+        memory=Memory(STORE, off_chip=True),
     ),
 ]

@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, require_tile, stream
+from stepc.codes import (
+    AFFINE_DYNAMIC_BUFFER,
+    BAD_ARGUMENT,
+    CONFLICTING_ARGUMENTS,
+    RAGGED_BUFFERED_DIM,
+    RANK_MISMATCH,
+    RANK_OUT_OF_RANGE,
+    WRONG_ELEMENT_KIND,
+)
+from stepc.ops.base import (
+    LOAD,
+    STORE,
+    STREAM,
+    InferCtx,
+    Memory,
+    OpError,
+    OpSpec,
+    Param,
+    require_tile,
+    stream,
+)
 from stepc.ops.offchip import affine_view
 from stepc.types import Buffer, StreamType, elem_kind, fmt_dim, fmt_shape
 
@@ -12,12 +32,13 @@ def _bufferize(ctx: InferCtx):
     tile = require_tile(ctx, "in", static=True)
     b = ctx.attrs["rank"]
     if not 1 <= b <= st.rank:
-        raise OpError("E0330", f"Bufferize rank must be between 1 and the input's rank "
+        raise OpError(RANK_OUT_OF_RANGE, f"Bufferize rank must be between 1 and the input's rank "
                                f"{st.rank} (input {fmt_shape(st.shape)}), found {b}", "rank")
     buf_shape = st.shape[len(st.shape) - b:]
     for d in buf_shape[1:]:
         if ctx.symbols.is_ragged(d):
-            raise OpError("E0331", f"Bufferize cannot buffer ragged inner dim {fmt_dim(d)} of "
+            raise OpError(RAGGED_BUFFERED_DIM,
+                          f"Bufferize cannot buffer ragged inner dim {fmt_dim(d)} of "
                                    f"{fmt_shape(st.shape)}: only the outermost buffered dim "
                                    "may be ragged", "in")
     return [stream(Buffer(tile, buf_shape), st.shape[: len(st.shape) - b])]
@@ -26,13 +47,15 @@ def _bufferize(ctx: InferCtx):
 def _streamify(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     if not isinstance(st.elem, Buffer):
-        raise OpError("E0303", f"Streamify expects a stream of buffers (from Bufferize), found "
+        raise OpError(WRONG_ELEMENT_KIND,
+                      f"Streamify expects a stream of buffers (from Bufferize), found "
                                f"a stream of {elem_kind(st.elem)}s ({st.elem})", "in")
     buf: Buffer = st.elem
     part = buf.shape
     if ctx.attrs["stride"] is not None or ctx.attrs["shape"] is not None:
         if not all(d.is_Integer for d in buf.shape):
-            raise OpError("E0332", f"an affine Streamify (stride/shape) needs a static buffer, "
+            raise OpError(AFFINE_DYNAMIC_BUFFER,
+                          f"an affine Streamify (stride/shape) needs a static buffer, "
                                    f"found {buf}", "shape")
         _, shape = affine_view(tuple(int(d) for d in buf.shape), ctx.attrs["stride"],
                                ctx.attrs["shape"], "buffer tiles")
@@ -41,9 +64,10 @@ def _streamify(ctx: InferCtx):
     repeat = ctx.attrs["repeat"]
     if ref is not None:
         if repeat is not None:
-            raise OpError("E0205", "Streamify takes either `ref` or `repeat`, not both", "repeat")
+            raise OpError(CONFLICTING_ARGUMENTS,
+                          "Streamify takes either `ref` or `repeat`, not both", "repeat")
         if ref.rank < st.rank:
-            raise OpError("E0301", f"Streamify needs `ref` of rank >= {st.rank} (the buffer "
+            raise OpError(RANK_MISMATCH, f"Streamify needs `ref` of rank >= {st.rank} (the buffer "
                                    f"stream's rank), found rank {ref.rank}", "ref")
         for i, d in enumerate(st.shape):  # outer dims first; dim k counts from the innermost
             ctx.require_equal(d, ref.shape[i], f"`ref` dim {len(ref.shape) - 1 - i} must match "
@@ -52,7 +76,7 @@ def _streamify(ctx: InferCtx):
         return [stream(buf.tile, ref.shape + tuple(part))]
     repeat = repeat or []
     if any(r <= 0 for r in repeat):
-        raise OpError("E0204", f"`repeat` entries must be positive, found {repeat}", "repeat")
+        raise OpError(BAD_ARGUMENT, f"`repeat` entries must be positive, found {repeat}", "repeat")
     return [stream(buf.tile, st.shape + tuple(repeat) + tuple(part))]
 
 
@@ -69,6 +93,8 @@ ONCHIP_OPS = [
         _bufferize,
         on_chip=lambda c, mode: (c.outputs[0].elem.tile.bytes
                                  + 2 * c.outputs[0].elem.bytes),
+        behavior="memory.bufferize",
+        memory=Memory(STORE, off_chip=False),
     ),
     OpSpec(
         "Streamify", "onchip",
@@ -87,5 +113,7 @@ ONCHIP_OPS = [
         _streamify,
         on_chip=lambda c, mode: 0 if mode == "paper" else (
             c.inputs["in"].elem.bytes + c.inputs["in"].elem.tile.bytes),
+        behavior="memory.streamify",
+        memory=Memory(LOAD, off_chip=False),
     ),
 ]

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import sympy
 
-from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, stream
+from stepc.codes import (
+    BAD_ARGUMENT,
+    DTYPE_MISMATCH,
+    MISSING_ARGUMENT,
+    RANK_MISMATCH,
+    SELECTOR_MISMATCH,
+)
+from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, TraceStep, stream
 from stepc.types import Select, StreamType, Tile, ceil_div, equal, fmt_shape
 
 
 def _selector(ctx: InferCtx, name: str, n: int, what: str) -> StreamType:
     sel: StreamType = ctx.inputs[name]
     if not isinstance(sel.elem, Select):
-        raise OpError("E0306", f"{ctx.op} expects `{name}` to be a selector stream, found "
+        raise OpError(SELECTOR_MISMATCH,
+                      f"{ctx.op} expects `{name}` to be a selector stream, found "
                                f"{sel.elem}", name)
     if sel.elem.n != n:
-        raise OpError("E0306", f"{ctx.op} has {n} {what} but its selector chooses among "
+        raise OpError(SELECTOR_MISMATCH, f"{ctx.op} has {n} {what} but its selector chooses among "
                                f"{sel.elem.n} ({sel.elem})", name)
     return sel
 
@@ -23,14 +31,15 @@ def _partition(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     p, n = ctx.attrs["rank"], ctx.attrs["consumers"]
     if n < 1:
-        raise OpError("E0204", f"`consumers` must be >= 1, found {n}", "consumers")
+        raise OpError(BAD_ARGUMENT, f"`consumers` must be >= 1, found {n}", "consumers")
     if not 0 <= p <= st.rank:
-        raise OpError("E0301", f"Partition rank must be between 0 and the input's rank "
+        raise OpError(RANK_MISMATCH, f"Partition rank must be between 0 and the input's rank "
                                f"{st.rank}, found {p}", "rank")
     sel = _selector(ctx, "sel", n, "consumers")
     outer = st.shape[: len(st.shape) - p]
     if sel.rank != len(outer) - 1:
-        raise OpError("E0301", f"Partition at rank {p} of an input {fmt_shape(st.shape)} needs "
+        raise OpError(RANK_MISMATCH,
+                      f"Partition at rank {p} of an input {fmt_shape(st.shape)} needs "
                                f"a selector of rank {len(outer) - 1} {fmt_shape(outer)}, found "
                                f"rank {sel.rank} {fmt_shape(sel.shape)}", "sel")
     for a, b in zip(outer, sel.shape, strict=True):
@@ -56,7 +65,8 @@ def _same_inputs(ctx: InferCtx, ins: list[StreamType], name: str):
     """Check that merged inputs agree; return the merged element type. Tiles that differ
     only in a dynamic row count merge into tiles with a fresh ragged row count."""
     if not ins:
-        raise OpError("E0201", f"{ctx.op} needs at least one input stream in `{name}`", name)
+        raise OpError(MISSING_ARGUMENT,
+                      f"{ctx.op} needs at least one input stream in `{name}`", name)
     first = ins[0]
     elem = first.elem
     for i, st in enumerate(ins[1:], start=1):
@@ -70,10 +80,10 @@ def _same_inputs(ctx: InferCtx, ins: list[StreamType], name: str):
                             first.elem.cols)
             continue
         if st.elem != first.elem:
-            raise OpError("E0304", f"{ctx.op} inputs must share an element type: input 0 is "
+            raise OpError(DTYPE_MISMATCH, f"{ctx.op} inputs must share an element type: input 0 is "
                                    f"{first.elem}, input {i} is {st.elem}", name, i)
         if st.rank != first.rank:
-            raise OpError("E0301", f"{ctx.op} inputs must share a rank: input 0 has rank "
+            raise OpError(RANK_MISMATCH, f"{ctx.op} inputs must share a rank: input 0 has rank "
                                    f"{first.rank}, input {i} has rank {st.rank}", name, i)
         for a, b in zip(first.shape[1:], st.shape[1:], strict=True):
             ctx.require_equal(a, b, f"{ctx.op} input {i} inner dims must match input 0 "
@@ -86,7 +96,7 @@ def _reassemble(ctx: InferCtx):
     elem = _same_inputs(ctx, ins, "ins")
     q = ctx.attrs["rank"]
     if ins[0].rank != q:
-        raise OpError("E0301", f"Reassemble at rank {q} needs rank-{q} inputs (one chunk per "
+        raise OpError(RANK_MISMATCH, f"Reassemble at rank {q} needs rank-{q} inputs (one chunk per "
                                f"selected input), found rank {ins[0].rank} "
                                f"{fmt_shape(ins[0].shape)}", "ins", 0)
     sel = _selector(ctx, "sel", len(ins), "inputs")
@@ -99,7 +109,7 @@ def _eager_merge(ctx: InferCtx):
     elem = _same_inputs(ctx, ins, "ins")
     a = ctx.attrs["rank"]
     if a is not None and ins[0].rank != a:
-        raise OpError("E0301", f"EagerMerge at rank {a} needs rank-{a} inputs, found rank "
+        raise OpError(RANK_MISMATCH, f"EagerMerge at rank {a} needs rank-{a} inputs, found rank "
                                f"{ins[0].rank} {fmt_shape(ins[0].shape)}", "ins", 0)
     total = ctx.absorb(sympy.Add(*(st.shape[0] for st in ins)), "n", "chunks merged")
     return [stream(elem, (total,) + ins[0].shape[1:]),
@@ -111,9 +121,9 @@ def _parallelize(ctx: InferCtx):
     n = ctx.attrs["consumers"]
     p = st.rank if ctx.attrs["rank"] is None else ctx.attrs["rank"]
     if n < 1:
-        raise OpError("E0204", f"`consumers` must be >= 1, found {n}", "consumers")
+        raise OpError(BAD_ARGUMENT, f"`consumers` must be >= 1, found {n}", "consumers")
     if not 0 <= p <= st.rank:
-        raise OpError("E0301", f"Parallelize rank must be between 0 and the input's rank "
+        raise OpError(RANK_MISMATCH, f"Parallelize rank must be between 0 and the input's rank "
                                f"{st.rank}, found {p}", "rank")
     split = len(st.shape) - p
     chunks = ctx.absorb(sympy.Mul(*st.shape[:split]), "n", "chunks to distribute")
@@ -125,7 +135,7 @@ def _parallelize(ctx: InferCtx):
 def _broadcast(ctx: InferCtx):
     n = ctx.attrs["consumers"]
     if n < 1:
-        raise OpError("E0204", f"`consumers` must be >= 1, found {n}", "consumers")
+        raise OpError(BAD_ARGUMENT, f"`consumers` must be >= 1, found {n}", "consumers")
     return [ctx.inputs["in"]] * n
 
 
@@ -137,6 +147,37 @@ def _reassemble_onchip(c, mode):
     out, sel_rank = c.outputs[0], c.inputs["sel"].rank
     dims = out.shape[-1:] if sel_rank == 0 else out.shape[sel_rank - 1:]
     return sympy.Mul(*dims) * out.elem.bytes
+
+
+# ---- trace bindings: what a traced selector or traced integer values decide
+def _partition_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:
+    """Each output's element count: how many selector elements route to it."""
+    counts = selection.sum(axis=0)
+    return [(st.shape[0], sympy.Integer(int(counts[i]))) for i, st in enumerate(outputs)]
+
+
+def _reassemble_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:
+    """The group size: the mean number of inputs a selector element selects."""
+    if not selection.shape[0]:
+        return []
+    return [(outputs[0].shape[sel_rank + 1],
+             sympy.Rational(int(selection.sum()), selection.shape[0]))]
+
+
+def _parallelize_values(t: TraceStep) -> None:
+    import numpy as np
+    arr = t.ins[0]
+    if not isinstance(arr, np.ndarray):
+        return
+    p = arr.ndim - 1 if t.attrs.get("rank") is None else t.attrs["rank"]
+    chunks = arr.reshape((-1,) + arr.shape[arr.ndim - p:])
+    for i in range(len(t.outputs)):
+        t.values[i] = chunks[i::len(t.outputs)]
+
+
+def _broadcast_values(t: TraceStep) -> None:
+    for i in range(len(t.outputs)):
+        t.values[i] = t.ins[0]
 
 
 _SWITCH = Param("switch_cycles", "int", 1, "extra cycles per routed element", minimum=0)
@@ -160,6 +201,9 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.partition",
+        indexed_outputs=True,
+        trace_selected=_partition_selected,
     ),
     OpSpec(
         "Reassemble", "routing",
@@ -175,6 +219,8 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _reassemble,
         on_chip=_reassemble_onchip,
+        behavior="routing.reassemble",
+        trace_selected=_reassemble_selected,
     ),
     OpSpec(
         "EagerMerge", "routing",
@@ -187,6 +233,7 @@ ROUTING_OPS = [
          _DIM),
         _eager_merge,
         outputs=lambda attrs: ["data", "sel"],
+        behavior="routing.eager_merge",
     ),
     OpSpec(
         "Parallelize", "routing",
@@ -199,6 +246,9 @@ ROUTING_OPS = [
          _SWITCH, _DIM),
         _parallelize,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.parallelize",
+        indexed_outputs=True,
+        trace_values=_parallelize_values,
     ),
     OpSpec(
         "Broadcast", "routing",
@@ -209,5 +259,9 @@ ROUTING_OPS = [
          Param("consumers", "int", doc="number of copies")),
         _broadcast,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
+        behavior="routing.broadcast",
+        fan_out=True,
+        indexed_outputs=True,
+        trace_values=_broadcast_values,
     ),
 ]

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import sympy
 
-from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, stream
+from stepc.codes import (
+    BAD_ARGUMENT,
+    CONFLICTING_ARGUMENTS,
+    EXPAND_NOT_SIZE_ONE,
+    FLATTEN_RANGE,
+    MISSING_ARGUMENT,
+    RANK_MISMATCH,
+    RESHAPE_CHUNK,
+    RESHAPE_NON_STATIC,
+    RESHAPE_PADDING,
+    WRONG_ELEMENT_KIND,
+)
+from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TraceStep, stream
 from stepc.types import Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim, fmt_shape
 
 
@@ -14,7 +26,7 @@ def _flatten(ctx: InferCtx):
     if lo == hi and 0 <= lo <= st.rank:
         return [st]  # merging one dim changes nothing
     if not 0 <= lo < hi <= st.rank:
-        raise OpError("E0340", f"Flatten needs 0 <= min <= max <= {st.rank} (the input's "
+        raise OpError(FLATTEN_RANGE, f"Flatten needs 0 <= min <= max <= {st.rank} (the input's "
                                f"rank, input {fmt_shape(st.shape)}), found min={lo} max={hi}",
                       "max" if hi > st.rank else "min")
     n = len(st.shape)
@@ -26,30 +38,32 @@ def _flatten(ctx: InferCtx):
 def _reshape(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     if isinstance(st.elem, Buffer):
-        raise OpError("E0303", "Reshape cannot be applied to a stream of buffers (of all shape "
+        raise OpError(WRONG_ELEMENT_KIND,
+                      "Reshape cannot be applied to a stream of buffers (of all shape "
                                "operators, only Reshape is excluded between Bufferize and "
                                "Streamify)", "in")
     s, b = ctx.attrs["chunk"], ctx.attrs["rank"]
     from stepc.ops.higher_order import check_init
     check_init(ctx, "pad")
     if s < 1:
-        raise OpError("E0204", f"`chunk` must be >= 1, found {s}", "chunk")
+        raise OpError(BAD_ARGUMENT, f"`chunk` must be >= 1, found {s}", "chunk")
     if not 0 <= b <= st.rank:
-        raise OpError("E0301", f"Reshape rank must be between 0 and the input's rank "
+        raise OpError(RANK_MISMATCH, f"Reshape rank must be between 0 and the input's rank "
                                f"{st.rank}, found {b}", "rank")
     i = len(st.shape) - 1 - b
     d = st.shape[i]
     if b > 0:
         if not d.is_Integer:
-            raise OpError("E0341", f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
+            raise OpError(RESHAPE_NON_STATIC, f"Reshape at rank {b} splits dim {fmt_dim(d)} of "
                                    f"{fmt_shape(st.shape)}, which must be static", "rank")
         if int(d) % s:
-            raise OpError("E0342", f"Reshape at rank {b}: the dim of size {int(d)} in "
+            raise OpError(RESHAPE_CHUNK, f"Reshape at rank {b}: the dim of size {int(d)} in "
                                    f"{fmt_shape(st.shape)} is not divisible by chunk {s}",
                           "chunk")
     elif s != 1 and divides(s, d) is not True and ctx.attrs["pad"] is None:
         partial = "leaves" if d.is_Integer else "may leave"
-        raise OpError("E0343", f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
+        raise OpError(RESHAPE_PADDING,
+                      f"Reshape of the innermost dim {fmt_dim(d)} into chunks of {s} "
                                f"{partial} a partial last chunk: give `pad=zero` to pad it",
                       "chunk")
     outer = ctx.absorb(ceil_div(d, s), "c", "chunks made by Reshape")
@@ -66,7 +80,7 @@ def _promote(ctx: InferCtx):
             sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
         return [stream(st.elem, (ctx.absorb(new, "p", "outer dim of Promote"),) + st.shape)]
     if not 0 <= p <= st.rank + 1:
-        raise OpError("E0301", f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
+        raise OpError(RANK_MISMATCH, f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
                       "rank")
     i = len(st.shape) - p
     return [stream(st.elem, st.shape[:i] + (sympy.Integer(1),) + st.shape[i:])]
@@ -77,9 +91,10 @@ def _expand(ctx: InferCtx):
     ref: StreamType | None = ctx.inputs.get("ref")
     sizes = ctx.attrs["sizes"]
     if ref is not None and sizes is not None:
-        raise OpError("E0205", "Expand takes either `ref` or `sizes`, not both", "sizes")
+        raise OpError(CONFLICTING_ARGUMENTS,
+                      "Expand takes either `ref` or `sizes`, not both", "sizes")
     if ref is None and sizes is None:
-        raise OpError("E0201", "Expand needs a reference stream `ref=` or static `sizes=`",
+        raise OpError(MISSING_ARGUMENT, "Expand needs a reference stream `ref=` or static `sizes=`",
                       None)
     k = len(sizes) if sizes is not None else ctx.attrs["rank"] + 1
     if st.rank == 0:  # a single value, repeated for every reference element
@@ -87,20 +102,20 @@ def _expand(ctx: InferCtx):
                           "element", "in")
         return [stream(st.elem, tuple(sizes) if sizes is not None else ref.shape)]
     if k < 1 or k > len(st.shape) - 1:
-        raise OpError("E0301", f"Expand repeats {k} inner dim(s), but the input "
+        raise OpError(RANK_MISMATCH, f"Expand repeats {k} inner dim(s), but the input "
                                f"{fmt_shape(st.shape)} has rank {st.rank}",
                       "sizes" if sizes is not None else "rank")
     tail = st.shape[len(st.shape) - k:]
     if any(d != 1 for d in tail):
         what = "innermost dim" if k == 1 else f"{k} innermost dims"
-        raise OpError("E0344", f"Expand needs the input's {what} to be 1, found "
+        raise OpError(EXPAND_NOT_SIZE_ONE, f"Expand needs the input's {what} to be 1, found "
                                f"{fmt_shape(st.shape)}", "in")
     if sizes is not None:
         if any(x < 1 for x in sizes):
-            raise OpError("E0204", f"`sizes` entries must be positive, found {sizes}", "sizes")
+            raise OpError(BAD_ARGUMENT, f"`sizes` entries must be positive, found {sizes}", "sizes")
         return [stream(st.elem, st.shape[: len(st.shape) - k] + tuple(sizes))]
     if ref.rank != st.rank:
-        raise OpError("E0301", f"Expand needs `ref` of the input's rank {st.rank} "
+        raise OpError(RANK_MISMATCH, f"Expand needs `ref` of the input's rank {st.rank} "
                                f"{fmt_shape(st.shape)}, found rank {ref.rank} "
                                f"{fmt_shape(ref.shape)}", "ref")
     for a, b in zip(st.shape[: len(st.shape) - k], ref.shape, strict=False):
@@ -113,7 +128,7 @@ def _repeat(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     r = ctx.attrs["count"]
     if r < 1:
-        raise OpError("E0204", f"`count` must be >= 1, found {r}", "count")
+        raise OpError(BAD_ARGUMENT, f"`count` must be >= 1, found {r}", "count")
     return [stream(st.elem, st.shape + (sympy.Integer(r),))]
 
 
@@ -122,6 +137,38 @@ def _zip(ctx: InferCtx):
     b: StreamType = ctx.inputs["b"]
     ctx.require_shapes_equal(a, b, "Zip needs streams of equal shape", "b")
     return [stream(Tuple((a.elem, b.elem)), a.shape)]
+
+
+# ---- trace bindings: traced integer values (KV lengths) carried through the reshaping
+def _flatten_values(t: TraceStep) -> None:
+    import numpy as np
+    arr, lo, hi = t.ins[0], t.attrs["min"], t.attrs["max"]
+    if isinstance(arr, np.ndarray):
+        n = arr.ndim
+        t.values[0] = arr.reshape(arr.shape[:n - 1 - hi] + (-1,) + arr.shape[n - lo:])
+
+
+def _reshape_values(t: TraceStep) -> None:
+    import numpy as np
+    arr, a = t.ins[0], t.attrs
+    if not isinstance(arr, np.ndarray) or (a.get("rank") or 0) != 0:
+        return
+    k = a["chunk"]
+    pad = -arr.shape[-1] % k
+    if pad and a.get("pad") is None:
+        return
+    arr = np.concatenate([arr, np.zeros(arr.shape[:-1] + (pad,), arr.dtype)], -1)
+    t.values[0] = arr.reshape(arr.shape[:-1] + (-1, k))
+
+
+def _repeat_values(t: TraceStep) -> None:
+    import numpy as np
+    if isinstance(t.ins[0], np.ndarray):
+        t.values[0] = np.repeat(t.ins[0][..., None], t.attrs["count"], axis=-1)
+
+
+def _zip_values(t: TraceStep) -> None:
+    t.values[0] = tuple(t.ins)
 
 
 SHAPE_OPS = [
@@ -137,6 +184,8 @@ SHAPE_OPS = [
          Param("max", "int", doc="outermost merged dim (rank index)"),
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _flatten,
+        behavior="shape.flatten",
+        trace_values=_flatten_values,
     ),
     OpSpec(
         "Reshape", "shape",
@@ -152,6 +201,8 @@ SHAPE_OPS = [
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _reshape,
         outputs=lambda attrs: ["data", "pad"],
+        behavior="shape.reshape",
+        trace_values=_reshape_values,
     ),
     OpSpec(
         "Promote", "shape",
@@ -161,6 +212,7 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
         _promote,
+        behavior="shape.promote",
     ),
     OpSpec(
         "Expand", "shape",
@@ -175,6 +227,7 @@ SHAPE_OPS = [
          Param("sizes", "ints", None, "static sizes (no ref)")),
         _expand,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
+        behavior="shape.expand",
     ),
     OpSpec(
         "Repeat", "shape",
@@ -185,6 +238,8 @@ SHAPE_OPS = [
          Param("count", "int", doc="number of copies")),
         _repeat,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
+        behavior="shape.repeat",
+        trace_values=_repeat_values,
     ),
     OpSpec(
         "Zip", "shape",
@@ -192,5 +247,7 @@ SHAPE_OPS = [
         "Pairs two streams of equal shape element by element into a stream of tuples.",
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
+        behavior="shape.zip_",
+        trace_values=_zip_values,
     ),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy
 
+from stepc.codes import BAD_ARGUMENT, DTYPE_MISMATCH, TILE_DOES_NOT_FIT
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, stream
 from stepc.types import INT_DTYPES, Select, Tile
 
@@ -15,10 +16,10 @@ def _external(ctx: InferCtx):
 def _int_tensor(ctx: InferCtx) -> TensorRef:
     t: TensorRef = ctx.attrs["tensor"]
     if t.dtype not in INT_DTYPES:
-        raise OpError("E0304", f"{ctx.op} reads integers; tensor `{t}` has element type "
+        raise OpError(DTYPE_MISMATCH, f"{ctx.op} reads integers; tensor `{t}` has element type "
                                f"{t.dtype}", "tensor")
     if not t.shape:
-        raise OpError("E0320", f"{ctx.op} needs a tensor with at least one dim", "tensor")
+        raise OpError(TILE_DOES_NOT_FIT, f"{ctx.op} needs a tensor with at least one dim", "tensor")
     return t
 
 
@@ -26,10 +27,11 @@ def _select_gen(ctx: InferCtx):
     t = _int_tensor(ctx)
     n = ctx.attrs["n"]
     if n < 1:
-        raise OpError("E0204", f"`n` must be >= 1, found {n}", "n")
+        raise OpError(BAD_ARGUMENT, f"`n` must be >= 1, found {n}", "n")
     shape = t.shape if ctx.attrs["onehot"] else t.shape[:-1]
     if not shape:
-        raise OpError("E0320", f"SelectGen needs a [.., k] tensor of ids, found {list(t.shape)}",
+        raise OpError(TILE_DOES_NOT_FIT,
+                      f"SelectGen needs a [.., k] tensor of ids, found {list(t.shape)}",
                       "tensor")
     return [stream(Select(n), shape)]
 
@@ -53,6 +55,8 @@ SOURCE_OPS = [
         (Param("name", "str", doc="the name a trace binds to"),
          Param("type", "type", doc="the declared stream type")),
         _external,
+        behavior="source.external",
+        external=True,
     ),
     OpSpec(
         "SelectGen", "source",
@@ -64,6 +68,8 @@ SOURCE_OPS = [
          Param("n", "int", doc="number of targets"),
          Param("onehot", "bool", False, "one selector per id instead of per row")),
         _select_gen,
+        behavior="source.select_gen",
+        reads_tensor=True,
     ),
     OpSpec(
         "MetadataGen", "source",
@@ -72,6 +78,8 @@ SOURCE_OPS = [
         "one element per tensor entry.",
         (Param("tensor", "tensor", doc="integer tensor"),),
         _metadata_gen,
+        behavior="source.metadata_gen",
+        reads_tensor=True,
     ),
     OpSpec(
         "Sink", "sink",
@@ -80,5 +88,6 @@ SOURCE_OPS = [
         (Param("in", STREAM, doc="stream to discard"),),
         _sink,
         outputs=lambda attrs: [],
+        behavior="source.sink",
     ),
 ]

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy
 
+from stepc.codes import UNREADABLE_FILE
 from stepc.diagnostics import did_you_mean
 from stepc.graph.elaborate import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
-from stepc.ops.base import STREAMS, VARSTREAMS
+from stepc.ops.base import LOAD, STORE, STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.behaviors.memory import tensor_layout
 from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
@@ -32,16 +33,14 @@ from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
 from stepc.traces import (
     TraceError,
-    check_ids,
     external_file,
+    selector_ids,
     synthetic_kv_lengths,
     synthetic_routing,
 )
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import DTYPE_BYTES, Buffer, Select, StreamType, Tile
 
-MEMORY_OPS = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
-              "RandomOffChipStore")
 if TYPE_CHECKING:
     from stepc.analyze import Analysis
 
@@ -127,13 +126,13 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
         except FileNotFoundError:
             raise SimError(f"tensor `{t.name}`: no such file: {path} (a `file` path is "
                            "relative to the program's folder)", span=src.span,
-                           code="E0002") from None
+                           code=UNREADABLE_FILE) from None
         except (OSError, ValueError) as e:
             raise SimError(f"tensor `{t.name}`: cannot load {path}: {e}", span=src.span,
-                           code="E0002") from None
+                           code=UNREADABLE_FILE) from None
         if tuple(arr.shape) != tuple(t.shape):
             raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
-                           f"{path} holds {list(arr.shape)}", span=src.span, code="E0002")
+                           f"{path} holds {list(arr.shape)}", span=src.span, code=UNREADABLE_FILE)
         return arr.astype(dtype)
     rng = np.random.default_rng(kw.get("seed", 0))
     if t.dtype in ("i32", "u32", "u64"):
@@ -164,18 +163,9 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
         if arr is None:
             batch = _static_len(st.shape[0], name)
             arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
-        check_ids(arr, n, f"trace for `{name}`")
-        if arr.ndim == len(st.shape) + 1:  # rows of ids -> one multi-hot selector per row
-            shape = list(arr.shape[:-1])
-            sels = [tuple(sorted({int(i) for i in row})) for row in
-                    arr.reshape(-1, arr.shape[-1])]
-        elif arr.ndim == len(st.shape):  # one one-hot selector per id
-            shape = list(arr.shape)
-            sels = [(int(i),) for i in arr.reshape(-1)]
-        else:
-            raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not "
-                             f"fit {st}")
-        values = sels
+        rows, dims_of_trace = selector_ids(arr, n, len(st.shape), name, st)
+        shape = list(dims_of_trace)
+        values = [tuple(sorted({int(i) for i in row})) for row in rows]
     elif isinstance(st.elem, Tile):
         if arr is not None and arr.size and arr.max() > MAX_KV_LENGTH:
             raise TraceError(f"trace for `{name}` holds {int(arr.max()):,}: values of an "
@@ -229,8 +219,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
     """Refuse, before any work, a run that could not hold its data: tensor values, one tile
     or buffer, or an external stream beyond what a run holds (SimError at the operator)."""
     prog = typed.program
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
-              if n.op in ("SelectGen", "MetadataGen")}
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
     held = [t for t in prog.tensors.values() if functional or t.name in needed]
     total = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype] for t in held)
     if total > MAX_VALUE_BYTES:
@@ -254,7 +243,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
             raise SimError(f"a {what} of {n:,} elements ({elem}): a run holds tiles and "
                            f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", node)
     for node in prog.nodes.values():
-        if node.op != "External":
+        if not OPS[node.op].external:
             continue
         arr = traces.get(node.attrs["name"])
         st = typed.types.get((node.name, 0))
@@ -291,15 +280,14 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     bindings: dict[str, int] = {}
 
     env.layout = tensor_layout(prog.tensors.values(), hw)
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values()
-              if n.op in ("SelectGen", "MetadataGen")}
+    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
     for t in prog.tensors.values():
         if t.role == "output":
             if functional:
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
             env.tensors[t.name] = initial_value(t, values)
-    externals = [n for n in prog.nodes.values() if n.op == "External"]
+    externals = [n for n in prog.nodes.values() if OPS[n.op].external]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
             raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
@@ -351,8 +339,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
             if p.kind in (STREAMS, VARSTREAMS):
                 ins[n][p.name] = [ch for _, ch in sorted(ins[n].get(p.name, []),
                                                          key=lambda x: x[0])]
-    reads = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Load" in node.op]
-    writes = [n for n, node in prog.nodes.items() if node.op in MEMORY_OPS and "Store" in node.op]
+    reads = [n for n, node in prog.nodes.items() if _off_chip(node.op, LOAD)]
+    writes = [n for n, node in prog.nodes.items() if _off_chip(node.op, STORE)]
     env.ports = {n: (0, i) for i, n in enumerate(reads)}
     env.ports.update({n: (1, i) for i, n in enumerate(writes)})
 
@@ -377,7 +365,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     wall = time.perf_counter() - start
 
     blocked = kernel.blocked()
-    mem_clock = max((c.t for c in kernel.contexts if c.op in MEMORY_OPS), default=None)
+    mem_clock = max((c.t for c in kernel.contexts if _off_chip(c.op)), default=None)
     cycles = max((c.t for c in kernel.contexts), default=0)
     if mem_clock is not None:
         cycles = max(cycles, mem_clock + 2)  # the HBM node's closing handshake (reference)
@@ -412,6 +400,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats,
         overrides=hardware_overrides(prog.nodes.values(), hw))
     return result
+
+
+def _off_chip(op: str, direction: str | None = None) -> bool:
+    """Whether `op` loads from or stores to HBM (in `direction`, when given)."""
+    memory = OPS[op].memory
+    return memory is not None and memory.off_chip and direction in (None, memory.direction)
 
 
 def _bind_from_count(st: StreamType, count: int, bindings: dict, values: dict) -> None:

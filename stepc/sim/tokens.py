@@ -129,11 +129,6 @@ def iter_view_indices(shape: list[int], stride: list[int]):
             return
 
 
-def view_indices(shape: list[int], stride: list[int]) -> list[int]:
-    """`iter_view_indices` as a list."""
-    return list(iter_view_indices(shape, stride))
-
-
 def with_last(items):
     """(item, is_last) pairs of an iterable, without materialising it."""
     it = iter(items)

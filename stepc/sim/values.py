@@ -292,6 +292,3 @@ FLATMAP = {
     "filter_last_tile": _filter_last_tile,
 }
 
-
-def all_functions() -> set[str]:
-    return set(MAP) | set(ACCUM) | set(FLATMAP)

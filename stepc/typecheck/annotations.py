@@ -11,6 +11,7 @@ import difflib
 
 import sympy
 
+from stepc.codes import ANNOTATION_MISMATCH, CANNOT_NAME_DIM, UNKNOWN_TYPE_OR_ROLE
 from stepc.grammar import ast
 from stepc.graph.expr import ExprError, dim_symbol, evaluate
 from stepc.graph.program import TypeAnnotation
@@ -68,7 +69,8 @@ class Annotator:
         if name not in DTYPE_BYTES:
             near = difflib.get_close_matches(name, list(DTYPE_BYTES), n=1)
             hint = f" (did you mean `{near[0]}`?)" if near else ""
-            raise AnnotationError("E0105", f"unknown element type `{name}`{hint}", span)
+            raise AnnotationError(UNKNOWN_TYPE_OR_ROLE,
+                                  f"unknown element type `{name}`{hint}", span)
         return name
 
     def _elem(self, e, env, new_names, origin, span):
@@ -82,7 +84,8 @@ class Annotator:
         if isinstance(e, ast.SelectTypeAst):
             n = self._dim(e.n, env, new_names, None, span)
             if not (isinstance(n, sympy.Integer) and n > 0):
-                raise AnnotationError("E0360", f"selector width must be a positive integer, "
+                raise AnnotationError(ANNOTATION_MISMATCH,
+                                      f"selector width must be a positive integer, "
                                                f"found {n}", e.n.span)
             return ("select", e.kind, int(n))
         if isinstance(e, ast.TupleTypeAst):
@@ -99,9 +102,10 @@ class Annotator:
         if t.dims is not None:
             dims = [self._dim(d, env, new_names, origin, span) for d in t.dims]
             if not dims:
-                raise AnnotationError("E0360", "a stream shape needs at least one dim", t.span)
+                raise AnnotationError(ANNOTATION_MISMATCH,
+                                      "a stream shape needs at least one dim", t.span)
             if t.rank is not None and t.rank != len(dims) - 1:
-                raise AnnotationError("E0360", f"rank {t.rank} does not match the "
+                raise AnnotationError(ANNOTATION_MISMATCH, f"rank {t.rank} does not match the "
                                                f"{len(dims)} dims given (rank = dims - 1)",
                                       t.span)
         return elem, t.rank, dims, new_names
@@ -117,7 +121,8 @@ class Annotator:
                                    "dim of a declared stream")
         for d in dims:
             if d.is_number and d < 0:
-                raise AnnotationError("E0360", f"a stream dim cannot be negative, found "
+                raise AnnotationError(ANNOTATION_MISMATCH,
+                                      f"a stream dim cannot be negative, found "
                                                f"{fmt_dim(d)}", ann.type.span)
         st = StreamType(self._build(elem, ann.type.span), tuple(dims))
         self.cache[ann] = st
@@ -127,7 +132,8 @@ class Annotator:
         kind = elem[0]
         if kind == "tile":
             if elem[2] is _ANY or elem[3] is _ANY:
-                raise AnnotationError("E0360", "declared tiles need concrete dims", span)
+                raise AnnotationError(ANNOTATION_MISMATCH,
+                                      "declared tiles need concrete dims", span)
             return Tile(elem[1], elem[2], elem[3])
         if kind == "buffer":
             return Buffer(self._build(elem[1], span), tuple(elem[2]))
@@ -145,11 +151,13 @@ class Annotator:
         span = ann.type.span
         self._match_elem(elem, t.elem, renames, span, t)
         if rank is not None and rank != t.rank:
-            raise AnnotationError("E0360", f"annotated rank {rank} but the stream has rank "
+            raise AnnotationError(ANNOTATION_MISMATCH,
+                                  f"annotated rank {rank} but the stream has rank "
                                            f"{t.rank}: {t}", span)
         if dims is not None:
             if len(dims) != len(t.shape):
-                raise AnnotationError("E0360", f"annotated {len(dims)} dims but the stream "
+                raise AnnotationError(ANNOTATION_MISMATCH,
+                                      f"annotated {len(dims)} dims but the stream "
                                                f"has {len(t.shape)}: {t}", span)
             for i, (a, b) in enumerate(zip(dims, t.shape, strict=True)):
                 self._match_dim(a, b, renames, span, f"dim {len(dims) - 1 - i}", t)
@@ -166,12 +174,14 @@ class Annotator:
                 renames.append((b, a))
                 self.symbols.rename(b, a.name)
                 return
-            raise AnnotationError("E0362", f"cannot name {what} `{fmt_dim(a)}`: the inferred "
+            raise AnnotationError(CANNOT_NAME_DIM,
+                                  f"cannot name {what} `{fmt_dim(a)}`: the inferred "
                                            f"dim is {fmt_dim(b)}, not a symbol introduced by "
                                            "an operator", span)
         verdict = equal(a, b)
         if verdict is False:
-            raise AnnotationError("E0360", f"annotated {what} is {fmt_dim(a)} but inferred "
+            raise AnnotationError(ANNOTATION_MISMATCH,
+                                  f"annotated {what} is {fmt_dim(a)} but inferred "
                                            f"{fmt_dim(b)}: {t}", span)
         if verdict is None:
             self.unproved.append(f"cannot prove that {what} is {fmt_dim(a)} as annotated: "
@@ -179,7 +189,8 @@ class Annotator:
 
     def _match_elem(self, elem, e, renames, span, t) -> None:
         kind = elem[0]
-        mismatch = AnnotationError("E0360", f"annotated element type does not match the "
+        mismatch = AnnotationError(ANNOTATION_MISMATCH,
+                                   f"annotated element type does not match the "
                                             f"inferred {e}", span)
         if kind == "tile":
             if not isinstance(e, Tile) or e.dtype != elem[1]:

@@ -15,6 +15,19 @@ from dataclasses import dataclass, field
 import sympy
 
 from stepc.canon import symbols_in
+from stepc.codes import (
+    ASSUMPTION_UNKNOWN_SYMBOL,
+    CYCLE_WITHOUT_FEEDBACK,
+    FALSE_ASSUMPTION,
+    FEEDBACK_TYPE_MISMATCH,
+    FUNCTION_NOT_USABLE,
+    MALFORMED_ASSUMPTION,
+    MATMUL_INNER_MISMATCH,
+    NOT_ELEMENTWISE,
+    UNPROVEN_EQUALITY,
+    UNUSED_STREAM,
+    WRONG_OPERAND_TYPE,
+)
 from stepc.diagnostics import DiagnosticBag, Note
 from stepc.graph.program import Assumption, Edge, OpNode, Program
 from stepc.ops import OPS
@@ -113,7 +126,7 @@ class Checker:
             self.try_assumptions(name)
         for a in self.pending:
             if all((r.node, r.port) in self.types for r in a.streams):
-                self.bag.error("E0352", "assumption refers to an unknown symbol: "
+                self.bag.error(ASSUMPTION_UNKNOWN_SYMBOL, "assumption refers to an unknown symbol: "
                                + ", ".join(sorted(self.unknown_symbols(a))), a.span)
         self.check_feedback()
         self.unconsumed()
@@ -160,7 +173,7 @@ class Checker:
                 dag.add_edge(e.src, e.dst)
         names = [u for u, *_ in nx.find_cycle(dag)]
         node = self.prog.nodes[names[0]]
-        self.bag.error("E0403", "cycle without a declared feedback stream: "
+        self.bag.error(CYCLE_WITHOUT_FEEDBACK, "cycle without a declared feedback stream: "
                        + " -> ".join(names + names[:1]), node.span)
 
     # ------------------------------------------------------------ one node
@@ -185,7 +198,7 @@ class Checker:
     def source_of(self, node: str, port: int) -> tuple[str, int]:
         """The stream a (possibly Broadcast) port carries, traced back through fan-outs."""
         n = self.prog.nodes[node]
-        while n.op == "Broadcast" and self.prog.in_edges(n.name):
+        while OPS[n.op].fan_out and self.prog.in_edges(n.name):
             e = self.prog.in_edges(n.name)[0]
             node, port = e.src, e.port
             n = self.prog.nodes[node]
@@ -214,7 +227,7 @@ class Checker:
                 inputs[pname].append(t)
             keys.setdefault(pname, self.source_of(e.src, e.port))
         attrs = dict(node.attrs)
-        if node.op == "External":
+        if OPS[node.op].external:
             try:
                 attrs["type"] = self.annotator.declared(attrs["type"], origin=node.name,
                                                         span=node.span)
@@ -250,7 +263,8 @@ class Checker:
         if err.arg is not None:
             span = node.arg_spans.get(err.arg, node.span)
             if err.arg == "fn":  # a function's tile rule: every input's type matters
-                slots = list(in_edges) if err.code in ("E0305", "E0307", "E0310", "E0311") \
+                slots = list(in_edges) if err.code in (WRONG_OPERAND_TYPE, FUNCTION_NOT_USABLE,
+                                                       MATMUL_INNER_MISMATCH, NOT_ELEMENTWISE) \
                     else []
             else:
                 slots = [e for e in in_edges if node.inputs[e.slot][0] == err.arg
@@ -305,7 +319,7 @@ class Checker:
         except AnnotationError as err:
             notes = [Note(f"`{node.port_label(port)}` is inferred as {inferred}",
                           node.port_spans.get(port, node.span))]
-            code = "E0361" if what == "feedback" else err.code
+            code = FEEDBACK_TYPE_MISMATCH if what == "feedback" else err.code
             self.bag.error(code, err.message if what != "feedback" else
                            f"feedback stream `{node.port_label(port)}`: {err.message}",
                            err.span, notes)
@@ -313,7 +327,7 @@ class Checker:
         for old, new in renames:
             self.substitute(old, new)
         for msg in self.annotator.unproved:
-            self.bag.warning("W0301", msg, ann.type.span,
+            self.bag.warning(UNPROVEN_EQUALITY, msg, ann.type.span,
                              [Note(f"`{node.port_label(port)}` is inferred as {inferred}",
                                    node.port_spans.get(port, node.span))])
         self.annotator.unproved.clear()
@@ -406,7 +420,8 @@ class Checker:
             st = self.types[(t[1].node, t[1].port)]
             k = t[2]
             if not 0 <= k < len(st.shape):
-                raise OpError("E0350", f"dim({k}) is out of range for {st} (rank {st.rank}; "
+                raise OpError(MALFORMED_ASSUMPTION,
+                              f"dim({k}) is out of range for {st} (rank {st.rank}; "
                                        f"dims are numbered 0..{st.rank} from the innermost)")
             return st.shape[len(st.shape) - 1 - k]
         return self.apply_subst_expr(t)
@@ -422,11 +437,13 @@ class Checker:
             return
         if isinstance(lhs, tuple) or isinstance(rhs, tuple):
             if not (isinstance(lhs, tuple) and isinstance(rhs, tuple)) or a.op != "==":
-                self.bag.error("E0350", "shapes can only be compared with another shape "
+                self.bag.error(MALFORMED_ASSUMPTION,
+                               "shapes can only be compared with another shape "
                                         "using `==`", a.span)
                 return
             if len(lhs) != len(rhs):
-                self.bag.error("E0350", f"assumed shapes differ in rank: {fmt_shape(lhs)} and "
+                self.bag.error(MALFORMED_ASSUMPTION,
+                               f"assumed shapes differ in rank: {fmt_shape(lhs)} and "
                                         f"{fmt_shape(rhs)}", a.span)
                 return
             for x, y in zip(lhs, rhs, strict=True):
@@ -439,7 +456,7 @@ class Checker:
         rel = {"!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt,
                ">": sympy.Gt}[a.op](lhs, rhs)
         if rel is sympy.false:
-            self.bag.error("E0351", f"assumption is false: {fmt_dim(lhs)} {a.op} "
+            self.bag.error(FALSE_ASSUMPTION, f"assumption is false: {fmt_dim(lhs)} {a.op} "
                                     f"{fmt_dim(rhs)}", a.span)
         elif rel is not sympy.true:
             self.facts.append(rel)
@@ -460,7 +477,8 @@ class Checker:
             return True
         if verdict is False:
             where = f" (the shapes are {shapes[0]} and {shapes[1]})" if shapes else ""
-            self.bag.error("E0351", f"assumption contradicts the inferred dims: {fmt_dim(x)} "
+            self.bag.error(FALSE_ASSUMPTION,
+                           f"assumption contradicts the inferred dims: {fmt_dim(x)} "
                                     f"!= {fmt_dim(y)}{where}", a.span,
                            [n for r in a.streams for n in self.stream_note(r)])
             return False
@@ -497,7 +515,7 @@ class Checker:
                 continue
             labels = ", ".join(f"`{node.port_label(p)}`" for p in ports)
             what = f"stream {labels} is" if len(ports) == 1 else f"streams {labels} are"
-            self.bag.warning("W0001", f"{what} never consumed",
+            self.bag.warning(UNUSED_STREAM, f"{what} never consumed",
                              node.port_spans.get(ports[0], node.span),
                              [Note("consume it, pass it to Sink(...), or bind it to `_`")])
 

@@ -162,7 +162,7 @@ class DotWriter:
 
     def ports(self, node: OpNode) -> list[int]:
         """Output ports drawn as cells: for multi-output operators (not folded arrays)."""
-        if len(node.outputs) <= 1 or node.op == "Broadcast" or \
+        if len(node.outputs) <= 1 or OPS[node.op].fan_out or \
                 (self.collapse and node.array_outputs):
             return []
         return list(range(len(node.outputs)))
