@@ -31,11 +31,12 @@ ALLOWED = {
     ("graph/elaborate.py", "External"): "builds the node a `stream ... = external()` "
                                         "declaration means",
     ("graph/wiring.py", "Broadcast"): "builds the fan-out node stepc inserts",
-    ("interop/export.py", "LinearOffChipLoad"): "translation to the reference's wire format, "
-                                                "operator by operator",
-    ("interop/export.py", "EagerMerge"): "translation to the reference's wire format",
 }
-FOREIGN_FORMATS = ("interop/schema.py",)  # the reference format's own message names
+# The reference format's own message names, and the translation of stepc's operators into
+# it (a printer for a foreign format names each operator it prints, as the import's handler
+# table names each of the format's operations)
+FOREIGN_FORMATS = ("interop/schema.py", "interop/export.py", "interop/export_kv.py",
+                   "interop/stream_shapes.py")
 
 
 def operator_names_outside_ops() -> list[tuple[str, int, str]]:
