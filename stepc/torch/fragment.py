@@ -17,7 +17,8 @@ from stepc.torch.capture import LoweringError
 
 _TOKEN = re.compile(r'"[^"]*"|#.*|[A-Za-z_]\w*|\S')
 _DECLARED = re.compile(r"^\s*(?:param|tensor|graph|stream)\s+(\w+)")
-_TARGETS = re.compile(r"^\s*([\w\[\], ]+?)\s*=(?!=)")
+_TARGETS = re.compile(r"^\s*([^=(]+?)\s*=(?!=)")  # `a, b[i * G + g] = ...`
+_TARGET = re.compile(r"(?:^|,)\s*(\w+)")  # each target's name, past its index
 _LOOP = re.compile(r"^\s*for\s+(\w+)\s+in\b")
 
 
@@ -47,8 +48,8 @@ class Fragment:
                 if m:
                     declared.add(m.group(1))
             m = _TARGETS.match(code)
-            if m and not code.lstrip().startswith(("param", "tensor", "assume")):
-                declared |= {re.sub(r"\[.*", "", t).strip() for t in m.group(1).split(",")}
+            if m and not code.lstrip().startswith(("param", "tensor", "assume", "stream")):
+                declared |= {t.group(1) for t in _TARGET.finditer(m.group(1))}
         declared -= {"", "_"}
         names = {n: f"{prefix}{n}" for n in declared}
         names.update(shared or {})
