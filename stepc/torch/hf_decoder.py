@@ -129,7 +129,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
     if tiling == "timemux" and "mlp" in kinds:
         raise LoweringError("tiling `timemux` time-multiplexes a MoE's experts; a layer with "
                             "a dense MLP takes static or dynamic")
-    rows = torch.empty(b, d, dtype=hs.dtype, device=hs.device)
+    device = next(layers[0].parameters()).device  # the parts are captured where they are
+    rows = torch.empty(b, d, dtype=hs.dtype, device=device)
     dt = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(hs.dtype)
     if dt is None:
         raise LoweringError(f"dtype {hs.dtype} is not lowered (f32 or bf16)")
