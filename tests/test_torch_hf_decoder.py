@@ -90,9 +90,14 @@ def simulated_and_reference(prog, module, args):
     return run.outputs["Y"], out[:, 0].float().numpy()
 
 
-@pytest.mark.parametrize("kind,tiling", [("llama", "static"), ("llama", "dynamic"),
-                                         ("qwen3_moe", "static"), ("qwen3_moe", "dynamic"),
-                                         ("qwen3_moe", "timemux"), ("mixtral", "dynamic")])
+SLOW = pytest.mark.slow  # each lowers and simulates a layer: several seconds
+
+
+@pytest.mark.parametrize("kind,tiling", [
+    ("llama", "static"), pytest.param("llama", "dynamic", marks=SLOW),
+    pytest.param("qwen3_moe", "static", marks=SLOW), ("qwen3_moe", "dynamic"),
+    pytest.param("qwen3_moe", "timemux", marks=SLOW), ("mixtral", "timemux"),
+    pytest.param("mixtral", "static", marks=SLOW)])
 def test_a_layer_simulates_equal_to_its_forward(kind, tiling):
     m = layer(kind)
     prog = from_torch(m, meta_example(m), schedule={"tiling": tiling, **SMALL})
@@ -102,6 +107,7 @@ def test_a_layer_simulates_equal_to_its_forward(kind, tiling):
     assert ("routing" in prog.traces(*args)) == (kind != "llama")
 
 
+@SLOW
 def test_bf16_within_bf16_rounding():
     m = layer("mixtral", torch.bfloat16)
     example = meta_example(m, torch.bfloat16)
@@ -127,6 +133,7 @@ def test_two_layers_from_a_config_with_per_layer_routing():
     assert 'external("routing_1"' in prog.text and "param moe_PACK_BW" in prog.text
 
 
+@SLOW
 def test_part_settings_move_the_result():
     """attn_R (regions of the attention) and moe_TILE_N (token rows of a static MoE
     tile) reach their part: more regions, fewer cycles; bigger tiles, more padded rows."""
@@ -168,6 +175,7 @@ def test_model_refusals_name_the_class():
         from_hf_config({"model_type": "llama", **SIZES}, layers=3, batch=B, past=P)
 
 
+@SLOW
 def test_cli_layers_round_trip(tmp_path, monkeypatch):
     """--hf-config --layers 2 with --weights-out and the per-layer --external-out, then
     `stepc sim --weights --trace`: the two layers' output."""

@@ -110,7 +110,6 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
                  per_layer_routing: bool):
     """The program of `layers` run one after another (see the module docstring); returns
     (text, tensors, params used, the parts per layer)."""
-    from stepc.torch import from_torch
     from stepc.torch.hf_attention import lower_hf_attention
     from stepc.torch.hf_moe import lower_hf_moe
 
@@ -145,9 +144,9 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
             elif role == "ffn" and ffn_kind(sub) == "moe":
                 cache[key] = lower_hf_moe(sub, (rows,), moe_tiling, by_role["moe"])
             elif role == "ffn":
-                cache[key] = from_torch(sub, (rows,), schedule=by_role["mlp"])
+                cache[key] = _captured(sub, rows, by_role["mlp"])
             else:
-                cache[key] = from_torch(sub, (rows,), schedule={"TB": 1, **by_role["norm"]})
+                cache[key] = _captured(sub, rows, {"TB": 1, **by_role["norm"]})
         return cache[key].on_module(sub)
 
     w = StepWriter()
@@ -208,6 +207,23 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
         w.tensor(name, decl.ljust(width) if "=" not in decl else decl, comment)
     used = {k: v for k, (v, _) in params.items() if v.isdigit()}
     return w, body, tensors, used, all_parts
+
+
+# node-by-node lowerings of norms and dense MLPs, by what their program depends on: a
+# model's layers, and models of one config, capture each kind of part once per process
+_CAPTURED: dict[tuple, object] = {}
+
+
+def _captured(sub: torch.nn.Module, rows: torch.Tensor, sched: dict):
+    """`from_torch(sub, (rows,), sched)`, captured once per class, settings (its repr:
+    eps, activation), weight shapes, input shape and schedule."""
+    from stepc.torch import from_torch
+    key = (type(sub), repr(sub), tuple((k, tuple(v.shape), v.dtype)
+                                       for k, v in sub.state_dict().items()),
+           tuple(rows.shape), rows.dtype, tuple(sorted(sched.items())))
+    if key not in _CAPTURED:
+        _CAPTURED[key] = from_torch(sub, (rows,), schedule=sched)
+    return _CAPTURED[key].on_module(sub)
 
 
 def schedule_doc(tiling: str, moe: bool) -> str:
@@ -370,10 +386,18 @@ class DecoderIO:
         return hook
 
     def values(self, module, inputs: tuple) -> dict[str, np.ndarray]:
-        return self.run(module, inputs)[0]
+        return self._once(module, inputs)[0]
 
     def traces(self, module, inputs: tuple) -> dict[str, np.ndarray]:
-        return self.run(module, inputs)[1]
+        return self._once(module, inputs)[1]
+
+    def _once(self, module, inputs: tuple) -> tuple[dict, dict]:
+        """`run`, once for the values and the traces of the same module and inputs."""
+        last = getattr(self, "_last", None)
+        if last is None or last[0] is not module or len(last[1]) != len(inputs) or \
+                any(a is not b for a, b in zip(last[1], inputs)):
+            self._last = (module, tuple(inputs), self.run(module, inputs))
+        return self._last[2]
 
     def seeded_inputs(self, module, example: tuple, seed: int) -> tuple:
         """The attention's seeded inputs (hidden_states, (cos, sin), an additive mask, a
