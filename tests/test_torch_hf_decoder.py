@@ -219,3 +219,45 @@ def test_cli_refusals(tmp_path, monkeypatch, args, code, words):
     assert "Traceback" not in r.output
     for w in words:
         assert w in r.output
+
+
+# Qwen3-30B-A3B's published config values (its config.json), written here: no download
+QWEN3_30B_A3B = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                 "moe_intermediate_size": 768, "num_attention_heads": 32,
+                 "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+                 "num_experts_per_tok": 8, "norm_topk_prob": True, "num_hidden_layers": 48,
+                 "rms_norm_eps": 1e-6, "vocab_size": 151936, "max_position_embeddings": 40960,
+                 "decoder_sparse_step": 1, "mlp_only_layers": [], "hidden_act": "silu"}
+
+
+@SLOW
+def test_two_qwen3_moe_layers_at_real_dims_with_the_papers_traces():
+    """Two Qwen3-30B-A3B layers from the config, on the meta device, simulated timing-only
+    on paper-eval with the paper's KV lengths and routing (bound to both layers), against
+    programs/decoder_dynamic.step at L = 2 with the same traces. Both run the dynamic MoE
+    on the same routing; the traffic differs by the HF attention's per-request reads of
+    its projection weights (and ROT, the q/k norm scales and SCALE per head), which the
+    bundled program reads once per region: the difference is that closed form."""
+    from stepc.frontend import compile_file
+    from stepc.traces import load_kv_lengths, load_routing
+    kv = DATA / "azure_kv_trace" / "b64" / "conv_stdev0754_0181_0244.npy"
+    ids = DATA / "expert_routing" / "qwen_b64" / "032_012.npz"
+    if not (kv.exists() and ids.exists()):
+        pytest.skip(f"the paper's traces are not in {DATA}")
+    lens, routing = load_kv_lengths(str(kv)), load_routing(str(ids))
+    hw = load_config("paper-eval", ())
+    prog = from_hf_config(QWEN3_30B_A3B, layers=2, batch=64, past=6463, dtype="bf16",
+                          schedule={"tiling": "dynamic", "attn_TILE_N": 32})
+    ours = simulate(compiled(prog.text).typed, hw, {"kv_lens": lens, "routing_0": routing,
+                                                    "routing_1": routing}, functional=False)
+    bundled = simulate(compile_file(str(ROOT / "programs" / "decoder_dynamic.step"),
+                                    {"L": 2}).typed, hw,
+                       {"kv_lens": lens, "routing": routing}, functional=False)
+    assert ours.deadlock is None and bundled.deadlock is None
+    d, hq, kv_heads, hd, b, regions = 2048, 32, 4, 128, 64, 4
+    weights = (2 * hq + 2 * kv_heads) * hd * d * 2             # q, k, v, o projections
+    per_head = hd * hd * 2 + hd * 2                            # ROT and a norm scale
+    per_request = weights + (hq + kv_heads) * per_head + hq * 4  # and SCALE per q head
+    extra = 2 * (b * per_request - regions * weights)
+    assert abs((ours.useful_bytes - bundled.useful_bytes) - extra) < 0.01 * extra
+    assert ours.cycles > bundled.cycles
