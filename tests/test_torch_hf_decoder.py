@@ -28,9 +28,9 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch import LoweringError, from_torch
+from stepc.torch import LoweringError, from_hf_config, from_torch
 from stepc.torch.build import BuildError, seed_transformers_weights
-from stepc.torch.hf_model import build_stack, example_inputs, from_hf_config
+from stepc.torch.hf_model import build_stack, example_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
