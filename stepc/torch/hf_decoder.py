@@ -430,7 +430,10 @@ def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title
         else:
             w.blank(comment)
     io = DecoderIO(parts, layers_of, per_layer_routing)
-    return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **used}, io=io)
+    # the fragments are rendered programs already: formatting the whole again would
+    # parse it twice more, the most of the lowering's time
+    return TorchProgram(w.render(formatted=False), tensors, module,
+                        {"tiling": tiling, **used}, io=io)
 
 
 def lower_hf_decoder_layer(module: torch.nn.Module, example_inputs: tuple, tiling: str,
@@ -440,8 +443,9 @@ def lower_hf_decoder_layer(module: torch.nn.Module, example_inputs: tuple, tilin
     where = site(module)
     check_layer(module, type(module).__name__)
     kind = "sparse MoE" if ffn_kind(module.mlp) == "moe" else "dense SwiGLU MLP"
-    title = [f"{where}, layer {module.self_attn.layer_idx}, lowered by `stepc from-torch` "
-             f"({schedule_doc(tiling or 'static', kind == 'sparse MoE')}).", "",
+    how = schedule_doc(tiling or "static", kind == "sparse MoE")
+    title = [*textwrap.wrap(f"{where}, layer {module.self_attn.layer_idx}, lowered by `stepc "
+                            f"from-torch` ({how}).", 86), "",
              *textwrap.wrap(f"A decoder layer in decode: input RMSNorm, decode attention "
                             f"({type(module.self_attn).__name__}), residual add, "
                             f"post-attention RMSNorm, {kind} ({type(module.mlp).__name__}), "
