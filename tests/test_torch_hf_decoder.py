@@ -209,6 +209,10 @@ def test_cli_layers_round_trip(tmp_path, monkeypatch):
       "--batch", "4"], 2, ["--batch", "--layers"]),
     (["--hf-config", "gemma.json", "--layers", "1"], 1, ["GemmaDecoderLayer"]),
     (["--hf-config", "config.json", "--layers", "5"], 2, ["choose 1 to 2"]),
+    (["transformers:LlamaDecoderLayer", "--hf-config", "config.json", "--input",
+      "x=f32[8,1,64]"], 2, ["layer_idx", "--layers N"]),
+    (["--hf-config", "config.json", "--layers", "1", "--schedule", "coarse"], 1,
+     ["coarse", "static, dynamic, timemux"]),
 ])
 def test_cli_refusals(tmp_path, monkeypatch, args, code, words):
     monkeypatch.chdir(tmp_path)
