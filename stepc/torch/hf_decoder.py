@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -58,10 +58,6 @@ graph all_done(s) {
 """
 
 
-def _where(module, path: str) -> str:
-    return f"{path} ({type(module).__name__})"
-
-
 @dataclass
 class LayerPart:
     """One part of one layer: its lowering (a whole program), as a fragment."""
@@ -70,7 +66,6 @@ class LayerPart:
     program: object           # the part's TorchProgram (its values and traces)
     fragment: Fragment
     kind: str                 # "norm", "attention", "moe" or "mlp"
-    outputs: dict[str, str] = field(default_factory=dict)  # what the glue reads
 
 
 def ffn_kind(mlp: torch.nn.Module) -> str:
@@ -108,8 +103,9 @@ def _part_key(path: str, sub: torch.nn.Module) -> tuple:
 
 def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: list[str],
                  per_layer_routing: bool):
-    """The program of `layers` run one after another (see the module docstring); returns
-    (text, tensors, params used, the parts per layer)."""
+    """The program of `layers` run one after another (see the module docstring): its writer
+    (header, params, tensors) and statements, the tensors' sources, the numeric params used
+    and each layer's parts."""
     from stepc.torch.hf_attention import lower_hf_attention
     from stepc.torch.hf_moe import lower_hf_moe
 
@@ -171,8 +167,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
             role = _ROLE[path]
             kind = ("attention" if path == "self_attn" else
                     ffn_kind(sub) if role == "ffn" else "norm")
-            prole = kind if role == "ffn" else role
-            shared = {k: f"{prole}_{k}" for k in _declared_params(prog.text)}
+            prefix = kind if role == "ffn" else role  # of its params: attn_R, moe_TILE_N
+            shared = {k: f"{prefix}_{k}" for k in _declared_params(prog.text)}
             shared.update({k: v for k, v in _SHARED_PARAMS.items() if k in shared})
             frag = Fragment.from_program(prog.text, f"{p}{_NAME[path]}_", shared)
             for name, value, comment in frag.params:
