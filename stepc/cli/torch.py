@@ -57,10 +57,62 @@ def _parse_param(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype) -> None:
+    """--layers builds the model its config describes, with inputs of its own; without it,
+    FILE.py:NAME and --input are needed and the model's settings do not apply."""
+    if layers is not None:
+        if spec:
+            raise click.UsageError(f"--layers builds the model --hf-config describes; drop "
+                                   f"{spec}")
+        if not hf_config:
+            raise click.UsageError("--layers needs --hf-config CONFIG.json (the model's config)")
+        if inputs:
+            raise click.UsageError("--layers makes its own inputs (--batch requests over --past "
+                                   "cached positions); drop --input")
+        return
+    given = [f for f, v in (("--batch", batch), ("--past", past), ("--dtype", dtype)) if v]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} set{'s' if len(given) == 1 else ''} the "
+                               "inputs of --layers N; for FILE.py:NAME give --input")
+    if not spec:
+        raise click.UsageError("give FILE.py:NAME (a module class or factory), or "
+                               "--hf-config CONFIG.json --layers N")
+    if not inputs:
+        raise click.UsageError("give the forward arguments with --input NAME=DTYPE[SHAPE]")
+
+
+def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug, real_values, seed):
+    """The program of the config's first `layers` decoder layers, and with `real_values`
+    the seeded inputs and traces of a CPU copy with seeded weights."""
+    from stepc.torch import hf_model
+    config = hf_model.hf_config(hf_config)
+    batch = batch or hf_model.DEFAULT_BATCH
+    past = hf_model.DEFAULT_PAST if past is None else past
+    dtype = dtype or "f32"
+    prog = hf_model.from_hf_config(config, layers, batch, past, schedule, dtype, debug)
+    if not real_values:
+        return prog, None, None
+    stack = hf_model.build_stack(config, layers, "cpu", dtype, seed=seed)
+    prog = prog.on_module(stack)
+    real = prog.seeded_inputs(hf_model.example_inputs(stack, batch, past, dtype, "cpu"), seed)
+    return prog, real, prog.traces(*real)
+
+
 @click.command("from-torch", short_help="Lower a PyTorch module to a .step program.")
-@click.argument("spec", metavar="FILE.py:NAME")
-@click.option("--input", "inputs", multiple=True, required=True, metavar="NAME=DTYPE[SHAPE]",
+@click.argument("spec", metavar="FILE.py:NAME", required=False)
+@click.option("--input", "inputs", multiple=True, metavar="NAME=DTYPE[SHAPE]",
               help="A forward argument, in order (repeatable), e.g. x=bf16[64,2048].")
+@click.option("--layers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Lower the first N decoder layers of the model --hf-config describes "
+              "(its model_type names the transformers model), in decode.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
+              help="With --layers: requests in the decode batch, one new token each "
+              "[default: 64].")
+@click.option("--past", type=click.IntRange(min=0), default=None, metavar="P",
+              help="With --layers: cached positions per request, the KV cache's padded "
+              "length [default: 1023].")
+@click.option("--dtype", type=click.Choice(["f32", "bf16"]), default=None,
+              help="With --layers: the model's dtype [default: f32].")
 @click.option("--hf-config", default=None, metavar="CONFIG.json",
               help="Build NAME from this transformers config (a model's config.json): "
               "passed as `config`, its fields fill other required arguments.")
@@ -83,8 +135,8 @@ def _parse_param(text: str) -> tuple[str, int]:
               help="Seed of the weights and example inputs of --weights-out / --external-out.")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 @quick_exit
-def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, externals_out,
-                   seed, force):
+def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, params, out,
+                   weights_out, externals_out, seed, force):
     """Lower a PyTorch module to a readable, tiled .step program. NAME is a module class or
     a factory function returning a module, in FILE.py or an importable package
     (transformers:LlamaMLP); it is built on the meta device (no weights allocated), with
@@ -104,7 +156,12 @@ def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, ex
       stepc sim attn.step --weights attn.safetensors --trace kv_lens=lens.npy
       stepc from-torch transformers:LlamaMLP --hf-config config.json \\
           --input x=bf16[2,32,4096] -o mlp.step
+      stepc from-torch --hf-config qwen3_moe.json --layers 2 --schedule dynamic \\
+          -o qwen2l.step
+      stepc sim qwen2l.step --timing-only --trace kv_lens=lens.npy \\
+          --trace routing_0=ids0.npz --trace routing_1=ids1.npz
     """
+    _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype)
     args = [_parse_input(t) for t in inputs]
     schedule = {**({"tiling": tiling} if tiling else {}), **dict(_parse_param(p) for p in params)}
     streams = dict(_parse_external(t) for t in externals_out)
@@ -131,13 +188,17 @@ def from_torch_cmd(spec, inputs, hf_config, tiling, params, out, weights_out, ex
         sys.exit(EXIT_USAGE)
     debug = bool(click.get_current_context().find_root().params.get("debug"))
     try:
-        target = load_target(spec)
-        config = load_hf_config(hf_config, target) if hf_config else None
-        with torch.device("meta"):
-            module = build_module(target, config)
-            example = _examples(torch, args)
-        prog = from_torch(module, example, schedule=schedule, debug=debug)
-        if weights_out or streams:
+        if layers is not None:
+            prog, real, traces = _lower_layers(hf_config, layers, batch, past, dtype, schedule,
+                                               debug, bool(weights_out or streams), seed)
+        else:
+            target = load_target(spec)
+            config = load_hf_config(hf_config, target) if hf_config else None
+            with torch.device("meta"):
+                module = build_module(target, config)
+                example = _examples(torch, args)
+            prog = from_torch(module, example, schedule=schedule, debug=debug)
+        if layers is None and (weights_out or streams):
             torch.manual_seed(seed)
             # the same module on the CPU, with real weights
             cpu_module = build_module(target, config)

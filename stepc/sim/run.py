@@ -287,6 +287,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
                 env.written[t.name] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
         elif functional or t.name in needed:
             env.tensors[t.name] = initial_value(t, values)
+            if functional and t.role == "scratch":  # stores write what later loads read
+                env.tensors[t.name] = env.written[t.name] = np.array(env.tensors[t.name])
     externals = [n for n in prog.nodes.values() if OPS[n.op].external]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
@@ -392,7 +394,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         sum(env.useful_bytes.values()), sum(env.flops.values()),
         [OpStats(c.name, c.op, c.busy, c.t, c.mem_ops) for c in kernel.contexts],
         {k: sympy.sympify(v) for k, v in bindings.items()},
-        outputs=dict(env.written) if functional else {},
+        outputs={k: v for k, v in env.written.items() if prog.tensors[k].role == "output"}
+        if functional else {},
         deadlock=blocked or None, wall_seconds=wall,
         trace={c.name: c.trace for c in kernel.contexts if c.trace},
         fifo={ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},

@@ -22,7 +22,8 @@ from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
 
-__all__ = ["from_torch", "TorchProgram", "LoweringError", "load_module", "support_table"]
+__all__ = ["from_torch", "from_hf_config", "TorchProgram", "LoweringError", "load_module",
+           "support_table"]
 
 @dataclass
 class TorchProgram:
@@ -160,6 +161,13 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
                             "tiled statically (its params TB and TILE_F)")
     tensors, sched = lower_dense(canonicalise(nodes), w, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": "static", **sched})
+
+
+def from_hf_config(config, layers: int = 1, **settings) -> TorchProgram:
+    """The first `layers` decoder layers of the model a transformers config describes, as
+    one program (stepc.torch.hf_model.from_hf_config: batch, past, schedule, dtype)."""
+    from stepc.torch.hf_model import from_hf_config as lower
+    return lower(config, layers, **settings)
 
 
 def support_table() -> str:

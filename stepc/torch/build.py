@@ -158,8 +158,10 @@ def build_module(target, config=None) -> torch.nn.Module:
     missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
     if missing:
         given = " (not in the config)" if config is not None else ""
+        layers = ("; for decoder layers, --hf-config CONFIG.json --layers N builds the "
+                  "model's first N" if "layer_idx" in missing else "")
         raise BuildError(f"`{name}` needs the argument{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(missing)}{given}: {HOW_TO_BUILD}")
+                         f"{', '.join(missing)}{given}: {HOW_TO_BUILD}{layers}")
     try:
         module = target(**kwargs)
     except (Exception, SystemExit) as e:

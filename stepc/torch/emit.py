@@ -46,9 +46,10 @@ class StepWriter:
         """An empty line, or a comment line of its own (`# ...`)."""
         self.body.append(("", comment))
 
-    def render(self) -> str:
-        """The program in `stepc fmt`'s layout."""
-        return format_source(self._text(), "emitted.step")
+    def render(self, formatted: bool = True) -> str:
+        """The program in `stepc fmt`'s layout (or as written, when its statements are laid
+        out already: a program composed of rendered ones)."""
+        return format_source(self._text(), "emitted.step") if formatted else self._text()
 
     def _text(self) -> str:
         lines = [f"# {h}".rstrip() for h in self.header] + [""]

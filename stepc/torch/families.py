@@ -34,7 +34,8 @@ class Family:
 
 FAMILIES: list[Family] = [
     Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
-                                   "MistralAttention"), "attention",
+                                   "MistralAttention", "Qwen3MoeAttention", "MixtralAttention"),
+           "attention",
            ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
            "transformers decode attention (one new token per request, a DynamicCache, GQA, "
            "RoPE, q/k norms, biases, eager or SDPA); KV lengths from the attention mask"),
@@ -73,6 +74,20 @@ FAMILIES += [
            "experts"),
     Family("hunyuan-moe", ("HunYuanMoEV1Moe",), "moe", MOE_TILINGS, _HF_MOE,
            "HunYuan-MoE-V1: softmax router, top-k, SwiGLU experts, a shared MLP"),
+]
+
+# transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,
+# a dense MLP or a sparse MoE, composed as one program; a schedule pairs the attention's
+# tiling with the MoE's, as the bundled decoder programs do
+DECODER_TILINGS = ("static", "dynamic", "timemux")
+FAMILIES += [
+    Family("hf-decoder-layer", ("LlamaDecoderLayer", "Qwen3DecoderLayer", "Qwen2DecoderLayer",
+                                "MistralDecoderLayer", "Qwen3MoeDecoderLayer",
+                                "MixtralDecoderLayer"), "decoder", DECODER_TILINGS,
+           "stepc.torch.hf_decoder:lower_hf_decoder_layer",
+           "transformers decoder layer in decode: RMSNorms, decode attention, residual adds, "
+           "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
+           "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)"),
 ]
 
 
