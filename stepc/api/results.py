@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import bool_arg, callback_arg, int_arg, kind, mapping_arg, text_arg
 from stepc.api.errors import Deadlock, InputError, SimulationError
-from stepc.api.program import (
-    Program,
+from stepc.api.inputs import (
     hardware,
     no_such,
     numeric_array,
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
+    from stepc.api.program import Program
     from stepc.hw import HardwareConfig
     from stepc.sim.run import SimResult
 

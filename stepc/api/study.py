@@ -20,7 +20,8 @@ from stepc.api.arguments import (
     paths_arg,
 )
 from stepc.api.errors import InputError
-from stepc.api.program import check, hardware, settings
+from stepc.api.inputs import hardware, settings
+from stepc.api.program import check
 
 if TYPE_CHECKING:
     from stepc.explore.runner import Earlier, Sweep

@@ -183,7 +183,7 @@ def pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
 def load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
     """The hardware configuration; warns about each `--set` the run will not read."""
     from stepc.api.errors import InputError
-    from stepc.api.program import hardware
+    from stepc.api.inputs import hardware
     try:
         config, warnings = hardware(hw, sets, roofline)
     except InputError as e:
