@@ -40,6 +40,12 @@ FLOORS = [
 # of from-torch, import and export enter through their own packages' front doors.
 CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.diagnostics", "stepc.outputs", "stepc.source",
                   "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop")
+# CLI imports of internals being replaced in their own change, as (importer, imported).
+CLI_PENDING = {
+    # `stepc sim`'s text report renders the run's SimResult: the measurement record's
+    # change gives the API a renderer of its own (issue 30, part 1)
+    ("stepc.cli.sim", "stepc.sim.report"),
+}
 
 # Known circles and upward arrows being removed in their own changes; each entry is
 # (importer, imported). Remove an entry when its import is gone (the test says so).
@@ -160,15 +166,15 @@ def test_no_import_cycles():
     assert circles == []
 
 
-@pytest.mark.xfail(strict=True, reason="the CLI still imports internals (next commit)")
 def test_the_cli_enters_through_the_api():
     outside = [where(m, t) for m, targets in GRAPH.items() if m.startswith("stepc.cli")
-               for t in targets if not t.startswith("stepc.cli") and not any(
-                   t == ok or t.startswith(ok + ".") and ok != "stepc" for ok in CLI_MAY_IMPORT)]
+               for t in targets if not t.startswith("stepc.cli") and (m, t) not in CLI_PENDING
+               and not any(t == ok or t.startswith(ok + ".") and ok != "stepc"
+                           for ok in CLI_MAY_IMPORT)]
     assert outside == []
 
 
-@pytest.mark.parametrize("entry", sorted(ALLOWED))
+@pytest.mark.parametrize("entry", sorted(ALLOWED | CLI_PENDING))
 def test_allowed_entries_are_still_needed(entry):
     module, target = entry
     assert target in GRAPH.get(module, {}), f"{module} no longer imports {target}: remove " \

@@ -14,6 +14,7 @@ from stepc.diagnostics import Diagnostic, Note, Severity, closest, did_you_mean
 if TYPE_CHECKING:
     import numpy as np
 
+    from stepc.api.program import CheckReport
     from stepc.hw import HardwareConfig
 
 
@@ -56,6 +57,12 @@ def hardware(hw: str | HardwareConfig | None = None,
     return config, set_warnings(config, sets, roofline_unused(config) if roofline else None)
 
 
+def hardware_presets() -> list[str]:
+    """The names of the bundled hardware presets."""
+    from stepc.hw.config import preset_names
+    return preset_names()
+
+
 def settings(values: Mapping[str, Any] | Sequence[str] | None) -> tuple[str, ...]:
     """`--set` items from a mapping or a list of `KEY=VALUE` strings."""
     if values is None:
@@ -85,6 +92,19 @@ def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
         else:
             out[name] = numeric_array(f"traces[{name!r}]", value)
     return out
+
+
+def weight_values(report: CheckReport, path: str, prefix: str | None = None,
+                  allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The checked program's tensor values from a weights file (safetensors or a PyTorch
+    state dict), matched by name under `prefix`, and notes on what was matched; a file that
+    does not fit is an InputError."""
+    from stepc.weights import WeightsError, load_weights, match_weights
+    try:
+        return match_weights(report.compiled.typed.program.tensors, load_weights(path),
+                             prefix, allow_missing)
+    except WeightsError as e:
+        raise InputError(str(e)) from None
 
 
 def numeric_array(arg: str, value: Any) -> np.ndarray:

@@ -153,8 +153,8 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
 
     from stepc.api.errors import InputError
     from stepc.api.study import plan_sweep
+    from stepc.api.sweep_results import Interrupted
     from stepc.diagnostics import StepError
-    from stepc.explore.runner import Interrupted
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
@@ -260,7 +260,7 @@ class _sweep_progress:
 def _sweep_summary(records: list[dict], console) -> None:
     from rich.table import Table
 
-    from stepc.explore.runner import point_label, point_order
+    from stepc.api.sweep_results import point_label, point_order
     from stepc.tables import print_table
     table = Table(title=f"{len(records)} points", title_justify="left")
     dram = any(rec.get("row_hit_rate") is not None for rec in records)
@@ -295,8 +295,7 @@ def _matches(rec: dict, field: str, value: str) -> bool:
 
 
 def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
-    from stepc.explore.pareto import pareto_front, pid
-    from stepc.explore.runner import point_label, point_order
+    from stepc.api.sweep_results import pareto_front, pid, point_label, point_order
 
     ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
     for m in metrics:
@@ -351,8 +350,15 @@ Examples:
 def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
-    from stepc.explore.plot import PlotError, SelectionError, bars, scatter
-    from stepc.explore.runner import ResultsFileError, latest_records, read_results
+    from stepc.api.sweep_results import (
+        PlotError,
+        ResultsFileError,
+        SelectionError,
+        bars,
+        latest_records,
+        read_results,
+        scatter,
+    )
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -388,7 +394,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
 
 
 def _figures() -> str:
-    from stepc.reproduction.run import available_figures
+    from stepc.api.sweep_results import available_figures
     return ", ".join(available_figures())
 
 
@@ -425,8 +431,7 @@ def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
 
     from stepc.api.errors import InputError
     from stepc.api.study import reproduce
-    from stepc.explore.runner import Interrupted
-    from stepc.reproduction.run import available_figures
+    from stepc.api.sweep_results import Interrupted, available_figures
 
     failed = 0
     # the figure being collected
