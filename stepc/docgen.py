@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stepc.graph.values import ARRAY_OUTPUT_OPS
+from stepc.graph.calls import ARRAY_OUTPUT_OPS
 from stepc.ops import FAMILIES, FUNCTIONS, INITS, OPS
 from stepc.ops.base import (
     COMMON_PARAMS,
