@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from stepc.reproduction.spec import SpecError, check_claims, choose, expand_spec, load_spec
 
 import stepc.reproduction.run as rp
 from stepc.cli import main
 from stepc.explore.runner import finish_cycles
 from stepc.reproduction.claims import PLACEHOLDER, fill_measured
-from stepc.reproduction.run import SpecError, choose, load_spec
 from stepc.sim.run import OpStats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def test_a_param_naming_no_choice_is_refused():
     spec = copy.deepcopy(load_spec("17"))
     spec["sweep"][0]["params"]["MOE_TILE"] = "@nowhere"
     with pytest.raises(SpecError, match=r"no `\[choose.nowhere\]`"):
-        rp.expand_spec(spec, None, "ref")
+        expand_spec(spec, None, "ref")
 
 
 def _small(figure: str) -> dict:
@@ -74,7 +74,7 @@ def _small(figure: str) -> dict:
     return spec
 
 
-REAL_SPEC = rp.load_spec
+REAL_SPEC = load_spec
 
 
 def test_reproduce_17_chooses_from_figure_9_and_reports_the_eight_numbers(tmp_path,
@@ -126,7 +126,7 @@ def test_every_missable_claim_states_a_measured_reason():
     run itself (`{expr}` placeholders over the points: stage cycles, allocations), and
     those expressions check."""
     spec = load_spec("17")
-    assert rp.check_claims(spec) == []
+    assert check_claims(spec) == []
     judged = [c for c in spec["claim"] if not isinstance(c["paper"], str)
               and (".cycles" in c["value"] or "allocated_compute" in c["value"])]
     assert len(judged) == 5

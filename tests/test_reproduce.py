@@ -17,28 +17,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from stepc.reproduction.spec import (
+    SpecError,
+    available_figures,
+    check_claims,
+    expand_spec,
+    load_spec,
+    spec_points,
+)
 
 from stepc.cli import main
 from stepc.reproduction import run as rp
+from stepc.reproduction import spec as rs
 from stepc.reproduction.claims import (
     Claim,
     NeedsData,
     Reference,
     claim_problems,
     claim_terms,
+    evaluate_claim,
     load_references,
     select,
 )
 from stepc.reproduction.figure_plots import spec_plots
-from stepc.reproduction.run import (
-    SpecError,
-    available_figures,
-    check_claims,
-    evaluate_claim,
-    expand_spec,
-    load_spec,
-    spec_points,
-)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
@@ -97,7 +98,7 @@ def test_unknown_spec_keys_are_errors():
     spec = copy.deepcopy(load_spec("13"))
     spec["claim"][0]["quirks"] = "a typo for quirk"
     with pytest.raises(SpecError, match="unknown key"):
-        rp.validate_spec(spec)
+        rs.validate_spec(spec)
 
 
 def test_claim_expressions_with_windows_and_functions():
@@ -286,7 +287,7 @@ def test_the_same_ratio_is_judged_the_same_way_in_every_figure():
         spec = load_spec(fig)
         exp = expand_spec(spec, None, "ref")
         recs = [{"tag": p.tag, "params": dict(p.params), "labels": exp.labels.get(p.ident, {}),
-                 "ident": p.ident.replace(str(rp.program_root()), "")} for p in exp.points]
+                 "ident": p.ident.replace(str(rs.program_root()), "")} for p in exp.points]
         for c in spec["claim"]:  # the same expression over the same points
             points = tuple(select(recs, tag, want)[0]["ident"]
                            for _, tag, want, _ in claim_terms(c["value"]))
@@ -426,7 +427,7 @@ def test_the_specs_and_programs_ship_inside_the_package():
                   if p.name.endswith(".toml")) == sorted(f"fig{f}.toml" for f in ALL)
     for fig in ALL:
         for sw in load_spec(fig)["sweep"]:
-            assert (rp.program_root() / sw["program"]).is_file()
+            assert (rs.program_root() / sw["program"]).is_file()
     import tomllib
     wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
         "targets"]["wheel"]

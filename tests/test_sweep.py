@@ -142,7 +142,7 @@ def test_reproduce_figure_8(tmp_path):
 
 
 def test_claim_expressions():
-    from stepc.reproduction.run import SpecError, evaluate_claim
+    from stepc.reproduction.claims import SpecError, evaluate_claim
     recs = [{"tag": "a", "params": {"T": 8}, "status": "ok", "cycles": 200},
             {"tag": "a", "params": {"T": 16}, "status": "ok", "cycles": 100},
             {"tag": "b", "params": {}, "status": "ok", "cycles": 50}]

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from stepc.diagnostics import Diagnostic, StepError
 
 if TYPE_CHECKING:
-    from stepc.api.results import Run
     from stepc.source import Span
 
 
@@ -46,7 +45,7 @@ class Deadlock(StepError):
     FIFOs, source lines and the wait-for cycle), `blocked` its entries, and `run` what the
     run measured up to the deadlock."""
 
-    def __init__(self, run: Run, report: str):
+    def __init__(self, run, report: str):  # run: the api.results.Run
         super().__init__([], None, report.rstrip("\n"))
         self.run, self.report = run, report
         self.blocked = list(run.deadlock or [])

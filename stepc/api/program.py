@@ -1,5 +1,4 @@
-"""Programs: `check`, `load` and `compile` a .step program into a `Program`, and its
-inputs (hardware, traces) in the forms a script gives them."""
+"""Programs: `check`, `load` and `compile` a .step program into a `Program`."""
 
 from __future__ import annotations
 
@@ -8,19 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepc.api.arguments import kind, mapping_arg, path_arg, text_arg
+from stepc.api.arguments import path_arg, text_arg
 from stepc.api.errors import InputError
-from stepc.codes import UNKNOWN_OVERRIDE, UNREADABLE_FILE
-from stepc.diagnostics import (
-    Diagnostic,
-    Note,
-    Severity,
-    StepError,
-    closest,
-    diagnostic_json,
-    did_you_mean,
-    span_json,
-)
+from stepc.api.inputs import no_such
+from stepc.codes import UNREADABLE_FILE
+from stepc.diagnostics import Diagnostic, StepError, diagnostic_json, span_json
 from stepc.schemas import schema
 from stepc.types import dim_json
 
@@ -101,6 +92,12 @@ class CheckReport:
             raise StepError(self.compiled.diagnostics.sorted(), self.compiled.sources)
         return Program(self.compiled)
 
+    def types_text(self, show_all: bool = False) -> str:
+        """The listing of `stepc check --types`: every stream's type, the symbols and the
+        facts, loop iterations folded unless `show_all`."""
+        from stepc.api.type_table import types_text
+        return types_text(self.compiled, show_all)
+
     def to_dict(self) -> dict:
         """The document of `stepc check --format json`."""
         result = self.compiled
@@ -127,14 +124,6 @@ class CheckReport:
             out["symbols"].append({"name": info.name, "kind": info.kind, "origin": info.origin,
                                    "reason": info.reason, "location": span_json(info.span)})
         return out
-
-
-def no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
-    """E0106: a param or symbol the program does not declare, with the likeliest one."""
-    notes = tuple(Note(f"`{near}` is declared here", options[near])
-                  for near in closest(name, options) if options[near] is not None)
-    return Diagnostic(UNKNOWN_OVERRIDE, Severity.ERROR, f"{flag} {name}: the program has no {what} "
-                      f"`{name}`{did_you_mean(name, options)}", None, notes)
 
 
 def check(path: str, **params: int) -> CheckReport:
@@ -176,88 +165,6 @@ def compile(text: str | bytes, name: str = "<string>",  # noqa: A001
             **params: int) -> Program:
     """A checked program from .step text; `name` labels its diagnostics."""
     return check_text(text, name, **params).program()
-
-
-def hardware(hw: str | HardwareConfig | None = None,
-             set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
-             roofline: bool = False) -> tuple[HardwareConfig, list[str]]:
-    """A hardware configuration (preset name, TOML path or a config) with `set` overrides
-    (`{"hbm.model": "fluid"}` or `["hbm.model=fluid"]`), and a warning for each override
-    the run will not read (`roofline`: the analyzer's bound is the reader)."""
-    from stepc.hw.config import (
-        ConfigError,
-        HardwareConfig,
-        load_config,
-        roofline_unused,
-        set_warnings,
-    )
-    sets = settings(set)
-    if hw is not None and not isinstance(hw, (str, os.PathLike, HardwareConfig)):
-        raise InputError(f"hw: expected a preset name, a TOML path or a HardwareConfig, "
-                         f"found {kind(hw)}")
-    if isinstance(hw, os.PathLike):
-        hw = os.fspath(hw)
-    if isinstance(hw, HardwareConfig):
-        if sets:
-            raise InputError("set= applies to a preset or TOML file, not to a "
-                             "HardwareConfig: give hw by name")
-        return hw, []
-    try:
-        config = load_config(hw, sets)
-    except ConfigError as e:
-        raise InputError(str(e)) from None
-    return config, set_warnings(config, sets, roofline_unused(config) if roofline else None)
-
-
-def settings(values: Mapping[str, Any] | Sequence[str] | None) -> tuple[str, ...]:
-    """`--set` items from a mapping or a list of `KEY=VALUE` strings."""
-    if values is None:
-        return ()
-    if isinstance(values, Mapping):
-        return tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                     for k, v in values.items())
-    if isinstance(values, str):
-        return (values,)
-    if not isinstance(values, Sequence) or not all(isinstance(v, str) for v in values):
-        raise InputError(f"set: expected a mapping {{'hbm.model': 'fluid'}} or a list of "
-                         f"'KEY=VALUE' strings, found {kind(values)}")
-    return tuple(values)
-
-
-def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    """Trace arrays by stream: each value a file path (.npy, .npz, .csv) or an array."""
-    from stepc.traces import TraceError, load_array
-    out = {}
-    for name, value in mapping_arg("traces", traces, "stream names to files or "
-                                   "arrays").items():
-        if isinstance(value, (str, os.PathLike)):
-            try:
-                out[name] = load_array(os.fspath(value))
-            except TraceError as e:
-                raise trace_input_error(e) from None
-        else:
-            out[name] = numeric_array(f"traces[{name!r}]", value)
-    return out
-
-
-def numeric_array(arg: str, value: Any) -> np.ndarray:
-    """`value` as a numpy array of numbers (bools, integers or floats)."""
-    import numpy as np
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"{arg}: expected an array of numbers ({e})") from None
-    if array.dtype.kind not in "biuf":
-        raise InputError(f"{arg}: expected an array of numbers, found {kind(value)} "
-                         f"(numpy dtype {array.dtype})")
-    return array
-
-
-def trace_input_error(e, sources: dict | None = None) -> InputError:
-    """A trace that does not fit the program: E0404 naming the external stream."""
-    notes = (Note("the external stream is declared here", e.span),) if e.span else ()
-    d = Diagnostic(e.code, Severity.ERROR, str(e), None, notes)
-    return InputError(str(e), [d], sources)
 
 
 class Program:

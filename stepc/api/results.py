@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import bool_arg, callback_arg, int_arg, kind, mapping_arg, text_arg
 from stepc.api.errors import Deadlock, InputError, SimulationError
-from stepc.api.program import (
-    Program,
+from stepc.api.inputs import (
     hardware,
     no_such,
     numeric_array,
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
+    from stepc.api.program import Program
     from stepc.hw import HardwareConfig
     from stepc.sim.run import SimResult
 
@@ -54,6 +54,7 @@ class Cost:
     analysis: Analysis | None = field(default=None, repr=False)
     hw: HardwareConfig | None = field(default=None, repr=False)
     roofline_bound: Any = field(default=None, repr=False)  # the Roofline, for renderers
+    typed: Any = field(default=None, repr=False)  # the checked program, for trace hints
 
     @cached_property
     def per_op(self) -> dict[str, dict[str, Any]]:
@@ -65,6 +66,13 @@ class Cost:
                          "on_chip_bytes_on_demand": plain(o.on_chip_on_demand),
                          "flops": plain(o.flops), "compute_bw": o.compute_bw}
                 for o in self.analysis.ops}
+
+    def render(self, console, show_all: bool = False) -> None:
+        """The report of `stepc analyze` on a rich Console: one row per statement (every
+        operator instance with `show_all`), totals, the roofline with hw, hints for the
+        dims left free."""
+        from stepc.analyze.report import render_text
+        render_text(self.analysis, console, show_all, self.hw, self.roofline_bound, self.typed)
 
     def to_dict(self) -> dict:
         """The document of `stepc analyze --format json`."""
@@ -109,7 +117,7 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
         "bound": roof.bound}
     return Cost(a.program, onchip_model, {k: plain(v) for k, v in a.totals.items()},
                 {k: plain(v) for k, v in a.bindings.items()}, roof_dict, warnings, a, config,
-                roof)
+                roof, typed)
 
 
 @dataclass

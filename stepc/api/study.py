@@ -20,11 +20,12 @@ from stepc.api.arguments import (
     paths_arg,
 )
 from stepc.api.errors import InputError
-from stepc.api.program import check, hardware, settings
+from stepc.api.inputs import hardware, settings
+from stepc.api.program import check
 
 if TYPE_CHECKING:
     from stepc.explore.runner import Earlier, Sweep
-    from stepc.reproduction.run import Reproduced
+    from stepc.reproduction.report import Reproduced
 
 MAX_POINTS = 10_000
 set_ = set  # the builtin, which the `set=` argument (hardware overrides) shadows
@@ -201,7 +202,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     under `out`. Yields each figure's summary as it finishes; `on_figure(figure)` is called
     when its points start to be collected, `progress` as for `sweep`."""
     from stepc.outputs import OutputPathError, check_output_path
-    from stepc.reproduction.run import available_figures
+    from stepc.reproduction.spec import available_figures
 
     have = available_figures()
     if isinstance(figures, (str, int)) and not isinstance(figures, bool):
@@ -234,7 +235,8 @@ def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, m
                fresh: bool, progress, on_figure) -> Iterator[Reproduced]:
     """`reproduce` once its arguments are checked: a generator of the figures' summaries."""
     from stepc.explore.runner import ResultsFileError
-    from stepc.reproduction.run import SpecError, reproduce_figures
+    from stepc.reproduction.run import reproduce_figures
+    from stepc.reproduction.spec import SpecError
 
     per_record = record_progress(progress)
 

@@ -167,8 +167,8 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), de
 
 def presets(default: str | None = None) -> str:
     """The hardware presets, for help texts (read from the package, so new ones show)."""
-    from stepc.hw.config import preset_names
-    return ", ".join(f"{n} (default)" if n == default else n for n in preset_names())
+    from stepc.api.inputs import hardware_presets
+    return ", ".join(f"{n} (default)" if n == default else n for n in hardware_presets())
 
 
 def pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
@@ -184,7 +184,7 @@ def pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
 def load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
     """The hardware configuration; warns about each `--set` the run will not read."""
     from stepc.api.errors import InputError
-    from stepc.api.program import hardware
+    from stepc.api.inputs import hardware
     try:
         config, warnings = hardware(hw, sets, roofline)
     except InputError as e:

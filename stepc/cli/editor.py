@@ -17,7 +17,6 @@ import click
 
 from stepc.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
 from stepc.diagnostics import StepError, render_text
-from stepc.source import SourceFile
 
 MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what fmt reads
 
@@ -61,17 +60,13 @@ def _rewrite(f, data: bytes) -> None:
 def _format_one(path: str, data: bytes) -> tuple[str, str] | None:
     """(old text, new text) of one file, or None after reporting why it cannot be
     formatted."""
-    from stepc.grammar.format import format_source  # the parser, loaded on first use
-    from stepc.grammar.parse import decode_source
+    from stepc.api.formatting import format_bytes  # the parser, loaded on first use
 
     name = "<stdin>" if path == "-" else path
-    sources: dict[str, SourceFile] = {}
     try:
-        sources[name] = decode_source(name, data)
-        text = data.decode("utf-8")
-        return text, format_source(text, name)
+        return format_bytes(name, data)
     except StepError as e:
-        click.echo(render_text(e.diagnostics, sources), err=True, nl=False)
+        click.echo(render_text(e.diagnostics, e.sources), err=True, nl=False)
         click.echo(f"{name}: not formatted (fix the error above first)", err=True)
     return None
 
@@ -100,7 +95,7 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     if not paths and sys.stdin.isatty():
         raise click.UsageError("give .step files or directories to format, or - to read "
                                "standard input")
-    from stepc.grammar.format import FormatError
+    from stepc.api.formatting import FormatError
 
     files = _targets(paths or ("-",))
     changed: list[str] = []

@@ -22,8 +22,8 @@ from stepc.cli.common import EXIT_INTERNAL
 _ELSEWHERE = {
     "check": ("stepc.cli.program", "check_cmd"), "analyze": ("stepc.cli.program", "analyze_cmd"),
     "dot": ("stepc.cli.program", "dot_cmd"),
-    "sweep": ("stepc.cli.sweep", "sweep_cmd"), "plot": ("stepc.cli.sweep", "plot_cmd"),
-    "reproduce": ("stepc.cli.sweep", "reproduce_cmd"), "fmt": ("stepc.cli.editor", "fmt_cmd"),
+    "sweep": ("stepc.cli.sweep", "sweep_cmd"), "plot": ("stepc.cli.figures", "plot_cmd"),
+    "reproduce": ("stepc.cli.figures", "reproduce_cmd"), "fmt": ("stepc.cli.editor", "fmt_cmd"),
     "lsp": ("stepc.cli.editor", "lsp_cmd"), "from-torch": ("stepc.cli.torch", "from_torch_cmd"),
     "tune": ("stepc.cli.tune", "tune_cmd"), "sim": ("stepc.cli.sim", "sim_cmd"),
     "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),

@@ -90,13 +90,13 @@ def export_cmd(file, out, defines, hw, traces, force):
                    err=True)
         sys.exit(EXIT_USAGE)
     from stepc.api import InputError
-    from stepc.api.program import hardware
+    from stepc.api.inputs import hardware
     prog = compiled_or_exit(file, defines).program()
     try:
         config, _ = hardware(hw)
     except InputError as e:
         input_error(e)
-    from stepc.api.program import trace_arrays
+    from stepc.api.inputs import trace_arrays
     try:
         arrays = trace_arrays(dict(t.partition("=")[::2] for t in traces))
     except InputError as e:

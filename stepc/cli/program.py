@@ -63,8 +63,7 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         if show_types and result.typed is not None:
-            from stepc.cli.type_table import types_text
-            click.echo(types_text(result, show_all), nl=False)
+            click.echo(report.types_text(show_all), nl=False)
         emit_diagnostics(result, werror=werror)
     sys.exit(code)
 
@@ -107,8 +106,6 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
       stepc analyze programs/moe_static.step --trace routing=ids.npy
       stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
     """
-    from stepc.analyze.report import render_text
-
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled
@@ -120,8 +117,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     if fmt == "json":
         click.echo(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: render_text(cost.analysis, console, show_all, config,
-                                                 cost.roofline_bound, result.typed))
+        print_report(lambda console: cost.render(console, show_all))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
@@ -157,15 +153,15 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
       stepc sim programs/swiglu.step --format json > r.json
       stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
     """
+    from stepc.api.files import DrawingError, check_drawing, write_drawing
     from stepc.api.program import LARGE_GRAPH
-    from stepc.viz.render import RenderError, check_target, write_output
 
     to_file = out is not None and out != "-"
     if to_file:
         check_output_path("-o", out)
         try:
-            check_target(out, force)
-        except RenderError as e:
+            check_drawing(out, force)
+        except DrawingError as e:
             raise click.UsageError(str(e)) from None
     report = compiled_or_exit(file, defines)
     result = report.compiled
@@ -183,8 +179,8 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
                    "cluster each", err=True)
     if to_file:
         try:
-            write_output(text, out, force)
-        except RenderError as e:
+            write_drawing(text, out, force)
+        except DrawingError as e:
             click.echo(f"stepc: error: {e}", err=True)
             sys.exit(EXIT_USAGE)
         except OSError as e:
@@ -199,12 +195,12 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
 
 def _heat_file(annotate: str) -> dict:
     """Node shading for `stepc dot --annotate FILE.json`."""
-    from stepc.viz.dot import Heat
+    from stepc.api.files import heat as shade
 
     try:
         with open(annotate, encoding="utf-8") as f:
             doc = json.load(f)
-        heat = {k: Heat(float(v["fraction"]), str(v.get("note", "")))
+        heat = {k: shade(float(v["fraction"]), str(v.get("note", "")))
                 for k, v in doc["heat"].items()}
     except FileNotFoundError:
         raise click.UsageError(f"--annotate {annotate}: expected `analysis` or a JSON file "

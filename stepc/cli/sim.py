@@ -29,7 +29,7 @@ from stepc.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from stepc.frontend import Compiled
+    from stepc.api.program import CheckReport
 
 
 @click.command("sim", short_help="Simulate a program cycle by cycle.")
@@ -106,7 +106,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         raise click.UsageError("--timing-only and --functional exclude each other")
     if (weights_prefix is not None or allow_missing_weights) and not weights:
         raise click.UsageError("--weights-prefix and --allow-missing-weights apply to --weights")
-    values = (_load_weights(weights, result, weights_prefix, allow_missing_weights)
+    values = (_load_weights(weights, report, weights_prefix, allow_missing_weights)
               if weights else None)
     if values is not None and timing_only:
         raise click.UsageError("--weights sets tensor values, which --timing-only does not "
@@ -145,15 +145,15 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     sys.exit(EXIT_OK)
 
 
-def _load_weights(path: str, result: Compiled, prefix: str | None,
+def _load_weights(path: str, report: CheckReport, prefix: str | None,
                   allow_missing: bool) -> dict:
     """The program's tensor values from a weights file; a file that does not fit is a usage
     error (stepc.weights.match_weights says what fits)."""
-    from stepc.weights import WeightsError, load_weights, match_weights
+    from stepc.api.errors import InputError
+    from stepc.api.inputs import weight_values
     try:
-        values, notes = match_weights(result.typed.program.tensors, load_weights(path),
-                                      prefix, allow_missing)
-    except WeightsError as e:
+        values, notes = weight_values(report, path, prefix, allow_missing)
+    except InputError as e:
         click.echo(f"stepc: error: --weights {path}: {e}", err=True)
         sys.exit(EXIT_USAGE)
     for note in notes:
@@ -164,12 +164,10 @@ def _load_weights(path: str, result: Compiled, prefix: str | None,
 def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
     """The files `sim` was asked for, each announced on stderr (after the report, so a
     failed write loses no result)."""
-    import numpy as np
-
-    from stepc.sim.report import perfetto_trace, write_atomic, write_json
+    from stepc.api.files import write_array, write_trace
     try:
         if trace_out:
-            write_json(trace_out, perfetto_trace(run))
+            write_trace(trace_out, run)
             click.echo(f"wrote the Perfetto trace to {trace_out} (open it in ui.perfetto.dev "
                        "or chrome://tracing)", err=True)
         if out_dir and not run.outputs:
@@ -181,8 +179,7 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
             os.makedirs(out_dir, exist_ok=True)  # its parent was checked to exist
             names = sorted(run.outputs)
             for name in names:
-                write_atomic(os.path.join(out_dir, f"{name}.npy"),
-                             lambda f, a=run.outputs[name]: np.save(f, a))
+                write_array(os.path.join(out_dir, f"{name}.npy"), run.outputs[name])
             click.echo(f"wrote {', '.join(f'{n}.npy' for n in names)} to {out_dir}",
                        err=True)
     except OSError as e:
@@ -193,10 +190,8 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
 
 def _write_inputs(prog, values, inputs_out: str, functional: bool) -> None:
     """`--inputs-out`: the tensors a functional run started from, as .npy files."""
-    import numpy as np
-
     from stepc.api.errors import SimulationError
-    from stepc.sim.report import write_atomic
+    from stepc.api.files import write_array
     if not functional:
         click.echo(f"--inputs-out {inputs_out}: nothing written: a timing-only run uses no "
                    "tensor values (--functional computes them)", err=True)
@@ -205,8 +200,7 @@ def _write_inputs(prog, values, inputs_out: str, functional: bool) -> None:
         arrays = prog.inputs(values)
         os.makedirs(inputs_out, exist_ok=True)
         for name, array in sorted(arrays.items()):
-            write_atomic(os.path.join(inputs_out, f"{name}.npy"),
-                         lambda f, a=array: np.save(f, a))
+            write_array(os.path.join(inputs_out, f"{name}.npy"), array)
     except SimulationError as e:
         click.echo(e.located(), err=True)
         sys.exit(EXIT_PROGRAM)

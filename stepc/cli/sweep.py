@@ -1,8 +1,8 @@
-"""The `stepc sweep`, `stepc plot` and `stepc reproduce` commands (registered by stepc.cli).
+"""The `stepc sweep` command (registered by stepc.cli), with what tune and reproduce share.
 
 Exit codes beyond stepc's usual ones: `sweep` exits 1 when any point failed (3 when the
-only failures are deadlocks), `reproduce` exits 1 when any point failed, and both exit 130
-on Ctrl-C after stopping their workers, with every finished point kept for `--resume`.
+only failures are deadlocks), and 130 on Ctrl-C after stopping its workers, with every
+finished point kept for `--resume`.
 """
 
 from __future__ import annotations
@@ -153,8 +153,8 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
 
     from stepc.api.errors import InputError
     from stepc.api.study import plan_sweep
+    from stepc.api.sweep_results import Interrupted
     from stepc.diagnostics import StepError
-    from stepc.explore.runner import Interrupted
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
@@ -194,7 +194,7 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
                        + (f" ({why})" if why else ""), err=True)
         console = Console(stderr=True)
         try:
-            with _sweep_progress(console, len(points)) as progress:
+            with sweep_progress(console, len(points)) as progress:
                 results = plan.run(resume=resume, progress=progress)
         except Interrupted as e:
             _interrupted(e.finished, e.total, out, "continue with the same command and "
@@ -235,7 +235,7 @@ def _dask_client(scheduler):
         raise click.UsageError(f"--scheduler {scheduler}: cannot connect ({e})") from None
 
 
-class _sweep_progress:
+class sweep_progress:
     """A progress bar over points on stderr (only on a terminal)."""
 
     def __init__(self, console, total: int):
@@ -260,7 +260,7 @@ class _sweep_progress:
 def _sweep_summary(records: list[dict], console) -> None:
     from rich.table import Table
 
-    from stepc.explore.runner import point_label, point_order
+    from stepc.api.sweep_results import point_label, point_order
     from stepc.tables import print_table
     table = Table(title=f"{len(records)} points", title_justify="left")
     dram = any(rec.get("row_hit_rate") is not None for rec in records)
@@ -295,8 +295,7 @@ def _matches(rec: dict, field: str, value: str) -> bool:
 
 
 def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
-    from stepc.explore.pareto import pareto_front, pid
-    from stepc.explore.runner import point_label, point_order
+    from stepc.api.sweep_results import pareto_front, pid, point_label, point_order
 
     ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
     for m in metrics:
@@ -317,149 +316,3 @@ def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
             if i not in base:
                 distance = pid(vals[i], [vals[j] for j in base])
                 click.echo(f"  {point_label(r)}: PID {distance:.3f}")
-
-
-PLOT_EXAMPLE = """\b
-Examples:
-  stepc plot results.jsonl --x on_chip_bytes --y cycles --label TILE_N --logx -o pareto.png
-  stepc plot results.jsonl --bar cycles --relative-to TB=16 --group TB --label TI -o speedup.svg"""
-
-
-@click.command("plot", epilog=PLOT_EXAMPLE)
-@click.argument("results", type=str, metavar="RESULTS.jsonl")
-@click.option("--x", "x", default="on_chip_bytes", show_default=True, metavar="METRIC",
-              help="Metric on the x axis of a scatter plot.")
-@click.option("--y", "y", default="cycles", show_default=True, metavar="METRIC",
-              help="Metric on the y axis of a scatter plot.")
-@click.option("--label", default=None, metavar="PARAM",
-              help="Label points (bars: name bars) with a param's value.")
-@click.option("--group", default=None, metavar="FIELD",
-              help="One series (bars: one colour) per value of this field or param "
-              "[scatter default: program].")
-@click.option("--logx", is_flag=True, help="Logarithmic x axis (scatter plots).")
-@click.option("--logy", is_flag=True, help="Logarithmic y (value) axis.")
-@click.option("--bar", "bar_metric", default=None, metavar="METRIC",
-              help="A bar chart of this metric instead of a scatter plot.")
-@click.option("--relative-to", "relative", multiple=True, metavar="FIELD=VALUE",
-              help="With --bar: divide the baseline point's metric by each point's (a "
-              "speedup, for cycles). Repeatable: together the FIELD=VALUE pairs must select "
-              "exactly one point (e.g. --relative-to TB=16 --relative-to TI=16).")
-@click.option("-o", "--output", "out", required=True, metavar="FILE.png|svg|pdf",
-              help="The picture to write.")
-@click.option("--force", is_flag=True, help="Overwrite FILE even if stepc did not write it.")
-@click.pass_context
-def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
-    """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
-    than once (a resumed sweep) is plotted from its last record."""
-    from stepc.explore.plot import PlotError, SelectionError, bars, scatter
-    from stepc.explore.runner import ResultsFileError, latest_records, read_results
-
-    def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-
-    if bar_metric:
-        ignored = [f"--{n}" for n in ("x", "y", "logx") if given(n)]
-        if ignored:
-            raise click.UsageError(f"{', '.join(ignored)}: not for bar charts (--bar); "
-                                   "--logy, --label and --group are")
-    elif relative:
-        raise click.UsageError("--relative-to needs --bar")
-    if not os.path.exists(results):
-        raise click.UsageError(f"no such results file: {results}")
-    check_output_path("-o", out)
-    try:
-        records = latest_records(read_results(results))
-    except ResultsFileError as e:
-        raise click.UsageError(str(e)) from None
-    try:
-        if bar_metric:
-            bars(records, bar_metric, out, dict(pairs(relative, "--relative-to")), force,
-                 logy, label, group)
-        else:
-            scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
-    except SelectionError as e:
-        raise click.UsageError(str(e)) from None
-    except PlotError as e:
-        click.echo(f"stepc: error: {e}", err=True)
-        sys.exit(EXIT_PROGRAM)
-    shown = sum(r.get("status") == "ok" for r in records)
-    click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})", err=True)
-    sys.exit(EXIT_OK)
-
-
-def _figures() -> str:
-    from stepc.reproduction.run import available_figures
-    return ", ".join(available_figures())
-
-
-REPRODUCE_EXAMPLE = """\b
-Examples:
-  stepc reproduce 9 --data ../shared/data -j 2
-  stepc reproduce all --data ../shared/data --out reproduction --fresh
-Exit codes: 0 every point ran (the verdicts are in the reports), 1 a point failed,
-2 usage error, 130 interrupted (finished points are kept: run the command again)."""
-
-
-@click.command("reproduce", epilog=REPRODUCE_EXAMPLE,
-               help=f"""Reproduce a figure of the paper's evaluation: run its points, put
-stepc's numbers beside the paper's claims in DIR/fig<N>/report.md.
-
-FIGURE is one of {_figures()}, or `all`. A rerun reuses the points of an earlier run in DIR
-whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
-@click.argument("figure", metavar="FIGURE")
-@click.option("--data", default=None, metavar="DIR",
-              help="The paper's data (expert_routing/, azure_kv_trace/, fig8/); without it, "
-              "seeded synthetic traces, and claims on reference data are not judged.")
-@click.option("--out", "out_dir", default="reproduction", show_default=True, metavar="DIR",
-              help="Results, CSV, plots and report per figure.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
-              metavar="N",
-              help="Worker processes (default: the number of cores).")
-@click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
-              show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "
-              "channels, see docs/dram.md).")
-@click.option("--fresh", is_flag=True, help="Simulate every point again instead of reusing "
-              "an earlier run's records in DIR.")
-def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
-    from rich.console import Console
-
-    from stepc.api.errors import InputError
-    from stepc.api.study import reproduce
-    from stepc.explore.runner import Interrupted
-    from stepc.reproduction.run import available_figures
-
-    failed = 0
-    # the figure being collected
-    current = [available_figures()[0] if figure == "all" else figure.removeprefix("fig")]
-
-    def collecting(figure: str) -> None:
-        current[0] = figure
-
-    try:
-        with _sweep_progress(Console(stderr=True), 0) as progress:
-            for done in reproduce(figure, data, out_dir, jobs, model, fresh, progress,
-                                  collecting):
-                fig = current[0]
-                judged = done.reproduced + done.not_reproduced
-                checks = done.checks_met + done.checks_missed
-                verdict = f"{done.reproduced} of {judged} claims reproduced" + (
-                    f" ({done.needs_data} need the paper's data: --data DIR)"
-                    if done.needs_data else "") + (
-                    f", {done.checks_met} of {checks} of stepc's own checks met (not "
-                    "reproductions)" if checks else "")
-                points = f"{done.reused} points reused, {done.simulated} simulated" + (
-                    f", {done.shared} shared with other figures" if done.shared else "") + (
-                    f", {done.failed_points} FAILED" if done.failed_points else "")
-                click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
-                failed += done.failed_points
-    except InputError as e:
-        raise click.UsageError(str(e)) from None
-    except (Interrupted, KeyboardInterrupt) as e:
-        finished = f"{e.finished} of {e.total} points" if isinstance(e, Interrupted) \
-            else "the finished points"
-        fig = current[0]
-        click.echo(f"interrupted: figure {fig}: {finished} finished, kept in "
-                   f"{os.path.join(out_dir, f'fig{fig}', 'results.jsonl')}; run the same "
-                   "command again to continue", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(EXIT_PROGRAM if failed else EXIT_OK)

@@ -126,9 +126,16 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
              max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
-    from stepc.explore.runner import Interrupted
-    from stepc.tune import Budget, Constraint, Objective, Space, TuneError, tune
-    from stepc.tune.report import markdown
+    from stepc.api.tune import (
+        Budget,
+        Constraint,
+        Interrupted,
+        Objective,
+        Space,
+        TuneError,
+        markdown,
+        tune,
+    )
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")

@@ -1,5 +1,5 @@
 """The language server's requests: hover, definition, references, completion, signature
-help, document symbols, formatting and inlay hints (registered on `server.server`)."""
+help, document symbols, formatting and inlay hints, registered on a server by `register`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from stepc.grammar.format import FormatError, format_source
 from stepc.lsp import complete as completion
 from stepc.lsp.hover import hover_text
 from stepc.lsp.index import Outline, Ref
-from stepc.lsp.server import StepServer, location, server, to_range, to_utf16
+from stepc.lsp.session import StepServer, location, to_range, to_utf16
 from stepc.ops import OPS
 from stepc.types import fmt_shape
 
@@ -29,7 +29,24 @@ ITEM_KIND = {"operator": lsp.CompletionItemKind.Function,
              "preset": lsp.CompletionItemKind.Constant}
 
 
-@server.feature(lsp.TEXT_DOCUMENT_HOVER)
+HANDLERS: list[tuple[str, object, object]] = []  # (LSP method, its options, handler)
+
+
+def feature(method: str, options=None):
+    """Mark a function as the handler of an LSP `method`, for `register`."""
+    def mark(handler):
+        HANDLERS.append((method, options, handler))
+        return handler
+    return mark
+
+
+def register(server: StepServer) -> None:
+    """Register every request handler of this module on `server`."""
+    for method, options, handler in HANDLERS:
+        server.feature(method, options)(handler)
+
+
+@feature(lsp.TEXT_DOCUMENT_HOVER)
 async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
     await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
@@ -51,7 +68,7 @@ async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
                      to_range(item.span, checked.compiled.sources))
 
 
-@server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
+@feature(lsp.TEXT_DOCUMENT_DEFINITION)
 async def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.Location] | None:
     await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
@@ -67,7 +84,7 @@ async def definition(ls: StepServer, params: lsp.DefinitionParams) -> list[lsp.L
     return [location(d.span, checked.compiled.sources) for d in checked.index.resolve(item)]
 
 
-@server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
+@feature(lsp.TEXT_DOCUMENT_REFERENCES)
 async def references(ls: StepServer, params: lsp.ReferenceParams) -> list[lsp.Location] | None:
     await ls.current(params.text_document.uri)
     checked, path, line, col = ls.lookup(params.text_document.uri, params.position)
@@ -80,7 +97,7 @@ async def references(ls: StepServer, params: lsp.ReferenceParams) -> list[lsp.Lo
     return [location(s, checked.compiled.sources) for s in spans]
 
 
-@server.feature(lsp.TEXT_DOCUMENT_COMPLETION,
+@feature(lsp.TEXT_DOCUMENT_COMPLETION,
                 lsp.CompletionOptions(trigger_characters=["=", "(", ",", " "]))
 def complete(ls: StepServer, params: lsp.CompletionParams) -> lsp.CompletionList:
     checked, path, line, _ = ls.lookup(params.text_document.uri, params.position)
@@ -93,7 +110,7 @@ def complete(ls: StepServer, params: lsp.CompletionParams) -> lsp.CompletionList
         for i in items])
 
 
-@server.feature(lsp.TEXT_DOCUMENT_SIGNATURE_HELP,
+@feature(lsp.TEXT_DOCUMENT_SIGNATURE_HELP,
                 lsp.SignatureHelpOptions(trigger_characters=["(", ","],
                                          retrigger_characters=["="]))
 def signature_help(ls: StepServer, params: lsp.SignatureHelpParams) -> lsp.SignatureHelp | None:
@@ -109,7 +126,7 @@ def signature_help(ls: StepServer, params: lsp.SignatureHelpParams) -> lsp.Signa
     return lsp.SignatureHelp([info], active_signature=0, active_parameter=active)
 
 
-@server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+@feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
 async def document_symbols(ls: StepServer,
                      params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol] | None:
     await ls.current(params.text_document.uri)
@@ -125,7 +142,7 @@ async def document_symbols(ls: StepServer,
     return [symbol(o) for o in checked.index.outlines.get(path, [])]
 
 
-@server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
+@feature(lsp.TEXT_DOCUMENT_FORMATTING)
 def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
     """The whole document as `stepc fmt` lays it out (nothing when it has a syntax
     error: the error is already shown as a diagnostic)."""
@@ -142,7 +159,7 @@ def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp
     return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), new)]
 
 
-@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
+@feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
 async def inlay_hints(ls: StepServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
     """Each binding's inferred shape at the end of its line (setting stepc.inlayHints)."""
     if not ls.settings.inlay_hints:

@@ -8,10 +8,10 @@ imports pygls: positions are 1-based `Span`s, as everywhere in stepc.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from stepc.grammar import ast
+from stepc.graph.elaborate import import_path
 from stepc.source import SourceFile, Span
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import StreamType
@@ -102,7 +102,7 @@ class Index:
 
     def _statement(self, s, scope: tuple, file: str) -> Outline | None:
         if isinstance(s, ast.Import):
-            target = os.path.normpath(os.path.join(os.path.dirname(file), s.path))
+            target = import_path(file, s.path)
             quoted = Span(s.span.file, s.span.line, s.span.col + len("import "),
                           s.span.end_line, s.span.end_col)
             self.imports.append((quoted, target))

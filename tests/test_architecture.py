@@ -1,0 +1,189 @@
+"""The house as a drawing of its imports: no circle among stepc's modules, no arrow from a
+lower floor up to a higher one, and the CLI entering the toolchain only through the API.
+
+Imports are read from the source with `ast`, never run: module-level imports and the lazy
+ones inside functions both count (a lazy import still runs when its function does). Imports
+under `if TYPE_CHECKING:` are annotations only and do not count."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "stepc"
+
+# Floors, lowest first: a module may import its own floor and those below, never above.
+# A module's floor is that of its longest matching prefix.
+FLOORS = [
+    # leaves: the package root (its version; its public names load lazily by name, see
+    # below), source text, small shared utilities, hardware configs, trace files
+    ("stepc", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
+     "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw"),
+    ("stepc.diagnostics", "stepc.types"),
+    ("stepc.ops",),
+    ("stepc.grammar",),
+    ("stepc.graph",),
+    ("stepc.typecheck",),
+    ("stepc.frontend",),
+    ("stepc.analyze",),
+    ("stepc.sim", "stepc.viz"),
+    ("stepc.measure",),
+    ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.interop", "stepc.torch"),
+    ("stepc.api",),
+    ("stepc.cli", "stepc.lsp", "stepc.docgen"),
+    ("stepc.__main__",),
+]
+
+# What the CLI may import besides itself: the API and small leaf utilities. The commands
+# of from-torch, import and export enter through their own packages' front doors.
+CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.diagnostics", "stepc.outputs", "stepc.source",
+                  "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop")
+# CLI imports of internals being replaced in their own change, as (importer, imported).
+CLI_PENDING = {
+    # `stepc sim`'s text report renders the run's SimResult: the measurement record's
+    # change gives the API a renderer of its own (issue 30, part 1)
+    ("stepc.cli.sim", "stepc.sim.report"),
+}
+
+# Known circles and upward arrows being removed in their own changes; each entry is
+# (importer, imported). Remove an entry when its import is gone (the test says so).
+ALLOWED = {
+    # frontend <-> interop: `import` of an ONNX/JSON graph inside a program (issue 28)
+    ("stepc.frontend", "stepc.interop"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def owner(name: str) -> str | None:
+    """The module an imported name lives in (`stepc.api.Cost` -> `stepc.api`)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports(module: str) -> dict[str, int]:
+    """The stepc modules `module` imports -> the line of the first such import."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if is_type_checking(child):
+                continue
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = package.split(".")[:len(package.split(".")) - child.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in child.names]
+            for name in names:
+                target = owner(name) if name.startswith("stepc") else None
+                if target is not None and target != module:
+                    found.setdefault(target, child.lineno)
+            visit(child)
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def floor(module: str) -> int | None:
+    best, level = -1, None
+    for i, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, level = len(prefix), i
+    return level
+
+
+def where(module: str, target: str) -> str:
+    path = MODULES[module].relative_to(PACKAGE.parent)
+    return f"{path}:{GRAPH[module][target]}: {module} -> {target}"
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in MODULES if floor(m) is None] == []
+
+
+def test_no_arrow_runs_up_a_floor():
+    upward = [where(m, t) for m, targets in GRAPH.items() for t in targets
+              if floor(t) > floor(m) and (m, t) not in ALLOWED]
+    assert upward == []
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components of the import graph: none larger than one
+    module, except the allowed pairs' circles."""
+    edges = {m: [t for t in targets if (m, t) not in ALLOWED] for m, targets in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # iterative-enough: the graph is ~150 modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for m in edges:
+        if m not in index:
+            connect(m)
+    assert circles == []
+
+
+def test_the_cli_enters_through_the_api():
+    outside = [where(m, t) for m, targets in GRAPH.items() if m.startswith("stepc.cli")
+               for t in targets if not t.startswith("stepc.cli") and (m, t) not in CLI_PENDING
+               and not any(t == ok or t.startswith(ok + ".") and ok != "stepc"
+                           for ok in CLI_MAY_IMPORT)]
+    assert outside == []
+
+
+@pytest.mark.parametrize("entry", sorted(ALLOWED | CLI_PENDING))
+def test_allowed_entries_are_still_needed(entry):
+    module, target = entry
+    assert target in GRAPH.get(module, {}), f"{module} no longer imports {target}: remove " \
+        f"the entry from ALLOWED"
+
+
+def test_the_package_root_names_only_api_modules():
+    """`stepc.<name>` loads its module by name on first use (the one import by string, the
+    API's public face): every such module is on the API's floor or below."""
+    import stepc
+    for name, module in stepc._LAZY.items():
+        assert floor(module) <= floor("stepc.api"), (name, module)
