@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stepc"
 FLOORS = [
     # leaves: the package root (its version; its public names load lazily by name, see
     # below), source text, small shared utilities, hardware configs, trace files
-    ("stepc", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
+    ("stepc", "stepc.codes", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
      "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw"),
     ("stepc.diagnostics", "stepc.types"),
     ("stepc.ops",),
@@ -38,8 +38,8 @@ FLOORS = [
 
 # What the CLI may import besides itself: the API and small leaf utilities. The commands
 # of from-torch, import and export enter through their own packages' front doors.
-CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.diagnostics", "stepc.outputs", "stepc.source",
-                  "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop")
+CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.codes", "stepc.diagnostics", "stepc.outputs",
+                  "stepc.source", "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop")
 # CLI imports of internals being replaced in their own change, as (importer, imported).
 CLI_PENDING = {
     # `stepc sim`'s text report renders the run's SimResult: the measurement record's

@@ -154,6 +154,15 @@ def check_text(text: str | bytes, name: str = "<string>", **params: int) -> Chec
     return CheckReport(compile_source(source, params, path))
 
 
+def import_graph(path: str, out_dir: str | None = None):
+    """`stepc import`: a STeP IR graph file (.pb) read as a `.step` program, compiled once
+    (`stepc.interop.Imported`: its text, side files and compiled program; `out_dir`: where
+    the side files go). Raises ImportError without protobuf, `InteropError` for a graph
+    stepc cannot read or say."""
+    from stepc.frontend import import_graph_file
+    return import_graph_file(path, out_dir)
+
+
 def load(path: str | os.PathLike, **params: int) -> Program:
     """A checked program from a .step file, its `param`s overridden by `params`.
 

@@ -9,6 +9,7 @@ import sys
 import click
 
 from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
+from stepc.codes import UNREADABLE_GRAPH
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -33,16 +34,16 @@ def import_cmd(graph, out, force):
     if out:
         check_new_output("-o", out, force)
     try:
-        from stepc.frontend import import_graph_file
+        from stepc.api.program import import_graph
         from stepc.interop import InteropError
     except ImportError:
         click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
         sys.exit(EXIT_USAGE)
     try:
-        imported = import_graph_file(graph, os.path.dirname(out) if out else None)
+        imported = import_graph(graph, os.path.dirname(out) if out else None)
     except InteropError as e:
-        click.echo(f"stepc: error[E0005]: {e}", err=True)
+        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     if out:
         with open(out, "w") as f:
@@ -104,7 +105,7 @@ def export_cmd(file, out, defines, hw, traces, force):
     try:
         data, files = export_program(prog, out, config, arrays)
     except InteropError as e:
-        click.echo(f"stepc: error[E0005]: {e}", err=True)
+        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     import numpy as np
     for name, arr in files.items():

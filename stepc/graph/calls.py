@@ -115,7 +115,7 @@ class Caller:
 
     def op_call(self, e: ast.Call, scope: Scope, name_hint: str | None) -> Any:
         spec = OPS[e.func]
-        if spec.name == "External":
+        if spec.external:
             raise self.error(BAD_ARGUMENT, "external streams are declared with "
                                       '`stream NAME : TYPE = external("name")`', e.span)
         args = self.bind_args(e, list(spec.all_params), spec.name)

@@ -167,7 +167,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
     """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling` (params R,
     TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
-    from stepc.torch import TorchProgram
+    from stepc.torch.lowering import TorchProgram
     s = HFDecodeShapes(module, tuple(example_inputs))
     params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
     unknown = sorted(set(sched) - set(params))

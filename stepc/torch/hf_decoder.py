@@ -213,7 +213,7 @@ _CAPTURED: dict[tuple, object] = {}
 def _captured(sub: torch.nn.Module, rows: torch.Tensor, sched: dict):
     """`from_torch(sub, (rows,), sched)`, captured once per class, settings (its repr:
     eps, activation), weight shapes, input shape and schedule."""
-    from stepc.torch import from_torch
+    from stepc.torch.lowering import from_torch
     key = (type(sub), repr(sub), tuple((k, tuple(v.shape), v.dtype)
                                        for k, v in sub.state_dict().items()),
            tuple(rows.shape), rows.dtype, tuple(sorted(sched.items())))
@@ -411,7 +411,7 @@ def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title
             module: torch.nn.Module, layers_of, per_layer_routing: bool):
     """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
     returns)."""
-    from stepc.torch import TorchProgram
+    from stepc.torch.lowering import TorchProgram
     tiling = tiling or "static"
     w, body, tensors, used, parts = lower_layers(layers, example, tiling, sched, title,
                                                  per_layer_routing)

@@ -51,7 +51,7 @@ _ROUTER_SETTINGS = ("norm_topk_prob", "topk_method", "num_group", "topk_group",
 
 def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sched: dict):
     """The family lowering of a transformers sparse MoE block (see the module docstring)."""
-    from stepc.torch import TorchProgram
+    from stepc.torch.lowering import TorchProgram
 
     spec, shared_path = hf_moe_spec(module, example_inputs)
     w = StepWriter()
