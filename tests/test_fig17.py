@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import stepc.reproduction.run as rp
 from stepc.cli import main
-from stepc.explore.runner import finish_cycles
+from stepc.measure import finish_cycles
 from stepc.reproduction.claims import PLACEHOLDER, fill_measured
 from stepc.reproduction.run import SpecError, choose, load_spec
 from stepc.sim.run import OpStats

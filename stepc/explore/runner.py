@@ -241,8 +241,7 @@ def _program_and_analysis(point: Point, inputs: Inputs):
 
 def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     """Analyze and simulate one point (in a worker process); failures become records."""
-    from stepc.sim.run import simulate
-    from stepc.types import dim_json
+    from stepc.measure import measure
 
     if inputs is None:
         point, inputs = prepare(point)
@@ -253,28 +252,9 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
         if inputs.error:
             raise _InputError(inputs.error)
         result, analysis = _program_and_analysis(point, inputs)
-        hw = inputs.hw
-        run = simulate(result.typed, hw, inputs.arrays, functional=not point.timing_only,
-                       analysis=analysis)
-        a = analysis.bind(dict(run.bindings))
-        alloc = a.allocated_compute
-        record.update({
-            "status": "deadlock" if run.deadlock else "ok",
-            "cycles": run.cycles,
-            "off_chip_bytes": run.useful_bytes,
-            # the two totals a record keeps (`a.totals` would also simplify the others)
-            "on_chip_bytes": dim_json(a.total("on_chip")),
-            "on_chip_bytes_on_demand": dim_json(a.total("on_chip_on_demand")),
-            "flops": run.flops,
-            "allocated_compute": alloc,
-            "compute_utilization": run.flops / run.cycles / alloc if alloc and run.cycles
-            else None,
-            "bw_utilization": run.achieved_bw / hw.peak_bw if run.cycles else None,
-            "hbm_model": hw.hbm.model,
-            "row_hit_rate": run.row_hit_rate,
-        })
-        if point.milestones:
-            record["finished"] = finish_cycles(run.ops, dict(point.milestones))
+        measured = measure(result.typed, inputs.hw, inputs.arrays,
+                           functional=not point.timing_only, analysis=analysis)
+        record.update(measured.to_dict(dict(point.milestones)))
     except _InputError as e:
         record.update({"status": "error", "error": str(e)})
     except Exception as e:  # a bad point must not end the sweep
@@ -282,16 +262,6 @@ def run_point(point: Point, inputs: Inputs | None = None) -> dict:
     record["wall_seconds"] = round(time.perf_counter() - t0, 3)
     record["seal"] = seal(record)
     return record
-
-
-def finish_cycles(ops, prefixes: dict[str, str]) -> dict[str, int | None]:
-    """The cycle by which the operators named `prefix` or `prefix.*` had all finished, for
-    each named prefix (None when no operator has that name)."""
-    out: dict[str, int | None] = {}
-    for name, prefix in prefixes.items():
-        times = [o.finish for o in ops if o.name == prefix or o.name.startswith(prefix + ".")]
-        out[name] = max(times) if times else None
-    return out
 
 
 class _InputError(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import sympy
 from rich.console import Console
@@ -13,12 +14,17 @@ from stepc.sim.run import SimResult
 from stepc.tables import print_table
 from stepc.types import dim_json, natural_key
 
+if TYPE_CHECKING:
+    from stepc.measure import Measurement
+
 
 def busiest(r: SimResult, n: int = 5):
     return sorted((o for o in r.ops if o.busy), key=lambda o: (-o.busy, o.name))[:n]
 
 
-def render_text(r: SimResult, console: Console, analysis_totals: dict | None = None) -> None:
+def render_text(m: Measurement, console: Console) -> None:
+    """The one-screen summary of a measured run."""
+    r, analysis_totals = m.result, m.analysis_totals
     def line(text: str) -> None:
         console.print(text, soft_wrap=True, highlight=False)
     mode = "functional" if r.functional else "timing-only"
@@ -43,31 +49,29 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
         line(f"  requests:           {100 * r.read_requests / requests:.1f}% reads, "
              f"{100 * r.write_requests / requests:.1f}% writes{spread}")
     if r.row_hit_rate is not None:
-        m = r.memory
-        line(f"  DRAM rows:          {100 * r.row_hit_rate:.1f}% hits ({m.row_misses:,} "
-             f"misses on closed banks, {m.row_conflicts:,} conflicts), {m.refreshes:,} "
+        mem = r.memory
+        line(f"  DRAM rows:          {100 * r.row_hit_rate:.1f}% hits ({mem.row_misses:,} "
+             f"misses on closed banks, {mem.row_conflicts:,} conflicts), {mem.refreshes:,} "
              f"refreshes; {r.hw.dram.part}, {r.hw.dram.mapping}, {r.hw.dram.layout}")
-    alloc = 0
-    if analysis_totals is not None:
-        alloc = analysis_totals.get("allocated_compute", 0)
-        if alloc and r.cycles:
-            util = r.flops / r.cycles / alloc
-            line(f"  compute:            {r.flops:,} FLOPs, {100 * util:.2f}% of {alloc:,} "
-                 "FLOP/cycle allocated")
-        for key, label in (("on_chip_bytes", "on-chip, allocated"),
-                           ("on_chip_bytes_on_demand", "on-chip, on demand")):
-            v = analysis_totals.get(key)
-            if v is not None:
-                line(f"  {label + ':':<20}{_fmt(v)} B")
-        line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
-        fabric = r.hw.fabric
-        if fabric.compute_capacity and alloc > fabric.compute_capacity:
-            line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "
-                 f"{fabric.compute_capacity:,}")
-        need = sympy.sympify(analysis_totals.get("on_chip_bytes_on_demand", 0))
-        if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
-            line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
-                 f"{fabric.onchip_capacity:,}")
+    alloc = m.allocated_compute
+    util = m.compute_utilization
+    if util is not None:
+        line(f"  compute:            {r.flops:,} FLOPs, {100 * util:.2f}% of {alloc:,} "
+             "FLOP/cycle allocated")
+    for key, label in (("on_chip_bytes", "on-chip, allocated"),
+                       ("on_chip_bytes_on_demand", "on-chip, on demand")):
+        v = analysis_totals.get(key)
+        if v is not None:
+            line(f"  {label + ':':<20}{_fmt(v)} B")
+    line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
+    fabric = r.hw.fabric
+    if fabric.compute_capacity and alloc > fabric.compute_capacity:
+        line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "
+             f"{fabric.compute_capacity:,}")
+    need = sympy.sympify(analysis_totals.get("on_chip_bytes_on_demand", 0))
+    if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
+        line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
+             f"{fabric.onchip_capacity:,}")
     for i, text in enumerate(_override_lines(r.overrides)):
         line(f"  {'program overrides:' if i == 0 else '':<20}{text}")
     if r.bindings:
@@ -95,13 +99,15 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
+def to_json(m: Measurement) -> dict:
+    """The document of `stepc sim --format json` (without its `deadlock`)."""
+    r, analysis_totals = m.result, m.analysis_totals
     out = {
         "schema": schema("sim"),
         "program": r.program,
         "hw": r.hw.name,
         "mode": "functional" if r.functional else "timing-only",
-        "cycles": r.cycles,
+        "cycles": m.cycles,
         "off_chip": {"useful_bytes": r.useful_bytes, "request_bytes": r.request_bytes,
                      "read_requests": r.read_requests, "write_requests": r.write_requests,
                      "achieved_bw": r.achieved_bw, "peak_bw": r.hw.peak_bw,
@@ -112,8 +118,8 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
                      "row_hits": r.memory.row_hits, "row_misses": r.memory.row_misses,
                      "row_conflicts": r.memory.row_conflicts,
                      "refreshes": r.memory.refreshes},
-        "off_chip_bytes": r.useful_bytes,
-        "flops": r.flops,
+        "off_chip_bytes": m.off_chip_bytes,
+        "flops": m.flops,
         "fifo_high_water_bytes": r.fifo_bytes,
         "overrides": [{"attr": o.attr, "value": o.value, "hw_key": o.key,
                        "hw_value": o.hw_value, "operators": list(o.nodes)}
@@ -128,11 +134,9 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "fifos": {name: {"high_water": hw, "capacity": cap, "elements": n}
                   for name, (hw, cap, n) in sorted(r.fifo.items())},
     }
-    if analysis_totals is not None:
-        out["analysis"] = {k: dim_json(v) for k, v in analysis_totals.items()}
-        out["on_chip_peak_bytes"] = dim_json(analysis_totals["on_chip_bytes_on_demand"])
-        alloc = analysis_totals.get("allocated_compute") or 0
-        out["compute_utilization"] = r.flops / r.cycles / alloc if alloc and r.cycles else None
+    out["analysis"] = {k: dim_json(v) for k, v in analysis_totals.items()}
+    out["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
+    out["compute_utilization"] = m.compute_utilization
     return out
 
 
