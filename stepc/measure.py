@@ -39,7 +39,7 @@ class Metric:
     derive: Callable[[Measurement], Any] = field(repr=False, compare=False)
 
 
-METRICS: dict[str, Metric] = {}
+METRICS: dict[str, Metric] = {}  # in the order of columns and lists
 
 
 def metric(unit: str, label: str, simulated: bool = False, higher_is_better: bool = False):
@@ -94,12 +94,6 @@ def flops(m: Measurement):
     return m.result.flops if m.result is not None else _total(m, "flops", "flops")
 
 
-@metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)")
-def allocated_compute(m: Measurement) -> int:
-    """Compute throughput the operators allocate."""
-    return m.analysis.allocated_compute
-
-
 @metric("fraction", "compute utilization (fraction of allocated)", simulated=True,
         higher_is_better=True)
 def compute_utilization(m: Measurement) -> float | None:
@@ -113,6 +107,12 @@ def compute_utilization(m: Measurement) -> float | None:
 def bw_utilization(m: Measurement) -> float | None:
     """Achieved off-chip bandwidth as a share of the peak."""
     return m.result.achieved_bw / m.hw.peak_bw if m.result.cycles else None
+
+
+@metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)")
+def allocated_compute(m: Measurement) -> int:
+    """Compute throughput the operators allocate."""
+    return m.analysis.allocated_compute
 
 
 @metric("fraction", "row-buffer hit rate", simulated=True, higher_is_better=True)

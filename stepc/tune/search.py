@@ -43,6 +43,7 @@ from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (
     ANALYSIS_METRICS,
+    SIM_METRICS,
     Budget,
     Candidate,
     Objective,
@@ -212,7 +213,7 @@ class Search(Pruning):
             if bad is not None:
                 s.status, s.reason = "failed", f"{tag}: {bad['status']} {bad.get('error', '')}"
                 continue
-            for m in ("cycles", "compute_utilization", "bw_utilization"):
+            for m in SIM_METRICS:
                 vals = [r.get(m) for r in recs]
                 if None not in vals:
                     target[m] = aggregate(vals, self.how)
