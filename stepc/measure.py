@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric: its name, unit, one-line meaning and axis label; `simulated` when only a
-    simulation gives it; `higher_is_better` for the ones a search maximises."""
+    """A metric: its name, unit, one-line meaning, axis label and table column header;
+    `simulated` when only a simulation gives it; `higher_is_better` for the ones a search
+    maximises."""
     name: str
     unit: str
     meaning: str
     label: str
+    column: str
     simulated: bool
     higher_is_better: bool
     derive: Callable[[Measurement], Any] = field(repr=False, compare=False)
@@ -42,12 +44,13 @@ class Metric:
 METRICS: dict[str, Metric] = {}  # in the order of columns and lists
 
 
-def metric(unit: str, label: str, simulated: bool = False, higher_is_better: bool = False):
+def metric(unit: str, label: str, column: str, simulated: bool = False,
+           higher_is_better: bool = False):
     """Register a metric derived by the decorated function (its docstring is the meaning)."""
     def register(derive: Callable[[Measurement], Any]):
         name = derive.__name__
-        METRICS[name] = Metric(name, unit, derive.__doc__, label, simulated, higher_is_better,
-                               derive)
+        METRICS[name] = Metric(name, unit, derive.__doc__, label, column, simulated,
+                               higher_is_better, derive)
         return derive
     return register
 
@@ -63,66 +66,66 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-@metric("cycles", "cycles", simulated=True)
+@metric("cycles", "cycles", "cycles", simulated=True)
 def cycles(m: Measurement) -> int:
     """Cycles until the last operator finished."""
     return m.result.cycles
 
 
-@metric("bytes", "off-chip traffic (bytes)")
+@metric("bytes", "off-chip traffic (bytes)", "off-chip bytes")
 def off_chip_bytes(m: Measurement):
     """Bytes of the tiles moved to and from off-chip memory."""
     return m.result.useful_bytes if m.result is not None else \
         _total(m, "off_chip_bytes", "off_chip")
 
 
-@metric("bytes", "on-chip memory (bytes)")
+@metric("bytes", "on-chip memory (bytes)", "on-chip bytes")
 def on_chip_bytes(m: Measurement):
     """On-chip bytes the operators allocate."""
     return _total(m, "on_chip_bytes", "on_chip")
 
 
-@metric("bytes", "on-chip memory, on demand (bytes)")
+@metric("bytes", "on-chip memory, on demand (bytes)", "on demand")
 def on_chip_bytes_on_demand(m: Measurement):
     """On-chip bytes, counting an operator only when its stream has elements."""
     return _total(m, "on_chip_bytes_on_demand", "on_chip_on_demand")
 
 
-@metric("FLOPs", "FLOPs")
+@metric("FLOPs", "FLOPs", "FLOPs")
 def flops(m: Measurement):
     """Floating-point operations performed."""
     return m.result.flops if m.result is not None else _total(m, "flops", "flops")
 
 
-@metric("fraction", "compute utilization (fraction of allocated)", simulated=True,
-        higher_is_better=True)
+@metric("fraction", "compute utilization (fraction of allocated)", "compute util.",
+        simulated=True, higher_is_better=True)
 def compute_utilization(m: Measurement) -> float | None:
     """FLOPs per cycle as a share of the allocated compute."""
     alloc, run = m["allocated_compute"], m.result
     return run.flops / run.cycles / alloc if alloc and run.cycles else None
 
 
-@metric("fraction", "off-chip bandwidth utilization (fraction of peak)", simulated=True,
-        higher_is_better=True)
+@metric("fraction", "off-chip bandwidth utilization (fraction of peak)", "BW util.",
+        simulated=True, higher_is_better=True)
 def bw_utilization(m: Measurement) -> float | None:
     """Achieved off-chip bandwidth as a share of the peak."""
     return m.result.achieved_bw / m.hw.peak_bw if m.result.cycles else None
 
 
-@metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)")
+@metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)", "allocated FLOPs/cycle")
 def allocated_compute(m: Measurement) -> int:
     """Compute throughput the operators allocate."""
     return m.analysis.allocated_compute
 
 
-@metric("fraction", "row-buffer hit rate", simulated=True, higher_is_better=True)
+@metric("fraction", "row-buffer hit rate", "row hits", simulated=True, higher_is_better=True)
 def row_hit_rate(m: Measurement) -> float | None:
     """Share of memory requests that found their DRAM row open (the dram model only)."""
     return m.result.row_hit_rate
 
 
 @metric("FLOPs/byte", "operational intensity (FLOPs per off-chip byte)",
-        higher_is_better=True)
+        "FLOPs/byte", higher_is_better=True)
 def operational_intensity(m: Measurement) -> float | None:
     """FLOPs per byte of off-chip traffic (the roofline's x axis)."""
     f, b = m["flops"], m["off_chip_bytes"]

@@ -28,7 +28,7 @@ def test_every_metric_says_what_it_is():
     assert set(ANALYSIS_METRICS) | set(SIM_METRICS) == set(METRICS)
     assert not set(ANALYSIS_METRICS) & set(SIM_METRICS)
     for name, m in METRICS.items():
-        assert m.name == name and m.unit and m.label and m.meaning.endswith(".")
+        assert m.name == name and m.unit and m.label and m.column and m.meaning.endswith(".")
 
 
 def test_metrics_derive_from_the_run(moe):
@@ -77,6 +77,7 @@ def test_a_new_metric_reaches_sweeps_tune_claims_and_plots(tmp_path):
     from stepc.explore.plot import metric_label
     from stepc.explore.runner import Point, run_point
     from stepc.reproduction.claims import known_metric
+    from stepc.reproduction.run import COLUMN_NAMES
     from stepc.tune.space import Budget, Objective
 
     rec = run_point(Point(MOE, (), "paper-eval"))
@@ -87,3 +88,4 @@ def test_a_new_metric_reaches_sweeps_tune_claims_and_plots(tmp_path):
     assert Budget.parse("operational_intensity", "40").exact_before_simulation
     assert known_metric("operational_intensity")
     assert metric_label("operational_intensity") == METRICS["operational_intensity"].label
+    assert COLUMN_NAMES["operational_intensity"] == "FLOPs/byte"  # a reproduce table column

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import stepc
 from stepc.explore.runner import Point, Sweep, code_digest
+from stepc.measure import METRICS as MEASURED
 from stepc.reproduction.claims import (
     METRICS,
     PLACEHOLDER,
@@ -42,10 +43,7 @@ from stepc.reproduction.claims import (
 )
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
-COLUMN_NAMES = {"cycles": "cycles", "off_chip_bytes": "off-chip bytes",
-                "on_chip_bytes": "on-chip bytes", "on_chip_bytes_on_demand": "on demand",
-                "flops": "FLOPs", "compute_utilization": "compute util.",
-                "bw_utilization": "BW util.", "allocated_compute": "allocated FLOPs/cycle"}
+COLUMN_NAMES = {name: m.column for name, m in MEASURED.items()}
 
 SPEC_KEYS = {"figure", "title", "plot", "note", "sets", "sweep", "claim", "measure", "quirks",
              "trace_set", "columns", "reference", "choose", "assumptions"}
