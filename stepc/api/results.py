@@ -140,6 +140,12 @@ class Run:
         doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
         return doc
 
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Every metric of the run, as a sweep record holds them (`stepc.measure.METRICS`
+        gives each one's unit and meaning)."""
+        return self.measurement.values
+
     def render(self, console) -> None:
         """The text report of `stepc sim` on a rich console."""
         from stepc.sim.report import render_text

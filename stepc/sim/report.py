@@ -35,7 +35,7 @@ def render_text(m: Measurement, console: Console) -> None:
          f"({r.request_bytes:,} B in {r.read_requests + r.write_requests:,} requests of "
          f"{r.hw.hbm.request_bytes} B)")
     line(f"  HBM bandwidth:      {r.achieved_bw:,.1f} B/cycle achieved of {peak:,.0f} peak "
-         f"({100 * r.achieved_bw / peak:.1f}%)")
+         f"({100 * (m.bw_utilization or 0.0):.1f}%)")
     requests = r.read_requests + r.write_requests
     if requests:
         bw = r.channel_bw()  # the fluid model has no channels
