@@ -100,14 +100,23 @@ def _fmt(v) -> str:
 
 
 def to_json(m: Measurement) -> dict:
-    """The document of `stepc sim --format json` (without its `deadlock`)."""
-    r, analysis_totals = m.result, m.analysis_totals
-    out = {
+    """The document of `stepc sim --format json` (without its `deadlock`): the run's
+    counters and the measured analysis, on-chip peak and compute utilization."""
+    out = run_json(m.result)
+    out["analysis"] = {k: dim_json(v) for k, v in m.analysis_totals.items()}
+    out["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
+    out["compute_utilization"] = m.compute_utilization
+    return out
+
+
+def run_json(r: SimResult) -> dict:
+    """What the simulator counted in a run, as the sim document holds it."""
+    return {
         "schema": schema("sim"),
         "program": r.program,
         "hw": r.hw.name,
         "mode": "functional" if r.functional else "timing-only",
-        "cycles": m.cycles,
+        "cycles": r.cycles,
         "off_chip": {"useful_bytes": r.useful_bytes, "request_bytes": r.request_bytes,
                      "read_requests": r.read_requests, "write_requests": r.write_requests,
                      "achieved_bw": r.achieved_bw, "peak_bw": r.hw.peak_bw,
@@ -118,8 +127,8 @@ def to_json(m: Measurement) -> dict:
                      "row_hits": r.memory.row_hits, "row_misses": r.memory.row_misses,
                      "row_conflicts": r.memory.row_conflicts,
                      "refreshes": r.memory.refreshes},
-        "off_chip_bytes": m.off_chip_bytes,
-        "flops": m.flops,
+        "off_chip_bytes": r.useful_bytes,
+        "flops": r.flops,
         "fifo_high_water_bytes": r.fifo_bytes,
         "overrides": [{"attr": o.attr, "value": o.value, "hw_key": o.key,
                        "hw_value": o.hw_value, "operators": list(o.nodes)}
@@ -134,10 +143,6 @@ def to_json(m: Measurement) -> dict:
         "fifos": {name: {"high_water": hw, "capacity": cap, "elements": n}
                   for name, (hw, cap, n) in sorted(r.fifo.items())},
     }
-    out["analysis"] = {k: dim_json(v) for k, v in analysis_totals.items()}
-    out["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
-    out["compute_utilization"] = m.compute_utilization
-    return out
 
 
 def perfetto_trace(r: SimResult) -> dict:
