@@ -28,7 +28,7 @@ from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.measure import measure as measure_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 DOC = ROOT / "docs" / "dram.md"
 DATA = ROOT.parent / "shared" / "data"
 POINTS = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
