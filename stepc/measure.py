@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class Metric:
     """A metric: its name, unit, one-line meaning, axis label and table column header;
     `simulated` when only a simulation gives it; `higher_is_better` for the ones a search
-    maximises."""
+    maximises; `memory_model`, the only memory model that measures it (None: every one)."""
     name: str
     unit: str
     meaning: str
@@ -38,6 +38,7 @@ class Metric:
     column: str
     simulated: bool
     higher_is_better: bool
+    memory_model: str | None
     derive: Callable[[Measurement], Any] = field(repr=False, compare=False)
 
 
@@ -45,12 +46,12 @@ METRICS: dict[str, Metric] = {}  # in the order of columns and lists
 
 
 def metric(unit: str, label: str, column: str, simulated: bool = False,
-           higher_is_better: bool = False):
+           higher_is_better: bool = False, memory_model: str | None = None):
     """Register a metric derived by the decorated function (its docstring is the meaning)."""
     def register(derive: Callable[[Measurement], Any]):
         name = derive.__name__
         METRICS[name] = Metric(name, unit, derive.__doc__, label, column, simulated,
-                               higher_is_better, derive)
+                               higher_is_better, memory_model, derive)
         return derive
     return register
 
@@ -118,7 +119,8 @@ def allocated_compute(m: Measurement) -> int:
     return m.analysis.allocated_compute
 
 
-@metric("fraction", "row-buffer hit rate", "row hits", simulated=True, higher_is_better=True)
+@metric("fraction", "row-buffer hit rate", "row hits", simulated=True, higher_is_better=True,
+        memory_model="dram")
 def row_hit_rate(m: Measurement) -> float | None:
     """Share of memory requests that found their DRAM row open (the dram model only)."""
     return m.result.row_hit_rate

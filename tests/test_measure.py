@@ -89,3 +89,13 @@ def test_a_new_metric_reaches_sweeps_tune_claims_and_plots(tmp_path):
     assert known_metric("operational_intensity")
     assert metric_label("operational_intensity") == METRICS["operational_intensity"].label
     assert COLUMN_NAMES["operational_intensity"] == "FLOPs/byte"  # a reproduce table column
+
+
+def test_tune_refuses_a_metric_its_confirming_model_does_not_measure(tmp_path):
+    from stepc.tune.search import tune
+    from stepc.tune.space import Objective, TuneError
+
+    with pytest.raises(TuneError, match="only the dram memory model measures it"):
+        tune(None, objectives=[Objective.parse("max:row_hit_rate")], model="ref",
+             out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # refused before any work

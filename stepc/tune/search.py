@@ -37,6 +37,7 @@ import time
 from collections import Counter
 
 from stepc.explore.runner import ResultsFileError, compile_cached, read_results
+from stepc.measure import METRICS as MEASURED
 from stepc.outputs import OutputPathError, check_output_path
 from stepc.tune.evaluate import AnalysisJob, analyze_candidate, hardware, sim_command, sim_points
 from stepc.tune.pruning import Pruning
@@ -480,6 +481,10 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
         raise TuneError(f"--sampler {sampler}: expected auto, grid or optuna")
     if confirm not in ("adaptive", "margin"):
         raise TuneError(f"--confirm {confirm}: expected adaptive or margin")
+    for m in dict.fromkeys(x.metric for x in (*objectives, *budgets)):
+        only = MEASURED[m].memory_model
+        if only is not None and model != only:
+            raise TuneError(f"{m}: only the {only} memory model measures it (--model {only})")
     log = log or (lambda msg: None)
     own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
     out = own_dir.name if own_dir else out
