@@ -15,7 +15,7 @@ from bundled import PROGRAMS, ROOT
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.sim.report import to_json
+from stepc.sim.report import run_json
 
 GOLDEN = ROOT / "tests" / "golden" / "cycles"
 OFF_CHIP = ("useful_bytes", "request_bytes", "read_requests", "write_requests")
@@ -49,7 +49,7 @@ def text(rec: dict) -> str:
                                      for p in PROGRAMS])
 def test_cycles_are_pinned(program, bundled, request):
     run = bundled.run(program)
-    actual = text(record(program, to_json(run), run.memory.per_channel))
+    actual = text(record(program, run_json(run), run.memory.per_channel))
     expect = GOLDEN / f"{program}.json"
     if request.config.getoption("--update-goldens"):
         if not expect.exists() or expect.read_text(encoding="utf-8") != actual:

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from stepc.reproduction.spec import SpecError, check_claims, choose, expand_spec, load_spec
 
 import stepc.reproduction.run as rp
 from stepc.cli import main
-from stepc.explore.runner import finish_cycles
+from stepc.measure import finish_cycles
 from stepc.reproduction.claims import PLACEHOLDER, fill_measured
+from stepc.reproduction.spec import SpecError, check_claims, choose, expand_spec, load_spec
 from stepc.sim.run import OpStats
 
 REPO = Path(__file__).resolve().parent.parent

@@ -224,7 +224,7 @@ def _lib_program(tmp_path):
 
 
 def test_resume_reruns_points_whose_imports_traces_or_stepc_changed(tmp_path, monkeypatch):
-    import stepc.explore.runner as runner
+    import stepc.explore.points as points_module
     program = _lib_program(tmp_path)
     points = grid_points([program], {"TI": [128, 256]}, ["hdl-validation"], (), {}, True)
     out = str(tmp_path / "r.jsonl")
@@ -235,7 +235,7 @@ def test_resume_reruns_points_whose_imports_traces_or_stepc_changed(tmp_path, mo
     lib.write_text(lib.read_text() + "\n# an edit of an imported file\n")
     again = Sweep(points, out, jobs=2).run(resume=True)
     assert (again.reused, again.ran) == (0, 2) and again.why_run == {"program changed": 2}
-    monkeypatch.setattr(runner, "code_digest", lambda: "9.9.9+other")
+    monkeypatch.setattr(points_module, "code_digest", lambda: "9.9.9+other")
     again = Sweep(points, out, jobs=2).run(resume=True)
     assert again.why_run == {"stepc changed": 2}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stepc.explore import runner
+from stepc.explore import runner, worker
 from stepc.explore.pool import LocalPool
 from stepc.explore.runner import Sweep, earlier_results, grid_points, prepare, run_point, seal
 from stepc.frontend import compile_files, program_files
@@ -27,7 +27,7 @@ def _same(rec: dict) -> dict:
 
 
 def _fresh_worker() -> None:
-    for cache in (runner._compiled, runner._analyses, runner._parsed):
+    for cache in (worker._compiled, worker._analyses, worker._parsed):
         cache.clear()
 
 
@@ -43,7 +43,7 @@ def test_cached_compile_equals_a_fresh_compile():
         assert {k: str(v) for k, v in cached.typed.types.items()} == \
             {k: str(v) for k, v in fresh.typed.types.items()}
         assert cached.unknown_overrides == fresh.unknown_overrides
-    assert len(runner._parsed) == len(files)  # each file parsed once
+    assert len(worker._parsed) == len(files)  # each file parsed once
 
 
 def test_cached_compile_reports_errors_like_a_fresh_one(tmp_path):

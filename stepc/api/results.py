@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from stepc.analyze import Analysis
     from stepc.api.program import Program
     from stepc.hw import HardwareConfig
+    from stepc.measure import Measurement
     from stepc.sim.run import SimResult
 
 FUNCTIONAL_LIMIT = 256 * 2**20  # bytes of tensors above which values are skipped by default
@@ -140,13 +141,25 @@ class Run:
     warnings: list[str] = field(default_factory=list)
     result: SimResult | None = field(default=None, repr=False)  # every counter of the run
     totals: dict[str, Any] = field(default_factory=dict, repr=False)  # the bound analysis
+    measurement: Measurement | None = field(default=None, repr=False)  # every metric
 
     def to_dict(self) -> dict:
         """The document of `stepc sim --format json`."""
         from stepc.sim.report import to_json
-        doc = to_json(self.result, self.totals)
+        doc = to_json(self.measurement)
         doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
         return doc
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Every metric of the run, as a sweep record holds them (`stepc.measure.METRICS`
+        gives each one's unit and meaning)."""
+        return self.measurement.values
+
+    def render(self, console) -> None:
+        """The text report of `stepc sim` on a rich console."""
+        from stepc.sim.report import render_text
+        render_text(self.measurement, console)
 
 
 def tensor_bytes(prog: Program) -> int:
@@ -176,6 +189,7 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
                      values: Mapping[str, np.ndarray] | None = None) -> Run:
     """`Program.simulate`: run, bind the analysis to the run's dims, raise `Deadlock`."""
     from stepc.analyze import analyze
+    from stepc.measure import measure
     from stepc.sim.kernel import SimError
     from stepc.sim.report import deadlock_text
     from stepc.sim.run import simulate
@@ -208,15 +222,14 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
                               e.code) from None
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
-    a = a.bind(dict(result.bindings))
-    totals = {**a.totals, "allocated_compute": a.allocated_compute}
-    alloc = totals["allocated_compute"]
-    run = Run(result.program, config.name, result.functional, result.cycles,
-              result.useful_bytes, result.flops, {o.name: o.busy for o in result.ops},
+    measured = measure(typed, config, analysis=a, result=result)
+    run = Run(result.program, config.name, result.functional, measured.cycles,
+              measured.off_chip_bytes, measured.flops, {o.name: o.busy for o in result.ops},
               {k: plain(v) for k, v in result.bindings.items()},
-              plain(totals["on_chip_bytes"]), plain(totals["on_chip_bytes_on_demand"]),
-              result.flops / result.cycles / alloc if alloc and result.cycles else None,
-              result.outputs, result.deadlock, warnings, result, totals)
+              plain(measured.analysis_totals["on_chip_bytes"]),
+              plain(measured.analysis_totals["on_chip_bytes_on_demand"]),
+              measured.compute_utilization, result.outputs, result.deadlock, warnings, result,
+              measured.analysis_totals, measured)
     if result.deadlock:
         raise Deadlock(run, deadlock_text(result, typed.program.nodes,
                                              typed.program.edges))

@@ -84,7 +84,6 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     """
     from stepc.api.errors import Deadlock, InputError, SimulationError
     from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
-    from stepc.sim.report import render_text
 
     if out_dir:
         check_output_path("--out", out_dir, directory=True)
@@ -134,7 +133,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     if fmt == "json":
         click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: render_text(run.result, console, run.totals))
+        print_report(run.render)
     _write_sim_outputs(run.result, out_dir, trace_out)
     if inputs_out:
         _write_inputs(prog, values, inputs_out, run.result.functional)

@@ -12,24 +12,15 @@ from pathlib import Path
 
 from stepc.explore.pareto import pareto_front
 from stepc.explore.runner import natural_key, point_label, point_order
+from stepc.measure import METRICS
 
 MARKER = "stepc plot"
 FORMATS = (".png", ".svg", ".pdf")
 
 
-# Axis labels of the records' metrics: what is measured, in which unit.
-METRIC_LABELS = {
-    "cycles": "cycles",
-    "off_chip_bytes": "off-chip traffic (bytes)",
-    "on_chip_bytes": "on-chip memory (bytes)",
-    "on_chip_bytes_on_demand": "on-chip memory, on demand (bytes)",
-    "flops": "FLOPs",
-    "allocated_compute": "allocated compute (FLOPs/cycle)",
-    "compute_utilization": "compute utilization (fraction of allocated)",
-    "bw_utilization": "off-chip bandwidth utilization (fraction of peak)",
-    "row_hit_rate": "row-buffer hit rate",
-    "wall_seconds": "simulation wall time (s)",
-}
+# Axis labels of the records' metrics (and of the time a point took to run).
+METRIC_LABELS = {**{name: m.label for name, m in METRICS.items()},
+                 "wall_seconds": "simulation wall time (s)"}
 
 
 def metric_label(name: str) -> str:

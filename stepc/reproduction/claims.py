@@ -18,8 +18,9 @@ import os
 import re
 from dataclasses import dataclass
 
-METRICS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops",
-           "compute_utilization", "bw_utilization", "allocated_compute")
+from stepc.measure import METRICS as MEASURED
+
+METRICS = tuple(MEASURED)  # what a claim may read of a point
 FINISHED = "finished_"  # `tag.finished_NAME`: the cycle the point's milestone NAME was reached
 TOLERANCE_KINDS = {"effect": "of the effect (ratio - 1)", "abs": "absolute",
                    "rel": "relative"}

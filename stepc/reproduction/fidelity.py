@@ -26,9 +26,9 @@ import numpy as np
 
 from stepc.frontend import compile_file
 from stepc.hw import load_config
-from stepc.sim.run import simulate
+from stepc.measure import measure as measure_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 DOC = ROOT / "docs" / "dram.md"
 DATA = ROOT.parent / "shared" / "data"
 POINTS = [(tb, ti) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
@@ -110,7 +110,7 @@ def measure(model: str | tuple, points=POINTS) -> dict[tuple[int, int], int]:
     out = {}
     for tb, ti in points:
         typed = compile_file(str(ROOT / "programs" / "swiglu.step"), {"TB": tb, "TI": ti}).typed
-        out[(tb, ti)] = simulate(typed, hw, functional=False).cycles
+        out[(tb, ti)] = measure_run(typed, hw).cycles
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import sympy
 from rich.console import Console
@@ -13,12 +14,17 @@ from stepc.sim.run import SimResult
 from stepc.tables import print_table
 from stepc.types import dim_json, natural_key
 
+if TYPE_CHECKING:
+    from stepc.measure import Measurement
+
 
 def busiest(r: SimResult, n: int = 5):
     return sorted((o for o in r.ops if o.busy), key=lambda o: (-o.busy, o.name))[:n]
 
 
-def render_text(r: SimResult, console: Console, analysis_totals: dict | None = None) -> None:
+def render_text(m: Measurement, console: Console) -> None:
+    """The one-screen summary of a measured run."""
+    r, analysis_totals = m.result, m.analysis_totals
     def line(text: str) -> None:
         console.print(text, soft_wrap=True, highlight=False)
     mode = "functional" if r.functional else "timing-only"
@@ -29,7 +35,7 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
          f"({r.request_bytes:,} B in {r.read_requests + r.write_requests:,} requests of "
          f"{r.hw.hbm.request_bytes} B)")
     line(f"  HBM bandwidth:      {r.achieved_bw:,.1f} B/cycle achieved of {peak:,.0f} peak "
-         f"({100 * r.achieved_bw / peak:.1f}%)")
+         f"({100 * (m.bw_utilization or 0.0):.1f}%)")
     requests = r.read_requests + r.write_requests
     if requests:
         bw = r.channel_bw()  # the fluid model has no channels
@@ -43,31 +49,29 @@ def render_text(r: SimResult, console: Console, analysis_totals: dict | None = N
         line(f"  requests:           {100 * r.read_requests / requests:.1f}% reads, "
              f"{100 * r.write_requests / requests:.1f}% writes{spread}")
     if r.row_hit_rate is not None:
-        m = r.memory
-        line(f"  DRAM rows:          {100 * r.row_hit_rate:.1f}% hits ({m.row_misses:,} "
-             f"misses on closed banks, {m.row_conflicts:,} conflicts), {m.refreshes:,} "
+        mem = r.memory
+        line(f"  DRAM rows:          {100 * r.row_hit_rate:.1f}% hits ({mem.row_misses:,} "
+             f"misses on closed banks, {mem.row_conflicts:,} conflicts), {mem.refreshes:,} "
              f"refreshes; {r.hw.dram.part}, {r.hw.dram.mapping}, {r.hw.dram.layout}")
-    alloc = 0
-    if analysis_totals is not None:
-        alloc = analysis_totals.get("allocated_compute", 0)
-        if alloc and r.cycles:
-            util = r.flops / r.cycles / alloc
-            line(f"  compute:            {r.flops:,} FLOPs, {100 * util:.2f}% of {alloc:,} "
-                 "FLOP/cycle allocated")
-        for key, label in (("on_chip_bytes", "on-chip, allocated"),
-                           ("on_chip_bytes_on_demand", "on-chip, on demand")):
-            v = analysis_totals.get(key)
-            if v is not None:
-                line(f"  {label + ':':<20}{_fmt(v)} B")
-        line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
-        fabric = r.hw.fabric
-        if fabric.compute_capacity and alloc > fabric.compute_capacity:
-            line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "
-                 f"{fabric.compute_capacity:,}")
-        need = sympy.sympify(analysis_totals.get("on_chip_bytes_on_demand", 0))
-        if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
-            line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
-                 f"{fabric.onchip_capacity:,}")
+    alloc = m.allocated_compute
+    util = m.compute_utilization
+    if util is not None:
+        line(f"  compute:            {r.flops:,} FLOPs, {100 * util:.2f}% of {alloc:,} "
+             "FLOP/cycle allocated")
+    for key, label in (("on_chip_bytes", "on-chip, allocated"),
+                       ("on_chip_bytes_on_demand", "on-chip, on demand")):
+        v = analysis_totals.get(key)
+        if v is not None:
+            line(f"  {label + ':':<20}{_fmt(v)} B")
+    line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
+    fabric = r.hw.fabric
+    if fabric.compute_capacity and alloc > fabric.compute_capacity:
+        line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "
+             f"{fabric.compute_capacity:,}")
+    need = sympy.sympify(analysis_totals.get("on_chip_bytes_on_demand", 0))
+    if fabric.onchip_capacity and need.is_number and need > fabric.onchip_capacity:
+        line(f"  warning: the program needs {_fmt(need)} B on chip but the fabric has "
+             f"{fabric.onchip_capacity:,}")
     for i, text in enumerate(_override_lines(r.overrides)):
         line(f"  {'program overrides:' if i == 0 else '':<20}{text}")
     if r.bindings:
@@ -95,8 +99,19 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
-    out = {
+def to_json(m: Measurement) -> dict:
+    """The document of `stepc sim --format json` (without its `deadlock`): the run's
+    counters and the measured analysis, on-chip peak and compute utilization."""
+    out = run_json(m.result)
+    out["analysis"] = {k: dim_json(v) for k, v in m.analysis_totals.items()}
+    out["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
+    out["compute_utilization"] = m.compute_utilization
+    return out
+
+
+def run_json(r: SimResult) -> dict:
+    """What the simulator counted in a run, as the sim document holds it."""
+    return {
         "schema": schema("sim"),
         "program": r.program,
         "hw": r.hw.name,
@@ -128,12 +143,6 @@ def to_json(r: SimResult, analysis_totals: dict | None = None) -> dict:
         "fifos": {name: {"high_water": hw, "capacity": cap, "elements": n}
                   for name, (hw, cap, n) in sorted(r.fifo.items())},
     }
-    if analysis_totals is not None:
-        out["analysis"] = {k: dim_json(v) for k, v in analysis_totals.items()}
-        out["on_chip_peak_bytes"] = dim_json(analysis_totals["on_chip_bytes_on_demand"])
-        alloc = analysis_totals.get("allocated_compute") or 0
-        out["compute_utilization"] = r.flops / r.cycles / alloc if alloc and r.cycles else None
-    return out
 
 
 def perfetto_trace(r: SimResult) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepc.explore.runner import Point
-from stepc.tune.space import ANALYSIS_METRICS, Candidate, Constraint
+from stepc.tune.space import Candidate, Constraint
 
 
 @dataclass
@@ -28,23 +28,18 @@ class AnalysisJob:
     same_analysis: tuple[str, ...] = ()
 
 
-def _number(e) -> float | None:
-    """A bound sympy value as an int or float; None while it is symbolic."""
-    from stepc.types import dim_json
-    v = dim_json(e)
-    return v if isinstance(v, (int, float)) else None
-
-
 def analyze_candidate(job: AnalysisJob) -> dict:
     """Compile, check and analyze one candidate: `status` is `ok`, `infeasible` (the program
     does not check, or a trace does not fit it) or `excluded` (a `--where` condition); an
     ok record has one dict of metrics per trace case, with `lower_bound_cycles`."""
-    from stepc.analyze import analyze, trace_bindings
+    from stepc.analyze import analyze
     from stepc.analyze.analysis import roofline
     from stepc.explore.runner import compile_cached
     from stepc.frontend import compile_files
+    from stepc.measure import measure, number
     from stepc.traces import TraceError
     from stepc.tune.workers import remember
+    from stepc.types import dim_json
 
     cand = job.candidate
     try:
@@ -64,13 +59,10 @@ def analyze_candidate(job: AnalysisJob) -> dict:
         remember(job.key, result, symbolic, job.same_analysis)
         cases = []
         for arrays in job.cases:
-            bound = symbolic.bind(trace_bindings(result.typed, arrays)) if arrays \
-                else symbolic
-            totals = bound.totals
-            metrics = {m: _number(totals[m]) for m in ANALYSIS_METRICS
-                       if m != "allocated_compute"}
-            metrics["allocated_compute"] = bound.allocated_compute
-            metrics["lower_bound_cycles"] = _number(roofline(bound, job.hw).cycles)
+            measured = measure(result.typed, job.hw, arrays, analysis=symbolic, simulate=False)
+            metrics = {m: number(v) for m, v in measured.values.items()}
+            metrics["lower_bound_cycles"] = number(dim_json(roofline(measured.analysis,
+                                                                    job.hw).cycles))
             cases.append(metrics)
     except TraceError as e:
         return {"status": "infeasible", "reason": f"trace: {e}"}

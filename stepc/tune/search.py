@@ -37,12 +37,14 @@ import time
 from collections import Counter
 
 from stepc.explore.runner import ResultsFileError, compile_cached, read_results
+from stepc.measure import METRICS as MEASURED
 from stepc.outputs import OutputPathError, check_output_path
 from stepc.tune.evaluate import AnalysisJob, analyze_candidate, hardware, sim_command, sim_points
 from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
 from stepc.tune.space import (
     ANALYSIS_METRICS,
+    SIM_METRICS,
     Budget,
     Candidate,
     Objective,
@@ -212,7 +214,7 @@ class Search(Pruning):
             if bad is not None:
                 s.status, s.reason = "failed", f"{tag}: {bad['status']} {bad.get('error', '')}"
                 continue
-            for m in ("cycles", "compute_utilization", "bw_utilization"):
+            for m in SIM_METRICS:
                 vals = [r.get(m) for r in recs]
                 if None not in vals:
                     target[m] = aggregate(vals, self.how)
@@ -479,6 +481,10 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
         raise TuneError(f"--sampler {sampler}: expected auto, grid or optuna")
     if confirm not in ("adaptive", "margin"):
         raise TuneError(f"--confirm {confirm}: expected adaptive or margin")
+    for m in dict.fromkeys(x.metric for x in (*objectives, *budgets)):
+        only = MEASURED[m].memory_model
+        if only is not None and model != only:
+            raise TuneError(f"{m}: only the {only} memory model measures it (--model {only})")
     log = log or (lambda msg: None)
     own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
     out = own_dir.name if own_dir else out

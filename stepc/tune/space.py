@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Metrics the symbolic analysis gives exactly (once the traces bind the dynamic dims).
-ANALYSIS_METRICS = ("on_chip_bytes", "on_chip_bytes_on_demand", "off_chip_bytes",
-                    "allocated_compute", "flops")
-# Metrics only a simulation gives.
-SIM_METRICS = ("cycles", "compute_utilization", "bw_utilization")
+from stepc.measure import ANALYSIS_METRICS, SIM_METRICS
+from stepc.measure import METRICS as MEASURED
+
+# ANALYSIS_METRICS: exact from the analysis once the traces bind the dynamic dims;
+# SIM_METRICS: only a simulation gives them.
 METRICS = ANALYSIS_METRICS + SIM_METRICS
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "b": 1}
@@ -71,7 +71,7 @@ class Budget:
         except ValueError:
             raise TuneError(f"--budget {metric}: expected F*{relative_to}, found "
                             f"{limit!r}") from None
-        if metric in ("compute_utilization", "bw_utilization"):
+        if MEASURED[metric].higher_is_better:
             raise TuneError(f"--budget {metric}={limit}: a relative budget needs a metric "
                             "to minimise (cycles or an analysis metric)")
         if relative_to == "min" and factor < 1:

@@ -1,0 +1,219 @@
+"""One measurement of a program: a simulation (or none) with the analysis bound to its dims,
+and every metric derived from them once.
+
+`METRICS` names each metric with its unit, its meaning and whether the analysis gives it
+exactly (once the dims are bound) or only a simulation does. Sweeps, `stepc tune`, the
+paper's claims and plots, the API's `Run` and the reports read metrics from here: a new
+metric is one `@metric` function below (and its test). `Measurement.to_dict()` holds the
+measured fields of a sweep record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from stepc.types import dim_json
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from stepc.analyze import Analysis
+    from stepc.hw import HardwareConfig
+    from stepc.sim.run import SimResult
+    from stepc.typecheck import TypedProgram
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric: its name, unit, one-line meaning, axis label and table column header;
+    `simulated` when only a simulation gives it; `higher_is_better` for the ones a search
+    maximises; `memory_model`, the only memory model that measures it (None: every one)."""
+    name: str
+    unit: str
+    meaning: str
+    label: str
+    column: str
+    simulated: bool
+    higher_is_better: bool
+    memory_model: str | None
+    derive: Callable[[Measurement], Any] = field(repr=False, compare=False)
+
+
+METRICS: dict[str, Metric] = {}  # in the order of columns and lists
+
+
+def metric(unit: str, label: str, column: str, simulated: bool = False,
+           higher_is_better: bool = False, memory_model: str | None = None):
+    """Register a metric derived by the decorated function (its docstring is the meaning)."""
+    def register(derive: Callable[[Measurement], Any]):
+        name = derive.__name__
+        METRICS[name] = Metric(name, unit, derive.__doc__, label, column, simulated,
+                               higher_is_better, memory_model, derive)
+        return derive
+    return register
+
+
+def _total(m: Measurement, name: str, attr: str):
+    """A total of the bound analysis (its `totals` when made already: each is a sum to
+    simplify, the on-demand one a piecewise one)."""
+    made = m.analysis.__dict__.get("totals")
+    return dim_json(made[name] if made is not None else m.analysis.total(attr))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@metric("cycles", "cycles", "cycles", simulated=True)
+def cycles(m: Measurement) -> int:
+    """Cycles until the last operator finished."""
+    return m.result.cycles
+
+
+@metric("bytes", "off-chip traffic (bytes)", "off-chip bytes")
+def off_chip_bytes(m: Measurement):
+    """Bytes of the tiles moved to and from off-chip memory."""
+    return m.result.useful_bytes if m.result is not None else \
+        _total(m, "off_chip_bytes", "off_chip")
+
+
+@metric("bytes", "on-chip memory (bytes)", "on-chip bytes")
+def on_chip_bytes(m: Measurement):
+    """On-chip bytes the operators allocate."""
+    return _total(m, "on_chip_bytes", "on_chip")
+
+
+@metric("bytes", "on-chip memory, on demand (bytes)", "on demand")
+def on_chip_bytes_on_demand(m: Measurement):
+    """On-chip bytes, counting an operator only when its stream has elements."""
+    return _total(m, "on_chip_bytes_on_demand", "on_chip_on_demand")
+
+
+@metric("FLOPs", "FLOPs", "FLOPs")
+def flops(m: Measurement):
+    """Floating-point operations performed."""
+    return m.result.flops if m.result is not None else _total(m, "flops", "flops")
+
+
+@metric("fraction", "compute utilization (fraction of allocated)", "compute util.",
+        simulated=True, higher_is_better=True)
+def compute_utilization(m: Measurement) -> float | None:
+    """FLOPs per cycle as a share of the allocated compute."""
+    alloc, run = m["allocated_compute"], m.result
+    return run.flops / run.cycles / alloc if alloc and run.cycles else None
+
+
+@metric("fraction", "off-chip bandwidth utilization (fraction of peak)", "BW util.",
+        simulated=True, higher_is_better=True)
+def bw_utilization(m: Measurement) -> float | None:
+    """Achieved off-chip bandwidth as a share of the peak."""
+    return m.result.achieved_bw / m.hw.peak_bw if m.result.cycles else None
+
+
+@metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)", "allocated FLOPs/cycle")
+def allocated_compute(m: Measurement) -> int:
+    """Compute throughput the operators allocate."""
+    return m.analysis.allocated_compute
+
+
+@metric("fraction", "row-buffer hit rate", "row hits", simulated=True, higher_is_better=True,
+        memory_model="dram")
+def row_hit_rate(m: Measurement) -> float | None:
+    """Share of memory requests that found their DRAM row open (the dram model only)."""
+    return m.result.row_hit_rate
+
+
+@metric("FLOPs/byte", "operational intensity (FLOPs per off-chip byte)",
+        "FLOPs/byte", higher_is_better=True)
+def operational_intensity(m: Measurement) -> float | None:
+    """FLOPs per byte of off-chip traffic (the roofline's x axis)."""
+    f, b = m["flops"], m["off_chip_bytes"]
+    return f / b if _number(f) and _number(b) and b else None
+
+
+ANALYSIS_METRICS = tuple(n for n, s in METRICS.items() if not s.simulated)
+SIM_METRICS = tuple(n for n, s in METRICS.items() if s.simulated)
+
+
+@dataclass
+class Measurement:
+    """A run's metrics: `result`, the simulation (None: the analysis alone), and
+    `analysis`, bound to the run's dims. `m["cycles"]` or `m.cycles` reads a metric."""
+    analysis: Analysis
+    hw: HardwareConfig
+    result: SimResult | None = None
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._derived:
+            spec = METRICS[name]
+            if spec.simulated and self.result is None:
+                raise KeyError(f"{name}: only a simulation measures it")
+            self._derived[name] = spec.derive(self)
+        return self._derived[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in METRICS:
+            return self[name]
+        raise AttributeError(name)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every metric this measurement gives (the simulated ones need `result`)."""
+        return {name: self[name] for name, spec in METRICS.items()
+                if self.result is not None or not spec.simulated}
+
+    @cached_property
+    def analysis_totals(self) -> dict[str, Any]:
+        """The bound analysis's totals (sympy values) with the allocated compute."""
+        return {**self.analysis.totals, "allocated_compute": self.analysis.allocated_compute}
+
+    @property
+    def deadlocked(self) -> bool:
+        return bool(self.result is not None and self.result.deadlock)
+
+    def to_dict(self, milestones: dict[str, str] | None = None) -> dict[str, Any]:
+        """The measured fields of a sweep record: status, every metric, the memory model,
+        and with `milestones` (name -> operator-name prefix) the cycle each was reached."""
+        out = {"status": "deadlock" if self.deadlocked else "ok", **self.values,
+               "hbm_model": self.hw.hbm.model}
+        if milestones:
+            out["finished"] = finish_cycles(self.result.ops, milestones)
+        return out
+
+
+def measure(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
+            *, functional: bool = False, analysis: Analysis | None = None,
+            result: SimResult | None = None, simulate: bool = True, **options) -> Measurement:
+    """Measure a checked program on `hw`: simulate it (unless `result` is a finished run of
+    it, or `simulate` is False), bind its symbolic `analysis` (made when not given) to the
+    run's dims (or the traces'), and derive the metrics. `options` go to the simulator."""
+    from stepc.analyze import analyze, trace_bindings
+
+    if analysis is None:
+        analysis = analyze(typed, "artifact", hw)
+    if result is None and simulate:
+        from stepc.sim.run import simulate as run
+        result = run(typed, hw, traces, functional=functional, analysis=analysis, **options)
+    if result is not None:
+        return Measurement(analysis.bind(dict(result.bindings)), hw, result)
+    bound = analysis.bind(trace_bindings(typed, traces)) if traces else analysis
+    return Measurement(bound, hw)
+
+
+def finish_cycles(ops, prefixes: dict[str, str]) -> dict[str, int | None]:
+    """The cycle by which the operators named `prefix` or `prefix.*` had all finished, for
+    each named prefix (None when no operator has that name)."""
+    out: dict[str, int | None] = {}
+    for name, prefix in prefixes.items():
+        times = [o.finish for o in ops if o.name == prefix or o.name.startswith(prefix + ".")]
+        out[name] = max(times) if times else None
+    return out
+
+
+def number(value) -> float | None:
+    """A metric's value as a number; None while it is symbolic (or undefined)."""
+    return value if _number(value) else None
