@@ -4,12 +4,12 @@ points) and the HDL's (the 5 public points), and the calibration of the `hdl-lik
 preset. The measurements are read from the paper's data directory (`fig8/`), never copied
 into stepc.
 
-    python -m stepc.reproduction.fidelity                  rewrite the generated tables of docs/dram.md
-    python -m stepc.reproduction.fidelity --check          exit 1 if they are stale
-    python -m stepc.reproduction.fidelity --print          print the fidelity tables
-    python -m stepc.reproduction.fidelity --calibrate      print the calibration of hdl-like
-    python -m stepc.reproduction.fidelity --choices        print hdl-like's discrete choices, measured
-    --data DIR                                the paper's data (default ../shared/data)
+    python -m stepc.reproduction.fidelity              rewrite the tables of docs/dram.md
+    python -m stepc.reproduction.fidelity --check      exit 1 if they are stale
+    python -m stepc.reproduction.fidelity --print      print the fidelity tables
+    python -m stepc.reproduction.fidelity --calibrate  print the calibration of hdl-like
+    python -m stepc.reproduction.fidelity --choices    print hdl-like's discrete choices
+    --data DIR                                         the paper's data (../shared/data)
 
 Only the regions between the BEGIN/END GENERATED markers of docs/dram.md are rewritten.
 """
