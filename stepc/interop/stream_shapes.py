@@ -3,7 +3,8 @@
 The reference streams every static source with a leading dim of 1 (`(1,) + out_shape_tiled`
 for a load, `(1,) + shape` for a SelectGen), which stepc's own shapes do not have. The dim
 stays in front of what flows from the source until an operator that rebuilds the outer dims
-drops it (a Partition's outputs start with their routed count) or takes another stream's
+drops it (a Partition's outputs start with their routed count, a Parallelize's
+with their dealt count) or takes another stream's
 (a Reassemble takes its selector's, a load with `ref` its reference's). The shape written
 is stepc's inferred shape behind those leading 1s: static dims as numbers, symbolic ones
 as their expressions.
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 # operators whose output's outer dims come from the input on this port, not the first
 OUTER_FROM = {"Reassemble": -1, "Expand": 1, "LinearOffChipLoad": 0, "RandomOffChipLoad": 0}
-OUTER_REBUILT = ("Partition", "EagerMerge")  # outputs start with a count of their own
+# outputs start with a count of their own
+OUTER_REBUILT = ("Partition", "EagerMerge", "Parallelize")
 # lead with a 1 when they read no stream
 SOURCES = ("LinearOffChipLoad", "External", "MetadataGen", "SelectGen")
 
