@@ -102,7 +102,8 @@ def export_cmd(file, out, defines, hw, traces, force):
     except InputError as e:
         input_error(e, traces)
     try:
-        data, files = export_program(prog, out, config, arrays)
+        notes: list[str] = []
+        data, files = export_program(prog, out, config, arrays, notes)
     except InteropError as e:
         click.echo(f"stepc: error[E0005]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
@@ -114,4 +115,6 @@ def export_cmd(file, out, defines, hw, traces, force):
         f.write(data)
     click.echo(f"wrote {out} ({prog.operators} operators)" +
                (f" and {len(files)} side files in {side}" if files else ""), err=True)
+    for note in notes:
+        click.echo(f"stepc: note: {note}", err=True)
     sys.exit(EXIT_OK)

@@ -52,7 +52,7 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
         exporter = _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g,
-                             spare_ids, computed, [] if notes is None else notes)
+                             spare_ids, computed, ones, [] if notes is None else notes)
         if exporter.fill(op) is False:  # said by its reader
             del g.operators[len(g.operators) - 1]
             continue
@@ -97,12 +97,12 @@ def _computed(typed) -> dict[str, bool]:
 
 class _Exporter(KvCacheOps, CountOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
-                 computed, notes):
+                 computed, ones, notes):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
         self.computed = computed  # node -> its tiles were computed, not loaded
-        self.notes = notes
+        self.ones, self.notes = ones, notes  # node -> leading 1s of the format's reading
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -125,6 +125,17 @@ class _Exporter(KvCacheOps, CountOps):
         elif e.port:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
+
+    def lockstep(self, edges) -> None:
+        """Refuse inputs read in lockstep that the format's reading gives different leading
+        dims of 1 (one from a source, one not), which no lockstep pairs."""
+        ones = [self.ones[e.src] for e in edges]
+        if len(set(ones)) > 1:
+            said = ", ".join(f"`{e.src}` {'with' if k else 'without'}" for e, k in
+                             zip(edges, ones))
+            self.fail(f"its inputs are read in lockstep, but the format streams them with "
+                      f"different outer dims ({said} the leading dim of 1 its sources "
+                      "stream)")
 
     def dtype(self, msg, slot: int | None = None) -> None:
         """The format's DataType of input `slot` (None: of the output). The format's tiles
@@ -252,6 +263,7 @@ class _Exporter(KvCacheOps, CountOps):
             self.dtype(m.dtype_a, 0)
             self.dtype(m.dtype_b)
         else:
+            self.lockstep(self.ins)
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")

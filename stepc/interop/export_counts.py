@@ -4,11 +4,12 @@ of the last KV tile) becomes a MetadataGen of the values, computed here from the
 inputs stream at export time, as the reference's own attention graphs carry such counts in
 MetadataGen files.
 
-Only values of data known before the run are precomputed: the Map's inputs must come from
-sources (a traced or generated external stream, a MetadataGen) through operators that move
-values without waiting on computed streams (Flatten, Reshape without padding, Parallelize,
-fan-out, other such Maps). A MetadataGen streams from the first cycle, so a count gated by a
-computed stream (a barrier) cannot be said this way and is refused.
+The Map stays a Map (`x * 0 + values`, the format's cache_write_addr_gen with offset 0), so
+it still waits for its input and takes its fixed cycle: the graph's timing is the program's.
+Only values of data known before the run are precomputed: they must come from sources (a
+traced or generated external stream, a MetadataGen) through operators that move values
+(Flatten, Reshape without padding, Repeat, Parallelize, fan-out, other such Maps, and
+`cache_write_addr(row_offset=0)`, whose first input only gates); the rest is refused.
 
 A mixin of the exporter (stepc/interop/export.py).
 """
@@ -92,6 +93,8 @@ class CountOps:
         if node.op in ("Flatten", "Broadcast") or \
                 node.op == "Reshape" and node.attrs.get("pad") is None:
             return self.stream_values(ins[0])  # the same values in the same order
+        if node.op == "Repeat":  # each element `count` times
+            return np.repeat(self.stream_values(ins[0]), node.attrs["count"])
         if node.op == "Parallelize":
             st = self.typed.types[(ins[0].src, ins[0].port)]
             rank = st.rank if node.attrs.get("rank") is None else node.attrs["rank"]
@@ -100,10 +103,10 @@ class CountOps:
             return chunks[edge.port::len(node.outputs)].reshape(-1)
         what = f"{node.op}" + (f"(fn={fn.name})" if fn is not None else "")
         self.fail(f"`{self.node.attrs['fn'].name}` over a stream computed by `{node.name}` "
-                  f"({what}): the format computes no such integers, so they go out "
-                  "precomputed as a MetadataGen file, which streams from the first cycle; "
-                  "only values of data known before the run (traces, MetadataGen, moved by "
-                  "Flatten, Reshape, Parallelize) can be said")
+                  f"({what}): the format computes no such integers, so their values go out "
+                  "in a MetadataGen file computed at export, from data known before the run "
+                  "only (traces, MetadataGen, moved by Flatten, Reshape, Repeat, "
+                  "Parallelize)")
 
     def known_data(self, node) -> np.ndarray:
         """The data of the external stream `node` the counts are computed from: its trace,
@@ -116,8 +119,8 @@ class CountOps:
                           "precomputed as a "
                           f"MetadataGen file, so pass its data: --trace {name}=LENS.npy")
             said = ", ".join(f"{k}={v}" for k, v in gen.items())
-            note = (f"`{name}`: no --trace; its counts are computed from the program's "
-                    f"default data ({said}); pass --trace {name}=LENS.npy for others")
+            note = (f"`{name}`: no --trace, so the counts computed from it are those of the "
+                    f"program's default data ({said}); pass --trace {name}=LENS.npy for others")
             if note not in self.notes:
                 self.notes.append(note)
         return np.asarray(self.external_run(node)[2], dtype=np.int64).reshape(-1)

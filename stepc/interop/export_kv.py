@@ -77,6 +77,7 @@ class KvCacheOps:
             self.fail("depth= on the FlatMap of a Zip: the format's CacheReadAddrGen reads "
                       "the zipped streams itself (set the Zip's depth)")
         self.fifo(op, zip_node)
+        self.lockstep(zipped)
         m = op.cache_read_addr_gen
         self.wire_edge(m, zipped[0], "idx_id", "idx_stream_idx")
         self.wire_edge(m, zipped[1], "seq_len_id", "seq_len_stream_idx")
