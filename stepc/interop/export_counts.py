@@ -43,8 +43,8 @@ class CountOps:
         shape = [int(d) for d in self.out_type().shape if str(d).isdigit()]
         if len(shape) != len(self.out_type().shape):
             self.fail(f"`{fn.name}` over a stream of shape {fmt_shape(self.out_type().shape)}"
-                      ": the format computes no such integers, and a MetadataGen file of the "
-                      "values needs a static shape")
+                      ", whose length only the run knows: the format computes no such "
+                      "integers, and a MetadataGen file of the values needs a static shape")
         values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
         m = op.binarymap
         self.wire(m, 0, "input_id1", "stream_idx1")
