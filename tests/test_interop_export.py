@@ -38,22 +38,20 @@ _DECODER = {"L": 1, "B": 8, "R": 2, "D": 64, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, 
 # program -> (small parameters, KV lengths): the KV tile counts go out as MetadataGen files
 # computed from the lengths
 TRACED = {"attention_interleaved": ({**_ATTN, "B": 4, "R": 2, "MAXN": 32},
-                                    np.array([7, 15, 30, 3]))}
-_GATED = "(Map): its inputs are read in lockstep, but the format streams them with different"
+                                    np.array([7, 15, 30, 3])),
+          "attention_coarse": ({**_ATTN, "B": 16, "R": 1}, np.arange(0, 64, 4))}
 _ROUTED = ("`done[1].ack.ack[0].k.lastidx` (Map): `ceildiv_int` over a stream of shape [n_0], "
            "whose length only the run knows")
 # program -> (small parameters, the operator and the reason named in the refusal)
 REFUSED = {
-    # its request ids come from sources (a leading 1), its lengths from a Parallelize (none)
-    "attention_coarse": ({**_ATTN, "B": 16, "R": 1},
-                         "`kraw[0].addr` (FlatMap): its inputs are read in lockstep"),
     # the regions' counts are routed at run time, so no file holds them
     "attention_dynamic": ({**_ATTN, "B": 8, "R": 2},
                           "`regs.ack[0].k.lastidx` (Map): `ceildiv_int` over a stream of shape "
                           "[n_0], whose length only the run knows"),
-    # the KV lengths are gated by a barrier (0 * bar + len) of another outer shape; with
-    # dynamic regions, the regions' counts are routed at run time
-    "decoder_static": (_DECODER, _GATED),
+    # the barrier's Promote reads a stream with the sources' leading 1; with dynamic
+    # regions, the regions' counts are routed at run time
+    "decoder_static": (_DECODER, "`done[1].all_done@65.Promote@76` (Promote): the reference "
+                       "streams its input with a leading dim of 1"),
     "decoder_dynamic": (_DECODER, _ROUTED),
     "decoder_timemux": ({**_DECODER, "MR": 2}, _ROUTED),
 }
@@ -94,12 +92,22 @@ def test_kv_counts_go_out_precomputed_and_keep_totals_and_cycles(tmp_path, progr
     assert back.cycles == own.cycles
     g = ProgramGraph()
     g.ParseFromString((tmp_path / "graph.pb").read_bytes())
-    ntiles = next(o for o in g.operators if o.name == "ntiles")
+    ntiles = next(o for o in g.operators if o.name in ("ntiles", "ntiles[0]"))  # region 0
     assert ntiles.binarymap.func.cache_write_addr_gen.offset_per_idx == 0
-    values = np.load(tmp_path / "graph.npy" / "ntiles.npy")
+    values = np.load(tmp_path / "graph.npy" / f"{ntiles.name}.npy")
     assert (values == -(-(lens + 1) // params["TILE_N"])).all()  # ceil((len + 1) / TILE_N)
     assert {o.parallel_factor for o in g.operators} == {1}
-    assert sum(o.HasField("parallelize") for o in g.operators) == 6
+    assert sum(o.HasField("parallelize") for o in g.operators) == \
+        {"attention_interleaved": 6, "attention_coarse": 1}[program]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", sorted(TRACED))
+def test_full_size_attention_round_trip(tmp_path, program):
+    """At the program's own sizes and default KV lengths (B 64, R 4)."""
+    own, back = _round_trip(tmp_path, program, {})
+    assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
+    assert back.cycles == own.cycles
 
 
 def test_the_precomputed_counts_follow_the_trace(tmp_path):

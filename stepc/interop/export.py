@@ -103,6 +103,7 @@ class _Exporter(KvCacheOps, CountOps):
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
         self.computed = computed  # node -> its tiles were computed, not loaded
         self.ones, self.notes = ones, notes  # node -> leading 1s of the format's reading
+        self.lockstep_ones: int | None = None  # set while wiring inputs read in lockstep
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -118,6 +119,9 @@ class _Exporter(KvCacheOps, CountOps):
         self.wire_edge(msg, self.ins[slot], id_field, idx_field)
 
     def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
+        if self.ones[e.src] > self.ones[self.node.name] and self.lockstep_ones is not None:
+            setattr(msg, id_field, self.merged_leading_one(e))
+            return
         src = self.typed.program.nodes[e.src]
         setattr(msg, id_field, self.ids[e.src])
         if src.array_outputs or src.op in ("EagerMerge",):
@@ -127,15 +131,28 @@ class _Exporter(KvCacheOps, CountOps):
                       "format's operator does not have")
 
     def lockstep(self, edges) -> None:
-        """Refuse inputs read in lockstep that the format's reading gives different leading
-        dims of 1 (one from a source, one not), which no lockstep pairs."""
+        """Inputs read in lockstep that the format's reading gives different leading dims
+        of 1 (one from a source, one not) are paired behind a Flatten of the 1."""
         ones = [self.ones[e.src] for e in edges]
-        if len(set(ones)) > 1:
-            said = ", ".join(f"`{e.src}` {'with' if k else 'without'}" for e, k in
-                             zip(edges, ones))
-            self.fail(f"its inputs are read in lockstep, but the format streams them with "
-                      f"different outer dims ({said} the leading dim of 1 its sources "
-                      "stream)")
+        if max(ones) - min(ones) > 1:
+            self.fail(f"inputs read in lockstep with {min(ones)} and {max(ones)} leading dims "
+                      "of 1 in the format's reading")
+        self.lockstep_ones = min(ones)
+
+    def merged_leading_one(self, e) -> int:
+        """The id of a new Flatten of the leading 1 of the stream of edge `e`."""
+        st = self.typed.types[(e.src, e.port)]
+        flat_id = next(self.spare_ids)
+        flat = self.graph.operators.add(name=f"{self.node.name}.{e.src}.flat", id=flat_id)
+        keep, self.lockstep_ones = self.lockstep_ones, None
+        self.wire_edge(flat.flatten, e, "input_id", "stream_idx")
+        self.lockstep_ones = keep
+        f = flat.flatten
+        f.min_rank, f.max_rank = len(st.shape) - 1, len(st.shape)
+        self.dtype(f.dtype, e)
+        flat.parallel_factor = 1
+        write_shape(flat, st.shape, 0)
+        return flat_id
 
     def dtype(self, msg, slot: int | None = None) -> None:
         """The format's DataType of input `slot` (None: of the output). The format's tiles
@@ -145,7 +162,8 @@ class _Exporter(KvCacheOps, CountOps):
         if slot is None:
             elem, made = self.out_type().elem, self.computed[self.node.name]
         else:
-            elem, made = self.in_type(slot).elem, self.computed[self.ins[slot].src]
+            e = slot if not isinstance(slot, int) else self.ins[slot]  # an edge, or a slot
+            elem, made = self.typed.types[(e.src, e.port)].elem, self.computed[e.src]
         if made and isinstance(elem, Tile) and elem.dtype == "bf16":
             msg.f16.SetInParent()
         elif isinstance(elem, Select):
@@ -290,6 +308,7 @@ class _Exporter(KvCacheOps, CountOps):
             if fn.name != "matmul":
                 self.fail(f"Accum of two streams with `{fn.name}`: the format's "
                           "BinaryMapAccum takes matmul")
+            self.lockstep(self.ins)
             m = op.binarymap_accum
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
@@ -447,6 +466,7 @@ class _Exporter(KvCacheOps, CountOps):
         if len(self.ins) != 2:
             self.fail("Expand by static sizes: the format's ExpandRef needs a reference "
                       "stream (use Repeat)")
+        self.lockstep(self.ins)
         m = op.expand_ref
         self.wire(m, 0, "input_id", "stream_idx")
         self.wire(m, 1, "ref_id", "ref_stream_idx")

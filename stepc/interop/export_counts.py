@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepc.interop.stream_shapes import leading_ones, write_shape
+from stepc.interop.stream_shapes import write_shape
 from stepc.ops.functions import FUNCTIONS
 from stepc.types import fmt_shape
 
@@ -46,9 +46,10 @@ class CountOps:
                       ", whose length only the run knows: the format computes no such "
                       "integers, and a MetadataGen file of the values needs a static shape")
         values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
+        self.lockstep(self.ins)
         m = op.binarymap
         self.wire(m, 0, "input_id1", "stream_idx1")
-        m.input_id2 = self.values_source(values, leading_ones(self.typed)[self.ins[0].src])
+        m.input_id2 = self.values_source(values, self.ones[self.node.name])
         self.dtype(m.dtype_a, 0)
         m.dtype_b.u64.SetInParent()
         self.dtype(m.dtype_out)

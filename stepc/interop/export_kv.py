@@ -101,6 +101,7 @@ class KvCacheOps:
             self.fail(f"a store of {tile} tiles: the format's RandomOffChipStore needs a "
                       "static tile_row and tile_col")
         rows, cols = int(tile.rows), int(tile.cols)
+        self.lockstep(self.ins)
         m = op.random_off_chip_store
         self.wire(m, 0, "waddr_id", "waddr_stream_idx")
         self.wire(m, 1, "wdata_id", "wdata_stream_idx")
