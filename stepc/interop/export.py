@@ -16,6 +16,7 @@ import zlib
 
 import numpy as np
 
+from stepc.interop.export_channels import ChannelOps
 from stepc.interop.export_counts import CountOps, unsayable_integer_map
 from stepc.interop.export_kv import INT_DTYPE, KvCacheOps
 from stepc.interop.reader import InteropError
@@ -95,7 +96,7 @@ def _computed(typed) -> dict[str, bool]:
     return out
 
 
-class _Exporter(KvCacheOps, CountOps):
+class _Exporter(KvCacheOps, CountOps, ChannelOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
                  computed, ones, notes):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
@@ -129,30 +130,6 @@ class _Exporter(KvCacheOps, CountOps):
         elif e.port:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
-
-    def lockstep(self, edges) -> None:
-        """Inputs read in lockstep that the format's reading gives different leading dims
-        of 1 (one from a source, one not) are paired behind a Flatten of the 1."""
-        ones = [self.ones[e.src] for e in edges]
-        if max(ones) - min(ones) > 1:
-            self.fail(f"inputs read in lockstep with {min(ones)} and {max(ones)} leading dims "
-                      "of 1 in the format's reading")
-        self.lockstep_ones = min(ones)
-
-    def merged_leading_one(self, e) -> int:
-        """The id of a new Flatten of the leading 1 of the stream of edge `e`."""
-        st = self.typed.types[(e.src, e.port)]
-        flat_id = next(self.spare_ids)
-        flat = self.graph.operators.add(name=f"{self.node.name}.{e.src}.flat", id=flat_id)
-        keep, self.lockstep_ones = self.lockstep_ones, None
-        self.wire_edge(flat.flatten, e, "input_id", "stream_idx")
-        self.lockstep_ones = keep
-        f = flat.flatten
-        f.min_rank, f.max_rank = len(st.shape) - 1, len(st.shape)
-        self.dtype(f.dtype, e)
-        flat.parallel_factor = 1
-        write_shape(flat, st.shape, 0)
-        return flat_id
 
     def dtype(self, msg, slot: int | None = None) -> None:
         """The format's DataType of input `slot` (None: of the output). The format's tiles
@@ -194,17 +171,6 @@ class _Exporter(KvCacheOps, CountOps):
         if said is not False:
             self.fifo(op, self.node)
         return said
-
-    def fifo(self, op, node) -> None:
-        """`node`'s FIFO and write-buffer depths in stepc's extension fields of `op` (the
-        format has none; see schema.STEPC_OPERATION_FIELDS)."""
-        depth, buffer = node.attrs.get("depth"), node.attrs.get("buffer_depth")
-        if depth is not None:
-            if node.op == "Promote":
-                self.fail("depth= on a Promote, which the format says as two operations")
-            op.stepc_fifo_depth[:] = depth if isinstance(depth, list) else [depth]
-        if buffer not in (None, 1):
-            op.stepc_buffer_depth = buffer
 
     # ------------------------------------------------------------------ operators
     def op_LinearOffChipLoad(self, op) -> None:
