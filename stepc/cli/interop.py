@@ -64,8 +64,8 @@ def import_cmd(graph, out, force):
               "leaves to the hardware (the format has no defaults).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="The data of an external stream (repeatable), written as the graph's "
-              "selector or metadata file; default: the stream's seeded generator, as "
-              "`stepc sim` uses.")
+              "selector or metadata file, with the integer counts computed from it (KV "
+              "tile counts); default: the stream's seeded generator, as `stepc sim` uses.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @quick_exit
 def export_cmd(file, out, defines, hw, traces, force):
