@@ -65,8 +65,8 @@ def import_cmd(graph, out, force):
               "leaves to the hardware (the format has no defaults).")
 @click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
               help="The data of an external stream (repeatable), written as the graph's "
-              "selector or metadata file; default: the stream's seeded generator, as "
-              "`stepc sim` uses.")
+              "selector or metadata file, with the integer counts computed from it (KV "
+              "tile counts); default: the stream's seeded generator, as `stepc sim` uses.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @quick_exit
 def export_cmd(file, out, defines, hw, traces, force):
@@ -103,7 +103,8 @@ def export_cmd(file, out, defines, hw, traces, force):
     except InputError as e:
         input_error(e, traces)
     try:
-        data, files = export_program(prog, out, config, arrays)
+        notes: list[str] = []
+        data, files = export_program(prog, out, config, arrays, notes)
     except InteropError as e:
         click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
@@ -115,4 +116,6 @@ def export_cmd(file, out, defines, hw, traces, force):
         f.write(data)
     click.echo(f"wrote {out} ({prog.operators} operators)" +
                (f" and {len(files)} side files in {side}" if files else ""), err=True)
+    for note in notes:
+        click.echo(f"stepc: note: {note}", err=True)
     sys.exit(EXIT_OK)

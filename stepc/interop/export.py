@@ -16,6 +16,8 @@ import zlib
 
 import numpy as np
 
+from stepc.interop.export_channels import ChannelOps
+from stepc.interop.export_counts import CountOps, unsayable_integer_map
 from stepc.interop.export_kv import INT_DTYPE, KvCacheOps
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
@@ -27,19 +29,15 @@ MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div"
            "row_append": "row_wise_append", "cache_write_addr": "cache_write_addr_gen"}
 ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
              "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
-# FIFO settings of stepc's operators the format has no field for -> their default
-CHANNEL_KNOBS = {"depth": None, "buffer_depth": 1}
-# why a function stepc has cannot be said with the format's functions
-UNSAYABLE_FNS = {"ceildiv_int": "; its div divides float tiles and none rounds integers, so "
-                 "the reference's graphs precompute such values (KV tile counts) into their "
-                 "MetadataGen files"}
 
 
-def export_program(prog, path: str, hw, traces: dict | None = None
-                   ) -> tuple[bytes, dict[str, np.ndarray]]:
+def export_program(prog, path: str, hw, traces: dict | None = None,
+                   notes: list[str] | None = None) -> tuple[bytes, dict[str, np.ndarray]]:
     """The ProgramGraph bytes of `prog` (a stepc.Program) on hardware `hw`, and the side
     files it names (selector data, by file name: the external streams' traces from
-    `traces`, else their seeded generators, as `stepc sim` would use)."""
+    `traces`, else their seeded generators, as `stepc sim` would use). What the graph
+    fixes that the program left open (counts precomputed from default data) is added to
+    `notes`."""
     typed = prog.typed
     p = typed.program
     ids = {name: i for i, name in enumerate(p.nodes)}
@@ -49,13 +47,14 @@ def export_program(prog, path: str, hw, traces: dict | None = None
     ones, computed = leading_ones(typed), _computed(typed)
     # what no composition of the format's operators says is refused before the rest
     order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
-                   p.nodes[n].attrs["fn"].name not in UNSAYABLE_FNS)
+                   not unsayable_integer_map(p.nodes[n].attrs["fn"]))
     for name in order:
         node = p.nodes[name]
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
-        if _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g, spare_ids,
-                     computed).fill(op) is False:  # said by its reader
+        exporter = _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g,
+                             spare_ids, computed, ones, [] if notes is None else notes)
+        if exporter.fill(op) is False:  # said by its reader
             del g.operators[len(g.operators) - 1]
             continue
         shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
@@ -97,13 +96,15 @@ def _computed(typed) -> dict[str, bool]:
     return out
 
 
-class _Exporter(KvCacheOps):
+class _Exporter(KvCacheOps, CountOps, ChannelOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
-                 computed):
+                 computed, ones, notes):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
         self.computed = computed  # node -> its tiles were computed, not loaded
+        self.ones, self.notes = ones, notes  # node -> leading 1s of the format's reading
+        self.lockstep_ones: int | None = None  # set while wiring inputs read in lockstep
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -119,6 +120,9 @@ class _Exporter(KvCacheOps):
         self.wire_edge(msg, self.ins[slot], id_field, idx_field)
 
     def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
+        if self.ones[e.src] > self.ones[self.node.name] and self.lockstep_ones is not None:
+            setattr(msg, id_field, self.merged_leading_one(e))
+            return
         src = self.typed.program.nodes[e.src]
         setattr(msg, id_field, self.ids[e.src])
         if src.array_outputs or src.op in ("EagerMerge",):
@@ -135,7 +139,8 @@ class _Exporter(KvCacheOps):
         if slot is None:
             elem, made = self.out_type().elem, self.computed[self.node.name]
         else:
-            elem, made = self.in_type(slot).elem, self.computed[self.ins[slot].src]
+            e = slot if not isinstance(slot, int) else self.ins[slot]  # an edge, or a slot
+            elem, made = self.typed.types[(e.src, e.port)].elem, self.computed[e.src]
         if made and isinstance(elem, Tile) and elem.dtype == "bf16":
             msg.f16.SetInParent()
         elif isinstance(elem, Select):
@@ -159,16 +164,13 @@ class _Exporter(KvCacheOps):
 
     def fill(self, op) -> bool | None:
         """Fill `op`; False when the node is said by another operation instead."""
-        kind = self.node.op
-        for knob, default in CHANNEL_KNOBS.items():
-            if self.node.attrs.get(knob) not in (None, default):
-                self.fail(f"{knob}={self.node.attrs[knob]}: the format carries no channel or "
-                          "buffer depths (the reference simulator takes them from its own "
-                          "per-operator settings), so the graph would run with other FIFOs")
-        handler = getattr(self, f"op_{kind}", None)
+        handler = getattr(self, f"op_{self.node.op}", None)
         if handler is None:
             self.fail("the format has no operator for it (yet)")
-        return handler(op)
+        said = handler(op)
+        if said is not False:
+            self.fifo(op, self.node)
+        return said
 
     # ------------------------------------------------------------------ operators
     def op_LinearOffChipLoad(self, op) -> None:
@@ -234,16 +236,18 @@ class _Exporter(KvCacheOps):
 
     def op_Map(self, op) -> None:
         fn = self.node.attrs["fn"]
+        if unsayable_integer_map(fn):
+            return self.precomputed(op, fn)
         if fn.name not in MAP_FNS:
             self.fail(f"function `{fn.name}` has no counterpart in the format's "
-                      f"ElemtoElemFunc (it has {', '.join(sorted(set(MAP_FNS.values())))})"
-                      + UNSAYABLE_FNS.get(fn.name, ""))
+                      f"ElemtoElemFunc (it has {', '.join(sorted(set(MAP_FNS.values())))})")
         if len(self.ins) == 1:
             m = op.unarymap
             self.wire(m, 0, "input_id", "stream_idx")
             self.dtype(m.dtype_a, 0)
             self.dtype(m.dtype_b)
         else:
+            self.lockstep(self.ins)
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
@@ -270,6 +274,7 @@ class _Exporter(KvCacheOps):
             if fn.name != "matmul":
                 self.fail(f"Accum of two streams with `{fn.name}`: the format's "
                           "BinaryMapAccum takes matmul")
+            self.lockstep(self.ins)
             m = op.binarymap_accum
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
@@ -296,26 +301,31 @@ class _Exporter(KvCacheOps):
         self.dtype(m.dtype_b)
 
     def op_External(self, op) -> None:
-        from stepc.sim.run import external_elements
-        from stepc.traces import TraceError, external_file
         st = self.out_type()
         if not isinstance(st.elem, Select) and getattr(st.elem, "dtype", None) != INT_DTYPE:
             self.fail(f"an external stream of {st.elem}: the format's sources stream "
                       f"selectors (SelectGen) or {INT_DTYPE} tiles (MetadataGen)")
-        name, gen = self.node.attrs["name"], self.node.attrs.get("gen", {})
-        try:
-            arr = self.traces.get(name)
-            if arr is None:
-                arr = external_file(gen, st.elem.n, len(st.shape))
-            elems, dims, data = external_elements(name, st, arr, gen,
-                                                   zlib.crc32(name.encode()) % 2**31)
-        except TraceError as e:
-            self.fail(str(e))
+        elems, dims, data = self.external_run(self.node)
         if not isinstance(st.elem, Select):
             self.metadata(op, np.asarray(data))
             return
         shape = [int(dims.get(str(d), d)) for d in st.shape]
         self.selectors(op, [sel for sel, _stop in elems], shape, st.elem.n)
+
+    def external_run(self, node) -> tuple[list, dict, np.ndarray]:
+        """The elements, the dims they fix and the data of the external stream `node`: its
+        trace, else its declared file or seeded generator (as `stepc sim` uses)."""
+        from stepc.sim.run import external_elements
+        from stepc.traces import TraceError, external_file
+        st = self.typed.types[(node.name, 0)]
+        name, gen = node.attrs["name"], node.attrs.get("gen", {})
+        try:
+            arr = self.traces.get(name)
+            if arr is None:
+                arr = external_file(gen, getattr(st.elem, "n", None), len(st.shape))
+            return external_elements(name, st, arr, gen, zlib.crc32(name.encode()) % 2**31)
+        except TraceError as e:
+            self.fail(str(e))
 
     def router(self, m, kind: str) -> None:
         a = self.node.attrs
@@ -332,6 +342,16 @@ class _Exporter(KvCacheOps):
         self.dtype(m.input_dtype, 0)
         self.dtype(m.control_dtype, 1)
         self.router(m, "partition")
+
+    def op_Parallelize(self, op) -> None:
+        """The format's Parallelize deals chunks round-robin as stepc's does."""
+        a = self.node.attrs
+        m = op.parallelize
+        self.wire(m, 0, "input_id", "input_stream_idx")
+        m.parallelize_rank = self.in_type(0).rank if a.get("rank") is None else a["rank"]
+        m.num_consumers = len(self.node.outputs)
+        m.switch_cycles[:] = [a.get("switch_cycles") or 1] * m.num_consumers
+        self.dtype(m.input_dtype, 0)
 
     def op_Reassemble(self, op) -> None:
         m = op.flat_reassemble
@@ -412,6 +432,7 @@ class _Exporter(KvCacheOps):
         if len(self.ins) != 2:
             self.fail("Expand by static sizes: the format's ExpandRef needs a reference "
                       "stream (use Repeat)")
+        self.lockstep(self.ins)
         m = op.expand_ref
         self.wire(m, 0, "input_id", "stream_idx")
         self.wire(m, 1, "ref_id", "ref_stream_idx")

@@ -45,10 +45,11 @@ class KvCacheOps:
             sels = [tuple(sorted({int(i) for i in r})) for r in ids.reshape(-1, ids.shape[-1])]
             self.selectors(op, sels, list(ids.shape[:-1]), self.node.attrs["n"])
 
-    def tensor_values(self) -> np.ndarray:
-        """The values the node's tensor (or its indexed view) starts a run with."""
+    def tensor_values(self, node=None) -> np.ndarray:
+        """The values the tensor (or indexed view) of `node` (default: this node) starts a
+        run with."""
         from stepc.sim.run import initial_value
-        ref = self.node.attrs["tensor"]
+        ref = (node or self.node).attrs["tensor"]
         values = initial_value(self.typed.program.tensors[ref.name])
         return values[tuple(ref.index)] if ref.index else values
 
@@ -70,7 +71,13 @@ class KvCacheOps:
         return False
 
     def cache_read_addr(self, op, fn) -> None:
-        zipped = self.typed.program.in_edges(self.ins[0].src)
+        zip_node = self.typed.program.nodes[self.ins[0].src]
+        zipped = self.typed.program.in_edges(zip_node.name)
+        if self.node.attrs.get("depth") is not None:
+            self.fail("depth= on the FlatMap of a Zip: the format's CacheReadAddrGen reads "
+                      "the zipped streams itself (set the Zip's depth)")
+        self.fifo(op, zip_node)
+        self.lockstep(zipped)
         m = op.cache_read_addr_gen
         self.wire_edge(m, zipped[0], "idx_id", "idx_stream_idx")
         self.wire_edge(m, zipped[1], "seq_len_id", "seq_len_stream_idx")
@@ -94,6 +101,7 @@ class KvCacheOps:
             self.fail(f"a store of {tile} tiles: the format's RandomOffChipStore needs a "
                       "static tile_row and tile_col")
         rows, cols = int(tile.rows), int(tile.cols)
+        self.lockstep(self.ins)
         m = op.random_off_chip_store
         self.wire(m, 0, "waddr_id", "waddr_stream_idx")
         self.wire(m, 1, "wdata_id", "wdata_stream_idx")

@@ -252,6 +252,18 @@ def _partition(w: Writer, op: Op, name: str):
                    dim=f'"{dim}"') + ")", "")
 
 
+def _parallelize(w: Writer, op: Op, name: str):
+    m = op.msg
+    if m.write_back_mu:
+        raise InteropError(w.path, "write_back_mu on a Parallelize: stepc's Parallelize "
+                           "does not write its chunks to a memory unit", op)
+    _pass(w, op)
+    w.outputs[op.id] = m.num_consumers
+    return (f"{name} = Parallelize({w.ref(op, op.inputs[0])}, " +
+            _attrs(consumers=m.num_consumers, rank=m.parallelize_rank,
+                   switch_cycles=_one_switch(w, op)) + ")", "")
+
+
 def _root(w: Writer, port: Port) -> Port:
     """The stream a Broadcast's output copies (through any chain of Broadcasts): Partitions
     routed by copies of one selector route equally many elements to each output, so they
@@ -390,7 +402,15 @@ def _cache_read_addr_gen(w: Writer, op: Op, name: str):
     idx, length = (w.ref(op, p) for p in op.inputs)
     w.dtypes[op.id] = "u64"
     fn = f"cache_read_addr(row_offset={op.msg.offset_per_idx})"
-    return f"{name} = FlatMap(Zip({idx}, {length}), fn={fn})", ""
+    return f"{name} = FlatMap({with_fifo(f'Zip({idx}, {length})', op)}, fn={fn})", ""
+
+
+def with_fifo(call: str, op: Op) -> str:
+    """`call` with the depths stepc's extension fields of `op` give (see
+    schema.STEPC_OPERATION_FIELDS)."""
+    depth = op.fifo_depth[0] if len(op.fifo_depth) == 1 else op.fifo_depth or None
+    extra = _attrs(depth=depth, buffer_depth=op.buffer_depth or None)
+    return f"{call[:-1]}, {extra})" if extra else call
 
 
 def _filter_last_tile(w: Writer, op: Op, name: str):
@@ -418,7 +438,7 @@ def _random_off_chip_store(w: Writer, op: Op, name: str):
     if m.HasField("npy_path"):
         raise InteropError(w.path, "npy_path on a store: stepc writes outputs with "
                            "`stepc sim --out`", op)
-    dtype = n_byte_dtype(w, op, m.wdata_dtype)
+    dtype = _two_byte(n_byte_dtype(w, op, m.wdata_dtype), w.dtypes.get(op.inputs[1].src))
     t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
     w.dtypes[op.id] = "bool"
     waddr, wdata = (w.ref(op, p) for p in op.inputs)
@@ -435,7 +455,8 @@ HANDLERS = {
     "off_chip_load": _off_chip_load, "dyn_off_chip_load": _off_chip_load,
     "off_chip_store": _off_chip_store, "broadcast": _broadcast, "flatten": _flatten,
     "repeat_static": _repeat, "reshape": _reshape, "select_gen": _select_gen,
-    "flat_partition": _partition, "flat_reassemble": _reassemble, "binarymap": _map,
+    "flat_partition": _partition, "parallelize": _parallelize,
+    "flat_reassemble": _reassemble, "binarymap": _map,
     "unarymap": _map, "accum": _accum, "binarymap_accum": _accum,
     "retile_streamify": _retile_streamify, "eager_merge": _eager_merge,
     "expert_addr_gen": _expert_addr_gen, "random_off_chip_load": _random_off_chip_load,

@@ -64,6 +64,8 @@ class Op:
     inputs: list[Port] = field(default_factory=list)
     control: Port | None = None  # the selector input of FlatReassemble
     fed_back: list[int] = field(default_factory=list)  # outputs read before it (a loop)
+    fifo_depth: list[int] = field(default_factory=list)  # stepc's extension fields
+    buffer_depth: int = 0
 
     @property
     def label(self) -> str:
@@ -101,7 +103,12 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
         if m.id in ops:
             raise InteropError(path, f"operator {label}: id {m.id} is used twice (also by "
                                f"`{ops[m.id].name}`)")
-        op = Op(m.id, m.name, kind, getattr(m, kind))
+        op = Op(m.id, m.name, kind, getattr(m, kind), fifo_depth=list(m.stepc_fifo_depth),
+                buffer_depth=m.stepc_buffer_depth)
+        if m.parallel_factor > 1:
+            raise InteropError(path, f"parallel_factor {m.parallel_factor}: stepc runs each "
+                               "operator once; replicate it in the graph (or deal its input "
+                               "with a Parallelize op)", op)
         unknown = _unknown_inside(op.msg, kind)
         if unknown:
             raise InteropError(path, f"field number {unknown[1]} of `{unknown[0]}` is not in "

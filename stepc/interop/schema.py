@@ -176,6 +176,13 @@ MESSAGES: dict[str, tuple] = {
 MESSAGES["DimShape"] = (("static", 1, U32, "oneof:type"), ("dynamic", 2, STR, "oneof:type"))
 NEWER_OPERATION_FIELDS = (("group_id", 3, U32, ""), ("out_stream_shape", 4, "DimShape", "rep"),
                           ("parallel_factor", 48, U32, ""))
+# stepc's own fields of Operation, in a range no schema revision uses: what the program sets
+# that the format has no field for. Readers of the plain schema (the reference's) skip them
+# as unknown fields. `stepc_fifo_depth`: the FIFO depth of each input, in the operation's
+# input order (one value: every input; 0: the hardware's); `stepc_buffer_depth`: a random
+# store's write buffer depth in tiles (0: 1).
+STEPC_OPERATION_FIELDS = (("stepc_fifo_depth", 9001, U32, "rep"),
+                          ("stepc_buffer_depth", 9002, U32, ""))
 
 # Operation's op_type oneof: field name -> (number, message)
 OP_TYPES: dict[str, tuple[int, str]] = {
@@ -226,6 +233,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
                                             syntax="proto3")
     messages = dict(MESSAGES)
     messages["Operation"] = (("name", 1, STR, ""), ("id", 2, U32, ""), *NEWER_OPERATION_FIELDS,
+                             *STEPC_OPERATION_FIELDS,
                              *((f, n, m, "oneof:op_type") for f, (n, m) in OP_TYPES.items()))
     messages["ProgramGraph"] = (("name", 1, STR, ""), ("operators", 2, "Operation", "rep"))
     for name, fields in messages.items():

@@ -24,6 +24,7 @@ from stepc.interop.operators import (
     SINKS,
     declare_feedback,
     n_byte_dtype,
+    with_fifo,
 )
 from stepc.interop.reader import InteropError, Op, Port, read_graph
 from stepc.interop.writer import Writer
@@ -60,6 +61,8 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
         name = w.names.get(op.id) or w.fresh(op)
         w.names[op.id] = name
         code, note = handler(w, op, name)
+        if code and op.kind != "cache_read_addr_gen":
+            code = with_fifo(code, op)
         if code:
             w.body.append((code, f"op {op.id}" + (f": {note}" if note else "")))
             w.unit_of[op.id] = len(w.body) - 1
