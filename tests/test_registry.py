@@ -36,6 +36,7 @@ ALLOWED = {
 # it (a printer for a foreign format names each operator it prints, as the import's handler
 # table names each of the format's operations)
 FOREIGN_FORMATS = ("interop/schema.py", "interop/export.py", "interop/export_kv.py",
+                   "interop/export_counts.py", "interop/export_channels.py",
                    "interop/stream_shapes.py")
 
 

@@ -119,17 +119,25 @@ class Program:
     poisoned: set[str] = field(default_factory=set)  # nodes fed by a failed declaration
 
     @cached_property
-    def _incoming(self) -> dict[str, list[Edge]]:
-        """Each node's incoming edges by slot."""
+    def _adjacent(self) -> tuple[dict[str, list[Edge]], dict[str, list[Edge]]]:
+        """Each node's incoming edges by slot and outgoing edges by (port, consumer's
+        position, slot)."""
         ins: dict[str, list[Edge]] = {n: [] for n in self.nodes}
+        outs: dict[str, list[Edge]] = {n: [] for n in self.nodes}
         for e in self.edges:
             ins[e.dst].append(e)
+            outs[e.src].append(e)
         for v in ins.values():
             v.sort(key=lambda e: e.slot)
-        return ins
+        for v in outs.values():
+            v.sort(key=lambda e: (e.port, self.order[e.dst], e.slot))
+        return ins, outs
 
     def in_edges(self, node: str) -> list[Edge]:
-        return list(self._incoming[node])
+        return list(self._adjacent[0][node])
+
+    def out_edges(self, node: str) -> list[Edge]:
+        return list(self._adjacent[1][node])
 
     @cached_property
     def graph(self) -> nx.MultiDiGraph:
