@@ -18,17 +18,16 @@ from stepc.analyze.analysis import (
     cost_formulas,
 )
 from stepc.canon import symbols_in
-from stepc.frontend import compile_file
 
 PROGRAMS = Path(__file__).parent.parent / "programs"
 BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))
 
 
-@pytest.fixture(scope="module", params=BUNDLED)
-def typed(request):
-    result = compile_file(str(PROGRAMS / request.param))
-    assert result.ok, result.diagnostics.items
-    return result.typed
+@pytest.fixture(params=[pytest.param(p, marks=pytest.mark.xdist_group(Path(p).stem))
+                        for p in BUNDLED], ids=BUNDLED)
+def typed(request, bundled):
+    """The session's compile of the program, on the worker of its other tests (its group)."""
+    return bundled.typed(Path(request.param).stem)
 
 
 def test_selector_stand_in_equals_numpy_trace(typed):
