@@ -13,17 +13,16 @@ from stepc.analyze import analyze, fold, report
 from stepc.analyze.analysis import _charged_when, _nonempty, cost_formulas
 from stepc.analyze.bindings import _selector_stand_in, _stand_in
 from stepc.canon import symbols_in
-from stepc.frontend import compile_file
 
 PROGRAMS = Path(__file__).parent.parent / "programs"
 BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))
 
 
-@pytest.fixture(scope="module", params=BUNDLED)
-def typed(request):
-    result = compile_file(str(PROGRAMS / request.param))
-    assert result.ok, result.diagnostics.items
-    return result.typed
+@pytest.fixture(params=[pytest.param(p, marks=pytest.mark.xdist_group(Path(p).stem))
+                        for p in BUNDLED], ids=BUNDLED)
+def typed(request, bundled):
+    """The session's compile of the program, on the worker of its other tests (its group)."""
+    return bundled.typed(Path(request.param).stem)
 
 
 def test_selector_stand_in_equals_numpy_trace(typed):

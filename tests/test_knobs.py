@@ -9,6 +9,7 @@ take the hardware's value unless the program sets them."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import fields
 from pathlib import Path
 
@@ -109,6 +110,7 @@ def typed(program: str):
     return _typed[program]
 
 
+@functools.cache  # each test compares against the same unchanged run of its model
 def cycles(model: str, program: str, *sets: str) -> int:
     preset, base = BASES[model]
     return simulate(typed(program), load_config(preset, base + sets), functional=False).cycles

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bundled import PROGRAMS
+from bundled import MOE, PROGRAMS, SMALL
 
 from stepc.hw import load_config
 from stepc.sim.hbm import make_memory, ref
@@ -17,25 +17,6 @@ from stepc.sim.kernel import Kernel
 from stepc.sim.run import simulate
 
 OTHERS = [s for s in STRATEGIES if s != "auto"]
-
-# Sizes at which every strategy runs a bundled program in well under a second (the Python
-# loop is the slowest: ~8x the closed form on a whole MoE layer); the others run as bundled.
-ATTENTION = {"B": 8, "HEAD_DIM": 16, "TILE_N": 64, "MAXN": 4096}
-DECODER = {"L": 1, "B": 8, "R": 2, "D": 128, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, "F": 128,
-           "E": 4, "TOPK": 2, "TILE_N": 64}
-MOE = {"B": 8, "D": 128, "F": 192, "E": 8, "K": 2}
-SMALL = {
-    "attention_coarse": {**ATTENTION, "NB": 2},
-    "attention_dynamic": ATTENTION,
-    "attention_interleaved": ATTENTION,
-    "decoder_dynamic": DECODER,
-    "decoder_static": DECODER,
-    "decoder_timemux": {**DECODER, "MR": 2},
-    "moe_dynamic": MOE,
-    "moe_static": MOE,
-    "moe_timemux": {**MOE, "R": 4},
-    "moe_timemux_dynamic": {**MOE, "R": 4},
-}
 
 
 def assert_same(a, b) -> None:

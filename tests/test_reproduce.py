@@ -17,14 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from stepc.reproduction.spec import (
-    SpecError,
-    available_figures,
-    check_claims,
-    expand_spec,
-    load_spec,
-    spec_points,
-)
 
 from stepc.cli import main
 from stepc.reproduction import run as rp
@@ -40,6 +32,14 @@ from stepc.reproduction.claims import (
     select,
 )
 from stepc.reproduction.figure_plots import spec_plots
+from stepc.reproduction.spec import (
+    SpecError,
+    available_figures,
+    check_claims,
+    expand_spec,
+    load_spec,
+    spec_points,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
@@ -335,13 +335,11 @@ def test_series_claims_against_a_reference_table(tmp_path):
     assert "no `ref/t.csv`" in load_references(spec, str(tmp_path / "elsewhere"))["t"]
 
 
-def test_claims_on_reference_data_wait_for_the_data(tmp_path, monkeypatch):
-    """Without --data a claim on reference data is neither passed nor failed."""
-    monkeypatch.chdir(tmp_path)  # and from outside the repository
-    r = CliRunner().invoke(main, ["reproduce", "8", "--out", "out", "-j", "1"])
-    assert r.exit_code == 0, r.output
-    assert "need the paper's data" in r.stdout
-    rows = claim_rows((tmp_path / "out" / "fig8" / "report.md").read_text())
+@pytest.mark.xdist_group("fig8-once")
+def test_claims_on_reference_data_wait_for_the_data(fig8_once):
+    """Without --data a claim on reference data is neither passed nor failed (the run was
+    made from outside the repository; tests/test_sweep.py reads the command's summary)."""
+    rows = claim_rows((fig8_once / "fig8" / "report.md").read_text())
     waiting = [row for row in rows if row[5].startswith("needs the paper's data")]
     spec = load_spec("8")
     on_data = [c for c in spec["claim"] if any(f", {ref})" in c["value"]
@@ -382,10 +380,12 @@ def _edit_record(path: Path, index: int, **fields) -> None:
 
 @pytest.fixture(scope="module")
 def fig8_once(tmp_path_factory):
-    """Figure 8 reproduced once (no data): its output directory, for the tests that start
-    from a finished run (each works on its own copy)."""
+    """Figure 8 reproduced once (no data, from outside the repository): its output
+    directory, for the tests that start from a finished run (each works on its own copy)."""
     out = tmp_path_factory.mktemp("fig8-once")
-    rp.reproduce("8", None, str(out), jobs=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("elsewhere"))  # from outside the repository
+        rp.reproduce("8", None, str(out), jobs=2)
     return out
 
 

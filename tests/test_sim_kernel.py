@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from bundled import PROGRAMS
+from bundled import LARGE, PROGRAMS, SMALL
 from click.testing import CliRunner
 
 from stepc.analyze import analyze, trace_bindings
@@ -262,14 +262,22 @@ Sink(w)
         simulate(typed, load_config(), functional=True)
 
 
-@pytest.mark.parametrize("program", [pytest.param(p, marks=pytest.mark.xdist_group(p))
-                                     for p in PROGRAMS], ids=[f"{p}.step" for p in PROGRAMS])
-def test_every_program_traffic_matches_analysis(program, bundled):
+def sized(program: str, params: dict | None):
+    """`program` at `params` (None: its own size; LARGE ones then under `-m slow`)."""
+    group = pytest.mark.xdist_group(program if params is None else f"{program}-small")
+    slow = [pytest.mark.slow] * (params is None and program in LARGE)
+    return pytest.param(program, params, marks=[group, *slow],
+                        id=f"{program}.step" + ("" if params is None else "-small"))
+
+
+@pytest.mark.parametrize("program,params", [sized(p, None) for p in PROGRAMS]
+                         + [sized(p, SMALL[p]) for p in LARGE])
+def test_every_program_traffic_matches_analysis(program, params, bundled):
     """The contract: measured off-chip bytes == analyze's total at the run's dims (the
     session's run of the program, shared with its cycles record)."""
-    run = bundled.run(program)
+    run = bundled.run(program, params)
     assert run.deadlock is None
-    bound = analyze(bundled.typed(program)).bind(dict(run.bindings))
+    bound = analyze(bundled.typed(program, params)).bind(dict(run.bindings))
     assert run.useful_bytes == bound.totals["off_chip_bytes"]
 
 

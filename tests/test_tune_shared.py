@@ -55,8 +55,11 @@ def _decisions(res) -> list[tuple]:
 
 
 @needs_fork
-@pytest.mark.parametrize("budgets", [[], [Budget("on_chip_bytes", 115_000)]])
+@pytest.mark.parametrize("budgets", [pytest.param([], marks=pytest.mark.slow),
+                                     [Budget("on_chip_bytes", 115_000)]])
 def test_shared_compiles_decide_and_record_as_unshared(tmp_path, budgets):
+    """(Without a budget every candidate is confirmed: the same check at three times the
+    runs, under `-m slow`.)"""
     traces = {"routing": [_routing(tmp_path, 1), _routing(tmp_path, 2)]}
     space = Space([MOE_STATIC, MOE_DYNAMIC], {"TILE_N": [2, 4, 8, 16]}, {}, [], SMALL_MOE)
     args = dict(objectives=[Objective("cycles")], budgets=budgets, traces=traces, jobs=2)
