@@ -77,7 +77,7 @@ def test_a_new_metric_reaches_sweeps_tune_claims_and_plots(tmp_path):
     from stepc.explore.plot import metric_label
     from stepc.explore.runner import Point, run_point
     from stepc.reproduction.claims import known_metric
-    from stepc.reproduction.run import COLUMN_NAMES
+    from stepc.reproduction.report import COLUMN_NAMES
     from stepc.tune.space import Budget, Objective
 
     rec = run_point(Point(MOE, (), "paper-eval"))
