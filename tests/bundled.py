@@ -34,6 +34,15 @@ SMALL = {
 LARGE = ("decoder_dynamic", "decoder_static", "decoder_timemux")
 
 
+def program_params(names, *marks) -> list:
+    """Bundled program names (`x.step` or `x`) as parameters, the LARGE ones under
+    `-m slow` (every other program still covers the check by default)."""
+    import pytest
+    return [pytest.param(n, marks=[*marks] + [pytest.mark.slow] * (n.removesuffix(".step")
+                                                                      in LARGE))
+            for n in names]
+
+
 def _key(params: dict | None) -> tuple:
     return tuple(sorted((params or {}).items()))
 

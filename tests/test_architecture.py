@@ -8,6 +8,7 @@ under `if TYPE_CHECKING:` are annotations only and do not count."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,10 @@ def imports(module: str) -> dict[str, int]:
     return found
 
 
-GRAPH = {m: imports(m) for m in MODULES}
+@functools.cache
+def import_graph() -> dict:
+    """Each module's imports (read once per process, when a test asks)."""
+    return {m: imports(m) for m in MODULES}
 
 
 def floor(module: str) -> int | None:
@@ -113,23 +117,27 @@ def floor(module: str) -> int | None:
 
 def where(module: str, target: str) -> str:
     path = MODULES[module].relative_to(PACKAGE.parent)
-    return f"{path}:{GRAPH[module][target]}: {module} -> {target}"
+    return f"{path}:{import_graph()[module][target]}: {module} -> {target}"
 
 
+@pytest.mark.xdist_group("architecture")
 def test_every_module_has_a_floor():
     assert [m for m in MODULES if floor(m) is None] == []
 
 
+@pytest.mark.xdist_group("architecture")
 def test_no_arrow_runs_up_a_floor():
-    upward = [where(m, t) for m, targets in GRAPH.items() for t in targets
+    upward = [where(m, t) for m, targets in import_graph().items() for t in targets
               if floor(t) > floor(m) and (m, t) not in ALLOWED]
     assert upward == []
 
 
+@pytest.mark.xdist_group("architecture")
 def test_no_import_cycles():
     """Tarjan's strongly connected components of the import graph: none larger than one
     module, except the allowed pairs' circles."""
-    edges = {m: [t for t in targets if (m, t) not in ALLOWED] for m, targets in GRAPH.items()}
+    edges = {m: [t for t in targets if (m, t) not in ALLOWED]
+             for m, targets in import_graph().items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -163,8 +171,9 @@ def test_no_import_cycles():
     assert circles == []
 
 
+@pytest.mark.xdist_group("architecture")
 def test_the_cli_enters_through_the_api():
-    outside = [where(m, t) for m, targets in GRAPH.items() if m.startswith("stepc.cli")
+    outside = [where(m, t) for m, targets in import_graph().items() if m.startswith("stepc.cli")
                for t in targets if not t.startswith("stepc.cli")
                and not any(t == ok or t.startswith(ok + ".") and ok != "stepc"
                            for ok in CLI_MAY_IMPORT)]
@@ -172,12 +181,14 @@ def test_the_cli_enters_through_the_api():
 
 
 @pytest.mark.parametrize("entry", sorted(ALLOWED))
+@pytest.mark.xdist_group("architecture")
 def test_allowed_entries_are_still_needed(entry):
     module, target = entry
-    assert target in GRAPH.get(module, {}), f"{module} no longer imports {target}: remove " \
-        f"the entry from ALLOWED"
+    assert target in import_graph().get(module, {}), \
+        f"{module} no longer imports {target}: remove the entry from ALLOWED"
 
 
+@pytest.mark.xdist_group("architecture")
 def test_the_package_root_names_only_api_modules():
     """`stepc.<name>` loads its module by name on first use (the one import by string, the
     API's public face): every such module is on the API's floor or below."""

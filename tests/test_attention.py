@@ -240,6 +240,7 @@ def _azure(batch: int, pattern: str) -> list[Path]:
     return files
 
 
+@pytest.mark.slow  # an experiment check on the Azure traces
 def test_azure_b16_high_variance_traces_run():
     """The three high-variance B=16 windows of Fig 21 (maxN 4672): every program runs to
     the end, sim's traffic equals analyze's, and dynamic beats interleaved on each."""
@@ -256,6 +257,7 @@ def test_azure_b16_high_variance_traces_run():
         assert cyc["dynamic"] < cyc["interleaved"], (f.name, cyc)
 
 
+@pytest.mark.slow  # an experiment check: Figure 15's claim
 def test_azure_fig15_coarse_over_dynamic():
     """Fig 15 (B=16 and 64, the first B lengths of the med window 4007-4070, 16 requests per
     coarse region): coarse / dynamic is 2.72x and 1.43x in the paper; within 10 %."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sympy
+from bundled import program_params
 
 from stepc.analyze import analyze, fold, report
 from stepc.analyze.analysis import _charged_when, _nonempty, cost_formulas
@@ -18,7 +19,7 @@ PROGRAMS = Path(__file__).parent.parent / "programs"
 BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))
 
 
-@pytest.fixture(params=[pytest.param(p, marks=pytest.mark.xdist_group(Path(p).stem))
+@pytest.fixture(params=[program_params([p], pytest.mark.xdist_group(Path(p).stem))[0]
                         for p in BUNDLED], ids=BUNDLED)
 def typed(request, bundled):
     """The session's compile of the program, on the worker of its other tests (its group)."""

@@ -77,6 +77,7 @@ def _small(figure: str) -> dict:
 REAL_SPEC = load_spec
 
 
+@pytest.mark.slow  # an experiment check: Figure 17 (and 9) end to end
 def test_reproduce_17_chooses_from_figure_9_and_reports_the_eight_numbers(tmp_path,
                                                                           monkeypatch):
     monkeypatch.setattr(rp, "load_spec", _small)

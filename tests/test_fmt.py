@@ -253,7 +253,7 @@ def test_perturbed_programs_keep_their_graph_and_format_idempotently(data):
     assert graph_of(formatted, path) == graph_of(text, path)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_formatting_is_idempotent(data):

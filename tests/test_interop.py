@@ -441,6 +441,7 @@ def test_export_hw_fills_in_what_the_program_leaves_to_the_hardware(tmp_path):
 _SMALL_MOE = {"E": 4, "B": 8, "K": 2, "D": 64, "F": 128, "TILE_F": 64}
 
 
+@pytest.mark.slow  # the same round trips as tests/test_interop_export.py, through the CLI
 @pytest.mark.parametrize("program, params, slack", [
     ("moe_static.step", {"TILE_N": 4}, 0),
     # Promote goes out as Reshape(add_outer_dim) + Flatten and comes back as one Promote

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sympy
+from bundled import program_params
 
 from stepc.analyze import analyze, exact
 from stepc.analyze.analysis import _exact, _nonempty, _on_demand, _settle, add_all
@@ -110,8 +111,8 @@ FEWER_EXPERTS = {"decoder_dynamic.step": {"E": 8, "TOPK": 2},
                  "moe_timemux_dynamic.step": {"E": 16, "R": 4}}
 
 
-@pytest.mark.parametrize("name", ["shared_after_assume"] + sorted(
-    p.name for p in PROGRAMS.glob("*.step")))
+@pytest.mark.parametrize("name", ["shared_after_assume"] + program_params(sorted(
+    p.name for p in PROGRAMS.glob("*.step"))))
 def test_checker_substitution_skip_equals_direct(name, monkeypatch, tmp_path):
     path = PROGRAMS / name
     if name == "shared_after_assume":
@@ -215,8 +216,8 @@ Sink(nowhere)
 """
 
 
-@pytest.mark.parametrize("name", ["filled_later"] + sorted(
-    p.name for p in PROGRAMS.glob("*.step")))
+@pytest.mark.parametrize("name", ["filled_later"] + program_params(sorted(
+    p.name for p in PROGRAMS.glob("*.step"))))
 def test_walked_array_memo_equals_direct(name, monkeypatch, tmp_path):
     """The streams an elaboration counts as named (and so its diagnostics) are the same
     when each array of streams is walked at every use."""
@@ -238,7 +239,7 @@ def test_cached_condition_equals_direct(analysis):
         assert o.nonempty == _nonempty.__wrapped__(o.activity), o.node
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in PROGRAMS.glob("*.step")))
+@pytest.mark.parametrize("name", program_params(sorted(p.name for p in PROGRAMS.glob("*.step"))))
 def test_passed_free_symbols_equal_direct(name, monkeypatch):
     """The symbols `visit` hands to `store` are those of the type it stores."""
     passed = []

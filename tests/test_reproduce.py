@@ -186,6 +186,7 @@ def _small_fig14() -> dict:
     return spec
 
 
+@pytest.mark.slow  # an experiment check: Figure 14 end to end
 def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypatch):
     spec = _small_fig14()
     monkeypatch.setattr(rp, "load_spec", lambda fig: spec)
@@ -349,6 +350,7 @@ def test_claims_on_reference_data_wait_for_the_data(fig8_once):
                if row not in waiting)
 
 
+@pytest.mark.slow  # an experiment check: Figure 8's 15 points
 def test_figure_8_cycles_against_the_published_reference(tmp_path):
     """stepc's `ref` model against the reference simulator's 15 published cycle counts and
     the HDL's 5 (read from ../shared/data at run time)."""

@@ -128,6 +128,7 @@ def test_plots(tmp_path):
     assert r.exit_code == 1 and "--force" in r.stderr
 
 
+@pytest.mark.slow  # an experiment check: Figure 8 through the sweep runner
 def test_reproduce_figure_8(tmp_path):
     """A whole figure: its points run, its claims are checked against the paper's (those on
     reference data wait for --data)."""
@@ -283,6 +284,7 @@ def test_plot_takes_the_last_record_of_a_point(tmp_path):
 
 
 # ---------------------------------------------------------------- Dask: nothing is read there
+@pytest.mark.slow  # a second Dask cluster (test_dask_backend_equals_local covers it)
 def test_dask_workers_get_the_program_not_its_path(tmp_path, monkeypatch):
     """A relative program path and trace that do not exist where the workers run."""
     distributed = pytest.importorskip("distributed")

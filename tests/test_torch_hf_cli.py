@@ -90,11 +90,15 @@ def test_refusals_are_one_clear_message(work, args, code, words, monkeypatch):
     assert not (work / "out.step").exists()
 
 
-def test_torchs_own_output_is_silenced_and_debug_shows_it(work):
+def test_torchs_own_output_is_silenced(work):
     """In a real process: a wrong --input shape used to print hundreds of lines of torch
     tracebacks before stepc's message."""
     quiet = stepc("from-torch", "models.py:make_model", "--input", "x=f32[16,32]", cwd=work)
     assert quiet.returncode == 1 and len(quiet.stderr.splitlines()) == 1, quiet.stderr
+
+
+@pytest.mark.slow
+def test_debug_shows_torchs_own_output(work):
     loud = stepc("--debug", "from-torch", "models.py:make_model", "--input", "x=f32[16,32]",
                  cwd=work)
     assert loud.returncode == 1 and "Traceback" in loud.stderr

@@ -127,8 +127,16 @@ def test_the_registry_names_each_block():
         assert fam.tilings == ("static", "dynamic", "timemux")
 
 
-@pytest.mark.parametrize("tiling", TILINGS)
-@pytest.mark.parametrize("name", SMALL)
+def rotation(names, tilings) -> list:
+    """(name, tiling) pairs: by default each block under one tiling and each tiling for
+    some block (in turn); every pair under `-m slow`."""
+    names, tilings = list(names), list(tilings)
+    return [pytest.param(n, t, marks=[pytest.mark.slow] * (tilings.index(t)
+                                                           != names.index(n) % len(tilings)))
+            for n in names for t in tilings]
+
+
+@pytest.mark.parametrize("name,tiling", rotation(SMALL, TILINGS))
 def test_block_simulates_its_own_forward(name, tiling):
     m = block(name)
     x = torch.randn(2, 8, H, generator=torch.Generator().manual_seed(1))  # [batch, seq, hidden]

@@ -155,6 +155,7 @@ def test_a_cycles_budget_prunes_by_the_bound_and_after_simulation(tmp_path):
     assert res.stages["over_budget_analysis"] + res.stages["over_budget_simulated"] == 1
 
 
+@pytest.mark.slow  # several programs x traces, simulated
 def test_programs_as_a_dimension_and_traces_aggregated(tmp_path):
     traces = [_routing(tmp_path, s, f"r{s}.npy") for s in (1, 2, 3)]
     space = Space([MOE_STATIC, MOE_DYNAMIC], {"TILE_N": [4, 8, 16]}, fixed=SMALL_MOE)
@@ -221,10 +222,13 @@ def test_adaptive_confirm_reports_what_it_leaves_unconfirmed(tmp_path):
 
 
 TIMEMUX = {"moe_timemux.step": {"TILE_N": 4}, "moe_timemux_dynamic.step": {}}
+# the dynamic program under -m slow: the tuner's choice is the same logic on either
+TIMEMUX_PARAMS = ["moe_timemux.step",
+                  pytest.param("moe_timemux_dynamic.step", marks=pytest.mark.slow)]
 SMALL_TIMEMUX = {"B": 16, "D": 256, "F": 192, "E": 8, "K": 2, "TILE_F": 48, "BW": 1024}
 
 
-@pytest.mark.parametrize("program", sorted(TIMEMUX))
+@pytest.mark.parametrize("program", TIMEMUX_PARAMS)
 def test_fewest_regions_within_a_factor_of_the_fastest(tmp_path, program):
     """`--objective allocated_compute --budget cycles=1.5*min` picks the region count with
     the least compute among those within 1.5x of the fastest, as an exhaustive simulation
@@ -242,7 +246,7 @@ def test_fewest_regions_within_a_factor_of_the_fastest(tmp_path, program):
     assert res.winner.confirmed["cycles"] == cycles[want]
 
 
-@pytest.mark.parametrize("program", sorted(TIMEMUX))
+@pytest.mark.parametrize("program", TIMEMUX_PARAMS)
 def test_fastest_regions_within_a_share_of_the_largest_compute(tmp_path, program):
     """`--budget allocated_compute=0.5*max` keeps the region counts allocating at most half
     the compute of the most expensive one and picks the fastest of them, as an exhaustive
