@@ -243,12 +243,12 @@ def test_two_qwen3_moe_layers_at_real_dims_with_the_papers_traces():
     its projection weights (and ROT, the q/k norm scales and SCALE per head), which the
     bundled program reads once per region: the difference is that closed form."""
     from stepc.frontend import compile_file
-    from stepc.traces import load_kv_lengths, load_routing
+    from stepc.traces import load_array, load_routing
     kv = DATA / "azure_kv_trace" / "b64" / "conv_stdev0754_0181_0244.npy"
     ids = DATA / "expert_routing" / "qwen_b64" / "032_012.npz"
     if not (kv.exists() and ids.exists()):
         pytest.skip(f"the paper's traces are not in {DATA}")
-    lens, routing = load_kv_lengths(str(kv)), load_routing(str(ids))
+    lens, routing = load_array(str(kv)), load_routing(str(ids))
     hw = load_config("paper-eval", ())
     prog = from_hf_config(QWEN3_30B_A3B, layers=2, batch=64, past=6463, dtype="bf16",
                           schedule={"tiling": "dynamic", "attn_TILE_N": 32})
