@@ -197,10 +197,7 @@ def _nest(units: list[Unit], sigs, i: int, m: int, n: int,
     parts.append(code[pos:])
     renamed.update(new)
     stacks.update(stacked)
-    text = "".join(parts).splitlines()
-    note = _run_note(units, i)
-    body = [f"        {line}" + (f"  # {note}" if j == len(text) - 1 else "")
-            for j, line in enumerate(text)]
+    body = _noted_body("".join(parts), units, i, "        ")
     return ([f"for {OUTER_VAR} in 0..{m} {{", f"    for {LOOP_VAR} in 0..{n} {{"] + body +
             ["    }", "}"], targets)
 
@@ -280,10 +277,15 @@ def _loop_body(units: list[Unit], sigs, i: int, n: int, ctx,
     parts.append(code[pos:])
     renamed.update(new)
     stacks.update(stacked)
-    text = "".join(parts).splitlines()
+    return _noted_body("".join(parts), units, i, "    "), targets
+
+
+def _noted_body(code: str, units: list[Unit], i: int, indent: str) -> list[str]:
+    """A loop body's lines, indented, the run's note on the last."""
+    text = code.splitlines()
     note = _run_note(units, i)
-    return [f"    {line}" + (f"  # {note}" if j == len(text) - 1 else "")
-            for j, line in enumerate(text)], targets
+    return [f"{indent}{line}" + (f"  # {note}" if j == len(text) - 1 else "")
+            for j, line in enumerate(text)]
 
 
 def _run_note(units: list[Unit], i: int) -> str:
