@@ -4,9 +4,8 @@ on the points a model was fitted on (in-sample) are checks, not reproductions.""
 
 from __future__ import annotations
 
-from stepc.reproduction.spec import available_figures, load_spec
-
 from stepc.reproduction.claims import Claim, claim_problems
+from stepc.reproduction.spec import available_figures, load_spec
 
 PAPER_SAYS = {  # the numbers the paper prints, where the artifact's are sharper
     ("9", "Mixtral: dynamic uses 1.33x less on-chip memory than tile 32"): 1.33,

@@ -9,9 +9,9 @@ import csv
 from pathlib import Path
 
 import pytest
-from stepc.reproduction.spec import load_spec
 
 from stepc.explore.runner import grid_points, run_point
+from stepc.reproduction.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden" / "reproduce" / "fig8_ref_cycles.expect"
