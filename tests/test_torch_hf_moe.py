@@ -449,3 +449,20 @@ def test_a_router_of_another_shape_is_refused():
     prog = from_torch(m, (x,))
     with pytest.raises(LoweringError, match="module `gate` .*expected the router to return"):
         prog.traces(x)
+
+
+def test_bf16_activations_get_their_routing_from_the_modules_router(tmp_path):
+    """`--input hidden_states=bf16[...] --external-out routing=...` on a module built in f32
+    (as from-torch builds one): the router runs on the bf16 values widened to its own dtype
+    (it failed with 'BFloat16 != float' before)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "qwen3_moe", "hidden_size": 64, "moe_intermediate_size": 32,'
+                   ' "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true}')
+    ids = tmp_path / "ids.npy"
+    r = CliRunner().invoke(main, [
+        "from-torch", "transformers:Qwen3MoeSparseMoeBlock", "--hf-config", str(cfg),
+        "--input", "hidden_states=bf16[2,8,64]", "-o", str(tmp_path / "moe.step"),
+        "--external-out", f"routing={ids}"])
+    assert r.exit_code == 0, r.output
+    routing = np.load(ids)
+    assert routing.shape == (16, 2) and routing.min() >= 0 and routing.max() < 8

@@ -108,6 +108,9 @@ class HFRouting:
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k expert ids and routing weights, [B, K] each."""
         rows, gate = self._rows(inputs), self.module.gate
+        weights = [p for p in gate.parameters() if p.is_floating_point()]
+        if weights and rows.is_floating_point() and rows.dtype != weights[0].dtype:
+            rows = rows.to(weights[0].dtype)  # bf16 activations into an f32 module's router
         try:
             with torch.no_grad():
                 out = gate(rows)
