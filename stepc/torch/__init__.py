@@ -11,11 +11,11 @@ from stepc.torch.capture import LoweringError
 from stepc.torch.lowering import TorchProgram, from_torch, load_module
 
 
-def from_hf_config(config, layers: int = 1, **settings) -> TorchProgram:
+def from_hf_config(config, layers: int = 1, *settings, **named) -> TorchProgram:
     """The first `layers` decoder layers of the model a transformers config describes, as
     one program (stepc.torch.hf_model.from_hf_config: batch, past, schedule, dtype)."""
     from stepc.torch.hf_model import from_hf_config as lower
-    return lower(config, layers, **settings)
+    return lower(config, layers, *settings, **named)
 
 
 def support_table() -> str:
