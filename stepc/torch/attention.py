@@ -144,7 +144,7 @@ class AttentionLayout:
         rows = {"q": arr["q"], "k_new": arr["k_new"][:, None, :], "v_new": arr["v_new"][:, None, :]}
         for role, a in rows.items():
             if self.tiling == "coarse":
-                a = self._regions(a)
+                a = coarse_regions(a, self.params)
             out[self.roles[role]] = a.reshape(*a.shape[:-3], -1, p["HEAD_DIM"])
         return out
 
@@ -153,17 +153,19 @@ class AttentionLayout:
         tiles = self.params["MAXN"] // self.params["TILE_N"]
         return torch.randint(1, tiles + 1, (b,), generator=gen) * self.params["TILE_N"] - 1
 
-    def _regions(self, a: np.ndarray) -> np.ndarray:
-        """[B, ...] -> [R, BPR * NB, ...]: row k NB + j of slice r is request (k R + r) NB + j."""
-        p = self.params
-        r, nb, bpr = p["R"], p["NB"], p["BPR"]
-        out = np.zeros((r, bpr * nb, *a.shape[1:]), dtype=a.dtype)
-        for reg in range(r):
-            for k in range(bpr):
-                first = (k * r + reg) * nb
-                if first < a.shape[0]:
-                    out[reg, k * nb:(k + 1) * nb] = a[first:first + nb]
-        return out
+
+
+def coarse_regions(a: np.ndarray, params: dict) -> np.ndarray:
+    """[B, ...] -> [R, BPR * NB, ...] for the coarse schedule: row k NB + j of slice r is
+    request (k R + r) NB + j (zeros past the batch)."""
+    r, nb, bpr = params["R"], params["NB"], params["BPR"]
+    out = np.zeros((r, bpr * nb, *a.shape[1:]), dtype=a.dtype)
+    for reg in range(r):
+        for k in range(bpr):
+            first = (k * r + reg) * nb
+            if first < a.shape[0]:
+                out[reg, k * nb:(k + 1) * nb] = a[first:first + nb]
+    return out
 
 
 def check_regions(tiling: str, b: int, r: int, params: dict) -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions
+from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
 from stepc.torch.hf_attention_program import HFDecodeShapes, declare, layer_kv, program_body, refuse
@@ -99,7 +99,7 @@ class HFAttentionIO:
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
         for name, a in rows.items():
-            out[name] = self._regions(a) if self.tiling == "coarse" else a
+            out[name] = coarse_regions(a, self.params) if self.tiling == "coarse" else a
         for name, key in self.weights.items():
             w = state[key]
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
@@ -125,18 +125,6 @@ class HFAttentionIO:
             cache.update(torch.randn(shape, generator=g).to(dt),
                          torch.randn(shape, generator=g).to(dt), layer)
         return hs, pe, mask, cache
-
-    def _regions(self, a: np.ndarray) -> np.ndarray:
-        """[B, C] -> [R, BPR * NB, C]: row k NB + j of slice r is request (k R + r) NB + j."""
-        p = self.params
-        r, nb, bpr = p["R"], p["NB"], p["BPR"]
-        out = np.zeros((r, bpr * nb, a.shape[1]), dtype=a.dtype)
-        for reg in range(r):
-            for k in range(bpr):
-                first = (k * r + reg) * nb
-                if first < a.shape[0]:
-                    out[reg, k * nb:(k + 1) * nb] = a[first:first + nb]
-        return out
 
 
 def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
