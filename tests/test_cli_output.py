@@ -29,7 +29,7 @@ def run(*args):
 
 # ------------------------------------------------------------------ piped reports (item 7)
 def test_piped_analyze_never_wraps_names_and_has_no_trailing_spaces():
-    r = run("analyze", "programs/moe_static.step", "--all")
+    r = run("analyze", "programs/moe_static.step", "-D", "E=8", "-D", "K=2", "--all")
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert not [ln for ln in lines if ln != ln.rstrip()], "trailing spaces"

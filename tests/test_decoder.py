@@ -43,8 +43,10 @@ def test_layers_scale_with_l(variant, tmp_path):
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("model", [[], ["-D", "D=4096", "-D", "HKV=8", "-D", "F=14336",
-                                        "-D", "E=8", "-D", "TOPK=2"]], ids=["qwen", "mixtral"])
+@pytest.mark.parametrize("model", [
+    pytest.param([], marks=pytest.mark.slow),  # the defaults: test_programs checks them too
+    ["-D", "D=4096", "-D", "HKV=8", "-D", "F=14336", "-D", "E=8", "-D", "TOPK=2"]],
+    ids=["qwen", "mixtral"])
 def test_models_check(variant, model):
     if variant == "timemux" and model:
         pytest.skip("Mixtral runs without time-multiplexing (all experts active at B = 64)")

@@ -336,8 +336,8 @@ def test_accum_releases_input_before_sending():
 def test_every_function_has_a_run_time_behavior():
     """The function library and the simulator's implementations stay complete together."""
     from stepc.ops.functions import FUNCTIONS
-    from stepc.sim.values import ACCUM, FLATMAP, MAP
+    from stepc.sim.values import ACCUMULATE, FLATMAP, MAP
     for name, spec in FUNCTIONS.items():
         for use in spec.uses:
-            table = {"map": MAP, "accum": ACCUM, "scan": ACCUM, "flatmap": FLATMAP}[use]
+            table = {"map": MAP, "accum": ACCUMULATE, "scan": ACCUMULATE, "flatmap": FLATMAP}[use]
             assert name in table, f"`{name}` has no run-time behavior for {use}"

@@ -132,11 +132,12 @@ def test_matches_the_module_under_every_schedule(kind, tiling):
     assert ("QN" in prog.tensors) == (kind == "qwen3")
 
 
-@pytest.mark.parametrize("kind,impl,tiling", [("llama-bias", "sdpa", "dynamic"),
-                                              ("qwen3", "sdpa", "interleaved"),
-                                              ("qwen2", "eager", "coarse"),
-                                              ("mistral", "sdpa", "dynamic")])
+@pytest.mark.parametrize("kind,impl,tiling", [
+    ("llama-bias", "sdpa", "dynamic"), ("qwen2", "eager", "coarse"),
+    pytest.param("qwen3", "sdpa", "interleaved", marks=pytest.mark.slow),
+    pytest.param("mistral", "sdpa", "dynamic", marks=pytest.mark.slow)])
 def test_bias_sdpa_and_left_padding_with_holes(kind, impl, tiling):
+    """Biases, SDPA and left padding each by default; the other families under -m slow."""
     m = build(kind, impl)
     args = decode_inputs(m, LENS, left_pad=True)
     got, ref, prog = run_both(m, args, tiling)
@@ -156,7 +157,7 @@ def test_a_sliding_window_layer_through_its_mask():
     np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], np.minimum(LENS, 7))
 
 
-@pytest.mark.parametrize("kv_heads", [1, 4])
+@pytest.mark.parametrize("kv_heads", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_one_kv_head_and_multi_head(kv_heads):
     """QPK = 4 query heads on one KV head; QPK = 1 (no grouping)."""
     m = build("llama", num_key_value_heads=kv_heads)
@@ -187,8 +188,9 @@ def test_schedule_knobs_move_the_result():
     assert measure(R=2, TILE_N=8, BW=64)[0] > base[0]   # less compute: more cycles
 
 
-@pytest.mark.parametrize("tiling,on_chip", [("interleaved", 0), ("coarse", 0), ("dynamic", 0),
-                                            ("coarse", 1)])
+@pytest.mark.parametrize("tiling,on_chip", [
+    pytest.param("interleaved", 0, marks=pytest.mark.slow), ("coarse", 0), ("dynamic", 0),
+    ("coarse", 1)])
 def test_off_chip_bytes_equal_the_closed_form(tiling, on_chip):
     """Per request: its hidden row, cos, sin, its output row and (WEIGHTS_ON_CHIP=0) every
     projection weight, the norm scales and ROT per head and SCALE per query head; with

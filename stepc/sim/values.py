@@ -192,42 +192,44 @@ MAP = {
 INIT_VALUES = {"zero": 0.0, "one": 1.0, "neg_inf": -np.inf}
 
 
-def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functional: bool):
-    """The accumulator before the first element of a group (shape from the first element)."""
-    if name in ("retile_row", "retile_col", "signal_req_all_read"):
-        return None  # grows from the first element
-    if name == "matmul":
-        a, b = first
-        cols = b.rows if fn.get("transpose", False) else b.cols
-        rows = a.rows
-    else:
-        rows, cols = first[0].rows, first[0].cols
-    fill = INIT_VALUES.get(init or {"mul": "one", "max": "neg_inf"}.get(name, "zero"), 0.0)
-    data = np.full((rows, cols), fill, dtype=np.float32) if functional else None
-    return TileVal(rows, cols, dtype, rows, False, data)
+def _same_shape(first, fn):
+    return first[0].rows, first[0].cols
 
 
-def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
-    """acc' = fn(acc, element)."""
-    if name == "matmul":
-        prod = _matmul(args, fn, dtype)
-        if functional and acc.data is not None and prod.data is not None:
-            acc.data = acc.data + prod.data
-        acc.valid = prod.valid
-        return acc
-    if name in ("add", "mul", "max"):
+def _matmul_shape(first, fn):
+    a, b = first
+    return a.rows, b.rows if fn.get("transpose", False) else b.cols
+
+
+def _grows(first, fn):
+    return None  # no accumulator before the first element: it grows from it
+
+
+def _matmul_update(acc, args, fn, dtype, functional):
+    prod = _matmul(args, fn, dtype)
+    if functional and acc.data is not None and prod.data is not None:
+        acc.data = acc.data + prod.data
+    acc.valid = prod.valid
+    return acc
+
+
+def _elementwise_update(op):
+    def update(acc, args, fn, dtype, functional):
         (x,) = args
         if functional and acc.data is not None and x.data is not None:
-            op = {"add": np.add, "mul": np.multiply, "max": np.maximum}[name]
             acc.data = op(acc.data, x.data.astype(np.float32))
         acc.valid = x.valid
         return acc
-    if name in ("retile_row", "retile_col"):
+    return update
+
+
+def _pack_update(rows: bool):
+    """Concatenate the reduced tiles: rows stack (valid rows add up), or columns do."""
+    def update(acc, args, fn, dtype, functional):
         (x,) = args
         if acc is None:
             return TileVal(x.rows, x.cols, dtype, x.valid, x.in_mu,
                            None if x.data is None else x.data.astype(NP_DTYPES[dtype]))
-        rows = name == "retile_row"  # rows stack (valid rows add up) or columns do
         data = None
         if acc.data is not None and x.data is not None:
             data = np.concatenate([acc.data, x.data.astype(acc.data.dtype)],
@@ -235,12 +237,40 @@ def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
         return TileVal(acc.rows + x.rows if rows else acc.rows,
                        acc.cols if rows else acc.cols + x.cols, dtype,
                        acc.valid + x.valid if rows else acc.valid, acc.in_mu, data)
-    if name == "signal_req_all_read":
-        return int_tile(1)
-    raise SimError(f"function `{name}` cannot accumulate")  # pragma: no cover
+    return update
 
 
-ACCUM = ("matmul", "add", "mul", "max", "retile_row", "retile_col", "signal_req_all_read")
+def _signal_update(acc, args, fn, dtype, functional):
+    return int_tile(1)
+
+
+# each accumulating function: (the accumulator's shape from the first element, its update)
+ACCUMULATE = {
+    "matmul": (_matmul_shape, _matmul_update),
+    "add": (_same_shape, _elementwise_update(np.add)),
+    "mul": (_same_shape, _elementwise_update(np.multiply)),
+    "max": (_same_shape, _elementwise_update(np.maximum)),
+    "retile_row": (_grows, _pack_update(rows=True)),
+    "retile_col": (_grows, _pack_update(rows=False)),
+    "signal_req_all_read": (_grows, _signal_update),
+}
+
+
+def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functional: bool):
+    """The accumulator before the first element of a group (shape from the first element;
+    filled with the `init=` given, else the function's own initialiser)."""
+    shape = ACCUMULATE[name][0](first, fn)
+    if shape is None:
+        return None
+    rows, cols = shape
+    fill = INIT_VALUES.get(init or FUNCTIONS[name].init, 0.0)
+    data = np.full((rows, cols), fill, dtype=np.float32) if functional else None
+    return TileVal(rows, cols, dtype, rows, False, data)
+
+
+def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
+    """acc' = fn(acc, element)."""
+    return ACCUMULATE[name][1](acc, args, fn, dtype, functional)
 
 
 # ------------------------------------------------------------------ flatmap functions

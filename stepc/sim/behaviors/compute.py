@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepc.ops.functions import FUNCTIONS
 from stepc.sim.fabric import fn_flops
 from stepc.sim.kernel import PEEK, POP, SEND, SimError
 from stepc.sim.tokens import TileVal, with_last
@@ -81,6 +82,7 @@ def accum(ctx, node, ins, outs, env, info):
     init_name = init.name if init is not None else None
     dtype = _dtype(node, info, None)
     wb = node.attrs.get("write_back", False)
+    packs = FUNCTIONS[name].init == "empty"  # grows by concatenation (retiling)
     acc = None
     fresh = True
     bw = env.hw.fabric.onchip_bw
@@ -98,7 +100,7 @@ def accum(ctx, node, ins, outs, env, info):
             fresh = False
         flops, fixed = fn_flops(name, fn, args)
         cycles = env.cost(node, args, None, flops, fixed)
-        if s >= b and wb and acc is not None and not name.startswith("retile"):
+        if s >= b and wb and acc is not None and not packs:
             # the reference sizes the store by the re-initialised accumulator: the declared
             # tile for a zero-initialised one, nothing for an empty (retiling) one
             cycles = max(cycles, -(-acc.nbytes // bw))
@@ -109,7 +111,7 @@ def accum(ctx, node, ins, outs, env, info):
         if s >= b:
             if isinstance(acc, TileVal):
                 acc.first = first
-                acc.in_mu = wb or (acc.in_mu if name.startswith("retile") else False)
+                acc.in_mu = wb or (acc.in_mu if packs else False)
                 env.peak_onchip = max(env.peak_onchip, acc.nbytes)
             if out is not None:
                 yield (SEND, out, acc, s - b)
