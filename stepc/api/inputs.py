@@ -15,7 +15,7 @@ from stepc.diagnostics import Diagnostic, Note, Severity, closest, did_you_mean
 if TYPE_CHECKING:
     import numpy as np
 
-    from stepc.api.program import CheckReport
+    from stepc.graph.program import Tensor
     from stepc.hw import HardwareConfig
 
 
@@ -95,14 +95,14 @@ def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
     return out
 
 
-def weight_values(report: CheckReport, path: str, prefix: str | None = None,
+def weight_values(tensors: Mapping[str, Tensor], path: str, prefix: str | None = None,
                   allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The checked program's tensor values from a weights file (safetensors or a PyTorch
+    """The values of a checked program's `tensors` from a weights file (safetensors or a PyTorch
     state dict), matched by name under `prefix`, and notes on what was matched; a file that
     does not fit is an InputError."""
     from stepc.weights import WeightsError, load_weights, match_weights
     try:
-        return match_weights(report.compiled.typed.program.tensors, load_weights(path),
+        return match_weights(tensors, load_weights(path),
                              prefix, allow_missing)
     except WeightsError as e:
         raise InputError(str(e)) from None

@@ -213,6 +213,21 @@ class Program:
     def operators(self) -> int:
         return len(self.typed.program.nodes)
 
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of the program's tensors (a functional run holds them all)."""
+        from stepc.api.results import tensor_bytes
+        return tensor_bytes(self._compiled)
+
+    def weight_values(self, path: str, prefix: str | None = None,
+                      allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+        """The values of this program's tensors from a weights file (safetensors or a
+        PyTorch state dict), matched by name under `prefix`, and notes on what was matched;
+        a file that does not fit is an InputError."""
+        from stepc.api.inputs import weight_values
+        return weight_values(self.typed.program.tensors, path_arg("path", path), prefix,
+                             allow_missing)
+
     def report(self) -> CheckReport:
         """The check report (`stepc check --format json` via `.to_dict()`)."""
         return CheckReport(self._compiled)
@@ -225,7 +240,7 @@ class Program:
         """Off-chip traffic, on-chip memory and FLOPs per operator and in total, symbolic in
         the dims neither `bind` nor `traces` give; with `hw`, the roofline bound too."""
         from stepc.api.results import analyze_program
-        return analyze_program(self, hw, set, bind, traces, onchip_model)
+        return analyze_program(self._compiled, hw, set, bind, traces, onchip_model)
 
     def simulate(self, hw: str | HardwareConfig | None = None,
                  set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
@@ -237,8 +252,8 @@ class Program:
         the named tensors (weights, inputs). `progress`: a tqdm-like object (its `update`
         gets cycles) or a function of the current cycle. Raises `Deadlock`."""
         from stepc.api.results import simulate_program
-        return simulate_program(self, hw, set, traces, timing_only, max_cycles, trace_ops,
-                                progress, values)
+        return simulate_program(self._compiled, hw, set, traces, timing_only, max_cycles,
+                                trace_ops, progress, values)
 
     def inputs(self, values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The contents a functional run starts from, by tensor name: every `input`,
@@ -260,7 +275,7 @@ class Program:
         """The graph as DOT text; `annotate` shades nodes by a Cost's traffic shares, a
         Run's busy fractions or a {node: Heat} mapping."""
         from stepc.api.results import dot_text
-        return dot_text(self, collapse, annotate, title)
+        return dot_text(self._compiled, collapse, annotate, title)
 
     def _repr_svg_(self) -> str | None:
         """The graph as SVG for Jupyter (large graphs collapsed); None without Graphviz."""

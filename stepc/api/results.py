@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
-    from stepc.api.program import Program
+    from stepc.frontend import Compiled
     from stepc.hw import HardwareConfig
     from stepc.measure import Measurement
     from stepc.sim.run import SimResult
@@ -81,7 +81,7 @@ class Cost:
         return to_json(self.analysis, self.hw, self.roofline_bound)
 
 
-def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, traces,
+def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None, traces,
                     onchip_model: str) -> Cost:
     """`Program.analyze`: the analysis with `traces` and `bind` applied."""
     import sympy
@@ -94,7 +94,7 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
     config, warnings = hardware(hw, sets, roofline=True) if (hw is not None or sets) \
         else (None, [])
-    typed = prog.typed
+    typed = compiled.typed
     a = analyze(typed, onchip_model, config)
     values: dict = {}
     if traces or any("file" in n.attrs.get("gen", {}) for n in typed.program.nodes.values()
@@ -103,12 +103,12 @@ def analyze_program(prog: Program, hw, sets, bind: Mapping[str, int] | None, tra
         try:
             values.update(trace_bindings(typed, trace_arrays(traces)))
         except TraceError as e:
-            raise trace_input_error(e, prog._compiled.sources) from None
+            raise trace_input_error(e, compiled.sources) from None
     known = {n: info.span for n, info in typed.symbols.infos.items()}
     for name, val in mapping_arg("bind", bind, "symbols to sizes").items():
         if name not in known:
             d = no_such("--bind", name, "symbol", known)
-            raise InputError(d.message, [d], prog._compiled.sources)
+            raise InputError(d.message, [d], compiled.sources)
         values[name] = sympy.Integer(int_arg(f"bind[{name!r}]", val, minimum=0))
     if values:
         a = a.bind(values)
@@ -162,13 +162,13 @@ class Run:
         render_text(self.measurement, console)
 
 
-def tensor_bytes(prog: Program) -> int:
+def tensor_bytes(compiled: Compiled) -> int:
     """Bytes of the program's tensors (values are skipped by default above 256 MiB)."""
     import math
 
     from stepc.types import DTYPE_BYTES
     return sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
-               for t in prog.typed.program.tensors.values())
+               for t in compiled.typed.program.tensors.values())
 
 
 def _cycle_progress(progress):
@@ -184,7 +184,7 @@ def _cycle_progress(progress):
     return advance
 
 
-def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
+def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | None,
                      max_cycles: int | None, trace_ops: bool, progress,
                      values: Mapping[str, np.ndarray] | None = None) -> Run:
     """`Program.simulate`: run, bind the analysis to the run's dims, raise `Deadlock`."""
@@ -203,10 +203,10 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     if timing_only is not None:
         bool_arg("timing_only", timing_only)
     if values is not None:
-        values = tensor_values(prog, values)
+        values = tensor_values(compiled, values)
     if timing_only is None:
-        timing_only = tensor_bytes(prog) > FUNCTIONAL_LIMIT
-    typed = prog.typed
+        timing_only = tensor_bytes(compiled) > FUNCTIONAL_LIMIT
+    typed = compiled.typed
     tick = _cycle_progress(progress)
     a = analyze(typed, "artifact", config)
     try:
@@ -215,7 +215,7 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
                           trace_ops=trace_ops, max_cycles=max_cycles, progress=tick,
                           values=values, analysis=a)
     except TraceError as e:
-        raise trace_input_error(e, prog._compiled.sources) from None
+        raise trace_input_error(e, compiled.sources) from None
     except SimError as e:
         node = typed.program.nodes.get(e.node) if e.node else None
         raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
@@ -236,19 +236,19 @@ def simulate_program(prog: Program, hw, sets, traces, timing_only: bool | None,
     return run
 
 
-def tensor_values(prog: Program, values) -> dict[str, np.ndarray]:
+def tensor_values(compiled: Compiled, values) -> dict[str, np.ndarray]:
     """`simulate(values=...)` as arrays, each naming a tensor of the program."""
-    tensors = prog.typed.program.tensors
+    tensors = compiled.typed.program.tensors
     out = {}
     for name, value in mapping_arg("values", values, "tensor names to arrays").items():
         if name not in tensors:
             d = no_such("values:", name, "tensor", {t: tensors[t].span for t in tensors})
-            raise InputError(d.message, [d], prog._compiled.sources)
+            raise InputError(d.message, [d], compiled.sources)
         out[name] = numeric_array(f"values[{name!r}]", value)
     return out
 
 
-def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
+def dot_text(compiled: Compiled, collapse: bool, annotate, title: str | None) -> str:
     """`Program.dot`: DOT text, shaded by a Cost, a Run or a {node: Heat | fraction}."""
     from stepc.viz.dot import Heat, analysis_heat, to_dot
 
@@ -261,7 +261,7 @@ def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
     heat, default_title = None, None
     if isinstance(annotate, Cost):
         heat, unbound = analysis_heat(annotate.analysis)
-        default_title = f"{prog.name}: shaded by share of off-chip traffic"
+        default_title = f"{compiled.name}: shaded by share of off-chip traffic"
         if unbound:
             names = ", ".join(unbound[:4]) + (f", ... ({len(unbound)} dims)"
                                               if len(unbound) > 4 else "")
@@ -271,11 +271,11 @@ def dot_text(prog: Program, collapse: bool, annotate, title: str | None) -> str:
         heat = {name: Heat(busy / cycles if cycles else 0.0,
                            f"busy {100 * busy / max(cycles, 1):.1f}%")
                 for name, busy in annotate.busy.items() if busy}
-        default_title = f"{prog.name}: shaded by busy cycles"
+        default_title = f"{compiled.name}: shaded by busy cycles"
     elif annotate is not None:
         heat = {k: v if isinstance(v, Heat) else Heat(fraction(k, v))
                 for k, v in annotate.items()}
-    return to_dot(prog.typed, collapse=collapse, heat=heat, title=title or default_title)
+    return to_dot(compiled.typed, collapse=collapse, heat=heat, title=title or default_title)
 
 
 def fraction(node: str, value) -> float:

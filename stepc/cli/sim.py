@@ -29,7 +29,7 @@ from stepc.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from stepc.api.program import CheckReport
+    from stepc.api.program import Program
 
 
 @click.command("sim", short_help="Simulate a program cycle by cycle.")
@@ -83,7 +83,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
       stepc sim programs/moe_simple.step --out results/ --trace-out run.json
     """
     from stepc.api.errors import Deadlock, InputError, SimulationError
-    from stepc.api.results import FUNCTIONAL_LIMIT, tensor_bytes
+    from stepc.api.results import FUNCTIONAL_LIMIT
 
     if out_dir:
         check_output_path("--out", out_dir, directory=True)
@@ -95,23 +95,19 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         sys.exit(EXIT_OK)
     report = compiled_or_exit(file, defines)
     result = report.compiled
-    if out_dir:
-        check_output_path("--out", out_dir, directory=True)
     if inputs_out:
         check_output_path("--inputs-out", inputs_out, directory=True)
-    if trace_out:
-        check_output_path("--trace-out", trace_out)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
     if (weights_prefix is not None or allow_missing_weights) and not weights:
         raise click.UsageError("--weights-prefix and --allow-missing-weights apply to --weights")
-    values = (_load_weights(weights, report, weights_prefix, allow_missing_weights)
+    prog = report.program()
+    values = (_load_weights(weights, prog, weights_prefix, allow_missing_weights)
               if weights else None)
     if values is not None and timing_only:
         raise click.UsageError("--weights sets tensor values, which --timing-only does not "
                                "compute")
-    prog = report.program()
-    size = tensor_bytes(prog)
+    size = prog.tensor_bytes
     if not timing_only and not functional and size > FUNCTIONAL_LIMIT:
         timing_only = True
         click.echo(f"note: timing-only run: the tensors hold {size / 2**20:,.0f} MiB "
@@ -144,14 +140,13 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     sys.exit(EXIT_OK)
 
 
-def _load_weights(path: str, report: CheckReport, prefix: str | None,
+def _load_weights(path: str, prog: Program, prefix: str | None,
                   allow_missing: bool) -> dict:
     """The program's tensor values from a weights file; a file that does not fit is a usage
     error (stepc.weights.match_weights says what fits)."""
     from stepc.api.errors import InputError
-    from stepc.api.inputs import weight_values
     try:
-        values, notes = weight_values(report, path, prefix, allow_missing)
+        values, notes = prog.weight_values(path, prefix, allow_missing)
     except InputError as e:
         click.echo(f"stepc: error: --weights {path}: {e}", err=True)
         sys.exit(EXIT_USAGE)
