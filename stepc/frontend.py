@@ -10,7 +10,8 @@ from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
 from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
 from stepc.grammar import ast
 from stepc.grammar.parse import decode_source, parse
-from stepc.graph.elaborate import elaborate, import_path
+from stepc.graph.declarations import import_path
+from stepc.graph.elaborate import elaborate
 from stepc.source import SourceFile, Span
 from stepc.typecheck.checker import TypedProgram, check
 

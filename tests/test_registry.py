@@ -28,7 +28,7 @@ STEPC = Path(__file__).resolve().parent.parent / "stepc"
 # Operator names that may appear outside stepc/ops/, each with why it is not a decision by
 # name: (path under stepc/, operator) -> reason.
 ALLOWED = {
-    ("graph/elaborate.py", "External"): "builds the node a `stream ... = external()` "
+    ("graph/declarations.py", "External"): "builds the node a `stream ... = external()` "
                                         "declaration means",
     ("graph/wiring.py", "Broadcast"): "builds the fan-out node stepc inserts",
 }

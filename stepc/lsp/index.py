@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stepc.grammar import ast
-from stepc.graph.elaborate import import_path
+from stepc.graph.declarations import import_path
 from stepc.source import SourceFile, Span
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import StreamType

@@ -20,7 +20,7 @@ import sympy
 
 from stepc.codes import UNREADABLE_FILE
 from stepc.diagnostics import did_you_mean
-from stepc.graph.elaborate import MAX_KV_LENGTH
+from stepc.graph.declarations import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE, STREAMS, VARSTREAMS
