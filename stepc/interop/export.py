@@ -16,12 +16,12 @@ import os
 import numpy as np
 
 from stepc.interop.export_channels import ChannelOps
-from stepc.interop.export_counts import CountOps, unsayable_integer_map
+from stepc.interop.export_counts import CountOps, RoutedCounts, unsayable_integer_map
 from stepc.interop.export_kv import KvCacheOps
 from stepc.interop.export_ops import OperatorOps
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
-from stepc.interop.stream_shapes import leading_ones, write_shape
+from stepc.interop.stream_shapes import dropped_sources, leading_ones, write_shape
 from stepc.types import Scalar, Select, Tile
 
 
@@ -34,11 +34,14 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
     `notes`."""
     typed = prog.typed
     p = typed.program
-    ids = {name: i for i, name in enumerate(p.nodes)}
+    ids = {name: i for i, name in enumerate(_id_order(p, path))}
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
-    ones, computed = leading_ones(typed), _computed(typed)
+    dropped = dropped_sources(typed)
+    ones, computed = leading_ones(typed, dropped), _computed(typed)
+    routed = RoutedCounts()
+    flats = {name: next(spare_ids) for name in p.nodes if name in dropped}
     # what no composition of the format's operators says is refused before the rest
     order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
                    not unsayable_integer_map(p.nodes[n].attrs["fn"]))
@@ -47,24 +50,60 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
         exporter = _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g,
-                             spare_ids, computed, ones, [] if notes is None else notes)
+                             spare_ids, computed, ones, [] if notes is None else notes, routed,
+                             flats)
         if exporter.fill(op) is False:  # said by its reader
             del g.operators[len(g.operators) - 1]
             continue
         shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
         if node.op == "Promote":  # its first half, the Reshape, was added after it
-            if ones[name]:
-                raise InteropError(path, f"operator `{name}` (Promote): the reference streams "
-                                   "its input with a leading dim of 1 (from a source), and "
-                                   "Reshape's add_outer_dim takes rank-0 streams only")
             reshape = g.operators[-1]
             reshape.parallel_factor = 1
             write_shape(reshape, (*next(iter(shapes)), 1), 0)
         op.parallel_factor = 1  # stepc runs each operator once
         if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
-            write_shape(op, shapes.pop(), ones[name])
+            write_shape(op, next(iter(shapes)), 1 if name in dropped else ones[name])
+        if name in dropped:  # its readers read it behind a Flatten of its leading 1
+            exporter.flatten_source(next(iter(shapes)))
+    routed.finish(g, ids)
     g.operators.sort(key=lambda o: o.id)
     return g.SerializeToString(), files
+
+
+def _id_order(p, path: str) -> list[str]:
+    """The nodes in source order, but each loop's closing EagerMerge before the rest of its
+    loop. The format declares no feedback streams; its readers (the reference's builder,
+    stepc's import) know a loop by an EagerMerge whose inputs on the loop come after it
+    (larger ids) and whose selector output carries the loop back."""
+    import networkx as nx
+    order = list(p.nodes)
+    for loop in nx.strongly_connected_components(p.graph):
+        if len(loop) < 2:
+            continue
+        closer = next((n for n in sorted(loop, key=order.index) if _closes(p, n, loop)), None)
+        if closer is None:
+            names = ", ".join(f"`{n}`" for n in sorted(loop, key=order.index)[:6])
+            raise InteropError(path, f"the loop through {names}, ... is closed by no "
+                               "EagerMerge whose selector output carries it back: the format "
+                               "declares no feedback streams, and its readers know a loop only "
+                               "by such an EagerMerge")
+        order.remove(closer)
+        order.insert(min(order.index(n) for n in loop if n != closer), closer)
+    return order
+
+
+def _closes(p, name: str, loop: set[str]) -> bool:
+    """Whether the EagerMerge `name` closes `loop`: its selector output (port 1) is read on
+    the loop, its data output is not, and without its inputs the loop has no cycle."""
+    import networkx as nx
+    if p.nodes[name].op != "EagerMerge":
+        return False
+    out = [e for e in p.out_edges(name) if e.dst in loop]
+    if not out or any(e.port != 1 for e in out):
+        return False
+    cut = nx.DiGraph(p.graph.subgraph(loop))
+    cut.remove_edges_from(list(cut.in_edges(name)))
+    return nx.is_directed_acyclic_graph(cut)
 
 
 def _computed(typed) -> dict[str, bool]:
@@ -92,13 +131,14 @@ def _computed(typed) -> dict[str, bool]:
 
 class _Exporter(OperatorOps, KvCacheOps, CountOps, ChannelOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
-                 computed, ones, notes):
+                 computed, ones, notes, routed, flats):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
         self.computed = computed  # node -> its tiles were computed, not loaded
         self.ones, self.notes = ones, notes  # node -> leading 1s of the format's reading
-        self.lockstep_ones: int | None = None  # set while wiring inputs read in lockstep
+        self.routed = routed  # the routed counts' Partitions, shared by the export
+        self.flats = flats  # source -> id of the Flatten of its leading 1 its readers read
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -114,16 +154,29 @@ class _Exporter(OperatorOps, KvCacheOps, CountOps, ChannelOps):
         self.wire_edge(msg, self.ins[slot], id_field, idx_field)
 
     def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
-        if self.ones[e.src] > self.ones[self.node.name] and self.lockstep_ones is not None:
-            setattr(msg, id_field, self.merged_leading_one(e))
-            return
         src = self.typed.program.nodes[e.src]
-        setattr(msg, id_field, self.ids[e.src])
+        setattr(msg, id_field, self.source_id(e))
         if src.array_outputs or src.op in ("EagerMerge",):
             setattr(msg, idx_field, e.port)
         elif e.port:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
+
+    def source_id(self, e) -> int:
+        """The id of the operation the edge `e` reads: its producer's, or for a source whose
+        leading 1 is flattened away, that Flatten's."""
+        return self.flats.get(e.src, self.ids[e.src])
+
+    def flatten_source(self, shape) -> None:
+        """A Flatten of this source's leading 1, which its readers read instead (see
+        stream_shapes.dropped_sources)."""
+        flat = self.graph.operators.add(name=f"{self.node.name}.flat",
+                                        id=self.flats[self.node.name])
+        f = flat.flatten
+        f.input_id, f.min_rank, f.max_rank = self.ids[self.node.name], len(shape) - 1, len(shape)
+        self.dtype(f.dtype)
+        flat.parallel_factor = 1
+        write_shape(flat, shape, 0)
 
     def dtype(self, msg, slot: int | None = None) -> None:
         """The format's DataType of input `slot` (None: of the output). The format's tiles

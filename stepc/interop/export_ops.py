@@ -50,7 +50,8 @@ class OperatorOps:
         tile = self.in_type(0).elem
         m = op.off_chip_store
         self.wire(m, 0, "input_id", "stream_idx")
-        m.tensor_shape_tiled[:] = [t.shape[-2] // int(tile.rows), t.shape[-1] // int(tile.cols)]
+        m.tensor_shape_tiled[:] = [*t.shape[:-2], t.shape[-2] // int(tile.rows),
+                                   t.shape[-1] // int(tile.cols)]
         m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
         self.dtype(m.dtype, 0)
         m.par_dispatch = self.par()
@@ -98,7 +99,6 @@ class OperatorOps:
             self.dtype(m.dtype_a, 0)
             self.dtype(m.dtype_b)
         else:
-            self.lockstep(self.ins)
             m = op.binarymap
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
@@ -125,7 +125,6 @@ class OperatorOps:
             if fn.name != "matmul":
                 self.fail(f"Accum of two streams with `{fn.name}`: the format's "
                           "BinaryMapAccum takes matmul")
-            self.lockstep(self.ins)
             m = op.binarymap_accum
             self.wire(m, 0, "input_id1", "stream_idx1")
             self.wire(m, 1, "input_id2", "stream_idx2")
@@ -208,7 +207,7 @@ class OperatorOps:
         m = op.flat_reassemble
         for _slot, e in enumerate(self.ins[:-1]):
             src = self.typed.program.nodes[e.src]
-            m.input_id_list.append(self.ids[e.src])
+            m.input_id_list.append(self.source_id(e))
             m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
             if e.port and not src.array_outputs:
                 self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`")
@@ -262,7 +261,7 @@ class OperatorOps:
         m = op.eager_merge
         for e in self.ins:
             src = self.typed.program.nodes[e.src]
-            m.input_id_list.append(self.ids[e.src])
+            m.input_id_list.append(self.source_id(e))
             m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
         m.input_rank = self.in_type(0).rank
         self.dtype(m.dtype, 0)
@@ -283,7 +282,6 @@ class OperatorOps:
         if len(self.ins) != 2:
             self.fail("Expand by static sizes: the format's ExpandRef needs a reference "
                       "stream (use Repeat)")
-        self.lockstep(self.ins)
         m = op.expand_ref
         self.wire(m, 0, "input_id", "stream_idx")
         self.wire(m, 1, "ref_id", "ref_stream_idx")

@@ -105,6 +105,8 @@ def _off_chip_load(w: Writer, op: Op, name: str):
     stride, shape = list(m.stride), list(m.out_shape_tiled)
     if op.inputs:
         ref = f", ref={w.ref(op, op.inputs[0])}"
+    elif leading_one_flatten(w, op, shape) is not None:
+        ref = ""  # read behind a Flatten of the 1: the view without it
     else:
         ref, stride, shape = "", [0] + stride, [1] + shape
     return (f"{name} = LinearOffChipLoad({t}{ref}, " + _attrs(
@@ -139,6 +141,10 @@ def _pass(w: Writer, op: Op, port: int = 0) -> None:
 def _flatten(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
+    source = _producer(w, op)
+    if w.unled.get(source.id) == op.id:  # said by its source, without the leading 1
+        w.names[op.id] = w.names[source.id]
+        return "", ""
     reshape = promoting_reshape(w, _producer(w, op))
     if reshape is not None:
         return (f"{name} = Promote({w.ref(reshape, reshape.inputs[0])})",
@@ -149,6 +155,21 @@ def _flatten(w: Writer, op: Op, name: str):
 def _repeat(w: Writer, op: Op, name: str):
     _pass(w, op)
     return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
+
+
+def leading_one_flatten(w: Writer, op: Op, dims) -> Op | None:
+    """The Flatten that merges away the leading 1 of the source `op` (streaming `(1,) +
+    dims`), when it is the source's only reader and states the shape it makes (a writer of
+    the newer schema, such as `stepc export`, which flattens a source's 1 where it streams
+    it): the pair reads back as the source without the 1, one operator, as written."""
+    readers = [c for c in w.all_ops if op.id in {p.src for p in c.inputs} or
+               c.control is not None and c.control.src == op.id]
+    dims = list(dims)
+    if len(readers) != 1 or readers[0].kind != "flatten" or readers[0].out_shape != dims or \
+            (readers[0].msg.min_rank, readers[0].msg.max_rank) != (len(dims) - 1, len(dims)):
+        return None
+    w.unled[op.id] = readers[0].id
+    return readers[0]
 
 
 def _producer(w: Writer, op: Op) -> Op:
@@ -211,10 +232,12 @@ def _npy_shape(w: Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
 
 def _source(w: Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
     """A file-backed source: an external stream of the file's data with the reference's
-    leading 1 (its sources stream `(1,) + shape`)."""
-    shape = ", ".join(map(str, (1, *dims)))
-    w.streams.append(f"stream {name} : Strm<{elem}, {len(dims)}>[{shape}] = {data}  # op "
-                     f"{op.id}")
+    leading 1 (its sources stream `(1,) + shape`), unless a Flatten of it is its only
+    reader (see leading_one_flatten)."""
+    lead = () if leading_one_flatten(w, op, dims) is not None else (1,)
+    shape = ", ".join(map(str, (*lead, *dims)))
+    w.streams.append(f"stream {name} : Strm<{elem}, {len(lead + dims) - 1}>[{shape}] = {data}"
+                     f"  # op {op.id}")
     return "", ""
 
 
@@ -364,7 +387,8 @@ def _merge_ports(w: Writer, op: Op, name: str) -> list[str]:
 def declare_feedback(w: Writer, op: Op) -> None:
     """Name an operator whose outputs are read before it (the reader's loop) and declare the
     fed-back streams: an EagerMerge's selector, one one-hot row over its inputs per chunk
-    it merges (a fresh `?` dim, until the import learns the length)."""
+    it merges: of the shape the graph states (stepc's export writes it in
+    `out_stream_shape`), else a fresh `?` dim until the import learns the length."""
     if op.kind != "eager_merge" or op.fed_back != [1]:
         raise InteropError(w.path, f"output{'s' if len(op.fed_back) > 1 else ''} "
                            f"{', '.join(map(str, op.fed_back))} read before the operator (a "
@@ -373,9 +397,11 @@ def declare_feedback(w: Writer, op: Op) -> None:
     name = w.fresh(op)
     w.names[op.id] = name
     sel = _merge_ports(w, op, name)[1]
-    w.feedback[sel] = (len(w.streams), "")
-    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, 0>[?]  # op {op.id}'s "
-                     "selector, fed back: bound by the EagerMerge below")
+    shape = f"[{', '.join(map(str, op.out_shape))}]" if op.out_shape else ""
+    w.feedback[sel] = (len(w.streams), shape)
+    rank = max(len(op.out_shape) - 1, 0)
+    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, {rank}>{shape or '[?]'}"
+                     f"  # op {op.id}'s selector, fed back: bound by the EagerMerge below")
 
 
 def _expert_addr_gen(w: Writer, op: Op, name: str):

@@ -66,6 +66,7 @@ class Op:
     fed_back: list[int] = field(default_factory=list)  # outputs read before it (a loop)
     fifo_depth: list[int] = field(default_factory=list)  # stepc's extension fields
     buffer_depth: int = 0
+    out_shape: list[int] = field(default_factory=list)  # out_stream_shape, when all static
 
     @property
     def label(self) -> str:
@@ -105,6 +106,8 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
                                f"`{ops[m.id].name}`)")
         op = Op(m.id, m.name, kind, getattr(m, kind), fifo_depth=list(m.stepc_fifo_depth),
                 buffer_depth=m.stepc_buffer_depth)
+        if all(d.HasField("static") for d in m.out_stream_shape):
+            op.out_shape = [d.static for d in m.out_stream_shape]
         if m.parallel_factor > 1:
             raise InteropError(path, f"parallel_factor {m.parallel_factor}: stepc runs each "
                                "operator once; replicate it in the graph (or deal its input "
