@@ -177,11 +177,31 @@ def test_counts_routed_by_a_selector_read_nowhere_else_are_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_full_size_attention_round_trip(tmp_path):
-    """At the program's own sizes and default KV lengths (B 64, R 4). attention_coarse is
-    not here: at R 4 its graph runs 44 cycles (0.07 %) faster (docs/interop.md)."""
-    own, back = _round_trip(tmp_path, "attention_interleaved", {})
+@pytest.mark.parametrize("program", ["attention_interleaved", "attention_coarse",
+                                     "attention_dynamic"])
+def test_full_size_attention_round_trip(tmp_path, program):
+    """At the program's own sizes and default KV lengths (B 64, R 4)."""
+    own, back = _round_trip(tmp_path, program, {})
     assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
+    assert back.cycles == own.cycles
+
+
+AZURE_B16 = REPO.parent / "shared" / "data" / "azure_kv_trace" / "b16" / \
+    "conv_stdev0480_3799_3814.npy"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AZURE_B16.is_file(), reason="the Azure KV trace (../shared/data) is "
+                    "absent")
+def test_dynamic_attention_round_trip_on_the_azure_trace(tmp_path):
+    """The reference's own dynamic attention point (B 16, MAXN 4672, the artifact's trace):
+    the exported graph routes each request's counts as the reference's graph does and runs
+    as the program (11,386 cycles, 4,190,208 off-chip bytes)."""
+    lens = np.load(AZURE_B16)
+    own, back = _round_trip(tmp_path, "attention_dynamic", {"B": 16, "MAXN": 4672},
+                            {"kv_lens": lens})
+    assert {k: back.totals[k] for k in TOTALS} == {k: own.totals[k] for k in TOTALS}
+    assert back.off_chip_bytes == own.off_chip_bytes == 4_190_208
     assert back.cycles == own.cycles
 
 

@@ -35,7 +35,8 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
     typed = prog.typed
     p = typed.program
     ids = {name: i for i, name in enumerate(_id_order(p, path))}
-    g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
+    g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0],
+                     stepc_program_order=True)  # ids in statement order, see _id_order
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
     dropped = dropped_sources(typed)

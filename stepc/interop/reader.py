@@ -124,7 +124,7 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             if p.src not in ops:
                 raise InteropError(path, f"reads operator id {p.src}, which the graph does not "
                                    "have", op)
-    return graph.name, _ordered(ops, path)
+    return graph.name, _ordered(ops, path, graph.stepc_program_order)
 
 
 _NUMBERS = [n for n, _ in OP_TYPES.values()]
@@ -166,19 +166,22 @@ def _ports(op: Op) -> tuple[list[Port], Port | None]:
             for i, x in spec], None
 
 
-def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
+def _ordered(ops: dict[int, Op], path: str, program_order: bool = False) -> list[Op]:
     """Producers before consumers, by level (the longest path from a source), then by id,
-    so that the copies of a repeated sub-graph come together. A loop is closed by the edges
-    `_feedback` finds; any other cycle is refused, naming its operators."""
+    so that the copies of a repeated sub-graph come together; in a graph whose ids follow
+    its program's statements (`program_order`, as `stepc export` writes them), by id, each
+    operation the program's statements do not name (a larger id) just before its first
+    reader. A loop is closed by the edges `_feedback` finds; any other cycle is refused,
+    naming its operators."""
     preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
              for i, op in ops.items()}
-    out, stuck = _levels(ops, preds)
+    out, stuck = _levels(ops, preds, program_order)
     if stuck:
         back = _feedback(ops, preds, stuck)
         if back:
             for src, dst in back:
                 preds[dst].discard(src)
-            out, stuck = _levels(ops, preds)
+            out, stuck = _levels(ops, preds, program_order)
     if stuck:
         cycle = _a_cycle(stuck, preds)
         names = " -> ".join(ops[i].label for i in cycle)
@@ -188,7 +191,8 @@ def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
     return out
 
 
-def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], list[int]]:
+def _levels(ops: dict[int, Op], preds: dict[int, set[int]],
+            program_order: bool = False) -> tuple[list[Op], list[int]]:
     """The operators in order, and those a cycle keeps from ever being ready."""
     succ: dict[int, list[int]] = {i: [] for i in ops}
     for i, ps in preds.items():
@@ -196,7 +200,8 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], l
             succ[p].append(i)
     waiting = {i: len(ps) for i, ps in preds.items()}
     level = dict.fromkeys(ops, 0)
-    ready = [(0, i) for i, n in waiting.items() if n == 0]
+    first = _first_reads(ops, succ) if program_order else {}
+    ready = [(first.get(i, 0), i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     out: list[Op] = []
     while ready:
@@ -206,8 +211,31 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], l
             waiting[s] -= 1
             level[s] = max(level[s], level[i] + 1)
             if waiting[s] == 0:
-                heapq.heappush(ready, (level[s], s))
+                heapq.heappush(ready, (first.get(s, level[s]), s))
     return out, sorted(i for i, n in waiting.items() if n)
+
+
+def _first_reads(ops: dict[int, Op], succ: dict[int, list[int]]) -> dict[int, int]:
+    """Per operator, the smallest id among it and the operators that read it, directly or
+    not: where its statement goes in the program's order. (On a cycle, its own id.)"""
+    first: dict[int, int] = {}
+    for start in sorted(ops, reverse=True):
+        stack = [(start, iter(succ[start]))]
+        first.setdefault(start, start)
+        while stack:
+            i, todo = stack[-1]
+            s = next(todo, None)
+            if s is None:
+                stack.pop()
+                if stack:
+                    j = stack[-1][0]
+                    first[j] = min(first[j], first[i])
+            elif s not in first:
+                first[s] = s
+                stack.append((s, iter(succ[s])))
+            else:
+                first[i] = min(first[i], first[s])
+    return first
 
 
 def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
