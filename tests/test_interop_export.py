@@ -34,14 +34,15 @@ ROUND_TRIP = {
 }
 _ATTN = {"HEAD_DIM": 16, "TILE_N": 8, "MAXN": 64}
 _DECODER = {"L": 1, "B": 8, "R": 2, "D": 64, "HQ": 4, "HKV": 2, "HEAD_DIM": 32, "TILE_P": 32,
-            "F": 64, "TILE_F": 32, "E": 4, "TOPK": 2, "MAXN": 256}
+            "F": 64, "TILE_F": 32, "E": 4, "TOPK": 2, "MAXN": 256, "TILE_N": 32}
 # program -> (small parameters, KV lengths): the KV tile counts go out as MetadataGen files
 # computed from the lengths
 TRACED = {"attention_interleaved": ({**_ATTN, "B": 4, "R": 2, "MAXN": 32},
                                     np.array([7, 15, 30, 3])),
           "attention_coarse": ({**_ATTN, "B": 16, "R": 1}, np.arange(0, 64, 4))}
-# program -> (small parameters, KV lengths): each region's counts are routed at run time,
-# so they go out as the reference's dynamic attention graph carries them (a MetadataGen of
+# program -> (small parameters, KV lengths): each region's counts are routed at run time
+# (decoder_static: dealt statically, and its barriers Promote what a source streams), so
+# they go out as the reference's dynamic attention graph carries them (a MetadataGen of
 # every request's values, partitioned by the run's selector)
 ROUTED = {"attention_dynamic": ({**_ATTN, "B": 8, "R": 2}, np.array([7, 15, 30, 3, 60, 22, 41, 9])),
           "decoder_static": (_DECODER, np.array([7, 100, 30, 3, 200, 22, 41, 9])),
@@ -112,8 +113,8 @@ def test_counts_routed_at_run_time_round_trip(tmp_path, program):
     g.ParseFromString((tmp_path / "graph.pb").read_bytes())
     by_id = {o.id: o for o in g.operators}
     routed = [o for o in g.operators if o.name.endswith("lastidx.routed")]
-    layers = params.get("L", 1)
-    assert len(routed) == 2 * layers  # one per KV cache (K, V) and layer, shared by regions
+    # one per KV cache (K, V), shared by the regions; none where requests are dealt
+    assert len(routed) == (0 if program == "decoder_static" else 2)
     for o in routed:
         m = o.flat_partition
         assert m.num_consumers == params["R"] and by_id[m.control_id].HasField("broadcast")
@@ -127,40 +128,41 @@ def test_counts_routed_at_run_time_round_trip(tmp_path, program):
         assert (values.reshape(-1) == ntiles - 1).all()  # the last tile's number
 
 
-def test_a_loop_is_written_as_the_reference_writes_it(tmp_path):
+def test_the_dynamic_loop_and_the_sources_are_said_as_the_reference_says_them(tmp_path):
     """The EagerMerge whose selector closes the dispatch loop comes before the loop (a
-    smaller id than the signals it merges), as in the reference's graph; the import reads
-    the loop back with the stream's length from the graph's out_stream_shape."""
-    params, lens = ROUTED["attention_dynamic"]
-    own = stepc.load(REPO / "programs" / "attention_dynamic.step", **params)
-    pb = _export(tmp_path, own, traces={"kv_lens": lens})
-    g = ProgramGraph()
-    g.ParseFromString(pb.read_bytes())
-    merge = next(o for o in g.operators if o.name == "regs.done")
-    assert min(merge.eager_merge.input_id_list) > merge.id
-    assert [d.static for d in merge.out_stream_shape] == [params["B"]]
-    text = import_graph(str(pb)).text
-    assert re.search(r"stream regs_done_sel : Strm<MultiHot<2>, 0>\[8\]", text)
-
-
-def test_a_sources_leading_one_is_flattened_where_it_streams_and_read_back_without(tmp_path):
-    """A source whose leading 1 would meet a stream without it goes out with a Flatten of
-    the 1 right after it, which the import reads back as the source without the 1: no
-    extra pipeline stage (a Flatten before each Partition cost attention_dynamic a cycle)."""
+    smaller id than the signals it merges), as in the reference's graph, and the import
+    reads the loop back with the stream's length from its out_stream_shape. A source whose
+    leading 1 would meet a stream without it goes out with a Flatten of the 1 right after
+    it, which the import reads back as the source without the 1: no extra pipeline stage
+    (a Flatten before each Partition cost attention_dynamic a cycle)."""
     params, lens = ROUTED["attention_dynamic"]
     own = stepc.load(REPO / "programs" / "attention_dynamic.step", **params)
     pb = _export(tmp_path, own, traces={"kv_lens": lens})
     g = ProgramGraph()
     g.ParseFromString(pb.read_bytes())
     by_id = {o.id: o for o in g.operators}
+    merge = next(o for o in g.operators if o.name == "regs.done")
+    assert min(merge.eager_merge.input_id_list) > merge.id
+    assert [d.static for d in merge.out_stream_shape] == [params["B"]]
     flats = {by_id[o.flatten.input_id].name for o in g.operators if o.name.endswith(".flat")}
     assert {"q", "kn", "vn", "idx", "kv_lens"} <= flats
-    back = stepc.load(pb)
-    nodes = back.typed.program.nodes
-    assert not [n for n, node in nodes.items() if node.op == "Flatten" and
-                not back.typed.program.in_edges(n)[0].src.endswith("bcast") and
-                nodes[back.typed.program.in_edges(n)[0].src].op in ("LinearOffChipLoad",
-                                                                      "External")]
+    imported = import_graph(str(pb))
+    assert re.search(r"stream regs_done_sel : Strm<MultiHot<2>, 0>\[8\]", imported.text)
+    p = imported.compiled.typed.program
+    assert not [n for n, node in p.nodes.items() if node.op == "Flatten" and
+                p.nodes[p.in_edges(n)[0].src].op in ("LinearOffChipLoad", "External")]
+
+
+def test_a_loop_no_eager_merge_closes_is_refused(tmp_path):
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : f32[4, 64] input = random(seed=1)\n"
+                    "stream fb : Strm<Tile<f32, [1, 64]>, 0>[4]\n"
+                    "x = LinearOffChipLoad(X, tile=[1, 64], shape=[4])\n"
+                    "y = Map(x, fb, fn=add)\n"
+                    "fb = Map(y, fn=exp)\n")
+    with pytest.raises(InteropError, match=r"the loop through `y`, `fb` is closed by no "
+                       "EagerMerge whose selector output carries it back"):
+        export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
 
 
 def test_counts_routed_by_a_selector_read_nowhere_else_are_refused(tmp_path):

@@ -35,8 +35,8 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
     typed = prog.typed
     p = typed.program
     ids = {name: i for i, name in enumerate(_id_order(p, path))}
-    g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0],
-                     stepc_program_order=True)  # ids in statement order, see _id_order
+    g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
+    g.stepc_statement_order[:] = [ids[name] for name in p.nodes]  # for the import
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
     dropped = dropped_sources(typed)
@@ -83,8 +83,9 @@ def _id_order(p, path: str) -> list[str]:
             continue
         closer = next((n for n in sorted(loop, key=order.index) if _closes(p, n, loop)), None)
         if closer is None:
-            names = ", ".join(f"`{n}`" for n in sorted(loop, key=order.index)[:6])
-            raise InteropError(path, f"the loop through {names}, ... is closed by no "
+            names = [f"`{n}`" for n in sorted(loop, key=order.index)]
+            names = ", ".join(names[:6] + ["..."] * (len(names) > 6))
+            raise InteropError(path, f"the loop through {names} is closed by no "
                                "EagerMerge whose selector output carries it back: the format "
                                "declares no feedback streams, and its readers know a loop only "
                                "by such an EagerMerge")

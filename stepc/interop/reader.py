@@ -9,6 +9,7 @@ and, when there is one, the operator.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -124,7 +125,8 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             if p.src not in ops:
                 raise InteropError(path, f"reads operator id {p.src}, which the graph does not "
                                    "have", op)
-    return graph.name, _ordered(ops, path, graph.stepc_program_order)
+    statements = {i: k for k, i in enumerate(graph.stepc_statement_order)}
+    return graph.name, _ordered(ops, path, statements)
 
 
 _NUMBERS = [n for n, _ in OP_TYPES.values()]
@@ -166,22 +168,23 @@ def _ports(op: Op) -> tuple[list[Port], Port | None]:
             for i, x in spec], None
 
 
-def _ordered(ops: dict[int, Op], path: str, program_order: bool = False) -> list[Op]:
+def _ordered(ops: dict[int, Op], path: str, statements: dict[int, int] | None = None
+             ) -> list[Op]:
     """Producers before consumers, by level (the longest path from a source), then by id,
-    so that the copies of a repeated sub-graph come together; in a graph whose ids follow
-    its program's statements (`program_order`, as `stepc export` writes them), by id, each
-    operation the program's statements do not name (a larger id) just before its first
-    reader. A loop is closed by the edges `_feedback` finds; any other cycle is refused,
-    naming its operators."""
+    so that the copies of a repeated sub-graph come together; in a graph that gives its
+    program's statement order (`statements`: op id -> position, stepc's field), in that
+    order, each operation no statement names just before its first reader. A loop is
+    closed by the edges `_feedback` finds; any other cycle is refused, naming its
+    operators."""
     preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
              for i, op in ops.items()}
-    out, stuck = _levels(ops, preds, program_order)
+    out, stuck = _levels(ops, preds, statements)
     if stuck:
         back = _feedback(ops, preds, stuck)
         if back:
             for src, dst in back:
                 preds[dst].discard(src)
-            out, stuck = _levels(ops, preds, program_order)
+            out, stuck = _levels(ops, preds, statements)
     if stuck:
         cycle = _a_cycle(stuck, preds)
         names = " -> ".join(ops[i].label for i in cycle)
@@ -192,7 +195,7 @@ def _ordered(ops: dict[int, Op], path: str, program_order: bool = False) -> list
 
 
 def _levels(ops: dict[int, Op], preds: dict[int, set[int]],
-            program_order: bool = False) -> tuple[list[Op], list[int]]:
+            statements: dict[int, int] | None = None) -> tuple[list[Op], list[int]]:
     """The operators in order, and those a cycle keeps from ever being ready."""
     succ: dict[int, list[int]] = {i: [] for i in ops}
     for i, ps in preds.items():
@@ -200,7 +203,7 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]],
             succ[p].append(i)
     waiting = {i: len(ps) for i, ps in preds.items()}
     level = dict.fromkeys(ops, 0)
-    first = _first_reads(ops, succ) if program_order else {}
+    first = _first_reads(ops, succ, statements) if statements else {}
     ready = [(first.get(i, 0), i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     out: list[Op] = []
@@ -215,13 +218,14 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]],
     return out, sorted(i for i, n in waiting.items() if n)
 
 
-def _first_reads(ops: dict[int, Op], succ: dict[int, list[int]]) -> dict[int, int]:
-    """Per operator, the smallest id among it and the operators that read it, directly or
-    not: where its statement goes in the program's order. (On a cycle, its own id.)"""
-    first: dict[int, int] = {}
+def _first_reads(ops: dict[int, Op], succ: dict[int, list[int]],
+                 statements: dict[int, int]) -> dict[int, float]:
+    """Per operator, the first position in `statements` among it and the operators that
+    read it, directly or not: where it goes in the program's order."""
+    first: dict[int, float] = {}
     for start in sorted(ops, reverse=True):
         stack = [(start, iter(succ[start]))]
-        first.setdefault(start, start)
+        first.setdefault(start, statements.get(start, math.inf))
         while stack:
             i, todo = stack[-1]
             s = next(todo, None)
@@ -231,7 +235,7 @@ def _first_reads(ops: dict[int, Op], succ: dict[int, list[int]]) -> dict[int, in
                     j = stack[-1][0]
                     first[j] = min(first[j], first[i])
             elif s not in first:
-                first[s] = s
+                first[s] = statements.get(s, math.inf)
                 stack.append((s, iter(succ[s])))
             else:
                 first[i] = min(first[i], first[s])
