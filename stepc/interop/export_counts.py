@@ -69,17 +69,13 @@ class CountOps:
         values this node's Map computes come from a MetadataGen, and the Map still waits for
         its first input `x` and takes its one fixed cycle, so the timing is the program's."""
         shape = _static(self.out_type().shape)
-        routed = None
-        if shape is None:
-            routed = self.routed_values(fn)
-        else:
-            values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
         m = op.binarymap
         self.wire(m, 0, "input_id1", "stream_idx1")
-        if routed is None:
-            m.input_id2 = self.values_source(values, self.ones[self.node.name])
+        if shape is None:  # over requests routed at run time
+            m.input_id2, m.stream_idx2 = self.routed_values(fn)
         else:
-            m.input_id2, m.stream_idx2 = routed
+            values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
+            m.input_id2 = self.values_source(values, self.ones[self.node.name])
         self.dtype(m.dtype_a, 0)
         m.dtype_b.u64.SetInParent()
         self.dtype(m.dtype_out)
@@ -103,8 +99,9 @@ class CountOps:
                       "MetadataGen file of the values needs a static shape")
         keys = {(self.routing_key(part), port) for part, port in routes}
         if len(keys) > 1:
-            self.fail(f"`{fn.name}` over streams routed by different selectors: the values "
-                      "go out as one MetadataGen file routed by one selector")
+            self.fail(f"`{fn.name}` over streams routed by different selectors or to "
+                      "different outputs: the values go out as one MetadataGen file routed "
+                      "by one selector")
         values = _apply(fn, [self.stream_values(e) for e in data]).reshape(shape)
         part, port = routes[0]
         key = (keys.pop()[0], values.tobytes())

@@ -44,7 +44,7 @@ def leading_ones(typed, dropped: frozenset = frozenset()) -> dict[str, int]:
             k = 0 if name in dropped else 1
         elif node.op in OUTER_REBUILT or not ins or name in seen:
             k = 0
-        elif node.op in LOCKSTEP and len(ins) > 1:  # paired behind a Flatten of the 1
+        elif node.op in LOCKSTEP and len(ins) > 1:  # equal once `dropped` is dropped_sources
             k = min(ones(e.src, seen | {name}) for e in ins)
         else:
             port = OUTER_FROM.get(node.op, 0)
