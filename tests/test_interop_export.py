@@ -148,6 +148,9 @@ def test_the_dynamic_loop_and_the_sources_are_said_as_the_reference_says_them(tm
     assert {"q", "kn", "vn", "idx", "kv_lens"} <= flats
     imported = import_graph(str(pb))
     assert re.search(r"stream regs_done_sel : Strm<MultiHot<2>, 0>\[8\]", imported.text)
+    # the shapes the exported program stated, the graph states: the import checks clean
+    assert "assume shape(regs_keep) == [4]  # the graph's out_stream_shape" in imported.text
+    assert not imported.compiled.diagnostics.items
     p = imported.compiled.typed.program
     assert not [n for n, node in p.nodes.items() if node.op == "Flatten" and
                 p.nodes[p.in_edges(n)[0].src].op in ("LinearOffChipLoad", "External")]
