@@ -39,7 +39,7 @@ FLOORS = [
     ("stepc.measure",),
     ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.torch",
      "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
-     "stepc.interop.export_channels", "stepc.interop.stream_shapes"),
+     "stepc.interop.export_channels", "stepc.interop.export_ops", "stepc.interop.stream_shapes"),
     ("stepc.api",),
     ("stepc.cli", "stepc.lsp", "stepc.docgen"),
     ("stepc.__main__",),

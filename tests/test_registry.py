@@ -37,7 +37,7 @@ ALLOWED = {
 # table names each of the format's operations)
 FOREIGN_FORMATS = ("interop/schema.py", "interop/export.py", "interop/export_kv.py",
                    "interop/export_counts.py", "interop/export_channels.py",
-                   "interop/stream_shapes.py")
+                   "interop/export_ops.py", "interop/stream_shapes.py")
 
 
 def operator_names_outside_ops() -> list[tuple[str, int, str]]:

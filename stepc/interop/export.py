@@ -12,23 +12,17 @@ from __future__ import annotations
 
 import itertools
 import os
-import zlib
 
 import numpy as np
 
 from stepc.interop.export_channels import ChannelOps
-from stepc.interop.export_counts import CountOps, unsayable_integer_map
-from stepc.interop.export_kv import INT_DTYPE, KvCacheOps
+from stepc.interop.export_counts import CountOps, RoutedCounts, unsayable_integer_map
+from stepc.interop.export_kv import KvCacheOps
+from stepc.interop.export_ops import OperatorOps
 from stepc.interop.reader import InteropError
 from stepc.interop.schema import ProgramGraph
-from stepc.interop.stream_shapes import leading_ones, write_shape
-from stepc.types import DTYPE_BYTES, Scalar, Select, Tile
-
-MAP_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "silu": "silu", "div": "div",
-           "exp": "exp", "row_sum": "row_wise_sum", "set_offset": "set_offset",
-           "row_append": "row_wise_append", "cache_write_addr": "cache_write_addr_gen"}
-ACCUM_FNS = {"matmul": "matmul", "mul": "mul", "add": "add", "retile_row": "retile_row",
-             "retile_col": "retile_col", "signal_req_all_read": "signal_req_all_read"}
+from stepc.interop.stream_shapes import dropped_sources, leading_ones, write_shape
+from stepc.types import Scalar, Select, Tile
 
 
 def export_program(prog, path: str, hw, traces: dict | None = None,
@@ -40,11 +34,15 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
     `notes`."""
     typed = prog.typed
     p = typed.program
-    ids = {name: i for i, name in enumerate(p.nodes)}
+    ids = {name: i for i, name in enumerate(_id_order(p, path))}
     g = ProgramGraph(name=os.path.splitext(os.path.basename(p.name))[0])
+    g.stepc_statement_order[:] = [ids[name] for name in p.nodes]  # for the import
     files: dict[str, np.ndarray] = {}
     spare_ids = itertools.count(len(ids))  # for operations that are not stepc nodes
-    ones, computed = leading_ones(typed), _computed(typed)
+    dropped = dropped_sources(typed)
+    ones, computed = leading_ones(typed, dropped), _computed(typed)
+    routed = RoutedCounts()
+    flats = {name: next(spare_ids) for name in p.nodes if name in dropped}
     # what no composition of the format's operators says is refused before the rest
     order = sorted(p.nodes, key=lambda n: p.nodes[n].op != "Map" or
                    not unsayable_integer_map(p.nodes[n].attrs["fn"]))
@@ -53,24 +51,61 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
         op = g.operators.add(name=name, id=ids[name])
         ins = p.in_edges(name)
         exporter = _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g,
-                             spare_ids, computed, ones, [] if notes is None else notes)
+                             spare_ids, computed, ones, [] if notes is None else notes, routed,
+                             flats)
         if exporter.fill(op) is False:  # said by its reader
             del g.operators[len(g.operators) - 1]
             continue
         shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
         if node.op == "Promote":  # its first half, the Reshape, was added after it
-            if ones[name]:
-                raise InteropError(path, f"operator `{name}` (Promote): the reference streams "
-                                   "its input with a leading dim of 1 (from a source), and "
-                                   "Reshape's add_outer_dim takes rank-0 streams only")
             reshape = g.operators[-1]
             reshape.parallel_factor = 1
             write_shape(reshape, (*next(iter(shapes)), 1), 0)
         op.parallel_factor = 1  # stepc runs each operator once
         if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
-            write_shape(op, shapes.pop(), ones[name])
+            write_shape(op, next(iter(shapes)), 1 if name in dropped else ones[name])
+        if name in dropped:  # its readers read it behind a Flatten of its leading 1
+            exporter.flatten_source(next(iter(shapes)))
+    routed.finish(g, ids)
     g.operators.sort(key=lambda o: o.id)
     return g.SerializeToString(), files
+
+
+def _id_order(p, path: str) -> list[str]:
+    """The nodes in source order, but each loop's closing EagerMerge before the rest of its
+    loop. The format declares no feedback streams; its readers (the reference's builder,
+    stepc's import) know a loop by an EagerMerge whose inputs on the loop come after it
+    (larger ids) and whose selector output carries the loop back."""
+    import networkx as nx
+    order = list(p.nodes)
+    for loop in nx.strongly_connected_components(p.graph):
+        if len(loop) < 2:
+            continue
+        closer = next((n for n in sorted(loop, key=order.index) if _closes(p, n, loop)), None)
+        if closer is None:
+            names = [f"`{n}`" for n in sorted(loop, key=order.index)]
+            names = ", ".join(names[:6] + ["..."] * (len(names) > 6))
+            raise InteropError(path, f"the loop through {names} is closed by no "
+                               "EagerMerge whose selector output carries it back: the format "
+                               "declares no feedback streams, and its readers know a loop only "
+                               "by such an EagerMerge")
+        order.remove(closer)
+        order.insert(min(order.index(n) for n in loop if n != closer), closer)
+    return order
+
+
+def _closes(p, name: str, loop: set[str]) -> bool:
+    """Whether the EagerMerge `name` closes `loop`: its selector output (port 1) is read on
+    the loop, its data output is not, and without its inputs the loop has no cycle."""
+    import networkx as nx
+    if p.nodes[name].op != "EagerMerge":
+        return False
+    out = [e for e in p.out_edges(name) if e.dst in loop]
+    if not out or any(e.port != 1 for e in out):
+        return False
+    cut = nx.DiGraph(p.graph.subgraph(loop))
+    cut.remove_edges_from(list(cut.in_edges(name)))
+    return nx.is_directed_acyclic_graph(cut)
 
 
 def _computed(typed) -> dict[str, bool]:
@@ -96,15 +131,16 @@ def _computed(typed) -> dict[str, bool]:
     return out
 
 
-class _Exporter(KvCacheOps, CountOps, ChannelOps):
+class _Exporter(OperatorOps, KvCacheOps, CountOps, ChannelOps):
     def __init__(self, path, typed, node, ins, ids, hw, traces, files, graph, spare_ids,
-                 computed, ones, notes):
+                 computed, ones, notes, routed, flats):
         self.path, self.typed, self.node, self.ins, self.ids, self.hw = \
             path, typed, node, ins, ids, hw
         self.traces, self.files, self.graph, self.spare_ids = traces, files, graph, spare_ids
         self.computed = computed  # node -> its tiles were computed, not loaded
         self.ones, self.notes = ones, notes  # node -> leading 1s of the format's reading
-        self.lockstep_ones: int | None = None  # set while wiring inputs read in lockstep
+        self.routed = routed  # the routed counts' Partitions, shared by the export
+        self.flats = flats  # source -> id of the Flatten of its leading 1 its readers read
 
     def fail(self, message: str):
         raise InteropError(self.path, f"operator `{self.node.name}` ({self.node.op}): {message}")
@@ -120,16 +156,29 @@ class _Exporter(KvCacheOps, CountOps, ChannelOps):
         self.wire_edge(msg, self.ins[slot], id_field, idx_field)
 
     def wire_edge(self, msg, e, id_field: str, idx_field: str) -> None:
-        if self.ones[e.src] > self.ones[self.node.name] and self.lockstep_ones is not None:
-            setattr(msg, id_field, self.merged_leading_one(e))
-            return
         src = self.typed.program.nodes[e.src]
-        setattr(msg, id_field, self.ids[e.src])
+        setattr(msg, id_field, self.source_id(e))
         if src.array_outputs or src.op in ("EagerMerge",):
             setattr(msg, idx_field, e.port)
         elif e.port:
             self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`, which the "
                       "format's operator does not have")
+
+    def source_id(self, e) -> int:
+        """The id of the operation the edge `e` reads: its producer's, or for a source whose
+        leading 1 is flattened away, that Flatten's."""
+        return self.flats.get(e.src, self.ids[e.src])
+
+    def flatten_source(self, shape) -> None:
+        """A Flatten of this source's leading 1, which its readers read instead (see
+        stream_shapes.dropped_sources)."""
+        flat = self.graph.operators.add(name=f"{self.node.name}.flat",
+                                        id=self.flats[self.node.name])
+        f = flat.flatten
+        f.input_id, f.min_rank, f.max_rank = self.ids[self.node.name], len(shape) - 1, len(shape)
+        self.dtype(f.dtype)
+        flat.parallel_factor = 1
+        write_shape(flat, shape, 0)
 
     def dtype(self, msg, slot: int | None = None) -> None:
         """The format's DataType of input `slot` (None: of the output). The format's tiles
@@ -171,284 +220,3 @@ class _Exporter(KvCacheOps, CountOps, ChannelOps):
         if said is not False:
             self.fifo(op, self.node)
         return said
-
-    # ------------------------------------------------------------------ operators
-    def op_LinearOffChipLoad(self, op) -> None:
-        a = self.node.attrs
-        t = a["tensor"]
-        tile = list(a["tile"])
-        tiled = list(t.shape[:-2]) + [t.shape[-2] // tile[0], t.shape[-1] // tile[1]]
-        shape = list(a["shape"]) if a.get("shape") else tiled
-        stride = list(a["stride"]) if a.get("stride") else _row_major(shape)
-        if self.ins:
-            m = op.dyn_off_chip_load
-            self.wire(m, 0, "ref_id", "ref_stream_idx")
-            self.dtype(m.ref_dtype, 0)
-        else:
-            m = op.off_chip_load
-        m.tensor_shape_tiled[:] = tiled
-        m.stride[:] = stride
-        m.out_shape_tiled[:] = shape
-        m.tile_row, m.tile_col = tile
-        m.n_byte = DTYPE_BYTES[t.dtype]
-        self.dtype(m.dtype)
-        m.par_dispatch = self.par()
-
-    def op_LinearOffChipStore(self, op) -> None:
-        t = self.node.attrs["tensor"]
-        tile = self.in_type(0).elem
-        m = op.off_chip_store
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.tensor_shape_tiled[:] = [t.shape[-2] // int(tile.rows), t.shape[-1] // int(tile.cols)]
-        m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
-        self.dtype(m.dtype, 0)
-        m.par_dispatch = self.par()
-
-    def op_Broadcast(self, op) -> None:
-        m = op.broadcast
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.num_consumers = len(self.node.outputs)
-        self.dtype(m.dtype, 0)
-
-    def op_Flatten(self, op) -> None:
-        m = op.flatten
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.min_rank, m.max_rank = self.node.attrs["min"], self.node.attrs["max"]
-        self.dtype(m.dtype, 0)
-
-    def op_Repeat(self, op) -> None:
-        m = op.repeat_static
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.repeat_factor = self.node.attrs["count"]
-        self.dtype(m.dtype, 0)
-
-    def op_Reshape(self, op) -> None:
-        a = self.node.attrs
-        m = op.reshape
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.split_dim, m.chunk_size = a.get("rank") or 0, a["chunk"]
-        m.input_stream_rank = self.in_type(0).rank
-        self.dtype(m.dtype, 0)
-        if a.get("pad") is not None:
-            m.pad_func.zero.SetInParent()
-            tile = self.in_type(0).elem
-            m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
-
-    def op_Map(self, op) -> None:
-        fn = self.node.attrs["fn"]
-        if unsayable_integer_map(fn):
-            return self.precomputed(op, fn)
-        if fn.name not in MAP_FNS:
-            self.fail(f"function `{fn.name}` has no counterpart in the format's "
-                      f"ElemtoElemFunc (it has {', '.join(sorted(set(MAP_FNS.values())))})")
-        if len(self.ins) == 1:
-            m = op.unarymap
-            self.wire(m, 0, "input_id", "stream_idx")
-            self.dtype(m.dtype_a, 0)
-            self.dtype(m.dtype_b)
-        else:
-            self.lockstep(self.ins)
-            m = op.binarymap
-            self.wire(m, 0, "input_id1", "stream_idx1")
-            self.wire(m, 1, "input_id2", "stream_idx2")
-            self.dtype(m.dtype_a, 0)
-            self.dtype(m.dtype_b, 1)
-            self.dtype(m.dtype_out)
-        kind = MAP_FNS[fn.name]
-        if kind == "matmul" and not self.out_type().elem.static:
-            kind = "dyn_matmul"
-        f = getattr(m.func, kind)
-        f.SetInParent()
-        if fn.name == "matmul" and dict(fn.kwargs).get("transpose"):
-            f.weight_transposed = True
-        if kind == "cache_write_addr_gen":
-            f.offset_per_idx = self.row_offset(fn)
-        m.compute_bw = self.bw()
-        m.write_back_mu = bool(self.node.attrs.get("write_back"))
-
-    def op_Accum(self, op) -> None:
-        a = self.node.attrs
-        fn = a["fn"]
-        tile = self.out_type().elem
-        if len(self.ins) == 2:
-            if fn.name != "matmul":
-                self.fail(f"Accum of two streams with `{fn.name}`: the format's "
-                          "BinaryMapAccum takes matmul")
-            self.lockstep(self.ins)
-            m = op.binarymap_accum
-            self.wire(m, 0, "input_id1", "stream_idx1")
-            self.wire(m, 1, "input_id2", "stream_idx2")
-            (m.func.matmul if tile.static else m.func.dyn_matmul).SetInParent()
-        else:
-            if fn.name not in ACCUM_FNS:
-                self.fail(f"function `{fn.name}` has no counterpart in the format")
-            m = op.accum
-            self.wire(m, 0, "input_id", "stream_idx")
-            getattr(m.func, ACCUM_FNS[fn.name]).SetInParent()
-        empty = fn.name.startswith("retile") or not tile.static or (
-            a.get("init") and a["init"].name == "empty")
-        (m.init_func.empty if empty else m.init_func.zero).SetInParent()
-        if not str(tile.cols).isdigit():
-            self.fail("an accumulator of dynamically many columns: the format's init needs "
-                      "tile_col")
-        # a dynamically sized accumulator starts empty and takes its rows from its input
-        m.tile_row = int(tile.rows) if str(tile.rows).isdigit() else 0
-        m.tile_col = int(tile.cols)
-        m.rank = a["rank"]
-        m.compute_bw = self.bw()
-        m.write_back_mu = bool(a.get("write_back"))
-        self.dtype(m.dtype_a, 0)
-        self.dtype(m.dtype_b)
-
-    def op_External(self, op) -> None:
-        st = self.out_type()
-        if not isinstance(st.elem, Select) and getattr(st.elem, "dtype", None) != INT_DTYPE:
-            self.fail(f"an external stream of {st.elem}: the format's sources stream "
-                      f"selectors (SelectGen) or {INT_DTYPE} tiles (MetadataGen)")
-        elems, dims, data = self.external_run(self.node)
-        if not isinstance(st.elem, Select):
-            self.metadata(op, np.asarray(data))
-            return
-        shape = [int(dims.get(str(d), d)) for d in st.shape]
-        self.selectors(op, [sel for sel, _stop in elems], shape, st.elem.n)
-
-    def external_run(self, node) -> tuple[list, dict, np.ndarray]:
-        """The elements, the dims they fix and the data of the external stream `node`: its
-        trace, else its declared file or seeded generator (as `stepc sim` uses)."""
-        from stepc.sim.run import external_elements
-        from stepc.traces import TraceError, external_file
-        st = self.typed.types[(node.name, 0)]
-        name, gen = node.attrs["name"], node.attrs.get("gen", {})
-        try:
-            arr = self.traces.get(name)
-            if arr is None:
-                arr = external_file(gen, getattr(st.elem, "n", None), len(st.shape))
-            return external_elements(name, st, arr, gen, zlib.crc32(name.encode()) % 2**31)
-        except TraceError as e:
-            self.fail(str(e))
-
-    def router(self, m, kind: str) -> None:
-        a = self.node.attrs
-        m.switch_cycles[:] = [a.get("switch_cycles") or 1] * (
-            len(self.node.outputs) if kind == "partition" else len(self.ins) - 1)
-        m.write_back_mu = bool(a.get("write_back"))
-
-    def op_Partition(self, op) -> None:
-        m = op.flat_partition
-        self.wire(m, 0, "input_id", "input_stream_idx")
-        self.wire(m, 1, "control_id", "control_stream_idx")
-        m.partition_rank = self.node.attrs["rank"]
-        m.num_consumers = len(self.node.outputs)
-        self.dtype(m.input_dtype, 0)
-        self.dtype(m.control_dtype, 1)
-        self.router(m, "partition")
-
-    def op_Parallelize(self, op) -> None:
-        """The format's Parallelize deals chunks round-robin as stepc's does."""
-        a = self.node.attrs
-        m = op.parallelize
-        self.wire(m, 0, "input_id", "input_stream_idx")
-        m.parallelize_rank = self.in_type(0).rank if a.get("rank") is None else a["rank"]
-        m.num_consumers = len(self.node.outputs)
-        m.switch_cycles[:] = [a.get("switch_cycles") or 1] * m.num_consumers
-        self.dtype(m.input_dtype, 0)
-
-    def op_Reassemble(self, op) -> None:
-        m = op.flat_reassemble
-        for _slot, e in enumerate(self.ins[:-1]):
-            src = self.typed.program.nodes[e.src]
-            m.input_id_list.append(self.ids[e.src])
-            m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
-            if e.port and not src.array_outputs:
-                self.fail(f"reads output `{src.outputs[e.port]}` of `{src.name}`")
-        self.wire(m, len(self.ins) - 1, "control_id", "control_stream_idx")
-        m.reassemble_rank = self.node.attrs["rank"]
-        self.dtype(m.input_dtype, 0)
-        self.dtype(m.control_dtype, len(self.ins) - 1)
-        self.router(m, "reassemble")
-
-    def op_FlatMap(self, op) -> None:
-        fn = self.node.attrs["fn"]
-        if fn.name == "expert_addr":
-            kw = dict(fn.kwargs)
-            m = op.expert_addr_gen
-            self.wire(m, 0, "input_id", "input_stream_idx")
-            m.num_tile_per_expert, m.expert_addr_base = kw["tiles"], kw.get("base") or 0
-            self.dtype(m.dtype, 0)
-            return
-        if fn.name == "cache_read_addr":
-            return self.cache_read_addr(op, fn)
-        if fn.name == "filter_last_tile":
-            return self.filter_last_tile(op)
-        if fn.name != "retile_streamify":
-            self.fail(f"FlatMap `{fn.name}` is not exported yet")
-        m = op.retile_streamify
-        self.wire(m, 0, "input_id", "stream_idx")
-        m.split_row = True
-        m.filter_mask = bool(dict(fn.kwargs).get("filter"))
-        self.dtype(m.dtype, 0)
-
-    def op_Promote(self, op) -> None:
-        """stepc's Promote of a rank-0 stream (an outer dim of 1 if it is non-empty, else 0)
-        is the format's Reshape(chunk 1, add_outer_dim) then Flatten of the two inner dims
-        (the format's own Promote always inserts 1)."""
-        if self.node.attrs.get("rank") is not None or self.in_type(0).rank != 0:
-            self.fail("Promote of a stream of rank > 0 or at a rank: the format's Promote "
-                      "always inserts 1, and its add_outer_dim takes rank-0 streams")
-        reshape_id = next(self.spare_ids)
-        r = self.graph.operators.add(name=f"{self.node.name}.reshape", id=reshape_id).reshape
-        self.wire(r, 0, "input_id", "stream_idx")
-        r.chunk_size, r.add_outer_dim = 1, True
-        self.dtype(r.dtype, 0)
-        f = op.flatten
-        f.input_id, f.min_rank, f.max_rank = reshape_id, 0, 1
-        self.dtype(f.dtype, 0)
-
-    def op_EagerMerge(self, op) -> None:
-        if self.node.attrs.get("rank") not in (None, self.in_type(0).rank):
-            self.fail("EagerMerge at a rank below its inputs': the format merges whole "
-                      "inputs' chunks of their own rank")
-        m = op.eager_merge
-        for e in self.ins:
-            src = self.typed.program.nodes[e.src]
-            m.input_id_list.append(self.ids[e.src])
-            m.input_stream_idx_list.append(e.port if src.array_outputs else -1)
-        m.input_rank = self.in_type(0).rank
-        self.dtype(m.dtype, 0)
-
-    def op_RandomOffChipLoad(self, op) -> None:
-        a = self.node.attrs
-        t, tile = a["tensor"], list(a["tile"])
-        m = op.random_off_chip_load
-        self.wire(m, 0, "raddr_id", "raddr_stream_idx")
-        m.tensor_shape_tiled[:] = list(t.shape[:-2]) + [t.shape[-2] // tile[0],
-                                                         t.shape[-1] // tile[1]]
-        m.tile_row, m.tile_col = tile
-        m.n_byte = DTYPE_BYTES[t.dtype]
-        m.par_dispatch = self.par()
-        self.dtype(m.dtype)
-
-    def op_Expand(self, op) -> None:
-        if len(self.ins) != 2:
-            self.fail("Expand by static sizes: the format's ExpandRef needs a reference "
-                      "stream (use Repeat)")
-        self.lockstep(self.ins)
-        m = op.expand_ref
-        self.wire(m, 0, "input_id", "stream_idx")
-        self.wire(m, 1, "ref_id", "ref_stream_idx")
-        m.expand_rank = (self.node.attrs.get("rank") or 0) + 1
-        self.dtype(m.dtype, 0)
-        self.dtype(m.ref_dtype, 1)
-
-    def op_Sink(self, op) -> None:
-        m = op.consumer_context
-        self.wire(m, 0, "input_id", "stream_idx")
-        self.dtype(m.dtype, 0)
-
-
-def _row_major(shape: list[int]) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]

@@ -11,10 +11,19 @@ traced or generated external stream, a MetadataGen) through operators that move 
 (Flatten, Reshape without padding, Repeat, Parallelize, fan-out, other such Maps, and
 `cache_write_addr(row_offset=0)`, whose first input only gates); the rest is refused.
 
+Counts of a stream routed at run time (a region's requests, dealt by a Partition whose
+selector the run computes) are said as the reference's dynamic attention graph says its
+regions' counts: the values of every request, computed at export, in one MetadataGen that
+a FlatPartition routes by the same selector (one more reader of its fan-out), so each
+region's Map reads its own requests' values. The Maps of the regions share that Partition,
+one output each.
+
 A mixin of the exporter (stepc/interop/export.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,8 +38,27 @@ def unsayable_integer_map(fn) -> bool:
         fn.name == "cache_write_addr" and dict(fn.kwargs).get("row_offset", 0) < 0
 
 
+def _static(shape) -> list[int] | None:
+    """`shape` as integers, or None when a dim is symbolic."""
+    dims = [int(d) for d in shape if str(d).isdigit()]
+    return dims if len(dims) == len(shape) else None
+
+
 def _apply(fn, values: list[np.ndarray]) -> np.ndarray:
     return np.asarray(FUNCTIONS[fn.name].ints(values, dict(fn.kwargs)), dtype=np.int64)
+
+
+@dataclass
+class RoutedCounts:
+    """The routed MetadataGen + FlatPartition pairs of one export, shared by its Maps."""
+    partitions: dict = field(default_factory=dict)  # key -> [(partition id, ports read)]
+    extra_readers: dict[str, int] = field(default_factory=dict)  # selector fan-out -> more
+
+    def finish(self, graph, ids: dict[str, int]) -> None:
+        """Give each selector's fan-out (a Broadcast) the readers the Partitions added."""
+        by_id = {op.id: op for op in graph.operators}
+        for name, extra in self.extra_readers.items():
+            by_id[ids[name]].broadcast.num_consumers += extra
 
 
 class CountOps:
@@ -40,21 +68,95 @@ class CountOps:
         """`op` as `Map(x, values, fn=cache_write_addr(row_offset=0))` (x * 0 + values): the
         values this node's Map computes come from a MetadataGen, and the Map still waits for
         its first input `x` and takes its one fixed cycle, so the timing is the program's."""
-        shape = [int(d) for d in self.out_type().shape if str(d).isdigit()]
-        if len(shape) != len(self.out_type().shape):
-            self.fail(f"`{fn.name}` over a stream of shape {fmt_shape(self.out_type().shape)}"
-                      ", whose length only the run knows: the format computes no such "
-                      "integers, and a MetadataGen file of the values needs a static shape")
-        values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
-        self.lockstep(self.ins)
+        shape = _static(self.out_type().shape)
         m = op.binarymap
         self.wire(m, 0, "input_id1", "stream_idx1")
-        m.input_id2 = self.values_source(values, self.ones[self.node.name])
+        if shape is None:  # over requests routed at run time
+            m.input_id2, m.stream_idx2 = self.routed_values(fn)
+        else:
+            values = _apply(fn, [self.stream_values(e) for e in self.ins]).reshape(shape)
+            m.input_id2 = self.values_source(values, self.ones[self.node.name])
         self.dtype(m.dtype_a, 0)
         m.dtype_b.u64.SetInParent()
         self.dtype(m.dtype_out)
         m.func.cache_write_addr_gen.offset_per_idx = 0
         m.compute_bw = self.bw()
+
+    def routed_values(self, fn) -> tuple[int, int]:
+        """The partition id and output of the values this node's Map computes over streams
+        routed at run time: every request's values, computed from the streams before the
+        Partitions that route the Map's inputs, routed by their selector (see above)."""
+        p = self.typed.program
+        routes = [self.routing(e) for e in self.ins]
+        shape = None
+        if None not in routes:
+            data = [p.in_edges(part.name)[0] for part, _port in routes]
+            shape = _static(self.typed.types[(data[0].src, data[0].port)].shape)
+        if shape is None:
+            self.fail(f"`{fn.name}` over a stream of shape {fmt_shape(self.out_type().shape)}"
+                      ", whose length only the run knows and that no Partition of a stream "
+                      "of static shape routes: the format computes no such integers, and a "
+                      "MetadataGen file of the values needs a static shape")
+        keys = {(self.routing_key(part), port) for part, port in routes}
+        if len(keys) > 1:
+            self.fail(f"`{fn.name}` over streams routed by different selectors or to "
+                      "different outputs: the values go out as one MetadataGen file routed "
+                      "by one selector")
+        values = _apply(fn, [self.stream_values(e) for e in data]).reshape(shape)
+        part, port = routes[0]
+        key = (keys.pop()[0], values.tobytes())
+        for part_id, read in self.routed.partitions.setdefault(key, []):
+            if port not in read:
+                read.add(port)
+                return part_id, port
+        part_id = self.routed_partition(part, values)
+        self.routed.partitions[key].append((part_id, {port}))
+        return part_id, port
+
+    def routing(self, edge):
+        """The Partition and its output that route the stream of `edge` (through fan-out),
+        or None."""
+        p = self.typed.program
+        while p.nodes[edge.src].op == "Broadcast":
+            edge = p.in_edges(edge.src)[0]
+        node = p.nodes[edge.src]
+        return (node, edge.port) if node.op == "Partition" else None
+
+    def routing_key(self, part) -> tuple:
+        """What routes as the Partition `part` does: its selector (before fan-out), rank,
+        consumers, switch cost and write-back."""
+        p = self.typed.program
+        sel = p.in_edges(part.name)[1]
+        while p.nodes[sel.src].op == "Broadcast":
+            sel = p.in_edges(sel.src)[0]
+        a = part.attrs
+        return ((sel.src, sel.port), a["rank"], len(part.outputs), a.get("switch_cycles"),
+                bool(a.get("write_back")))
+
+    def routed_partition(self, part, values: np.ndarray) -> int:
+        """The id of a new FlatPartition routing a new MetadataGen of `values` as `part`
+        routes its data, by a new reader of the fan-out of `part`'s selector."""
+        p = self.typed.program
+        sel = p.in_edges(part.name)[1]
+        fan = p.nodes[sel.src]
+        if fan.op != "Broadcast":
+            self.fail(f"the selector of `{part.name}`, which routes this Map's input, has no "
+                      "other reader: the routed values would need a fan-out of it")
+        source_id = self.values_source(values, self.ones[fan.name])  # in step with it
+        extra = self.routed.extra_readers.get(fan.name, 0)
+        self.routed.extra_readers[fan.name] = extra + 1
+        part_id = next(self.spare_ids)
+        routed = self.graph.operators.add(name=f"{self.node.name}.routed", id=part_id)
+        m = routed.flat_partition
+        m.input_id, m.control_id = source_id, self.ids[fan.name]
+        m.control_stream_idx = len(fan.outputs) + extra
+        m.partition_rank, m.num_consumers = part.attrs["rank"], len(part.outputs)
+        m.input_dtype.u64.SetInParent()
+        m.control_dtype.multi_hot.SetInParent()
+        m.switch_cycles[:] = [part.attrs.get("switch_cycles") or 1] * len(part.outputs)
+        m.write_back_mu = bool(part.attrs.get("write_back"))
+        routed.parallel_factor = 1
+        return part_id
 
     def values_source(self, values: np.ndarray, ones: int) -> int:
         """The id of a new MetadataGen streaming `values` with `ones` leading 1s (the

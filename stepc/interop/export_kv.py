@@ -77,7 +77,6 @@ class KvCacheOps:
             self.fail("depth= on the FlatMap of a Zip: the format's CacheReadAddrGen reads "
                       "the zipped streams itself (set the Zip's depth)")
         self.fifo(op, zip_node)
-        self.lockstep(zipped)
         m = op.cache_read_addr_gen
         self.wire_edge(m, zipped[0], "idx_id", "idx_stream_idx")
         self.wire_edge(m, zipped[1], "seq_len_id", "seq_len_stream_idx")
@@ -101,7 +100,6 @@ class KvCacheOps:
             self.fail(f"a store of {tile} tiles: the format's RandomOffChipStore needs a "
                       "static tile_row and tile_col")
         rows, cols = int(tile.rows), int(tile.cols)
-        self.lockstep(self.ins)
         m = op.random_off_chip_store
         self.wire(m, 0, "waddr_id", "waddr_stream_idx")
         self.wire(m, 1, "wdata_id", "wdata_stream_idx")

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 
+from stepc.interop.pairs import leading_one_flatten, producer, promoting_reshape
 from stepc.interop.reader import InteropError, Op, Port, relative_to
 from stepc.interop.writer import Writer
 
@@ -105,6 +106,8 @@ def _off_chip_load(w: Writer, op: Op, name: str):
     stride, shape = list(m.stride), list(m.out_shape_tiled)
     if op.inputs:
         ref = f", ref={w.ref(op, op.inputs[0])}"
+    elif leading_one_flatten(w, op, shape) is not None:
+        ref = ""  # read behind a Flatten of the 1: the view without it
     else:
         ref, stride, shape = "", [0] + stride, [1] + shape
     return (f"{name} = LinearOffChipLoad({t}{ref}, " + _attrs(
@@ -139,7 +142,11 @@ def _pass(w: Writer, op: Op, port: int = 0) -> None:
 def _flatten(w: Writer, op: Op, name: str):
     _pass(w, op)
     m = op.msg
-    reshape = promoting_reshape(w, _producer(w, op))
+    source = producer(w, op)
+    if w.unled.get(source.id) == op.id:  # said by its source, without the leading 1
+        w.names[op.id] = w.names[source.id]
+        return "", ""
+    reshape = promoting_reshape(w, producer(w, op))
     if reshape is not None:
         return (f"{name} = Promote({w.ref(reshape, reshape.inputs[0])})",
                 f"with op {reshape.id}: Reshape(chunk 1, add_outer_dim) + Flatten is Promote")
@@ -149,25 +156,6 @@ def _flatten(w: Writer, op: Op, name: str):
 def _repeat(w: Writer, op: Op, name: str):
     _pass(w, op)
     return f"{name} = Repeat({w.ref(op, op.inputs[0])}, count={op.msg.repeat_factor})", ""
-
-
-def _producer(w: Writer, op: Op) -> Op:
-    return next(o for o in w.all_ops if o.id == op.inputs[0].src)
-
-
-def promoting_reshape(w: Writer, op: Op) -> Op | None:
-    """`op` when it is the format's half of stepc's Promote of a rank-0 stream: a Reshape
-    by chunks of 1 adding the outer dim (1 if the stream has an element, else 0), read only
-    by a Flatten of the two inner dims; the pair reads back as one Promote."""
-    m = op.msg
-    if op.kind != "reshape" or not (m.add_outer_dim and m.chunk_size == 1) or m.split_dim \
-            or m.input_stream_rank or m.write_back_mu:
-        return None
-    readers = [c for c in w.all_ops if op.id in {p.src for p in c.inputs}]
-    if len(readers) != 1 or readers[0].kind != "flatten" or \
-            (readers[0].msg.min_rank, readers[0].msg.max_rank) != (0, 1):
-        return None
-    return op
 
 
 def _reshape(w: Writer, op: Op, name: str):
@@ -211,10 +199,12 @@ def _npy_shape(w: Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
 
 def _source(w: Writer, op: Op, name: str, elem: str, dims: tuple[int, ...], data: str):
     """A file-backed source: an external stream of the file's data with the reference's
-    leading 1 (its sources stream `(1,) + shape`)."""
-    shape = ", ".join(map(str, (1, *dims)))
-    w.streams.append(f"stream {name} : Strm<{elem}, {len(dims)}>[{shape}] = {data}  # op "
-                     f"{op.id}")
+    leading 1 (its sources stream `(1,) + shape`), unless a Flatten of it is its only
+    reader (see leading_one_flatten)."""
+    lead = () if leading_one_flatten(w, op, dims) is not None else (1,)
+    shape = ", ".join(map(str, (*lead, *dims)))
+    w.streams.append(f"stream {name} : Strm<{elem}, {len(lead + dims) - 1}>[{shape}] = {data}"
+                     f"  # op {op.id}")
     return "", ""
 
 
@@ -364,7 +354,8 @@ def _merge_ports(w: Writer, op: Op, name: str) -> list[str]:
 def declare_feedback(w: Writer, op: Op) -> None:
     """Name an operator whose outputs are read before it (the reader's loop) and declare the
     fed-back streams: an EagerMerge's selector, one one-hot row over its inputs per chunk
-    it merges (a fresh `?` dim, until the import learns the length)."""
+    it merges: of the shape the graph states (stepc's export writes it in
+    `out_stream_shape`), else a fresh `?` dim until the import learns the length."""
     if op.kind != "eager_merge" or op.fed_back != [1]:
         raise InteropError(w.path, f"output{'s' if len(op.fed_back) > 1 else ''} "
                            f"{', '.join(map(str, op.fed_back))} read before the operator (a "
@@ -373,9 +364,11 @@ def declare_feedback(w: Writer, op: Op) -> None:
     name = w.fresh(op)
     w.names[op.id] = name
     sel = _merge_ports(w, op, name)[1]
-    w.feedback[sel] = (len(w.streams), "")
-    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, 0>[?]  # op {op.id}'s "
-                     "selector, fed back: bound by the EagerMerge below")
+    shape = f"[{', '.join(map(str, op.out_shape))}]" if op.out_shape else ""
+    w.feedback[sel] = (len(w.streams), shape)
+    rank = max(len(op.out_shape) - 1, 0)
+    w.streams.append(f"stream {sel} : Strm<MultiHot<{len(op.inputs)}>, {rank}>{shape or '[?]'}"
+                     f"  # op {op.id}'s selector, fed back: bound by the EagerMerge below")
 
 
 def _expert_addr_gen(w: Writer, op: Op, name: str):

@@ -9,6 +9,7 @@ and, when there is one, the operator.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -66,6 +67,7 @@ class Op:
     fed_back: list[int] = field(default_factory=list)  # outputs read before it (a loop)
     fifo_depth: list[int] = field(default_factory=list)  # stepc's extension fields
     buffer_depth: int = 0
+    out_shape: list[int] = field(default_factory=list)  # out_stream_shape, when all static
 
     @property
     def label(self) -> str:
@@ -105,6 +107,8 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
                                f"`{ops[m.id].name}`)")
         op = Op(m.id, m.name, kind, getattr(m, kind), fifo_depth=list(m.stepc_fifo_depth),
                 buffer_depth=m.stepc_buffer_depth)
+        if all(d.HasField("static") for d in m.out_stream_shape):
+            op.out_shape = [d.static for d in m.out_stream_shape]
         if m.parallel_factor > 1:
             raise InteropError(path, f"parallel_factor {m.parallel_factor}: stepc runs each "
                                "operator once; replicate it in the graph (or deal its input "
@@ -121,7 +125,8 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             if p.src not in ops:
                 raise InteropError(path, f"reads operator id {p.src}, which the graph does not "
                                    "have", op)
-    return graph.name, _ordered(ops, path)
+    statements = {i: k for k, i in enumerate(graph.stepc_statement_order)}
+    return graph.name, _ordered(ops, path, statements)
 
 
 _NUMBERS = [n for n, _ in OP_TYPES.values()]
@@ -163,19 +168,23 @@ def _ports(op: Op) -> tuple[list[Port], Port | None]:
             for i, x in spec], None
 
 
-def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
+def _ordered(ops: dict[int, Op], path: str, statements: dict[int, int] | None = None
+             ) -> list[Op]:
     """Producers before consumers, by level (the longest path from a source), then by id,
-    so that the copies of a repeated sub-graph come together. A loop is closed by the edges
-    `_feedback` finds; any other cycle is refused, naming its operators."""
+    so that the copies of a repeated sub-graph come together; in a graph that gives its
+    program's statement order (`statements`: op id -> position, stepc's field), in that
+    order, each operation no statement names just before its first reader. A loop is
+    closed by the edges `_feedback` finds; any other cycle is refused, naming its
+    operators."""
     preds = {i: {p.src for p in op.inputs + ([op.control] if op.control else [])}
              for i, op in ops.items()}
-    out, stuck = _levels(ops, preds)
+    out, stuck = _levels(ops, preds, statements)
     if stuck:
         back = _feedback(ops, preds, stuck)
         if back:
             for src, dst in back:
                 preds[dst].discard(src)
-            out, stuck = _levels(ops, preds)
+            out, stuck = _levels(ops, preds, statements)
     if stuck:
         cycle = _a_cycle(stuck, preds)
         names = " -> ".join(ops[i].label for i in cycle)
@@ -185,7 +194,8 @@ def _ordered(ops: dict[int, Op], path: str) -> list[Op]:
     return out
 
 
-def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], list[int]]:
+def _levels(ops: dict[int, Op], preds: dict[int, set[int]],
+            statements: dict[int, int] | None = None) -> tuple[list[Op], list[int]]:
     """The operators in order, and those a cycle keeps from ever being ready."""
     succ: dict[int, list[int]] = {i: [] for i in ops}
     for i, ps in preds.items():
@@ -193,7 +203,8 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], l
             succ[p].append(i)
     waiting = {i: len(ps) for i, ps in preds.items()}
     level = dict.fromkeys(ops, 0)
-    ready = [(0, i) for i, n in waiting.items() if n == 0]
+    first = _first_reads(ops, succ, statements) if statements else {}
+    ready = [(first.get(i, 0), i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     out: list[Op] = []
     while ready:
@@ -203,8 +214,32 @@ def _levels(ops: dict[int, Op], preds: dict[int, set[int]]) -> tuple[list[Op], l
             waiting[s] -= 1
             level[s] = max(level[s], level[i] + 1)
             if waiting[s] == 0:
-                heapq.heappush(ready, (level[s], s))
+                heapq.heappush(ready, (first.get(s, level[s]), s))
     return out, sorted(i for i, n in waiting.items() if n)
+
+
+def _first_reads(ops: dict[int, Op], succ: dict[int, list[int]],
+                 statements: dict[int, int]) -> dict[int, float]:
+    """Per operator, the first position in `statements` among it and the operators that
+    read it, directly or not: where it goes in the program's order."""
+    first: dict[int, float] = {}
+    for start in sorted(ops, reverse=True):
+        stack = [(start, iter(succ[start]))]
+        first.setdefault(start, statements.get(start, math.inf))
+        while stack:
+            i, todo = stack[-1]
+            s = next(todo, None)
+            if s is None:
+                stack.pop()
+                if stack:
+                    j = stack[-1][0]
+                    first[j] = min(first[j], first[i])
+            elif s not in first:
+                first[s] = statements.get(s, math.inf)
+                stack.append((s, iter(succ[s])))
+            else:
+                first[i] = min(first[i], first[s])
+    return first
 
 
 def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],

@@ -183,6 +183,10 @@ NEWER_OPERATION_FIELDS = (("group_id", 3, U32, ""), ("out_stream_shape", 4, "Dim
 # store's write buffer depth in tiles (0: 1).
 STEPC_OPERATION_FIELDS = (("stepc_fifo_depth", 9001, U32, "rep"),
                           ("stepc_buffer_depth", 9002, U32, ""))
+# stepc's own field of ProgramGraph: the ids of the operators in the order of the program's
+# statements (`stepc export` writes it), which the import keeps (the order in which
+# operators register their memory requests decides which are served first)
+STEPC_GRAPH_FIELDS = (("stepc_statement_order", 9001, U32, "rep"),)
 
 # Operation's op_type oneof: field name -> (number, message)
 OP_TYPES: dict[str, tuple[int, str]] = {
@@ -235,7 +239,8 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     messages["Operation"] = (("name", 1, STR, ""), ("id", 2, U32, ""), *NEWER_OPERATION_FIELDS,
                              *STEPC_OPERATION_FIELDS,
                              *((f, n, m, "oneof:op_type") for f, (n, m) in OP_TYPES.items()))
-    messages["ProgramGraph"] = (("name", 1, STR, ""), ("operators", 2, "Operation", "rep"))
+    messages["ProgramGraph"] = (("name", 1, STR, ""), ("operators", 2, "Operation", "rep"),
+                                *STEPC_GRAPH_FIELDS)
     for name, fields in messages.items():
         fd.message_type.append(_message(name, _ordered(fields)))
     return fd

@@ -78,6 +78,8 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
     compiled = compile_text(text)
     declared = _fed_back_shapes(w, compiled)
     assumes = _lockstep_assumes(w, compiled, text, folded)
+    for at, facts in _stated_shapes(w, compiled, folded).items():
+        assumes.setdefault(at, []).extend(facts)
     if assumes or declared:  # the lockstep facts change the shapes: compile them stated
         text, folded = _render(w, header, assumes)
         compiled = compile_text(text)
@@ -153,6 +155,35 @@ def _known_shape(types: dict, ref: str) -> str:
 
 
 _OP_COMMENT = re.compile(r"# ops? (\d+)")
+
+
+def _stated_shapes(w: Writer, compiled, folded: Folded) -> dict[int, list[str]]:
+    """`assume` statements for streams whose shape the graph states in numbers
+    (`out_stream_shape`, as `stepc export` writes the shapes its checker proved) where the
+    checker reading the graph infers a symbolic dim (a count of routed requests, say): the
+    facts the exported program stated with its own `assume`s. Statements folded into loops
+    are left as they are."""
+    if compiled.typed is None:
+        return {}
+    looped = {i for start, n in folded.runs if n > 1 for i in range(start, start + n)}
+    out: dict[int, list[str]] = {}
+    for op in w.all_ops:
+        at = w.unit_of.get(op.id)
+        if not op.out_shape or at is None or at in looped:
+            continue
+        name = w.ports[op.id][0] if op.id in w.ports else w.names.get(op.id)
+        dims = getattr(compiled.typed.types.get((name, 0)), "shape", None)
+        if w.outputs.get(op.id):  # an array of outputs, one shape
+            name += "[0]"
+        if dims is None or len(dims) != len(op.out_shape) or \
+                all(getattr(d, "is_Integer", False) for d in dims):
+            continue
+        if any(getattr(d, "is_Integer", False) and int(d) != n
+               for d, n in zip(dims, op.out_shape)):
+            continue
+        out.setdefault(at + 1, []).append(
+            f"assume shape({name}) == {list(op.out_shape)}  # the graph's out_stream_shape")
+    return out
 
 
 def _lockstep_assumes(w: Writer, compiled, text: str,

@@ -30,6 +30,7 @@ class Writer:
     partition_dims: dict = field(default_factory=dict)  # (selector, consumers) -> dim name
     ports: dict[int, list[str]] = field(default_factory=dict)  # op id -> its output names
     narrow: dict[int, str] = field(default_factory=dict)  # op id -> type a store writes it in
+    unled: dict[int, int] = field(default_factory=dict)  # source id -> the Flatten of its 1
 
     def fresh(self, op: Op) -> str:
         base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
