@@ -1,0 +1,272 @@
+"""What each MCP tool does, on the Python API: arguments in, a JSON-ready result out. These
+run in the worker process (stepc.mcp.worker), which keeps checked programs cached between
+calls; a problem with the request raises `Refused` (or a `StepError`), which the server
+reports as a tool error."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from typing import Any
+
+from stepc.api.errors import Deadlock, InputError, SimulationError
+from stepc.diagnostics import StepError, render_text
+from stepc.mcp.workspace import Refused, Workspace
+
+CACHED_PROGRAMS = 16  # checked programs kept between calls (the 128-expert MoE is ~100 MB)
+DEFAULT_LIMIT = 100  # list items returned per page
+MAX_LIMIT = 1000
+BUSIEST = 10  # operators listed by a simulation's summary
+MAX_TUNE_POINTS = 64  # a tune space larger than this is refused: `stepc tune` searches those
+LADDER = ("roofline", "fluid", "ref", "dram")  # cheapest first
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with only JSON types: symbolic values and other objects as their text,
+    non-finite floats as None."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "item") and not hasattr(value, "free_symbols"):  # numpy scalars
+        return jsonable(value.item())
+    return str(value)
+
+
+def page(items: list, args: dict) -> tuple[list, dict]:
+    """One page of `items` by the `offset` and `limit` arguments, and where it sits."""
+    offset = _int(args, "offset", 0, 0)
+    limit = _int(args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    chunk = items[offset:offset + limit]
+    nxt = offset + limit if offset + limit < len(items) else None
+    return chunk, {"total": len(items), "offset": offset, "returned": len(chunk),
+                   "next_offset": nxt}
+
+
+def _int(args: dict, name: str, default: int | None, minimum: int,
+         maximum: int | None = None) -> int | None:
+    value = args.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Refused(f"{name}: expected an integer, found {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        raise Refused(f"{name}: expected an integer {bound}, found {value}")
+    return value
+
+
+def _mapping(args: dict, name: str) -> dict:
+    value = args.get(name) or {}
+    if not isinstance(value, dict):
+        raise Refused(f"{name}: expected an object, found {value!r}")
+    return value
+
+
+class Tools:
+    """The tools of one workspace, with the cache of checked programs."""
+
+    def __init__(self, workspace: Workspace):
+        self.workspace = workspace
+        self.cache: OrderedDict[tuple, tuple[Any, dict, dict]] = OrderedDict()
+        self.hits = 0
+
+    # ---- programs
+    def source(self, args: dict) -> tuple[str, str]:
+        """(text, name) of the program the call names: `program` text or a workspace
+        `path`, exactly one."""
+        text, path = args.get("program"), args.get("path")
+        if (text is None) == (path is None):
+            raise Refused("give the program as `program` (its text) or `path` (a file in "
+                          "the workspace), one of the two")
+        if path is not None:
+            real = self.workspace.file(path, "path")
+            try:
+                return real.read_text(encoding="utf-8"), self.workspace.relative(real)
+            except (OSError, UnicodeDecodeError) as e:
+                raise Refused(f"path {path!r}: cannot read it as text ({e})") from None
+        if not isinstance(text, str):
+            raise Refused("program: expected the program's text")
+        name = args.get("name") or "program.step"
+        self.workspace.resolve(name, "name")  # imports resolve beside it
+        return text, name
+
+    def report(self, args: dict):
+        """The check report of the program the call names (cached by text, name and
+        params), and its `check` document."""
+        from stepc.api.program import check_text
+        text, name = self.source(args)
+        params = _mapping(args, "params")
+        for k, v in params.items():
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise Refused(f"params[{k!r}]: expected an integer, found {v!r}")
+        key = (hashlib.sha256(text.encode()).hexdigest(), name, tuple(sorted(params.items())))
+        hit = self.cache.get(key)
+        if hit is not None and self._unchanged(hit[2]):
+            self.cache.move_to_end(key)
+            self.hits += 1
+            return hit[0], hit[1]
+        report = check_text(text, name, **params)
+        outside = [n for n in report.compiled.sources if not self.workspace.contains(n)]
+        if outside:
+            raise Refused(f"the program imports {outside[0]!r}, outside the workspace")
+        imported = {n: s.text for n, s in report.compiled.sources.items() if n != name}
+        doc = report.to_dict()
+        self.cache[key] = (report, doc, imported)
+        while len(self.cache) > CACHED_PROGRAMS:
+            self.cache.popitem(last=False)
+        return report, doc
+
+    def _unchanged(self, imported: dict[str, str]) -> bool:
+        """Whether the files a cached program imported still hold what it read."""
+        for name, text in imported.items():
+            try:
+                if (self.workspace.root / name).read_text(encoding="utf-8") != text:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def program(self, args: dict):
+        """The checked program; its errors (or unknown params) as a StepError."""
+        report, _ = self.report(args)
+        return report.program()
+
+    def traces(self, args: dict) -> dict[str, str]:
+        return {stream: str(self.workspace.file(p, f"traces[{stream!r}]"))
+                for stream, p in _mapping(args, "traces").items()}
+
+    # ---- the tools
+    def check(self, args: dict) -> dict:
+        report, doc = self.report(args)
+        streams, where = page(doc["streams"], args)
+        unknown = [d.message for d in report.unknown_params()]
+        return {"program": doc["program"], "ok": report.ok and not unknown,
+                "summary": doc["summary"], "diagnostics": doc["diagnostics"],
+                "unknown_params": unknown, "streams": streams, "streams_page": where,
+                "symbols": doc["symbols"]}
+
+    def analyze(self, args: dict) -> dict:
+        prog = self.program(args)
+        cost = prog.analyze(hw=args.get("hw"), bind=_mapping(args, "bind"),
+                            traces=self.traces(args),
+                            onchip_model=args.get("onchip_model", "artifact"))
+        doc = jsonable(cost.to_dict())
+        ops, where = page(doc.pop("ops"), args)
+        return {**doc, "ops": ops, "ops_page": where, "warnings": cost.warnings}
+
+    def simulate(self, args: dict) -> dict:
+        prog = self.program(args)
+        timing_only = args.get("timing_only", True)
+        try:
+            run = prog.simulate(hw=args.get("hw"), set=_mapping(args, "set"),
+                                traces=self.traces(args), timing_only=timing_only,
+                                max_cycles=_int(args, "max_cycles", None, 1))
+        except Deadlock as e:
+            raise Refused(f"the simulation deadlocked:\n{e.report}") from None
+        busiest = sorted(run.busy.items(), key=lambda kv: -kv[1])[:BUSIEST]
+        return {"program": run.program, "hw": run.hw,
+                "mode": "functional" if run.functional else "timing-only",
+                "measurement": jsonable(run.measurement.to_dict()), "dims": jsonable(run.dims),
+                "busiest": [{"name": n, "busy_cycles": b} for n, b in busiest],
+                "outputs": {n: list(a.shape) for n, a in run.outputs.items()},
+                "warnings": run.warnings}
+
+    def format(self, args: dict) -> dict:
+        from stepc.api.formatting import format_bytes
+        text, name = self.source(args)
+        old, new = format_bytes(name, text.encode("utf-8"))
+        return {"program": name, "changed": old != new, "formatted": new}
+
+    def tune(self, args: dict) -> dict:
+        from stepc.api.tune import Budget, Objective, Space, TuneError, tune
+        paths = args.get("paths")
+        if not isinstance(paths, list) or not paths:
+            raise Refused("paths: expected a list of program files in the workspace")
+        files = [str(self.workspace.file(p, "paths")) for p in paths]
+        space = _mapping(args, "space")
+        points = len(files) * math.prod(len(v) if isinstance(v, list) else 0
+                                        for v in space.values())
+        if not space or points == 0:
+            raise Refused("space: expected params with lists of values, e.g. "
+                          "{\"TILE_N\": [16, 32, 64]}")
+        if points > MAX_TUNE_POINTS:
+            raise Refused(f"the space has {points} points; this server tunes at most "
+                          f"{MAX_TUNE_POINTS} (run `stepc tune` for larger searches)")
+        traces = {s: [str(self.workspace.file(p, f"traces[{s!r}]"))
+                      for p in (ps if isinstance(ps, list) else [ps])]
+                  for s, ps in _mapping(args, "traces").items()}
+        try:
+            result = tune(Space(files, {k: list(v) for k, v in space.items()}),
+                          objectives=[Objective.parse(o) for o in
+                                      args.get("objectives") or ["cycles"]],
+                          budgets=[Budget.parse(m, str(v))
+                                   for m, v in _mapping(args, "budgets").items()],
+                          traces=traces, hw=args.get("hw", "paper-eval"), jobs=1,
+                          model=args.get("model", "ref"))
+        except TuneError as e:
+            raise Refused(str(e)) from None
+        doc = jsonable(result.to_dict())
+        root = str(self.workspace.root) + "/"
+        return jsonable(_strip(doc, root))
+
+    def estimate(self, args: dict) -> dict:
+        from stepc.api.reference import FIDELITY_SOURCE, fidelity
+        wanted = args.get("fidelity") or ["roofline", "fluid"]
+        if not isinstance(wanted, list) or any(w not in LADDER for w in wanted):
+            raise Refused(f"fidelity: expected a list of {', '.join(LADDER)}")
+        prog = self.program(args)
+        hw = args.get("hw", "paper-eval")
+        traces = self.traces(args)
+        try:
+            errors = fidelity()
+        except InputError:
+            errors = {}
+        out = []
+        for model in sorted(set(wanted), key=LADDER.index):
+            if model == "roofline":
+                roof = prog.analyze(hw=hw, traces=traces).roofline
+                known = roof["bound"] != "unknown"
+                out.append({
+                    "model": "roofline", "kind": "lower bound",
+                    "cycles": jsonable(max(roof["memory_cycles"], roof["compute_cycles"]))
+                    if known else None, "bound": roof["bound"], "error": [],
+                    "note": "no simulation: the larger of the analysis's memory and compute "
+                    "cycles, a bound every simulated model meets" if known else
+                    "symbolic in dims only a run or a trace fixes (give `traces`): memory "
+                    f"{jsonable(roof['memory_cycles'])}, compute "
+                    f"{jsonable(roof['compute_cycles'])} cycles"})
+                continue
+            run = prog.simulate(hw=hw, set={"hbm.model": model}, traces=traces,
+                                timing_only=True)
+            out.append({"model": model, "kind": "simulated", "cycles": run.cycles,
+                        "bound": None, "error": errors.get(model, []),
+                        "note": f"the {model} memory model on {run.hw}"})
+        return {"program": prog.name, "hw": hw, "estimates": out,
+                "error_source": FIDELITY_SOURCE}
+
+
+def _strip(value, prefix: str):
+    """Workspace paths in results, relative to the root."""
+    if isinstance(value, dict):
+        return {k: _strip(v, prefix) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip(v, prefix) for v in value]
+    return value.removeprefix(prefix) if isinstance(value, str) else value
+
+
+def failure_message(e: BaseException) -> str:
+    """A StepError as the CLI would print it (diagnostics with their source lines)."""
+    if isinstance(e, SimulationError):
+        return e.located()
+    if isinstance(e, StepError) and e.diagnostics:
+        return render_text(e.diagnostics, e.sources or {}).rstrip("\n")
+    return str(e)
+
+
+WORKER_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")
