@@ -69,12 +69,19 @@ def _mapping(args: dict, name: str) -> dict:
 
 
 class Tools:
-    """The tools of one workspace, with the cache of checked programs."""
+    """The tools of one workspace, with the cache of checked programs. They run with the
+    workspace root as the working directory (as the worker does): imports and the names
+    of diagnostics are relative to it."""
 
     def __init__(self, workspace: Workspace):
         self.workspace = workspace
         self.cache: OrderedDict[tuple, tuple[Any, dict, dict]] = OrderedDict()
         self.hits = 0
+
+    def warm(self) -> None:
+        """Load the front end before the first call needs it (a tiny program, not kept)."""
+        from stepc.api.program import check_text
+        check_text("param N = 1\n", "<warm-up>")
 
     # ---- programs
     def source(self, args: dict) -> tuple[str, str]:

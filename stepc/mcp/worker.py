@@ -21,7 +21,8 @@ class ToolFailure(Exception):
 
 
 def _serve(conn, root: str, memory_bytes: int | None) -> None:
-    """The worker's loop: (tool, args) in, ("ok", result) or ("error", message) out."""
+    """The worker's loop: (tool, args) in, ("ok", result) or ("error", message) out, or
+    ("fatal", message) as it ends (out of memory: its heap is not to be trusted)."""
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stdout is the server's protocol pipe
     if memory_bytes:
         import resource
@@ -32,6 +33,7 @@ def _serve(conn, root: str, memory_bytes: int | None) -> None:
     from stepc.mcp.workspace import Workspace
 
     tools = Tools(Workspace(root))
+    tools.warm()
     while True:
         try:
             name, args = conn.recv()
@@ -42,7 +44,7 @@ def _serve(conn, root: str, memory_bytes: int | None) -> None:
         except (Refused, StepError) as e:
             reply = ("error", failure_message(e))
         except MemoryError:
-            conn.send(("error", f"{name} ran out of the worker's memory limit "
+            conn.send(("fatal", f"{name} ran out of the worker's memory limit "
                        f"({(memory_bytes or 0) // 2**20:,} MiB); the worker restarts"))
             return
         except RecursionError:
@@ -109,6 +111,9 @@ class Worker:
                 self.restarts += 1
                 raise ToolFailure(f"{name} stopped the worker (exit code {code}) after "
                                   f"{time.monotonic() - started:.1f} s; it restarts") from None
+            if status == "fatal":  # the worker is ending: wait for it
+                self.stop()
+                self.restarts += 1
             if status != "ok":
                 raise ToolFailure(value)
             return value

@@ -1,0 +1,160 @@
+"""The MCP server's tools called in-process (stepc.mcp.tools), and its worker's limits:
+each argument moves the result it should, bad input is a clear refusal, the cache of
+checked programs is used and invalidated, and the workspace is a wall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stepc.codes import UNKNOWN_OPERATOR
+from stepc.diagnostics import StepError
+from stepc.mcp.tools import MAX_TUNE_POINTS, Tools
+from stepc.mcp.worker import ToolFailure, Worker
+from stepc.mcp.workspace import Refused, Workspace
+
+REPO = Path(__file__).resolve().parents[1]
+SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
+MOE = (REPO / "programs" / "moe_simple.step").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def tools(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the worker runs in its workspace
+    (tmp_path / "swiglu.step").write_text(SWIGLU, encoding="utf-8")
+    (tmp_path / "moe.step").write_text(MOE, encoding="utf-8")
+    return Tools(Workspace(tmp_path))
+
+
+def test_params_change_the_types(tools):
+    default = tools.check({"path": "swiglu.step", "limit": 1000})
+    wide = tools.check({"path": "swiglu.step", "params": {"TB": 32}, "limit": 1000})
+    gate = {s["name"]: s["type"] for s in default["streams"]}["gate"]
+    assert gate != {s["name"]: s["type"] for s in wide["streams"]}["gate"]
+    assert "[32, " in {s["name"]: s["type"] for s in wide["streams"]}["gate"]
+    unknown = tools.check({"path": "swiglu.step", "params": {"TC": 1}})
+    assert not unknown["ok"] and "TC" in unknown["unknown_params"][0]
+
+
+def test_pages_cover_the_list_once(tools):
+    whole = tools.check({"path": "swiglu.step", "limit": 1000})["streams"]
+    first = tools.check({"path": "swiglu.step", "limit": 3})
+    rest = tools.check({"path": "swiglu.step", "offset": 3, "limit": 1000})
+    assert first["streams"] + rest["streams"] == whole
+    assert first["streams_page"]["next_offset"] == 3 and rest["streams_page"]["next_offset"] is None
+    with pytest.raises(Refused, match="limit"):
+        tools.check({"path": "swiglu.step", "limit": 0})
+
+
+def test_the_cache_is_used_and_sees_imported_files_change(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lib.step").write_text("param W = 64\n", encoding="utf-8")
+    main = 'import "lib.step"\ntensor X : bf16[4, W] input = random(seed=1)\n' \
+           "x = LinearOffChipLoad(X, tile=[1, W])\nSink(x)\n"
+    tools = Tools(Workspace(tmp_path))
+    args = {"program": main, "name": "main.step"}
+    first = tools.check(args)
+    assert first["ok"] and tools.hits == 0
+    assert tools.check(args) == first and tools.hits == 1
+    (tmp_path / "lib.step").write_text("param W = 32\n", encoding="utf-8")
+    changed = tools.check(args)
+    assert tools.hits == 1 and changed["streams"] != first["streams"]
+
+
+def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "lib.step").write_text("param W = 64\n", encoding="utf-8")
+    inner = tmp_path / "ws"
+    inner.mkdir()
+    monkeypatch.chdir(inner)
+    tools = Tools(Workspace(inner))
+    with pytest.raises(Refused, match="outside the workspace"):
+        tools.check({"program": 'import "../lib.step"\n', "name": "main.step"})
+    with pytest.raises(Refused, match="outside the workspace"):
+        tools.check({"program": "param N = 1\n", "name": "../main.step"})
+    with pytest.raises(Refused, match="one of the two"):
+        tools.check({})
+
+
+def test_simulate_knobs(tools):
+    base = tools.simulate({"path": "swiglu.step"})
+    assert base["hw"] == "paper-eval" and base["outputs"] == {}
+    other = tools.simulate({"path": "swiglu.step", "hw": "hdl-validation"})
+    assert other["hw"] == "hdl-validation"
+    assert other["measurement"]["cycles"] != base["measurement"]["cycles"]
+    fluid = tools.simulate({"path": "swiglu.step", "set": {"hbm.model": "fluid"}})
+    assert fluid["measurement"]["hbm_model"] == "fluid"
+    functional = tools.simulate({"path": "swiglu.step", "timing_only": False})
+    assert functional["mode"] == "functional" and functional["outputs"] == {"Y": [64, 256]}
+    with pytest.raises(StepError):
+        tools.simulate({"path": "swiglu.step", "max_cycles": 10})
+
+
+def test_analyze_binds_dims(tools):
+    symbolic = tools.analyze({"path": "moe.step", "limit": 2})
+    assert isinstance(symbolic["totals"]["off_chip_bytes"], str)
+    assert len(symbolic["ops"]) == 2 and symbolic["ops_page"]["total"] > 2
+    bound = tools.analyze({"path": "moe.step", "bind": {"D_0": 4, "D_1": 6}, "hw": "paper-eval"})
+    assert bound["totals"]["off_chip_bytes"] == 104704  # the API's documented value
+    assert bound["roofline"]["bound"] in ("memory", "compute")
+
+
+def test_estimate_labels_each_model(tools):
+    doc = tools.estimate({"path": "swiglu.step", "fidelity": ["dram", "ref"]})
+    ref, dram = doc["estimates"]
+    assert (ref["model"], dram["model"]) == ("ref", "dram")
+    assert ref["cycles"] != dram["cycles"]
+    [vs_sim] = [e for e in dram["error"] if e["against"] == "reference simulator"]
+    assert vs_sim["points"] == 15 and 0.05 < vs_sim["mape"] < 0.2  # docs/dram.md: 9.43%
+    with pytest.raises(Refused, match="fidelity"):
+        tools.estimate({"path": "swiglu.step", "fidelity": ["exact"]})
+
+
+def test_format_and_reference_errors(tools):
+    messy = SWIGLU.replace("tensor X ", "tensor   X ", 1)
+    assert tools.format({"program": messy})["changed"]
+    assert tools.format({"program": SWIGLU})["formatted"] == SWIGLU
+    with pytest.raises(StepError):
+        tools.format({"program": "x = = 1\n"})
+
+
+def test_tune_is_bounded(tools):
+    with pytest.raises(Refused, match=f"at most {MAX_TUNE_POINTS}"):
+        tools.tune({"paths": ["swiglu.step"], "space": {"TB": list(range(1, 66))}})
+    with pytest.raises(Refused, match="space"):
+        tools.tune({"paths": ["swiglu.step"], "space": {}})
+    with pytest.raises(Refused, match="outside"):
+        tools.tune({"paths": ["/etc/hosts"], "space": {"TB": [16]}})
+
+
+def test_tune_finds_a_winner(tools):
+    doc = tools.tune({"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
+                      "budgets": {"on_chip_bytes": "64MiB"}})
+    assert doc["winner"]["params"]["TB"] in (16, 64)
+    assert doc["winner"]["program"] == "swiglu.step"
+
+
+def test_the_reference_tools():
+    from stepc.api import reference
+    assert reference.diagnostic(UNKNOWN_OPERATOR.lower())["code"] == UNKNOWN_OPERATOR
+    reshape = reference.operator("Reshape")
+    assert reshape["signature"].startswith("Reshape") and "Reshape(" in reshape["example"]
+    assert {p["name"] for p in reshape["params"]} >= {"chunk", "pad"}
+    with pytest.raises(StepError, match="did you mean Reshape"):
+        reference.operator("Reshap")
+    with pytest.raises(StepError, match="not a stepc diagnostic code"):
+        reference.diagnostic("E9999")
+
+
+def test_the_worker_survives_running_out_of_memory(tmp_path):
+    big = "tensor X : f32[16384, 16384] input = random(seed=1)\n" \
+          "tensor Y : f32[16384, 16384] output\n" \
+          "LinearOffChipStore(LinearOffChipLoad(X, tile=[4096, 4096]), Y)\n"
+    worker = Worker(str(tmp_path), memory_mib=1536)
+    try:
+        with pytest.raises(ToolFailure, match="memory"):
+            worker.call("simulate", {"program": big, "timing_only": False}, 60)
+        assert worker.call("check", {"program": "param N = 1\n"}, 60)["ok"]
+        assert worker.restarts == 1
+    finally:
+        worker.stop()
