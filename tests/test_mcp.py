@@ -126,3 +126,11 @@ def test_paths_outside_the_workspace_are_refused(flow):
 def test_explain_reads_the_documentation(flow):
     doc = flow["explain"].structured_content
     assert doc["code"] == UNKNOWN_OPERATOR and "Fix" in doc["doc"]
+
+
+def test_a_workspace_that_is_not_a_directory_is_a_usage_error(tmp_path):
+    from click.testing import CliRunner
+
+    from stepc.cli.group import main
+    result = CliRunner().invoke(main, ["mcp", "--workspace", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "not a directory" in result.output

@@ -158,3 +158,18 @@ def test_the_worker_survives_running_out_of_memory(tmp_path):
         assert worker.restarts == 1
     finally:
         worker.stop()
+
+
+def test_the_agents_guide_quotes_the_fidelity_table():
+    """docs/agents.md's table of measured errors is docs/dram.md's, number for number."""
+    from stepc.api import reference
+    text = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    rows = [[c.strip(" `%") for c in line.strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| `")]
+    quoted = {(r[0], r[1]): (int(r[2]), float(r[3]), float(r[4]), float(r[5]))
+              for r in rows if len(r) == 6}
+    measured = {(model, e["against"]): (e["points"], round(e["mape"] * 100, 2),
+                                        round(e["max_error"] * 100, 2), e["pearson"])
+                for model, errors in reference.fidelity().items() if model != "hdl-like"
+                for e in errors}
+    assert quoted == measured
