@@ -19,6 +19,15 @@ SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
 MOE = (REPO / "programs" / "moe_simple.step").read_text(encoding="utf-8")
 
 
+def valid(name: str, doc: dict) -> dict:
+    """`doc`, after checking it against the tool's declared output schema."""
+    from jsonschema import validate
+
+    from stepc.mcp.schemas import TOOLS
+    validate(doc, TOOLS[name]["output"])
+    return doc
+
+
 @pytest.fixture
 def tools(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the worker runs in its workspace
@@ -28,7 +37,7 @@ def tools(tmp_path, monkeypatch):
 
 
 def test_params_change_the_types(tools):
-    default = tools.check({"path": "swiglu.step", "limit": 1000})
+    default = valid("check", tools.check({"path": "swiglu.step", "limit": 1000}))
     wide = tools.check({"path": "swiglu.step", "params": {"TB": 32}, "limit": 1000})
     gate = {s["name"]: s["type"] for s in default["streams"]}["gate"]
     assert gate != {s["name"]: s["type"] for s in wide["streams"]}["gate"]
@@ -77,30 +86,31 @@ def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
 
 
 def test_simulate_knobs(tools):
-    base = tools.simulate({"path": "swiglu.step"})
+    base = valid("simulate", tools.simulate({"path": "swiglu.step"}))
     assert base["hw"] == "paper-eval" and base["outputs"] == {}
     other = tools.simulate({"path": "swiglu.step", "hw": "hdl-validation"})
     assert other["hw"] == "hdl-validation"
     assert other["measurement"]["cycles"] != base["measurement"]["cycles"]
     fluid = tools.simulate({"path": "swiglu.step", "set": {"hbm.model": "fluid"}})
     assert fluid["measurement"]["hbm_model"] == "fluid"
-    functional = tools.simulate({"path": "swiglu.step", "timing_only": False})
+    functional = valid("simulate", tools.simulate({"path": "swiglu.step", "timing_only": False}))
     assert functional["mode"] == "functional" and functional["outputs"] == {"Y": [64, 256]}
     with pytest.raises(StepError):
         tools.simulate({"path": "swiglu.step", "max_cycles": 10})
 
 
 def test_analyze_binds_dims(tools):
-    symbolic = tools.analyze({"path": "moe.step", "limit": 2})
+    symbolic = valid("analyze", tools.analyze({"path": "moe.step", "limit": 2}))
     assert isinstance(symbolic["totals"]["off_chip_bytes"], str)
     assert len(symbolic["ops"]) == 2 and symbolic["ops_page"]["total"] > 2
-    bound = tools.analyze({"path": "moe.step", "bind": {"D_0": 4, "D_1": 6}, "hw": "paper-eval"})
+    bound = valid("analyze", tools.analyze({"path": "moe.step", "bind": {"D_0": 4, "D_1": 6},
+                                            "hw": "paper-eval"}))
     assert bound["totals"]["off_chip_bytes"] == 104704  # the API's documented value
     assert bound["roofline"]["bound"] in ("memory", "compute")
 
 
 def test_estimate_labels_each_model(tools):
-    doc = tools.estimate({"path": "swiglu.step", "fidelity": ["dram", "ref"]})
+    doc = valid("estimate", tools.estimate({"path": "swiglu.step", "fidelity": ["dram", "ref"]}))
     ref, dram = doc["estimates"]
     assert (ref["model"], dram["model"]) == ("ref", "dram")
     assert ref["cycles"] != dram["cycles"]
@@ -112,7 +122,7 @@ def test_estimate_labels_each_model(tools):
 
 def test_format_and_reference_errors(tools):
     messy = SWIGLU.replace("tensor X ", "tensor   X ", 1)
-    assert tools.format({"program": messy})["changed"]
+    assert valid("format", tools.format({"program": messy}))["changed"]
     assert tools.format({"program": SWIGLU})["formatted"] == SWIGLU
     with pytest.raises(StepError):
         tools.format({"program": "x = = 1\n"})
@@ -128,16 +138,17 @@ def test_tune_is_bounded(tools):
 
 
 def test_tune_finds_a_winner(tools):
-    doc = tools.tune({"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
-                      "budgets": {"on_chip_bytes": "64MiB"}})
+    doc = valid("tune", tools.tune({"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
+                                    "budgets": {"on_chip_bytes": "64MiB"}}))
     assert doc["winner"]["params"]["TB"] in (16, 64)
     assert doc["winner"]["program"] == "swiglu.step"
 
 
 def test_the_reference_tools():
     from stepc.api import reference
-    assert reference.diagnostic(UNKNOWN_OPERATOR.lower())["code"] == UNKNOWN_OPERATOR
-    reshape = reference.operator("Reshape")
+    explained = valid("explain", reference.diagnostic(UNKNOWN_OPERATOR.lower()))
+    assert explained["code"] == UNKNOWN_OPERATOR
+    reshape = valid("operator", reference.operator("Reshape"))
     assert reshape["signature"].startswith("Reshape") and "Reshape(" in reshape["example"]
     assert {p["name"] for p in reshape["params"]} >= {"chunk", "pad"}
     with pytest.raises(StepError, match="did you mean Reshape"):

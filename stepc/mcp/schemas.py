@@ -47,12 +47,17 @@ def _obj(properties: dict, required: tuple = ()) -> dict:
     return {"type": "object", "properties": properties, "required": list(required)}
 
 
+def _args(properties: dict, required: tuple = ()) -> dict:
+    """A tool's arguments: an argument it does not take is refused, not ignored."""
+    return {**_obj(properties, required), "additionalProperties": False}
+
+
 TOOLS: dict[str, dict] = {
     "check": {
         "description": "Parse, elaborate and type/shape-check a .step program: every "
         "diagnostic (code, severity, message, location span, notes) and every stream's "
         "inferred type and symbolic shape (paged by offset/limit), and the symbols.",
-        "input": _obj({**PROGRAM, **PAGE}),
+        "input": _args({**PROGRAM, **PAGE, **TIME_LIMIT}),
         "output": _obj({"program": STR, "ok": BOOL, "summary": ANY_OBJECT,
                         "diagnostics": {"type": "array", "items": DIAGNOSTIC},
                         "unknown_params": LIST, "streams": LIST, "streams_page": PAGE_INFO,
@@ -64,7 +69,7 @@ TOOLS: dict[str, dict] = {
         "operational intensity in total and per operator instance (paged), symbolic in "
         "the dynamic dims unless `bind` or `traces` fix them; with `hw` the roofline "
         "bound.",
-        "input": _obj({**PROGRAM, **HW, **TRACES, **PAGE,
+        "input": _args({**PROGRAM, **HW, **TRACES, **PAGE, **TIME_LIMIT,
                        "bind": {"type": "object", "additionalProperties": INT,
                                 "description": "Dims to values, e.g. {\"D_0\": 12}."},
                        "onchip_model": {"enum": ["artifact", "paper"]}}),
@@ -78,7 +83,7 @@ TOOLS: dict[str, dict] = {
         "off-chip bytes, FLOPs, on-chip bytes, utilizations, memory model), the dims the "
         "run determined and the busiest operators. Timing-only by default; a deadlock or a "
         "run past its time limit is a tool error.",
-        "input": _obj({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
+        "input": _args({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
                        "set": {"type": "object", "description": "Hardware overrides, e.g. "
                                "{\"hbm.model\": \"fluid\"}."},
                        "timing_only": {**BOOL, "description": "Skip tile values (same "
@@ -94,14 +99,14 @@ TOOLS: dict[str, dict] = {
     "format": {
         "description": "The program in stepc's canonical layout (comments kept; "
         "idempotent). Writes nothing.",
-        "input": _obj(PROGRAM),
+        "input": _args({**PROGRAM, **TIME_LIMIT}),
         "output": _obj({"program": STR, "changed": BOOL, "formatted": STR},
                        ("program", "changed", "formatted")),
     },
     "explain": {
         "description": "A diagnostic code's documentation: meaning, a mistake that "
         "triggers it, the message and the fix.",
-        "input": _obj({"code": {**STR, "description": "e.g. E0343"}}, ("code",)),
+        "input": _args({"code": {**STR, "description": "e.g. E0343"}}, ("code",)),
         "output": _obj({"code": STR, "meaning": STR, "severity": STR, "doc": STR},
                        ("code", "meaning", "severity", "doc")),
     },
@@ -109,7 +114,7 @@ TOOLS: dict[str, dict] = {
         "description": "An operator's reference: signature, shape rule, parameters (kind, "
         "default, meaning), outputs and an example program; without `name`, the list of "
         "operators with their signatures.",
-        "input": _obj({"name": {**STR, "description": "e.g. Reshape"}}),
+        "input": _args({"name": {**STR, "description": "e.g. Reshape"}}),
         "output": _obj({"name": STR, "family": STR, "signature": STR, "doc": STR,
                         "params": LIST, "outputs": LIST, "example": STR, "operators": LIST}),
     },
@@ -117,7 +122,7 @@ TOOLS: dict[str, dict] = {
         "description": "The best schedule of workspace programs under budgets without "
         "simulating the whole space (analysis, roofline, fluid screen, then the chosen "
         "model confirms). Small spaces only (64 points).",
-        "input": _obj({"paths": {"type": "array", "items": STR, "minItems": 1},
+        "input": _args({"paths": {"type": "array", "items": STR, "minItems": 1},
                        "space": {"type": "object",
                                  "additionalProperties": {"type": "array", "items": INT},
                                  "description": "Param -> values, e.g. {\"TB\": [16, 32]}."},
@@ -138,7 +143,7 @@ TOOLS: dict[str, dict] = {
         "only), then the fluid, ref and dram memory models (simulations). Each answer "
         "names its model and that model's measured error against the reference simulator "
         "and the HDL on the paper's SwiGLU sweep (docs/dram.md).",
-        "input": _obj({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
+        "input": _args({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
                        "fidelity": {"type": "array",
                                     "items": {"enum": ["roofline", "fluid", "ref", "dram"]},
                                     "description": "Models to run; default roofline and "

@@ -56,6 +56,16 @@ def _reference_tool(name: str, args: dict) -> dict:
     return reference.operator(args["name"])
 
 
+def _check_arguments(name: str, args: dict) -> None:
+    """Refuse arguments that do not fit the tool's input schema, naming the first misfit."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    error = best_match(Draft202012Validator(TOOLS[name]["input"]).iter_errors(args))
+    if error is not None:
+        where = "".join(f"[{p!r}]" for p in error.absolute_path)
+        raise Refused(f"{name}: argument{where or 's'}: {error.message}")
+
+
 def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                 is_error=True)
@@ -83,6 +93,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
         try:
             if name not in TOOLS:
                 raise Refused(f"no tool named {name!r}; the tools are {', '.join(TOOLS)}")
+            _check_arguments(name, args)
             if name in WORKER_TOOLS:
                 seconds = _time_limit(args.pop("time_limit", None), time_limit)
                 result = await anyio.to_thread.run_sync(worker.call, name, args, seconds)
