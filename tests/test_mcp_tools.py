@@ -83,6 +83,13 @@ def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
         tools.check({"program": "param N = 1\n", "name": "../main.step"})
     with pytest.raises(Refused, match="one of the two"):
         tools.check({})
+    reads = 'tensor K : u64[1, 4] input = file(path="../kv.npy")\n' \
+            "tensor O : u64[1, 4] output\n" \
+            "LinearOffChipStore(LinearOffChipLoad(K, tile=[1, 4]), O)\n"
+    with pytest.raises(Refused, match="data file '../kv.npy', outside"):
+        tools.check({"program": reads})
+    with pytest.raises(Refused, match="hw '/etc/hosts' is outside"):
+        tools.simulate({"program": "param N = 1\n", "hw": "/etc/hosts"})
 
 
 def test_simulate_knobs(tools):

@@ -107,6 +107,7 @@ class Tools:
         """The check report of the program the call names (cached by text, name and
         params), and its `check` document."""
         from stepc.api.program import check_text
+        from stepc.api.reads import data_files
         text, name = self.source(args)
         params = _mapping(args, "params")
         for k, v in params.items():
@@ -122,6 +123,10 @@ class Tools:
         outside = [n for n in report.compiled.sources if not self.workspace.contains(n)]
         if outside:
             raise Refused(f"the program imports {outside[0]!r}, outside the workspace")
+        outside = [p for p in data_files(report) if not self.workspace.contains(p)]
+        if outside:
+            raise Refused(f"the program reads the data file {outside[0]!r}, outside the "
+                          "workspace")
         imported = {n: s.text for n, s in report.compiled.sources.items() if n != name}
         doc = report.to_dict()
         self.cache[key] = (report, doc, imported)
@@ -144,6 +149,14 @@ class Tools:
         report, _ = self.report(args)
         return report.program()
 
+    def hw(self, args: dict) -> str | None:
+        """The `hw` argument: a preset's name, or a configuration file in the workspace."""
+        from stepc.api.inputs import hardware_presets
+        hw = args.get("hw")
+        if hw is None or hw in hardware_presets():
+            return hw
+        return str(self.workspace.file(hw, "hw"))
+
     def traces(self, args: dict) -> dict[str, str]:
         return {stream: str(self.workspace.file(p, f"traces[{stream!r}]"))
                 for stream, p in _mapping(args, "traces").items()}
@@ -160,7 +173,7 @@ class Tools:
 
     def analyze(self, args: dict) -> dict:
         prog = self.program(args)
-        cost = prog.analyze(hw=args.get("hw"), bind=_mapping(args, "bind"),
+        cost = prog.analyze(hw=self.hw(args), bind=_mapping(args, "bind"),
                             traces=self.traces(args),
                             onchip_model=args.get("onchip_model", "artifact"))
         doc = jsonable(cost.to_dict())
@@ -171,7 +184,7 @@ class Tools:
         prog = self.program(args)
         timing_only = args.get("timing_only", True)
         try:
-            run = prog.simulate(hw=args.get("hw"), set=_mapping(args, "set"),
+            run = prog.simulate(hw=self.hw(args), set=_mapping(args, "set"),
                                 traces=self.traces(args), timing_only=timing_only,
                                 max_cycles=_int(args, "max_cycles", None, 1))
         except Deadlock as e:
@@ -214,7 +227,7 @@ class Tools:
                                       args.get("objectives") or ["cycles"]],
                           budgets=[Budget.parse(m, str(v))
                                    for m, v in _mapping(args, "budgets").items()],
-                          traces=traces, hw=args.get("hw", "paper-eval"), jobs=1,
+                          traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
                           model=args.get("model", "ref"))
         except TuneError as e:
             raise Refused(str(e)) from None
@@ -228,7 +241,7 @@ class Tools:
         if not isinstance(wanted, list) or any(w not in LADDER for w in wanted):
             raise Refused(f"fidelity: expected a list of {', '.join(LADDER)}")
         prog = self.program(args)
-        hw = args.get("hw", "paper-eval")
+        hw = self.hw(args) or "paper-eval"
         traces = self.traces(args)
         try:
             errors = fidelity()
@@ -254,7 +267,7 @@ class Tools:
             out.append({"model": model, "kind": "simulated", "cycles": run.cycles,
                         "bound": None, "error": errors.get(model, []),
                         "note": f"the {model} memory model on {run.hw}"})
-        return {"program": prog.name, "hw": hw, "estimates": out,
+        return {"program": prog.name, "hw": args.get("hw") or hw, "estimates": out,
                 "error_source": FIDELITY_SOURCE}
 
 
