@@ -110,6 +110,11 @@ def test_analyze_binds_dims(tools):
     symbolic = valid("analyze", tools.analyze({"path": "moe.step", "limit": 2}))
     assert isinstance(symbolic["totals"]["off_chip_bytes"], str)
     assert len(symbolic["ops"]) == 2 and symbolic["ops_page"]["total"] > 2
+    statements = tools.analyze({"path": "moe.step", "limit": 1000})["ops"]
+    instances = tools.analyze({"path": "moe.step", "limit": 1000, "by": "operator"})["ops"]
+    assert len(instances) == sum(row["instances"] for row in statements) > len(statements)
+    ys = {row["statement"]: row for row in statements}["y[*]"]  # one Map per expert
+    assert ys["instances"] == 2 and ys["flops"].startswith("sum of 2 instances")
     bound = valid("analyze", tools.analyze({"path": "moe.step", "bind": {"D_0": 4, "D_1": 6},
                                             "hw": "paper-eval"}))
     assert bound["totals"]["off_chip_bytes"] == 104704  # the API's documented value

@@ -66,13 +66,17 @@ TOOLS: dict[str, dict] = {
     },
     "analyze": {
         "description": "Symbolic cost analysis: off-chip traffic, on-chip memory, FLOPs and "
-        "operational intensity in total and per operator instance (paged), symbolic in "
+        "operational intensity in total and per statement or operator instance (paged), "
+        "symbolic in "
         "the dynamic dims unless `bind` or `traces` fix them; with `hw` the roofline "
         "bound.",
         "input": _args({**PROGRAM, **HW, **TRACES, **PAGE, **TIME_LIMIT,
                        "bind": {"type": "object", "additionalProperties": INT,
                                 "description": "Dims to values, e.g. {\"D_0\": 12}."},
-                       "onchip_model": {"enum": ["artifact", "paper"]}}),
+                       "onchip_model": {"enum": ["artifact", "paper"]},
+                       "by": {"enum": ["statement", "operator"],
+                              "description": "Rows per statement (a loop's iterations "
+                              "summed; the default) or per operator instance."}}),
         "output": _obj({"program": STR, "totals": ANY_OBJECT, "ops": LIST,
                         "ops_page": PAGE_INFO, "roofline": {"type": ["object", "null"]},
                         "bindings": ANY_OBJECT, "symbols": ANY_OBJECT, "warnings": LIST},

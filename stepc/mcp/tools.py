@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -20,6 +21,7 @@ MAX_LIMIT = 1000
 BUSIEST = 10  # operators listed by a simulation's summary
 MAX_TUNE_POINTS = 64  # a tune space larger than this is refused: `stepc tune` searches those
 LADDER = ("roofline", "fluid", "ref", "dram")  # cheapest first
+MAX_FORMULA = 1000  # characters of a symbolic value shown; a 128-expert total runs to 30,000
 
 
 def jsonable(value: Any) -> Any:
@@ -36,6 +38,16 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "item") and not hasattr(value, "free_symbols"):  # numpy scalars
         return jsonable(value.item())
     return str(value)
+
+
+def shorten(value: Any) -> Any:
+    """A symbolic value's text cut to MAX_FORMULA characters, saying how to get numbers."""
+    if isinstance(value, dict):
+        return {k: shorten(v) for k, v in value.items()}
+    if isinstance(value, str) and len(value) > MAX_FORMULA:
+        return (f"{value[:MAX_FORMULA]} ... ({len(value):,} characters in all: give `bind` "
+                "or `traces` to have numbers)")
+    return value
 
 
 def page(items: list, args: dict) -> tuple[list, dict]:
@@ -176,9 +188,15 @@ class Tools:
         cost = prog.analyze(hw=self.hw(args), bind=_mapping(args, "bind"),
                             traces=self.traces(args),
                             onchip_model=args.get("onchip_model", "artifact"))
-        doc = jsonable(cost.to_dict())
-        ops, where = page(doc.pop("ops"), args)
-        return {**doc, "ops": ops, "ops_page": where, "warnings": cost.warnings}
+        doc = cost.to_dict()
+        rows = doc.pop("ops")
+        if args.get("by", "statement") == "statement":
+            rows = by_statement(rows, cost.per_op)
+        ops, where = page(jsonable(rows), args)
+        doc = jsonable(doc)
+        for key in ("totals", "roofline"):
+            doc[key] = shorten(doc.get(key))
+        return {**doc, "ops": shorten(ops), "ops_page": where, "warnings": cost.warnings}
 
     def simulate(self, args: dict) -> dict:
         prog = self.program(args)
@@ -259,8 +277,8 @@ class Tools:
                     "note": "no simulation: the larger of the analysis's memory and compute "
                     "cycles, a bound every simulated model meets" if known else
                     "symbolic in dims only a run or a trace fixes (give `traces`): memory "
-                    f"{jsonable(roof['memory_cycles'])}, compute "
-                    f"{jsonable(roof['compute_cycles'])} cycles"})
+                    f"{shorten(jsonable(roof['memory_cycles']))}, compute "
+                    f"{shorten(jsonable(roof['compute_cycles']))} cycles"})
                 continue
             run = prog.simulate(hw=hw, set={"hbm.model": model}, traces=traces,
                                 timing_only=True)
@@ -269,6 +287,35 @@ class Tools:
                         "note": f"the {model} memory model on {run.hw}"})
         return {"program": prog.name, "hw": args.get("hw") or hw, "estimates": out,
                 "error_source": FIDELITY_SOURCE}
+
+
+COSTS = ("off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops")
+
+
+def by_statement(rows: list[dict], per_op: dict[str, dict]) -> list[dict]:
+    """Operator instances summed per statement (and operator kind): a loop's iterations
+    and a graph's calls are one row, named with `[*]` for the loop index. A sum still
+    symbolic is summarised by its first term (a 128-expert sum would fill pages)."""
+    groups: dict[tuple, dict] = {}
+    for row in rows:
+        loc = row["location"] or {}
+        key = (loc.get("file"), loc.get("line"), loc.get("column"), row["op"])
+        group = groups.setdefault(key, {
+            "statement": re.sub(r"\[\d+\]", "[*]", row["name"]), "op": row["op"],
+            "location": row["location"], "instances": 0, **{c: [] for c in COSTS}})
+        group["instances"] += 1
+        for c in COSTS:
+            group[c].append(per_op[row["name"]][c])
+    for group in groups.values():
+        for c in COSTS:
+            terms = group[c]
+            if all(isinstance(t, (int, float)) for t in terms):
+                group[c] = sum(terms)
+            elif len(terms) == 1:
+                group[c] = terms[0]
+            else:
+                group[c] = f"sum of {len(terms)} instances; the first is {terms[0]}"
+    return list(groups.values())
 
 
 def _strip(value, prefix: str):
