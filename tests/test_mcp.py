@@ -31,10 +31,15 @@ def server(workspace: Path, *options: str) -> StdioServerParameters:
 
 async def session_flow(workspace: Path) -> dict:
     """The agent's calls; each result kept for the test to read."""
-    seen: dict = {}
+    seen: dict = {"not_protocol": []}
+
+    async def on_message(message) -> None:  # a line of stdout that is not JSON-RPC
+        if isinstance(message, Exception):
+            seen["not_protocol"].append(message)
+
     with open(os.devnull, "w") as quiet:
         async with stdio_client(server(workspace, "--time-limit", "60"), errlog=quiet) as (
-                read, write), ClientSession(read, write) as session:
+                read, write), ClientSession(read, write, message_handler=on_message) as session:
             await session.initialize()
             seen["tools"] = (await session.list_tools()).tools
             broken = SWIGLU.replace("Map(", "Mapp(", 1)
@@ -67,6 +72,10 @@ def flow(tmp_path_factory):
     (root / "swiglu.step").write_text(SWIGLU, encoding="utf-8")  # beside, not inside
     (workspace / "escape.step").symlink_to(root / "swiglu.step")
     return anyio.run(session_flow, workspace)
+
+
+def test_nothing_but_protocol_on_stdout(flow):
+    assert flow["not_protocol"] == []
 
 
 def test_tools_are_listed_with_schemas(flow):
