@@ -1,7 +1,7 @@
 """stepc mcp, driven over stdio by the MCP SDK's own client as an agent drives it: list the
-tools, check a broken program, fix it, simulate it, estimate it at two fidelities, run past
-a time limit (a tool error; the server still answers) and be refused a path outside the
-workspace. One server session for the whole flow."""
+tools, check a broken program, fix it, simulate it, estimate it at two fidelities, tune it,
+run past a time limit (a tool error; the server still answers) and be refused a path
+outside the workspace. One server session for the whole flow."""
 
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ async def session_flow(workspace: Path) -> dict:
                                                                "params": {"TB": 32}})
             seen["estimate"] = await session.call_tool(
                 "estimate", {"path": "swiglu.step", "fidelity": ["fluid", "roofline"]})
+            seen["tune"] = await session.call_tool(
+                "tune", {"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
+                         "budgets": {"on_chip_bytes": "64MiB"}})
             seen["slow"] = await session.call_tool(
                 "simulate", {"path": "swiglu.step", "timing_only": False, "time_limit": 0.05})
             seen["after"] = await session.call_tool("check", {"path": "swiglu.step",
@@ -71,7 +74,9 @@ def flow(tmp_path_factory):
     (workspace / "swiglu.step").write_text(SWIGLU, encoding="utf-8")
     (root / "swiglu.step").write_text(SWIGLU, encoding="utf-8")  # beside, not inside
     (workspace / "escape.step").symlink_to(root / "swiglu.step")
-    return anyio.run(session_flow, workspace)
+    seen = anyio.run(session_flow, workspace)
+    seen["left"] = sorted(p.name for p in workspace.iterdir())
+    return seen
 
 
 def test_nothing_but_protocol_on_stdout(flow):
@@ -118,6 +123,12 @@ def test_estimate_climbs_the_ladder_with_measured_errors(flow):
     assert set(against) == {"reference simulator", "HDL"}
     assert 0 < against["reference simulator"]["mape"] < 0.05  # docs/dram.md: 0.92%
     assert "docs/dram.md" in doc["error_source"]
+
+
+def test_tune_runs_in_the_worker_and_leaves_nothing_behind(flow):
+    doc = flow["tune"].structured_content
+    assert not flow["tune"].is_error and doc["winner"]["params"]["TB"] in (16, 64)
+    assert flow["left"] == ["escape.step", "swiglu.step"]
 
 
 def test_a_run_past_its_time_limit_is_a_tool_error_and_the_server_answers(flow):

@@ -149,11 +149,12 @@ def test_tune_is_bounded(tools):
         tools.tune({"paths": ["/etc/hosts"], "space": {"TB": [16]}})
 
 
-def test_tune_finds_a_winner(tools):
+def test_tune_finds_a_winner(tools, tmp_path):
     doc = valid("tune", tools.tune({"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
                                     "budgets": {"on_chip_bytes": "64MiB"}}))
     assert doc["winner"]["params"]["TB"] in (16, 64)
     assert doc["winner"]["program"] == "swiglu.step"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moe.step", "swiglu.step"]
 
 
 def test_the_reference_tools():

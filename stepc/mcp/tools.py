@@ -5,9 +5,12 @@ reports as a tool error."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+import os
 import re
+import tempfile
 from collections import OrderedDict
 from typing import Any
 
@@ -85,8 +88,11 @@ class Tools:
     workspace root as the working directory (as the worker does): imports and the names
     of diagnostics are relative to it."""
 
-    def __init__(self, workspace: Workspace):
+    def __init__(self, workspace: Workspace, scratch: str | None = None):
         self.workspace = workspace
+        # where tune keeps its intermediate results while it runs (the worker's owner
+        # removes it if the worker is stopped in the middle)
+        self.scratch = scratch or str(workspace.root / ".stepc-mcp-scratch")
         self.cache: OrderedDict[tuple, tuple[Any, dict, dict]] = OrderedDict()
         self.hits = 0
 
@@ -239,16 +245,26 @@ class Tools:
         traces = {s: [str(self.workspace.file(p, f"traces[{s!r}]"))
                       for p in (ps if isinstance(ps, list) else [ps])]
                   for s, ps in _mapping(args, "traces").items()}
+        try:  # its intermediate results stay in the workspace, and go when it ends
+            os.makedirs(self.scratch, exist_ok=True)
+            scratch = tempfile.TemporaryDirectory(prefix="tune-", dir=self.scratch)
+        except OSError as e:
+            raise Refused(f"tune keeps its intermediate results in the workspace, which is "
+                          f"not writable ({e.strerror or e})") from None
         try:
-            result = tune(Space(files, {k: list(v) for k, v in space.items()}),
-                          objectives=[Objective.parse(o) for o in
-                                      args.get("objectives") or ["cycles"]],
-                          budgets=[Budget.parse(m, str(v))
-                                   for m, v in _mapping(args, "budgets").items()],
-                          traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
-                          model=args.get("model", "ref"))
+            with scratch as out:
+                result = tune(Space(files, {k: list(v) for k, v in space.items()}),
+                              objectives=[Objective.parse(o) for o in
+                                          args.get("objectives") or ["cycles"]],
+                              budgets=[Budget.parse(m, str(v))
+                                       for m, v in _mapping(args, "budgets").items()],
+                              traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
+                              model=args.get("model", "ref"), out=out)
         except TuneError as e:
             raise Refused(str(e)) from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.scratch)  # when empty
         doc = jsonable(result.to_dict())
         root = str(self.workspace.root) + "/"
         return jsonable(_strip(doc, root))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import signal
 import sys
 import threading
 import time
@@ -20,10 +22,11 @@ class ToolFailure(Exception):
     """A call that produced no result: its message goes to the client as a tool error."""
 
 
-def _serve(conn, root: str, memory_bytes: int | None) -> None:
+def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
     """The worker's loop: (tool, args) in, ("ok", result) or ("error", message) out, or
     ("fatal", message) as it ends (out of memory: its heap is not to be trusted)."""
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stdout is the server's protocol pipe
+    os.setpgid(0, 0)  # its own process group: stopping it stops the processes it starts (tune)
     if memory_bytes:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -32,7 +35,7 @@ def _serve(conn, root: str, memory_bytes: int | None) -> None:
     from stepc.mcp.tools import Tools, failure_message
     from stepc.mcp.workspace import Workspace
 
-    tools = Tools(Workspace(root))
+    tools = Tools(Workspace(root), scratch)
     tools.warm()
     while True:
         try:
@@ -64,6 +67,7 @@ class Worker:
 
     def __init__(self, root: str, memory_mib: int | None = MEMORY_LIMIT_MIB):
         self.root = root
+        self.scratch = os.path.join(root, f".stepc-mcp-{os.getpid()}-{id(self):x}")
         self.memory_bytes = memory_mib * 2**20 if memory_mib else None
         self._lock = threading.Lock()
         self._process = None
@@ -73,17 +77,23 @@ class Worker:
     def start(self) -> None:
         context = multiprocessing.get_context("spawn")  # no copy of the server's threads
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, name="stepc-mcp-worker", daemon=True,
-                                        args=(child, self.root, self.memory_bytes))
+        self._process = context.Process(target=_serve, name="stepc-mcp-worker",
+                                        args=(child, self.root, self.memory_bytes,
+                                              self.scratch))
         self._process.start()
         child.close()
 
     def stop(self) -> None:
+        """End the worker and every process it started."""
         if self._process is not None:
-            if self._process.is_alive():
-                self._process.kill()
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # gone, or not yet its own group
+                if self._process.is_alive():
+                    self._process.kill()
             self._process.join(5)
             self._conn.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)  # what a stopped tune left
         self._process = self._conn = None
 
     def call(self, name: str, args: dict, seconds: float) -> dict:
