@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (docs/, programs/)
 DOCS = ROOT / "docs"
 PROGRAMS = ROOT / "programs"
 EXAMPLES = Path(__file__).resolve().parents[1] / "ops" / "examples"
-FIDELITY_SOURCE = ("docs/dram.md, section 'Fidelity: the SwiGLU sweep under every model' "
-                   "(written by python -m stepc.reproduction.fidelity from the paper's "
-                   "Figure 8 data)")
+FIDELITY_SOURCE = ("docs/dram.md, section 'Fidelity: the SwiGLU sweep under every model': "
+                   "the paper's Figure 8 sweep, ref and fluid on hdl-validation, dram on "
+                   "hdl-validation-dram (written by python -m stepc.reproduction.fidelity "
+                   "from the paper's data)")
 _GENERATED = "<!-- BEGIN GENERATED: {0} -->\n(.*?)<!-- END GENERATED: {0} -->"
 
 

@@ -18,7 +18,7 @@ from stepc.api.errors import Deadlock, InputError, SimulationError
 from stepc.diagnostics import StepError, render_text
 from stepc.mcp.workspace import Refused, Workspace
 
-CACHED_PROGRAMS = 16  # checked programs kept between calls (the 128-expert MoE is ~100 MB)
+CACHED_PROGRAMS = 16  # checked programs kept between calls (the 128-expert MoE: ~10 MB)
 DEFAULT_LIMIT = 100  # list items returned per page
 MAX_LIMIT = 1000
 BUSIEST = 10  # operators listed by a simulation's summary
@@ -265,9 +265,7 @@ class Tools:
         finally:
             with contextlib.suppress(OSError):
                 os.rmdir(self.scratch)  # when empty
-        doc = jsonable(result.to_dict())
-        root = str(self.workspace.root) + "/"
-        return jsonable(_strip(doc, root))
+        return _strip(jsonable(result.to_dict()), str(self.workspace.root) + "/")
 
     def estimate(self, args: dict) -> dict:
         from stepc.api.reference import FIDELITY_SOURCE, fidelity

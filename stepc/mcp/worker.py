@@ -32,7 +32,7 @@ def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.chdir(root)
     from stepc.diagnostics import StepError
-    from stepc.mcp.tools import Tools, failure_message
+    from stepc.mcp.tools import WORKER_TOOLS, Tools, failure_message
     from stepc.mcp.workspace import Workspace
 
     tools = Tools(Workspace(root), scratch)
@@ -43,6 +43,8 @@ def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
         except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
+            if name not in WORKER_TOOLS:
+                raise Refused(f"the worker has no tool {name!r}")
             reply = ("ok", getattr(tools, name)(args))
         except (Refused, StepError) as e:
             reply = ("error", failure_message(e))
