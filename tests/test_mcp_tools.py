@@ -197,3 +197,26 @@ def test_the_agents_guide_quotes_the_fidelity_table():
                 for model, errors in reference.fidelity().items() if model != "hdl-like"
                 for e in errors}
     assert quoted == measured
+
+
+DATA = REPO.parent / "shared" / "data"
+ROUTING = DATA / "expert_routing" / "qwen_b64" / "032_012.npz"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ROUTING.exists(), reason="the paper's data (../shared/data) is absent")
+def test_a_real_routing_trace_binds_the_roofline(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B's routing of 64 tokens through the 128-expert layer: the trace fixes
+    every expert's token count, so the roofline is a number, and fluid stays above it."""
+    import shutil
+    (tmp_path / "lib").mkdir()
+    shutil.copy(REPO / "programs" / "moe_dynamic.step", tmp_path)
+    shutil.copy(REPO / "programs" / "lib" / "moe.step", tmp_path / "lib")
+    shutil.copy(ROUTING, tmp_path)  # into the test's workspace, not the repository
+    monkeypatch.chdir(tmp_path)
+    tools = Tools(Workspace(tmp_path))
+    doc = valid("estimate", tools.estimate({"path": "moe_dynamic.step",
+                                            "traces": {"routing": ROUTING.name}}))
+    roofline, fluid = doc["estimates"]
+    assert roofline["bound"] == "memory" and isinstance(roofline["cycles"], int)
+    assert roofline["cycles"] <= fluid["cycles"] < 1.2 * roofline["cycles"]
