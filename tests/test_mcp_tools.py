@@ -166,6 +166,8 @@ def test_the_reference_tools():
     assert {p["name"] for p in reshape["params"]} >= {"chunk", "pad"}
     with pytest.raises(StepError, match="did you mean Reshape"):
         reference.operator("Reshap")
+    matmul = valid("operator", reference.operator("matmul"))
+    assert matmul["family"] == "function" and "map" in matmul["doc"]
     with pytest.raises(StepError, match="not a stepc diagnostic code"):
         reference.diagnostic("E9999")
 

@@ -41,42 +41,57 @@ def generated(name: str, region: str) -> str:
 
 
 def operator_names() -> list[str]:
-    from stepc.ops import OPS
-    return list(OPS)
+    """Every operator, then every function of the higher-order operators."""
+    from stepc.ops import FUNCTIONS, OPS
+    return [*OPS, *FUNCTIONS]
 
 
 def operator(name: str) -> dict:
     """An operator's record: family, signature, meaning, parameters (kind, default,
-    meaning), outputs with one consumer, and its example program."""
+    meaning), outputs with one consumer, and its example program; or a function's (`fn=`
+    of Map, Accum, Scan and FlatMap): where it is used, attributes, example."""
     import difflib
 
-    from stepc.ops import FAMILIES, OPS
-    from stepc.ops.base import fmt_attr
-    from stepc.ops.functions import FN_REQUIRED
+    from stepc.ops import FAMILIES, FUNCTIONS, OPS
 
     spec = OPS.get(name)
+    if spec is None and name in FUNCTIONS:
+        return _function(FUNCTIONS[name])
     if spec is None:
-        close = difflib.get_close_matches(name, OPS, n=3)
+        close = difflib.get_close_matches(name, [*OPS, *FUNCTIONS], n=3)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        raise InputError(f"no operator named {name!r}{hint}")
-
-    def default(p) -> str | None:
-        if p.required or p.default is FN_REQUIRED:
-            return None
-        if p.default is None:
-            return f"the hardware's {p.hw}" if p.hw else None
-        return fmt_attr(p.default)
-
+        raise InputError(f"no operator or function named {name!r}{hint}")
     example = EXAMPLES / f"{spec.name}.step"
     return {
         "name": spec.name, "family": FAMILIES.get(spec.family, spec.family),
         "signature": spec.signature, "doc": spec.doc, "external": spec.external,
-        "params": [{"name": p.name, "kind": p.kind, "stream": p.is_stream,
-                    "required": p.required, "default": default(p), "meaning": p.doc}
-                   for p in spec.params],
+        "params": [_param(p) for p in spec.params],
         "outputs": list(spec.outputs({"consumers": 1})),
         "example": example.read_text(encoding="utf-8") if example.exists() else "",
     }
+
+
+def _function(fn) -> dict:
+    uses = ", ".join(f"{use} ({n} element input{'s' if n != 1 else ''})"
+                     for use, n in fn.arity.items())
+    return {"name": fn.name, "family": "function", "signature": f"fn={fn.name}",
+            "doc": f"{fn.doc} Used in: {uses}.", "external": False,
+            "params": [_param(p) for p in fn.attrs], "outputs": [], "example": fn.example}
+
+
+def _param(p) -> dict:
+    """A parameter's kind, default (None: required or unset) and meaning."""
+    from stepc.ops.base import fmt_attr
+    from stepc.ops.functions import FN_REQUIRED
+    if p.required or p.default is FN_REQUIRED:
+        default = None
+    elif p.default is None:
+        default = f"the hardware's {p.hw}" if p.hw else None
+    else:
+        default = fmt_attr(p.default)
+    return {"name": p.name, "kind": p.kind, "stream": p.is_stream,
+            "required": p.required or p.default is FN_REQUIRED, "default": default,
+            "meaning": p.doc}
 
 
 def diagnostic(code: str) -> dict:

@@ -116,9 +116,9 @@ TOOLS: dict[str, dict] = {
     },
     "operator": {
         "description": "An operator's reference: signature, shape rule, parameters (kind, "
-        "default, meaning), outputs and an example program; without `name`, the list of "
-        "operators with their signatures.",
-        "input": _args({"name": {**STR, "description": "e.g. Reshape"}}),
+        "default, meaning), outputs and an example program; or a function's (the `fn=` of "
+        "Map, Accum, Scan, FlatMap); without `name`, the list of both with signatures.",
+        "input": _args({"name": {**STR, "description": "e.g. Reshape, or matmul"}}),
         "output": _obj({"name": STR, "family": STR, "signature": STR, "doc": STR,
                         "params": LIST, "outputs": LIST, "example": STR, "operators": LIST}),
     },
