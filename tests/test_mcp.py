@@ -19,6 +19,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from stepc.codes import UNKNOWN_OPERATOR  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("mcp_session")  # one server session, on one worker
+
 REPO = Path(__file__).resolve().parents[1]
 SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
 
@@ -161,3 +163,14 @@ def test_a_workspace_that_is_not_a_directory_is_a_usage_error(tmp_path):
     from stepc.cli.group import main
     result = CliRunner().invoke(main, ["mcp", "--workspace", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "not a directory" in result.output
+
+
+def test_an_sdk_older_than_2_is_named(monkeypatch):
+    import importlib.metadata
+
+    from click.testing import CliRunner
+
+    from stepc.cli.group import main
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.9.4")
+    result = CliRunner().invoke(main, ["mcp"])
+    assert result.exit_code == 2 and "found mcp 1.9.4" in result.output

@@ -28,10 +28,15 @@ def mcp_cmd(workspace: str, time_limit: float, memory_limit: int) -> None:
     as resources. Needs the `mcp` extra: pip install 'stepc[mcp]'. docs/agents.md says
     how to connect a client.
     """
+    from importlib.metadata import PackageNotFoundError, version
     try:
-        import mcp  # noqa: F401
-    except ImportError:
-        click.echo("stepc mcp needs the MCP SDK: pip install 'stepc[mcp]'", err=True)
+        found = version("mcp")
+    except PackageNotFoundError:
+        found = None
+    if found is None or not found.split(".")[0].isdigit() or int(found.split(".")[0]) < 2:
+        have = f" (found mcp {found})" if found else ""
+        click.echo(f"stepc mcp needs the MCP SDK 2 or later{have}: pip install 'stepc[mcp]'",
+                   err=True)
         sys.exit(EXIT_USAGE)
     if not os.path.isdir(workspace):
         raise click.UsageError(f"--workspace {workspace}: not a directory")
