@@ -222,3 +222,25 @@ def test_a_real_routing_trace_binds_the_roofline(tmp_path, monkeypatch):
     roofline, fluid = doc["estimates"]
     assert roofline["bound"] == "memory" and isinstance(roofline["cycles"], int)
     assert roofline["cycles"] <= fluid["cycles"] < 1.2 * roofline["cycles"]
+
+
+def test_the_command_line_limits_reach_the_server(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import stepc.mcp.server
+    from stepc.cli.group import main
+    served = []
+    monkeypatch.setattr(stepc.mcp.server, "serve", lambda *args: served.append(args))
+    from stepc.mcp.limits import MEMORY_LIMIT_MIB, TIME_LIMIT
+    for extra, limits in (([], (TIME_LIMIT, MEMORY_LIMIT_MIB)),
+                          (["--time-limit", "5", "--memory-limit", "0"], (5.0, None))):
+        result = CliRunner().invoke(main, ["mcp", "--workspace", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+        assert served.pop() == (str(tmp_path), *limits)
+    server, worker = stepc.mcp.server.build(Workspace(tmp_path), 5.0, 512)
+    assert worker.memory_bytes == 512 * 2**20
+    assert stepc.mcp.server._time_limit(None, 5.0) == 5.0
+    assert stepc.mcp.server._time_limit(500, 5.0) == 5.0  # a call asks for less, not more
+    assert stepc.mcp.server._time_limit(0.5, 5.0) == 0.5
+    with pytest.raises(Refused, match="time_limit"):
+        stepc.mcp.server._time_limit(-1, 5.0)
