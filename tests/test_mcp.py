@@ -63,6 +63,7 @@ async def session_flow(workspace: Path) -> dict:
             seen["outside"] = await session.call_tool("check", {"path": "../swiglu.step"})
             seen["link"] = await session.call_tool("check", {"path": "escape.step"})
             seen["explain"] = await session.call_tool("explain", {"code": UNKNOWN_OPERATOR})
+            seen["unknown_tool"] = await session.call_tool("compile", {"path": "x.step"})
             seen["unknown_argument"] = await session.call_tool(
                 "simulate", {"path": "swiglu.step", "timing-only": False})
     return seen
@@ -145,6 +146,11 @@ def test_paths_outside_the_workspace_are_refused(flow):
     for key in ("outside", "link"):
         assert flow[key].is_error
         assert "outside the workspace" in flow[key].content[0].text
+
+
+def test_an_unknown_tool_is_a_tool_error(flow):
+    result = flow["unknown_tool"]
+    assert result.is_error and "no tool named 'compile'" in result.content[0].text
 
 
 def test_an_argument_a_tool_does_not_take_is_refused(flow):

@@ -83,6 +83,8 @@ def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
         tools.check({"program": "param N = 1\n", "name": "../main.step"})
     with pytest.raises(Refused, match="one of the two"):
         tools.check({})
+    with pytest.raises(Refused, match="too large"):
+        tools.check({"program": "#" * (2**24 + 1)})
     reads = 'tensor K : u64[1, 4] input = file(path="../kv.npy")\n' \
             "tensor O : u64[1, 4] output\n" \
             "LinearOffChipStore(LinearOffChipLoad(K, tile=[1, 4]), O)\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 from stepc.api.errors import Deadlock, InputError, SimulationError
 from stepc.diagnostics import StepError, render_text
-from stepc.mcp.workspace import Refused, Workspace
+from stepc.mcp.workspace import MAX_FILE_BYTES, Refused, Workspace
 
 CACHED_PROGRAMS = 16  # checked programs kept between calls (the 128-expert MoE: ~10 MB)
 DEFAULT_LIMIT = 100  # list items returned per page
@@ -117,6 +117,9 @@ class Tools:
                 raise Refused(f"path {path!r}: cannot read it as text ({e})") from None
         if not isinstance(text, str):
             raise Refused("program: expected the program's text")
+        if len(text) > MAX_FILE_BYTES:
+            raise Refused(f"program: {len(text):,} characters is too large for a .step "
+                          f"program (at most {MAX_FILE_BYTES:,})")
         name = args.get("name") or "program.step"
         self.workspace.resolve(name, "name")  # imports resolve beside it
         return text, name
