@@ -246,3 +246,14 @@ def test_the_command_line_limits_reach_the_server(tmp_path, monkeypatch):
     assert stepc.mcp.server._time_limit(0.5, 5.0) == 0.5
     with pytest.raises(Refused, match="time_limit"):
         stepc.mcp.server._time_limit(-1, 5.0)
+
+
+def test_the_client_configurations_are_json():
+    import json
+    import re
+    text = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```json\n(.*?)```", text, re.S)
+    configs = [json.loads(block) for block in blocks]
+    commands = [server for c in configs for server in
+                (c.get("mcpServers") or c.get("servers")).values()]
+    assert len(commands) == 2 and all(s["args"][0] == "mcp" for s in commands)
