@@ -134,6 +134,13 @@ def test_estimate_labels_each_model(tools):
         tools.estimate({"path": "swiglu.step", "fidelity": ["exact"]})
 
 
+def test_a_binary_file_is_a_diagnostic_not_a_crash(tools, tmp_path):
+    from stepc.codes import NOT_TEXT
+    (tmp_path / "bin.step").write_bytes(b"\xff\xfe\x00junk")
+    doc = tools.check({"path": "bin.step"})
+    assert not doc["ok"] and [d["code"] for d in doc["diagnostics"]] == [NOT_TEXT]
+
+
 def test_format_and_reference_errors(tools):
     messy = SWIGLU.replace("tensor X ", "tensor   X ", 1)
     assert valid("format", tools.format({"program": messy}))["changed"]
@@ -205,25 +212,36 @@ def test_the_agents_guide_quotes_the_fidelity_table():
 
 DATA = REPO.parent / "shared" / "data"
 ROUTING = DATA / "expert_routing" / "qwen_b64" / "032_012.npz"
+GRAPH = DATA / "stepir" / "graphs" / "qwen3_moe_b64_dyntile"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ROUTING.exists(), reason="the paper's data (../shared/data) is absent")
-def test_a_real_routing_trace_binds_the_roofline(tmp_path, monkeypatch):
-    """Qwen3-30B-A3B's routing of 64 tokens through the 128-expert layer: the trace fixes
-    every expert's token count, so the roofline is a number, and fluid stays above it."""
+@pytest.mark.skipif(not ROUTING.exists() or not GRAPH.with_suffix(".pb").exists(),
+                    reason="the paper's data (../shared/data) is absent")
+def test_real_routing_and_the_reference_graph_agree(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B's routing of 64 tokens through the bundled 128-expert layer: the trace
+    fixes every expert's token count, so the roofline is a number and fluid stays above it.
+    The reference toolchain's own graph of that layer (its routing in the side files
+    beside it) gives the same bound and a fluid estimate within 0.1%."""
     import shutil
     (tmp_path / "lib").mkdir()
     shutil.copy(REPO / "programs" / "moe_dynamic.step", tmp_path)
     shutil.copy(REPO / "programs" / "lib" / "moe.step", tmp_path / "lib")
     shutil.copy(ROUTING, tmp_path)  # into the test's workspace, not the repository
+    shutil.copy(GRAPH.with_suffix(".pb"), tmp_path)
+    shutil.copytree(GRAPH.with_suffix(".npy"), tmp_path / GRAPH.with_suffix(".npy").name)
     monkeypatch.chdir(tmp_path)
     tools = Tools(Workspace(tmp_path))
-    doc = valid("estimate", tools.estimate({"path": "moe_dynamic.step",
-                                            "traces": {"routing": ROUTING.name}}))
-    roofline, fluid = doc["estimates"]
+    ours = valid("estimate", tools.estimate({"path": "moe_dynamic.step",
+                                             "traces": {"routing": ROUTING.name}}))
+    roofline, fluid = ours["estimates"]
     assert roofline["bound"] == "memory" and isinstance(roofline["cycles"], int)
     assert roofline["cycles"] <= fluid["cycles"] < 1.2 * roofline["cycles"]
+    checked = valid("check", tools.check({"path": GRAPH.name + ".pb"}))
+    assert checked["ok"] and checked["streams_page"]["total"] > 2000
+    theirs = tools.estimate({"path": GRAPH.name + ".pb"})["estimates"]
+    assert theirs[0]["cycles"] == roofline["cycles"]
+    assert abs(theirs[1]["cycles"] - fluid["cycles"]) <= 1e-3 * fluid["cycles"]
 
 
 def test_the_command_line_limits_reach_the_server(tmp_path, monkeypatch):
@@ -257,3 +275,4 @@ def test_the_client_configurations_are_json():
     commands = [server for c in configs for server in
                 (c.get("mcpServers") or c.get("servers")).values()]
     assert len(commands) == 2 and all(s["args"][0] == "mcp" for s in commands)
+

@@ -12,8 +12,8 @@ LIST = {"type": "array"}
 
 PROGRAM = {
     "program": {**STR, "description": "The program's .step text (or give `path`)."},
-    "path": {**STR, "description": "A .step file under the workspace root (or give "
-             "`program`)."},
+    "path": {**STR, "description": "A .step file (or a STeP IR graph .pb) under the "
+             "workspace root (or give `program`)."},
     "name": {**STR, "description": "With `program`: the file name its diagnostics carry "
              "and its imports resolve beside (default program.step)."},
     "params": {"type": "object", "additionalProperties": INT,

@@ -102,9 +102,10 @@ class Tools:
         check_text("param N = 1\n", "<warm-up>")
 
     # ---- programs
-    def source(self, args: dict) -> tuple[str, str]:
-        """(text, name) of the program the call names: `program` text or a workspace
-        `path`, exactly one."""
+    def source(self, args: dict) -> tuple[bytes, str, bool]:
+        """(bytes, name, whether it is a workspace file) of the program the call names:
+        `program` text or a workspace `path` (a .step file, or a STeP IR graph .pb), exactly
+        one."""
         text, path = args.get("program"), args.get("path")
         if (text is None) == (path is None):
             raise Refused("give the program as `program` (its text) or `path` (a file in "
@@ -112,9 +113,9 @@ class Tools:
         if path is not None:
             real = self.workspace.file(path, "path")
             try:
-                return real.read_text(encoding="utf-8"), self.workspace.relative(real)
-            except (OSError, UnicodeDecodeError) as e:
-                raise Refused(f"path {path!r}: cannot read it as text ({e})") from None
+                return real.read_bytes(), self.workspace.relative(real), True
+            except OSError as e:
+                raise Refused(f"path {path!r}: cannot read it ({e.strerror or e})") from None
         if not isinstance(text, str):
             raise Refused("program: expected the program's text")
         if len(text) > MAX_FILE_BYTES:
@@ -122,25 +123,26 @@ class Tools:
                           f"program (at most {MAX_FILE_BYTES:,})")
         name = args.get("name") or "program.step"
         self.workspace.resolve(name, "name")  # imports resolve beside it
-        return text, name
+        return text.encode("utf-8"), name, False
 
     def report(self, args: dict):
-        """The check report of the program the call names (cached by text, name and
+        """The check report of the program the call names (cached by its bytes, name and
         params), and its `check` document."""
-        from stepc.api.program import check_text
+        from stepc.api.program import check, check_text
         from stepc.api.reads import data_files
-        text, name = self.source(args)
+        data, name, is_file = self.source(args)
         params = _mapping(args, "params")
         for k, v in params.items():
             if isinstance(v, bool) or not isinstance(v, int):
                 raise Refused(f"params[{k!r}]: expected an integer, found {v!r}")
-        key = (hashlib.sha256(text.encode()).hexdigest(), name, tuple(sorted(params.items())))
+        key = (hashlib.sha256(data).hexdigest(), name, tuple(sorted(params.items())))
         hit = self.cache.get(key)
         if hit is not None and self._unchanged(hit[2]):
             self.cache.move_to_end(key)
             self.hits += 1
             return hit[0], hit[1]
-        report = check_text(text, name, **params)
+        # a file is read by the API (a .pb graph is imported first); text is compiled as is
+        report = check(name, **params) if is_file else check_text(data, name, **params)
         outside = [n for n in report.compiled.sources if not self.workspace.contains(n)]
         if outside:
             raise Refused(f"the program imports {outside[0]!r}, outside the workspace")
@@ -148,7 +150,8 @@ class Tools:
         if outside:
             raise Refused(f"the program reads the data file {outside[0]!r}, outside the "
                           "workspace")
-        imported = {n: s.text for n, s in report.compiled.sources.items() if n != name}
+        imported = {n: s.text for n, s in report.compiled.sources.items()
+                    if n != name and (self.workspace.root / n).is_file()}
         doc = report.to_dict()
         self.cache[key] = (report, doc, imported)
         while len(self.cache) > CACHED_PROGRAMS:
@@ -226,8 +229,8 @@ class Tools:
 
     def format(self, args: dict) -> dict:
         from stepc.api.formatting import format_bytes
-        text, name = self.source(args)
-        old, new = format_bytes(name, text.encode("utf-8"))
+        data, name, _ = self.source(args)
+        old, new = format_bytes(name, data)
         return {"program": name, "changed": old != new, "formatted": new}
 
     def tune(self, args: dict) -> dict:
