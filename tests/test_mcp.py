@@ -16,6 +16,7 @@ pytest.importorskip("mcp")
 import anyio  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from stepc.codes import UNKNOWN_OPERATOR  # noqa: E402
 
@@ -44,6 +45,13 @@ async def session_flow(workspace: Path) -> dict:
                 read, write), ClientSession(read, write, message_handler=on_message) as session:
             await session.initialize()
             seen["tools"] = (await session.list_tools()).tools
+            seen["resources"] = (await session.list_resources()).resources
+            seen["operators"] = await session.read_resource("stepc://docs/operators")
+            seen["library"] = await session.read_resource("stepc://programs/lib/moe.step")
+            try:
+                await session.read_resource("stepc://docs/nothing")
+            except MCPError as e:
+                seen["no_resource"] = e
             broken = SWIGLU.replace("Map(", "Mapp(", 1)
             seen["broken"] = await session.call_tool("check", {"program": broken,
                                                                "name": "mine.step"})
@@ -92,6 +100,16 @@ def test_tools_are_listed_with_schemas(flow):
                           "tune", "estimate"}
     assert all(t.output_schema["type"] == "object" and t.input_schema["type"] == "object"
                for t in tools.values())
+
+
+def test_the_references_are_resources(flow):
+    uris = {str(r.uri) for r in flow["resources"]}
+    assert {"stepc://docs/language", "stepc://docs/operators", "stepc://docs/diagnostics",
+            "stepc://programs/moe_dynamic.step", "stepc://programs/lib/moe.step"} <= uris
+    assert "### Reshape" in flow["operators"].contents[0].text
+    library = (REPO / "programs" / "lib" / "moe.step").read_text(encoding="utf-8")
+    assert flow["library"].contents[0].text == library
+    assert "no resource stepc://docs/nothing" in str(flow["no_resource"])
 
 
 def test_a_broken_program_gets_a_located_diagnostic(flow):

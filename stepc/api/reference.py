@@ -124,6 +124,6 @@ def fidelity() -> dict[str, list[dict]]:
     return out
 
 
-def programs() -> list[Path]:
-    """The bundled example programs."""
-    return sorted(PROGRAMS.glob("*.step"))
+def programs() -> dict[str, Path]:
+    """The bundled example programs and the library they import, by path under programs/."""
+    return {p.relative_to(PROGRAMS).as_posix(): p for p in sorted(PROGRAMS.rglob("*.step"))}

@@ -72,9 +72,9 @@ def _error(message: str) -> types.CallToolResult:
 
 
 def _program_resources() -> dict[str, tuple]:
-    return {f"stepc://programs/{p.name}": (p.name, f"The bundled program {p.name}",
-                                           p.read_text)
-            for p in reference.programs()}
+    return {f"stepc://programs/{name}": (name, f"The bundled program programs/{name}",
+                                         path.read_text)
+            for name, path in reference.programs().items()}
 
 
 def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
