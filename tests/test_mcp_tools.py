@@ -182,10 +182,12 @@ def test_the_reference_tools():
 
 
 def test_the_worker_survives_running_out_of_memory(tmp_path):
-    big = "tensor X : f32[16384, 16384] input = random(seed=1)\n" \
-          "tensor Y : f32[16384, 16384] output\n" \
+    # 4 GiB of tensor values (as much as a run may hold) under a 3 GiB limit: room for
+    # the interpreter and its libraries, none for the values
+    big = "tensor X : f32[16384, 32768] input = random(seed=1)\n" \
+          "tensor Y : f32[16384, 32768] output\n" \
           "LinearOffChipStore(LinearOffChipLoad(X, tile=[4096, 4096]), Y)\n"
-    worker = Worker(str(tmp_path), memory_mib=1536)
+    worker = Worker(str(tmp_path), memory_mib=3072)
     try:
         with pytest.raises(ToolFailure, match="memory"):
             worker.call("simulate", {"program": big, "timing_only": False}, 60)
