@@ -41,14 +41,15 @@ FLOORS = [
      "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
      "stepc.interop.export_channels", "stepc.interop.export_ops", "stepc.interop.stream_shapes"),
     ("stepc.api",),
-    ("stepc.cli", "stepc.lsp", "stepc.docgen"),
+    ("stepc.cli", "stepc.lsp", "stepc.docgen", "stepc.mcp"),
     ("stepc.__main__",),
 ]
 
 # What the CLI may import besides itself: the API and small leaf utilities. The commands
 # of from-torch, import and export enter through their own packages' front doors.
 CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.codes", "stepc.diagnostics", "stepc.outputs",
-                  "stepc.source", "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop")
+                  "stepc.source", "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop",
+                  "stepc.mcp")
 
 # Known circles and upward arrows being removed in their own changes; each entry is
 # (importer, imported). Remove an entry when its import is gone (the test says so).
@@ -199,3 +200,13 @@ def test_the_package_root_names_only_api_modules():
     import stepc
     for name, module in stepc._LAZY.items():
         assert floor(module) <= floor("stepc.api"), (name, module)
+
+
+@pytest.mark.xdist_group("architecture")
+def test_the_mcp_server_enters_through_the_api():
+    """stepc.mcp is a front end like the CLI: the API and the leaf utilities only."""
+    may = ("stepc", "stepc.api", "stepc.codes", "stepc.diagnostics", "stepc.source")
+    outside = [where(m, t) for m, targets in import_graph().items() if m.startswith("stepc.mcp")
+               for t in targets if not t.startswith("stepc.mcp")
+               and not any(t == ok or t.startswith(ok + ".") and ok != "stepc" for ok in may)]
+    assert outside == []

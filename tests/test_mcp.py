@@ -1,0 +1,200 @@
+"""stepc mcp, driven over stdio by the MCP SDK's own client as an agent drives it: list the
+tools, check a broken program, fix it, simulate it, estimate it at two fidelities, tune it,
+run past a time limit (a tool error; the server still answers) and be refused a path
+outside the workspace. One server session for the whole flow."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import anyio  # noqa: E402
+from mcp.client.session import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from stepc.codes import UNKNOWN_OPERATOR  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("mcp_session")  # one server session, on one worker
+
+REPO = Path(__file__).resolve().parents[1]
+SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
+
+
+def server(workspace: Path, *options: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "stepc", "mcp", "--workspace", ".", *options],
+                                 env={"PYTHONPATH": str(REPO)}, cwd=str(workspace))
+
+
+async def session_flow(workspace: Path) -> dict:
+    """The agent's calls; each result kept for the test to read."""
+    seen: dict = {"not_protocol": []}
+
+    async def on_message(message) -> None:  # a line of stdout that is not JSON-RPC
+        if isinstance(message, Exception):
+            seen["not_protocol"].append(message)
+
+    with open(os.devnull, "w") as quiet:
+        async with stdio_client(server(workspace, "--time-limit", "60"), errlog=quiet) as (
+                read, write), ClientSession(read, write, message_handler=on_message) as session:
+            await session.initialize()
+            seen["tools"] = (await session.list_tools()).tools
+            seen["resources"] = (await session.list_resources()).resources
+            seen["operators"] = await session.read_resource("stepc://docs/operators")
+            seen["library"] = await session.read_resource("stepc://programs/lib/moe.step")
+            try:
+                await session.read_resource("stepc://docs/nothing")
+            except MCPError as e:
+                seen["no_resource"] = e
+            broken = SWIGLU.replace("Map(", "Mapp(", 1)
+            seen["broken"] = await session.call_tool("check", {"program": broken,
+                                                               "name": "mine.step"})
+            seen["fixed"] = await session.call_tool("check", {"program": SWIGLU,
+                                                              "name": "mine.step"})
+            seen["sim"] = await session.call_tool("simulate", {"path": "swiglu.step",
+                                                               "params": {"TB": 32}})
+            seen["estimate"] = await session.call_tool(
+                "estimate", {"path": "swiglu.step", "fidelity": ["fluid", "roofline"]})
+            seen["tune"] = await session.call_tool(
+                "tune", {"paths": ["swiglu.step"], "space": {"TB": [16, 64]},
+                         "budgets": {"on_chip_bytes": "64MiB"}})
+            seen["slow"] = await session.call_tool(
+                "simulate", {"path": "swiglu.step", "timing_only": False, "time_limit": 0.05})
+            seen["after"] = await session.call_tool("check", {"path": "swiglu.step",
+                                                              "limit": 2})
+            seen["outside"] = await session.call_tool("check", {"path": "../swiglu.step"})
+            seen["link"] = await session.call_tool("check", {"path": "escape.step"})
+            seen["explain"] = await session.call_tool("explain", {"code": UNKNOWN_OPERATOR})
+            seen["unknown_tool"] = await session.call_tool("compile", {"path": "x.step"})
+            seen["unknown_argument"] = await session.call_tool(
+                "simulate", {"path": "swiglu.step", "timing-only": False})
+    return seen
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    root = tmp_path_factory.mktemp("agent")
+    workspace = root / "workspace"
+    workspace.mkdir()
+    (workspace / "swiglu.step").write_text(SWIGLU, encoding="utf-8")
+    (root / "swiglu.step").write_text(SWIGLU, encoding="utf-8")  # beside, not inside
+    (workspace / "escape.step").symlink_to(root / "swiglu.step")
+    seen = anyio.run(session_flow, workspace)
+    seen["left"] = sorted(p.name for p in workspace.iterdir())
+    return seen
+
+
+def test_nothing_but_protocol_on_stdout(flow):
+    assert flow["not_protocol"] == []
+
+
+def test_tools_are_listed_with_schemas(flow):
+    tools = {t.name: t for t in flow["tools"]}
+    assert set(tools) == {"check", "analyze", "simulate", "format", "explain", "operator",
+                          "tune", "estimate"}
+    assert all(t.output_schema["type"] == "object" and t.input_schema["type"] == "object"
+               for t in tools.values())
+
+
+def test_the_references_are_resources(flow):
+    uris = {str(r.uri) for r in flow["resources"]}
+    assert {"stepc://docs/language", "stepc://docs/operators", "stepc://docs/diagnostics",
+            "stepc://programs/moe_dynamic.step", "stepc://programs/lib/moe.step"} <= uris
+    assert "### Reshape" in flow["operators"].contents[0].text
+    library = (REPO / "programs" / "lib" / "moe.step").read_text(encoding="utf-8")
+    assert flow["library"].contents[0].text == library
+    assert "no resource stepc://docs/nothing" in str(flow["no_resource"])
+
+
+def test_a_broken_program_gets_a_located_diagnostic(flow):
+    result = flow["broken"]
+    assert not result.is_error
+    doc = result.structured_content
+    assert doc["ok"] is False
+    [d] = doc["diagnostics"]
+    line = next(i for i, text in enumerate(SWIGLU.splitlines(), 1) if "Map(" in text)
+    column = SWIGLU.splitlines()[line - 1].index("Map(") + 1
+    assert d["code"] == UNKNOWN_OPERATOR and "Mapp" in d["message"]
+    assert (d["location"]["file"], d["location"]["line"], d["location"]["column"]) == \
+        ("mine.step", line, column)
+    fixed = flow["fixed"].structured_content
+    assert fixed["ok"] and fixed["diagnostics"] == [] and fixed["streams_page"]["total"] > 0
+
+
+def test_simulate_returns_the_measurement(flow):
+    doc = flow["sim"].structured_content
+    assert not flow["sim"].is_error
+    assert doc["measurement"]["status"] == "ok" and doc["measurement"]["cycles"] > 0
+    assert doc["measurement"]["hbm_model"] == "ref" and doc["mode"] == "timing-only"
+
+
+def test_estimate_climbs_the_ladder_with_measured_errors(flow):
+    doc = flow["estimate"].structured_content
+    roofline, fluid = doc["estimates"]  # cheapest first, whatever order was asked
+    assert (roofline["model"], roofline["kind"]) == ("roofline", "lower bound")
+    assert (fluid["model"], fluid["kind"]) == ("fluid", "simulated")
+    assert 0 < roofline["cycles"] <= fluid["cycles"]
+    against = {e["against"]: e for e in fluid["error"]}
+    assert set(against) == {"reference simulator", "HDL"}
+    assert 0 < against["reference simulator"]["mape"] < 0.05  # docs/dram.md: 0.92%
+    assert "docs/dram.md" in doc["error_source"]
+
+
+def test_tune_runs_in_the_worker_and_leaves_nothing_behind(flow):
+    doc = flow["tune"].structured_content
+    assert not flow["tune"].is_error and doc["winner"]["params"]["TB"] in (16, 64)
+    assert flow["left"] == ["escape.step", "swiglu.step"]
+
+
+def test_a_run_past_its_time_limit_is_a_tool_error_and_the_server_answers(flow):
+    assert flow["slow"].is_error
+    assert "time limit of 0.05 s" in flow["slow"].content[0].text
+    after = flow["after"].structured_content
+    assert after["ok"] and after["streams_page"]["returned"] == 2
+    assert after["streams_page"]["next_offset"] == 2
+
+
+def test_paths_outside_the_workspace_are_refused(flow):
+    for key in ("outside", "link"):
+        assert flow[key].is_error
+        assert "outside the workspace" in flow[key].content[0].text
+
+
+def test_an_unknown_tool_is_a_tool_error(flow):
+    result = flow["unknown_tool"]
+    assert result.is_error and "no tool named 'compile'" in result.content[0].text
+
+
+def test_an_argument_a_tool_does_not_take_is_refused(flow):
+    result = flow["unknown_argument"]
+    assert result.is_error and "'timing-only' was unexpected" in result.content[0].text
+
+
+def test_explain_reads_the_documentation(flow):
+    doc = flow["explain"].structured_content
+    assert doc["code"] == UNKNOWN_OPERATOR and "Fix" in doc["doc"]
+
+
+def test_a_workspace_that_is_not_a_directory_is_a_usage_error(tmp_path):
+    from click.testing import CliRunner
+
+    from stepc.cli.group import main
+    result = CliRunner().invoke(main, ["mcp", "--workspace", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "not a directory" in result.output
+
+
+def test_an_sdk_older_than_2_is_named(monkeypatch):
+    import importlib.metadata
+
+    from click.testing import CliRunner
+
+    from stepc.cli.group import main
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.9.4")
+    result = CliRunner().invoke(main, ["mcp"])
+    assert result.exit_code == 2 and "found mcp 1.9.4" in result.output
