@@ -175,6 +175,7 @@ def _run(compiled: Compiled, hw, values, traces, max_cycles: int | None,
     except TraceError as e:
         raise _Failed(_located(e.span, f"the task's stream data does not fit: {e}")) from None
     seconds = time.monotonic() - start
+    watch(0)  # a short run may end before the simulator first reports progress
     if m.deadlocked:
         blocked = ", ".join(sorted({b.op for b in m.result.deadlock})[:4])
         raise _Failed(f"the run deadlocked (blocked: {blocked})")
