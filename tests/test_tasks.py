@@ -15,7 +15,6 @@ from stepc.api import InputError
 from stepc.api.tasks import check_task, task, task_names
 from stepc.cli import main
 from stepc.tasks.checker import CYCLE_FACTOR
-from stepc.tasks.records import LIBRARY
 from stepc.tasks.references import REFERENCES, draw_tensor, rotate_half_matrix
 
 CHECK_SECONDS = 10  # the suite's promise per check on a loaded 2-core machine
