@@ -197,7 +197,7 @@ def test_rope_matrix_is_rotate_half():
 
 @pytest.mark.slow  # importing transformers takes ~25 s on a loaded machine
 def test_references_agree_with_transformers():
-    """RMSNorm, RoPE and softmax against the library implementations models use."""
+    """RMSNorm, RoPE, LayerNorm and softmax against the implementations models use."""
     torch = pytest.importorskip("torch")
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     rng = np.random.default_rng(0)
@@ -212,6 +212,11 @@ def test_references_agree_with_transformers():
     q, _ = llama.apply_rotary_pos_emb(t[0], t[0], t[1][0], t[2][0], unsqueeze_dim=1)
     np.testing.assert_allclose(REFERENCES["rope"]({"X": x, "COS": cos, "SIN": sin}, {})["Y"],
                                q[0, 0].numpy(), rtol=1e-12)
+    bias = rng.standard_normal((1, 64))
+    want = torch.nn.functional.layer_norm(torch.tensor(x), (64,), torch.tensor(g[0]),
+                                          torch.tensor(bias[0]), eps=1e-5).numpy()
+    np.testing.assert_allclose(REFERENCES["layernorm"]({"X": x, "G": g, "BIAS": bias}, {})["Y"],
+                               want, rtol=1e-10)
     np.testing.assert_allclose(REFERENCES["softmax"]({"X": x}, {})["Y"],
                                torch.softmax(torch.tensor(x), dim=-1).numpy(), rtol=1e-12)
 

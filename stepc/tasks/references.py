@@ -9,6 +9,7 @@ import numpy as np
 from stepc.tasks.records import ExternalSpec, TensorSpec
 
 RMS_EPS = 1e-6  # RMSNorm's epsilon (stepc's rms_inv default)
+LAYERNORM_EPS = 1e-5  # LayerNorm's epsilon (PyTorch's default)
 
 
 def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
@@ -74,6 +75,14 @@ def rmsnorm(inputs, streams):
     return {"Y": x / np.sqrt((x * x).mean(axis=1, keepdims=True) + RMS_EPS) * t["G"]}
 
 
+def layernorm(inputs, streams):
+    """Y = (X - mean(X, row)) / sqrt(var(X, row) + eps) * G + BIAS (biased variance)."""
+    t = _f64(inputs)
+    d = t["X"] - t["X"].mean(axis=1, keepdims=True)
+    return {"Y": d / np.sqrt((d * d).mean(axis=1, keepdims=True) + LAYERNORM_EPS) * t["G"]
+            + t["BIAS"]}
+
+
 def softmax(inputs, streams):
     """Y = softmax of each row of X."""
     x = _f64(inputs)["X"]
@@ -118,5 +127,5 @@ def decode_attention(inputs, streams):
     return {"O": out}
 
 
-REFERENCES = {f.__name__: f for f in (gemm, batched_matmul, swiglu_mlp, rmsnorm, softmax, rope,
-                                      moe_topk, decode_attention)}
+REFERENCES = {f.__name__: f for f in (gemm, batched_matmul, swiglu_mlp, rmsnorm, layernorm,
+                                      softmax, rope, moe_topk, decode_attention)}
