@@ -47,6 +47,13 @@ def test_the_library_has_the_families_of_published_agent_work():
     assert sum(task(n).family == "gemm" for n in task_names()) == 3
 
 
+def test_the_docs_list_every_task():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "agents.md").read_text()
+    section = doc[doc.index("## Tasks"):]
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert sorted(listed) == task_names()
+
+
 @pytest.mark.parametrize("name", task_names())
 def test_every_task_is_whole(name):
     """A statement, a reference function, a solution, one or two wrong ones, and no
