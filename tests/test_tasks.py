@@ -155,6 +155,24 @@ def test_a_candidate_far_slower_than_the_reference_fails(tmp_path):
     assert f"{CYCLE_FACTOR}x the reference solution's" in result.reason
 
 
+def test_a_deadlock_fails(tmp_path):
+    """The MoE's merge reading the Partition's own selector stream: the Reassemble waits
+    for rows the Partition cannot route while its FIFOs are full (programs/moe_simple.step
+    says why the programs declare the stream twice)."""
+    name = "moe_topk_dynamic"
+    text = edited(name, "Reassemble(y, merge, rank=0)", "Reassemble(y, route, rank=0)")
+    result = check_task(name, candidate(tmp_path, "dead", text), seed=1)
+    assert result.stage == "run" and result.reason.startswith("the run deadlocked")
+
+
+def test_non_finite_outputs_fail_quietly(tmp_path, capfd):
+    text = edited("softmax", "Map(Map(x, m, fn=sub), fn=exp)",
+                  'Map(Map(Map(x, m, fn=sub), fn=affine(scale="-1000")), fn=exp)')
+    result = check_task("softmax", candidate(tmp_path, "inf", text), seed=1)
+    assert result.stage == "compare" and "non-finite" in result.reason
+    assert "RuntimeWarning" not in capfd.readouterr().err
+
+
 def test_the_time_limit_stops_a_check(tmp_path):
     path = task("moe_topk_static").solution
     result = check_task("moe_topk_static", path, seed=1, time_limit=1e-6)

@@ -165,8 +165,9 @@ def _run(compiled: Compiled, hw, values, traces, max_cycles: int | None,
             raise _TimeUp()
 
     try:
-        m = measure(compiled.typed, hw, traces, functional=True, values=values,
-                    max_cycles=max_cycles, progress=watch)
+        with np.errstate(all="ignore"):  # a candidate's overflows show as non-finite outputs
+            m = measure(compiled.typed, hw, traces, functional=True, values=values,
+                        max_cycles=max_cycles, progress=watch)
     except SimError as e:
         if max_cycles is not None and "--max-cycles" in str(e):
             raise _Failed(f"the run passed {max_cycles:,} cycles ({CYCLE_FACTOR}x the "
