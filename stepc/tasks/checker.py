@@ -22,11 +22,15 @@ from stepc.tasks.references import REFERENCES, draw_external, draw_tensor
 
 if TYPE_CHECKING:
     from stepc.frontend import Compiled
+    from stepc.hw import HardwareConfig
     from stepc.measure import Measurement
 
 SCHEMA = "stepc-tasks-check/1"
 CONSTANT_SOURCES = ("zeros", "ones", "arange")  # a tensor outside the interface holds one
 CYCLE_FACTOR = 50  # a candidate passing this many times the reference's cycles fails
+# hardware rates an operator may lower but not raise above the preset's (`compute_bw=`,
+# `par_dispatch=`): the task fixes the hardware, so more of it is not a faster solution
+RATE_KEYS = ("fabric.compute_bw", "hbm.par_dispatch")
 
 
 @dataclass
@@ -49,7 +53,7 @@ class CheckResult:
     status: str = "fail"
     stage: str = "compile"
     reason: str = ""
-    max_error: float | None = None  # largest |got - want| / (atol-scale) of any output
+    max_error: float | None = None  # largest |got - want| as a share of its tolerance
     tolerance: dict[str, Any] = field(default_factory=dict)
     candidate: SolutionRun | None = None
     reference: SolutionRun | None = None
@@ -86,6 +90,7 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         result.seconds = round(time.monotonic() - start, 3)
         return result
 
+    hw = load_config(task.preset)
     compiled = compile_file(str(path))
     if not compiled.ok:
         errors = [d for d in compiled.diagnostics.sorted() if d.severity == "error"]
@@ -93,7 +98,7 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
             _located(d.span, f"error[{d.code}]: {d.message}") for d in errors[:3])
         return done()
     result.stage = "guardrail"
-    refusal = guardrail(task, compiled)
+    refusal = guardrail(task, compiled, hw)
     if refusal:
         result.reason = refusal
         return done()
@@ -102,13 +107,15 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
     values = {t.name: draw_tensor(t, rng) for t in task.inputs}
     traces = {e.name: draw_external(e, rng) for e in task.externals}
     want = REFERENCES[task.reference](values, traces)
-    hw = load_config(task.preset)
 
     result.stage = "run"
     reference = compile_file(str(task.solution))
     if not reference.ok:
         raise TaskError(f"task `{task.name}`: its reference solution does not compile")
-    ref_m, ref_run = _run(reference, hw, values, traces, None, None)
+    try:
+        _, ref_run = _run(reference, hw, values, traces, None, None)
+    except _Failed as e:
+        raise TaskError(f"task `{task.name}`: its reference solution fails: {e}") from None
     result.reference = ref_run
     try:
         got, cand_run = _run(compiled, hw, values, traces, CYCLE_FACTOR * ref_run.cycles,
@@ -185,11 +192,12 @@ def _run(compiled: Compiled, hw, values, traces, max_cycles: int | None,
     return m, run
 
 
-def guardrail(task: Task, compiled: Compiled) -> str | None:
+def guardrail(task: Task, compiled: Compiled, hw: HardwareConfig) -> str | None:
     """Why the candidate may not run (None: it may): every interface tensor declared as the
     task states it, no other tensor but constants, no `file()` data, external streams only
-    the task's."""
+    the task's, no operator faster than the preset's hardware."""
     from stepc.ops import OPS
+    from stepc.sim.fabric import hardware_overrides
 
     prog = compiled.typed.program
     tensors = prog.tensors
@@ -213,8 +221,7 @@ def guardrail(task: Task, compiled: Compiled) -> str | None:
         if t.name in declared:
             continue
         src = getattr(t.source, "name", None)
-        if t.role != "scratch" and src not in CONSTANT_SOURCES or t.role == "scratch" and \
-                src not in (None, *CONSTANT_SOURCES):
+        if src not in CONSTANT_SOURCES and not (t.role == "scratch" and src is None):
             return _located(t.span, f"tensor {t.name} is not part of the task's interface: "
                             "another tensor may only hold a constant (zeros, ones, arange)")
     streams = {e.name for e in task.externals}
@@ -229,6 +236,12 @@ def guardrail(task: Task, compiled: Compiled) -> str | None:
         if "file" in gen:
             return _located(node.span, f"external stream `{name}` reads a file: the checker "
                             "supplies the task's streams")
+    for o in hardware_overrides(prog.nodes.values(), hw):
+        if o.key in RATE_KEYS and o.value > o.hw_value:
+            node = prog.nodes[o.nodes[0]]
+            return _located(node.span, f"{o.attr}={o.value} exceeds the task's hardware "
+                            f"({o.key} = {o.hw_value} on {task.preset}): a solution may "
+                            "lower it, not raise it")
     return None
 
 
