@@ -260,6 +260,34 @@ def test_references_agree_with_transformers():
                                torch.softmax(torch.tensor(x), dim=-1).numpy(), rtol=1e-12)
 
 
+@pytest.mark.slow  # importing transformers takes ~25 s on a loaded machine
+def test_transformers_rmsnorm_lowered_by_from_torch_passes(tmp_path):
+    """A solution nobody wrote for the suite: `stepc from-torch` of transformers'
+    LlamaRMSNorm. Under its own tensor names the guardrail refuses it; renamed to the
+    task's interface it passes (716 cycles against the reference's 553 for seed 1)."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
+                                  "intermediate_size": 256, "num_attention_heads": 4,
+                                  "num_hidden_layers": 1, "vocab_size": 100,
+                                  "rms_norm_eps": 1e-6}))
+    lowered = tmp_path / "norm.step"
+    made = run("from-torch", "transformers:LlamaRMSNorm", "--hf-config", str(config),
+               "--input", "x=f32[32,128]", "-o", str(lowered))
+    assert made.exit_code == 0, made.output
+    result = check_task("rmsnorm", lowered, seed=1)
+    assert result.stage == "guardrail" and "does not declare the task's tensor X" in \
+        result.reason
+    text = lowered.read_text()
+    for old in ("HIDDEN_STATES", "tensor weight ", "LinearOffChipLoad(weight,"):
+        assert old in text, old
+    renamed = text.replace("HIDDEN_STATES", "X").replace("tensor weight ", "tensor G ") \
+        .replace("LinearOffChipLoad(weight,", "LinearOffChipLoad(G,")
+    result = check_task("rmsnorm", candidate(tmp_path, "renamed", renamed), seed=1)
+    assert result.passed, result.reason
+    assert 0 < result.reward < 1  # one [16, 128] row tile at a time: slower than 8 rows
+
+
 # ------------------------------------------------------------------ command line
 def test_cli_list_show_and_check_exit_codes(tmp_path):
     listed = run("tasks", "list")
