@@ -312,6 +312,9 @@ def test_cli_list_show_and_check_exit_codes(tmp_path):
     doc = json.loads(bad.output)
     assert doc["schema"] == "stepc-tasks-check/1" and doc["status"] == "fail"
     assert doc["reward"] == 0.0 and doc["stage"] == "compare"
+    piped = CliRunner().invoke(main, ["tasks", "check", "softmax", "-", "--seed", "5"],
+                               input=(folder / "solution.step").read_text())
+    assert piped.exit_code == 0 and "PASS" in piped.output
 
 
 @pytest.mark.parametrize("args,says", [

@@ -34,12 +34,13 @@ def task(name: str) -> Task:
 def check_task(name: str, path: str | os.PathLike, seed: int | None = None,
                time_limit: float | None = None) -> CheckResult:
     """Check the solution at `path` for task `name` on inputs drawn from `seed` (None: a
-    fresh one); `time_limit` (seconds per run) overrides the task's. A failing solution is
-    a result with `status` "fail", not an exception; a missing file raises InputError."""
+    fresh one; `path` "-": standard input); `time_limit` (seconds of the candidate's run)
+    overrides the task's. A failing solution is a result with `status` "fail", not an
+    exception; a missing file raises InputError."""
     from stepc.tasks import check
     record = task(name)
     path = path_arg("path", path)
-    if not os.path.isfile(path):
+    if path != "-" and not os.path.isfile(path):
         raise InputError(f"{path}: no such file" if not os.path.exists(path)
                          else f"{path}: not a file")
     if seed is not None:

@@ -69,13 +69,14 @@ def show_cmd(name: str, no_reference: bool) -> None:
 @click.option("--seed", type=int, default=None, metavar="N",
               help="Seed of the inputs (default: a fresh one, printed in the report).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
-              help="Wall-clock limit of each simulation (default: the task's).")
+              help="Wall-clock limit of the candidate's simulation (default: the task's).")
 @FORMAT
 def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
               fmt: str) -> None:
-    """Run FILE, a `.step` solution of task NAME, on fresh inputs; compare its outputs with
-    the task's numpy reference; report its cycles, on-chip bytes and off-chip traffic on
-    the task's preset and its reward (reference cycles / its cycles; 0 when it fails)."""
+    """Run FILE, a `.step` solution of task NAME (`-`: standard input), on fresh inputs;
+    compare its outputs with the task's numpy reference; report its cycles, on-chip bytes
+    and off-chip traffic on the task's preset and its reward (reference cycles / its
+    cycles; 0 when it fails)."""
     from stepc.api.errors import InputError
     from stepc.api.tasks import check_task
     try:
