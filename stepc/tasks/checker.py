@@ -10,6 +10,7 @@ numpy reference, and scores it against the reference solution's cycles:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -103,20 +104,11 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         result.reason = refusal
         return done()
 
-    rng = np.random.default_rng(seed)
-    values = {t.name: draw_tensor(t, rng) for t in task.inputs}
-    traces = {e.name: draw_external(e, rng) for e in task.externals}
+    values, traces = draw(task, seed)
     want = REFERENCES[task.reference](values, traces)
 
     result.stage = "run"
-    reference = compile_file(str(task.solution))
-    if not reference.ok:
-        raise TaskError(f"task `{task.name}`: its reference solution does not compile")
-    try:
-        _, ref_run = _run(reference, hw, values, traces, None, None)
-    except _Failed as e:
-        raise TaskError(f"task `{task.name}`: its reference solution fails: {e}") from None
-    result.reference = ref_run
+    result.reference = ref_run = reference_run(task, seed)
     try:
         got, cand_run = _run(compiled, hw, values, traces, CYCLE_FACTOR * ref_run.cycles,
                              limit)
@@ -152,6 +144,30 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
     result.stage, result.status = "done", "pass"
     result.reward = round(ref_run.cycles / cand_run.cycles, 4) if cand_run.cycles else 0.0
     return done()
+
+
+def draw(task: Task, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The inputs and the external streams' data of a check, from its seed."""
+    rng = np.random.default_rng(seed)
+    values = {t.name: draw_tensor(t, rng) for t in task.inputs}
+    return values, {e.name: draw_external(e, rng) for e in task.externals}
+
+
+@functools.lru_cache(maxsize=64)
+def reference_run(task: Task, seed: int) -> SolutionRun:
+    """The reference solution's run on a seed's inputs (kept: checks of several candidates
+    on one seed run it once)."""
+    from stepc.frontend import compile_file
+    from stepc.hw import load_config
+
+    reference = compile_file(str(task.solution))
+    if not reference.ok:
+        raise TaskError(f"task `{task.name}`: its reference solution does not compile")
+    values, traces = draw(task, seed)
+    try:
+        return _run(reference, load_config(task.preset), values, traces, None, None)[1]
+    except _Failed as e:
+        raise TaskError(f"task `{task.name}`: its reference solution fails: {e}") from None
 
 
 class _Failed(Exception):
