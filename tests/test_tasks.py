@@ -14,10 +14,13 @@ from click.testing import CliRunner
 from stepc.api import InputError
 from stepc.api.tasks import check_task, task, task_names
 from stepc.cli import main
+from stepc.tasks import TaskError, records
 from stepc.tasks.checker import CYCLE_FACTOR
 from stepc.tasks.references import REFERENCES, draw_tensor, rotate_half_matrix
 
 CHECK_SECONDS = 10  # the suite's promise per check on a loaded 2-core machine
+
+TOML_HEAD = 'title = "t"\nfamily = "f"\npreset = "paper-eval"\nreference = "gemm"\n'
 
 SOLUTIONS = [(name, "solution.step", "pass") for name in task_names()] + [
     (name, w.file, w.fails) for name in task_names() for w in task(name).wrong]
@@ -52,6 +55,27 @@ def test_the_docs_list_every_task():
     section = doc[doc.index("## Tasks"):]
     listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
     assert sorted(listed) == task_names()
+
+
+@pytest.mark.parametrize("body,says", [
+    ('title = "t"\n', "malformed task.toml"),
+    (TOML_HEAD + '[[tensor]]\nname = "X"\ndtype = "f32"\nshape = [4]\nrole = "scratch"\n',
+     "role 'scratch'"),
+    (TOML_HEAD + '[[tensor]]\nname = "Y"\ndtype = "bf16"\nshape = [4]\nrole = "output"\n',
+     "has no tolerance"),
+    (TOML_HEAD + '[[tensor]]\nname = "Y"\ndtype = "f32"\nshape = [4]\nrole = "output"\n'
+     '[[external]]\nname = "s"\nkind = "zipf"\nrows = 4\n', "kind 'zipf'"),
+])
+def test_malformed_task_records_are_refused(tmp_path, monkeypatch, body, says):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "task.toml").write_text(body)
+    monkeypatch.setattr(records, "LIBRARY", tmp_path)
+    records.load_task.cache_clear()
+    try:
+        with pytest.raises(TaskError, match=says):
+            records.load_task("broken")
+    finally:
+        records.load_task.cache_clear()
 
 
 @pytest.mark.parametrize("name", task_names())
@@ -302,6 +326,8 @@ def test_cli_list_show_and_check_exit_codes(tmp_path):
     assert task("softmax").solution.read_text() in shown.output
     assert "## Reference solution" not in run("tasks", "show", "softmax",
                                                 "--no-reference").output
+    attention = run("tasks", "show", "decode_attention").output
+    assert "stream kv_lens: 4 lengths, multiples of 8 from 8 to 64" in attention
 
     folder = task("softmax").folder
     ok = run("tasks", "check", "softmax", str(folder / "solution.step"), "--seed", "5")
