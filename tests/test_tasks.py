@@ -59,6 +59,8 @@ def test_the_docs_list_every_task():
 
 @pytest.mark.parametrize("body,says", [
     ('title = "t"\n', "malformed task.toml"),
+    (TOML_HEAD.replace("paper-eval", "paper-evil") + '[[tensor]]\nname = "Y"\n'
+     'dtype = "f32"\nshape = [4]\nrole = "output"\n', "preset 'paper-evil'"),
     (TOML_HEAD + '[[tensor]]\nname = "X"\ndtype = "f32"\nshape = [4]\nrole = "scratch"\n',
      "role 'scratch'"),
     (TOML_HEAD + '[[tensor]]\nname = "Y"\ndtype = "bf16"\nshape = [4]\nrole = "output"\n',

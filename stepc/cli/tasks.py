@@ -55,8 +55,9 @@ def show_cmd(name: str, no_reference: bool) -> None:
         input_error(e)
     click.echo(t.statement.rstrip("\n"))
     click.echo(f"\n## Interface\n\n{t.interface()}\n")
-    click.echo(f"## Scoring\n\nScored on --hw {t.preset}; time limit {t.time_limit:g} s per "
-               "run; reward = reference cycles / candidate cycles when the outputs match.")
+    click.echo(f"## Scoring\n\nScored on --hw {t.preset}; the candidate's run has "
+               f"{t.time_limit:g} s; reward = reference cycles / candidate cycles when the "
+               "outputs match, else 0.")
     if not no_reference:
         click.echo(f"\n## Reference solution\n\n{t.solution.read_text(encoding='utf-8')}",
                    nl=False)

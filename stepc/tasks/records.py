@@ -131,6 +131,10 @@ def load_task(name: str) -> Task:
 
 
 def _validate(task: Task) -> None:
+    from stepc.hw import preset_names
+    if task.preset not in preset_names() or not task.time_limit > 0:
+        raise TaskError(f"task `{task.name}`: preset {task.preset!r}, time limit "
+                        f"{task.time_limit!r}")
     for t in task.tensors:
         if t.role not in (*INPUT_ROLES, "output") or t.init not in TENSOR_INITS:
             raise TaskError(f"task `{task.name}`: tensor {t.name}: role {t.role!r}, "
