@@ -15,7 +15,7 @@ from stepc.api import InputError
 from stepc.api.tasks import check_task, task, task_names
 from stepc.cli import main
 from stepc.tasks import TaskError, records
-from stepc.tasks.checker import CYCLE_FACTOR
+from stepc.tasks.checker import CYCLE_FACTOR, draw
 from stepc.tasks.references import REFERENCES, draw_tensor, rotate_half_matrix
 
 CHECK_SECONDS = 10  # the suite's promise per check on a loaded 2-core machine
@@ -106,6 +106,15 @@ def test_solutions_pass_and_known_wrong_ones_fail(name, file, expect):
         assert result.stage == "guardrail" and result.candidate is None, result.reason
     else:
         assert result.stage == "compare" and "differs from the reference" in result.reason
+
+
+@pytest.mark.parametrize("name", ["moe_topk_static", "moe_topk_dynamic"])
+def test_moe_solutions_pass_when_an_expert_gets_no_token(name):
+    """Seed 72 routes the 8 tokens to 3 of the 4 experts: the idle expert's pipeline runs
+    on an empty stream (no padding tile, no dynamic tile)."""
+    _, streams = draw(task(name), 72)
+    assert len(set(streams["routing"].ravel())) == 3
+    assert check_task(name, task(name).solution, seed=72).passed
 
 
 # ------------------------------------------------------------------ guardrails
