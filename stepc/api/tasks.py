@@ -40,9 +40,14 @@ def check_task(name: str, path: str | os.PathLike, seed: int | None = None,
     from stepc.tasks import check
     record = task(name)
     path = path_arg("path", path)
-    if path != "-" and not os.path.isfile(path):
-        raise InputError(f"{path}: no such file" if not os.path.exists(path)
-                         else f"{path}: not a file")
+    if path != "-":
+        if not os.path.isfile(path):
+            raise InputError(f"{path}: no such file" if not os.path.exists(path)
+                             else f"{path}: not a file")
+        try:
+            open(path, "rb").close()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read it ({e.strerror})") from None
     if seed is not None:
         seed = int_arg("seed", seed, minimum=0, maximum=MAX_SEED)
     if time_limit is not None:
