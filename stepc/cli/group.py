@@ -28,6 +28,7 @@ _ELSEWHERE = {
     "tune": ("stepc.cli.tune", "tune_cmd"), "sim": ("stepc.cli.sim", "sim_cmd"),
     "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),
     "mcp": ("stepc.cli.mcp", "mcp_cmd"),
+    "tasks": ("stepc.cli.tasks", "tasks_cmd"),
 }
 
 

@@ -1,0 +1,109 @@
+"""`stepc tasks list|show|check`: the agent task suite (stepc.tasks, through the API)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, FORMAT, input_error
+
+CHECK_EPILOG = """\b
+Examples:
+  stepc tasks list
+  stepc tasks show softmax
+  stepc tasks check softmax mine.step --seed 3
+Exit codes: 0 the solution passes, 1 it fails (rejected, wrong values, deadlock, too slow),
+2 usage error (unknown task, missing file, bad option)."""
+
+
+@click.group("tasks", short_help="Kernel-writing tasks with checkers and rewards.")
+def tasks_cmd() -> None:
+    """Kernel-writing tasks (GEMM, attention, MoE, ...) for agents and people: each has a
+    statement, a fixed interface, a numpy reference and a reference solution; `check` runs
+    a candidate `.step` solution on fresh inputs and scores it."""
+
+
+@tasks_cmd.command("list", short_help="The tasks, one per line.")
+@FORMAT
+def list_cmd(fmt: str) -> None:
+    """The tasks: name, family, the preset they are scored on, and title."""
+    from stepc.api.tasks import task, task_names
+    records = [task(name) for name in task_names()]
+    if fmt == "json":
+        click.echo(json.dumps({"schema": "stepc-tasks-list/1", "tasks": [
+            {"name": t.name, "family": t.family, "preset": t.preset, "title": t.title}
+            for t in records]}, indent=2))
+        return
+    width = max(len(t.name) for t in records)
+    for t in records:
+        click.echo(f"{t.name:<{width}}  {t.family:<9}  {t.preset:<14}  {t.title}")
+
+
+@tasks_cmd.command("show", short_help="A task's statement, interface and reference code.")
+@click.argument("name")
+@click.option("--no-reference", is_flag=True, help="Leave out the reference solution.")
+def show_cmd(name: str, no_reference: bool) -> None:
+    """The statement of task NAME, the declarations a solution must make, how it is scored,
+    and the reference solution."""
+    from stepc.api.errors import InputError
+    from stepc.api.tasks import task
+    try:
+        t = task(name)
+    except InputError as e:
+        input_error(e)
+    click.echo(t.statement.rstrip("\n"))
+    click.echo(f"\n## Interface\n\n{t.interface()}\n")
+    click.echo(f"## Scoring\n\nScored on --hw {t.preset}; the candidate's run has "
+               f"{t.time_limit:g} s; reward = reference cycles / candidate cycles when the "
+               "outputs match, else 0.")
+    if not no_reference:
+        click.echo(f"\n## Reference solution\n\n{t.solution.read_text(encoding='utf-8')}",
+                   nl=False)
+
+
+@tasks_cmd.command("check", epilog=CHECK_EPILOG,
+                   short_help="Check and score a solution of a task.")
+@click.argument("name")
+@click.argument("file", type=str)
+@click.option("--seed", type=int, default=None, metavar="N",
+              help="Seed of the inputs (default: a fresh one, printed in the report).")
+@click.option("--time-limit", type=float, default=None, metavar="SECONDS",
+              help="Wall-clock limit of the candidate's simulation (default: the task's).")
+@FORMAT
+def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
+              fmt: str) -> None:
+    """Run FILE, a `.step` solution of task NAME (`-`: standard input), on fresh inputs;
+    compare its outputs with the task's numpy reference; report its cycles, on-chip bytes
+    and off-chip traffic on the task's preset and its reward (reference cycles / its
+    cycles; 0 when it fails)."""
+    from stepc.api.errors import InputError
+    from stepc.api.tasks import check_task
+    try:
+        result = check_task(name, file, seed, time_limit)
+    except InputError as e:
+        input_error(e)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(_report(result))
+    sys.exit(EXIT_OK if result.passed else EXIT_PROGRAM)
+
+
+def _report(r) -> str:
+    """The text report of a check."""
+    lines = [f"task {r.task}: {'PASS' if r.passed else 'FAIL'} (seed {r.seed}, "
+             f"--hw {r.preset}, {r.seconds:.2f} s)"]
+    if not r.passed:
+        lines.append(f"  {r.stage}: {r.reason}")
+    else:
+        lines.append(f"  outputs match the reference (largest error: {r.max_error:.2%} "
+                     "of the tolerance)")
+    for label, run in (("candidate", r.candidate), ("reference", r.reference)):
+        if run is not None:
+            lines.append(f"  {label}: {run.cycles:,} cycles, {run.on_chip_bytes:,} B on chip, "
+                         f"{run.off_chip_bytes:,} B off chip")
+    lines.append(f"  reward: {r.reward:.4f}" + (" (reference cycles / candidate cycles)"
+                                                 if r.passed else " (the check failed)"))
+    return "\n".join(lines)
