@@ -35,7 +35,7 @@ FLOORS = [
     ("stepc.analyze",),
     ("stepc.sim", "stepc.viz"),
     ("stepc.measure",),
-    ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.torch",
+    ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.torch", "stepc.rewrite",
      "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
      "stepc.interop.export_channels", "stepc.interop.stream_shapes"),
     ("stepc.api",),

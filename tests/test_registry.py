@@ -31,6 +31,11 @@ ALLOWED = {
     ("graph/elaborate.py", "External"): "builds the node a `stream ... = external()` "
                                         "declaration means",
     ("graph/wiring.py", "Broadcast"): "builds the fan-out node stepc inserts",
+    ("rewrite/downtile.py", "Bufferize"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Repeat"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Streamify"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Map"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Accum"): "builds the appendix's hierarchical-tiling subgraph",
 }
 # The reference format's own message names, and the translation of stepc's operators into
 # it (a printer for a foreign format names each operator it prints, as the import's handler

@@ -1,0 +1,387 @@
+"""`downtile`: hierarchical tiling (the paper's appendix). Every stream of logical tiles
+larger than the fabric's physical tile becomes a stream of physical sub-tiles, its shape
+the logical shape followed by [sub-tiles down, sub-tiles across]; each operator is rebuilt
+to work on them:
+
+- an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), unless
+  loads keep their logical tiles;
+- an element-wise Map applies its function to each sub-tile;
+- a matrix product (Map or Accum) becomes the appendix's subgraph: its operands buffered
+  (Bufferize), re-read once per output sub-tile (Repeat and Streamify, or an affine
+  Streamify view when the reduced dims must move inside), multiplied sub-tile by
+  sub-tile (Map) and the partial products summed (Accum);
+- an operator that only moves elements (Partition, Reshape, ...) passes the sub-tile dims
+  through (its dim attributes shifted by two);
+- a store writes the sub-tiles when they arrive in the tensor's row-major order.
+
+Anything else reads logical tiles: the sub-tiles are packed back first (Accum with
+retile_col, then retile_row). A tile dim that is dynamic, or not above the physical tile,
+is kept whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from stepc.ops import OPS
+from stepc.ops.base import LOAD, STORE
+from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
+from stepc.ops.offchip import affine_view, tiled_shape
+from stepc.rewrite.draft import Change, RewriteError
+from stepc.rewrite.walk import Rewrite, copy, plain_attrs
+from stepc.types import Tile
+
+# the operators hierarchical tiling builds (the appendix's figure), by their records
+BUFFERIZE, REPEAT, STREAMIFY, MAP, ACCUM = "Bufferize", "Repeat", "Streamify", "Map", "Accum"
+PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logical tile
+_COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
+
+
+@dataclass(frozen=True)
+class Sub:
+    """A stream of physical sub-tiles standing for a stream of logical tiles: `ref` has the
+    logical stream's shape followed by [down, across]; each logical `tile` is `down` x
+    `across` sub-tiles of `rows` x `cols`."""
+
+    ref: str
+    tile: Tile
+    down: int
+    across: int
+
+    @property
+    def rows(self):
+        return sympy.sympify(self.tile.rows) / self.down
+
+    @property
+    def cols(self):
+        return sympy.sympify(self.tile.cols) / self.across
+
+
+def split_dim(d, p: int) -> int | None:
+    """Sub-tiles along a tile dim of `d` for physical size `p`: d/p when d is static, above p
+    and a multiple of it; 1 when d is dynamic or fits; None when it cannot be split."""
+    d = sympy.sympify(d)
+    if not d.is_Integer or int(d) <= p:
+        return 1
+    return int(d) // p if int(d) % p == 0 else None
+
+
+class Downtile(Rewrite):
+    name = "downtile"
+    summary = "split logical tiles into the fabric's physical tiles (hierarchical tiling)"
+
+    def __init__(self, typed, draft, tile: tuple[int, int], split_memory: bool = True):
+        super().__init__(typed, draft)
+        self.tile = tile
+        self.split_memory = split_memory
+        self.read = {(e.src, e.port) for e in typed.program.edges}
+        self.packed: dict[str, str] = {}
+
+    # ---------------------------------------------------------------- values
+    def plain(self, value: Any) -> str:
+        """The logical stream of `value`: sub-tiles packed back into logical tiles."""
+        if not isinstance(value, Sub):
+            return value
+        if value.ref not in self.packed:
+            note = f"packs the sub-tiles of {value.ref} back into {value.tile}"
+            ref = value.ref
+            if value.across > 1 or value.down == 1:
+                ref = self.draft.emit(ACCUM, [[ref]], {"fn": _fn(PACK_COLS), "rank": 1},
+                                      note, base=f"{value.ref}_cols")[0]
+            ref = self.draft.emit(ACCUM, [[ref]], {"fn": _fn(PACK_ROWS), "rank": 1}, note,
+                                  base=f"{value.ref}_whole")[0]
+            self.packed[value.ref] = ref
+        return self.packed[value.ref]
+
+    def split(self, tile: Tile) -> tuple[int, int] | None:
+        down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
+        if down is None or across is None or down * across == 1:
+            return None
+        return down, across
+
+    def out_type(self, node, port: int = 0):
+        return self.typed.types[(node.name, port)]
+
+    def note(self, node, action: str, detail: str, added: list[str] | None = None,
+             flops: Any = 0) -> None:
+        self.draft.changes.append(Change(node.name, node.op, action, detail, added or [],
+                                         flops))
+
+    # ---------------------------------------------------------------- dispatch
+    def visit(self, node, ins: list[Any]):
+        spec = OPS[node.op]
+        if spec.memory is not None and spec.memory.off_chip:
+            if spec.memory.direction == LOAD:
+                return self.load(node, ins)
+            if spec.memory.direction == STORE:
+                return self.store(node, ins)
+        if spec.fn_use is not None:
+            return self.compute(node, ins)
+        if spec.inner_dims is not None and any(isinstance(v, Sub) for v in ins):
+            return self.pass_through(node, ins)
+        if any(isinstance(v, Sub) for v in ins):
+            self.note(node, "kept", "reads logical tiles: its inputs are packed back")
+        return None
+
+    # ---------------------------------------------------------------- memory
+    def load(self, node, ins):
+        if node.attrs.get("tile") is None or "tensor" not in node.attrs:
+            return None
+        tile = self.out_type(node).elem
+        parts = self.split(tile)
+        if parts is None:
+            return None
+        if not self.split_memory:
+            self.note(node, "kept", f"loads keep their logical tiles {tile} (the consumers "
+                                    "that need sub-tiles keep theirs too)")
+            return None
+        down, across = parts
+        t = node.attrs["tensor"]
+        tiled = tiled_shape(t, node.attrs["tile"])
+        stride, shape = affine_view(tiled, node.attrs.get("stride"), node.attrs.get("shape"),
+                                    "tiles")
+        sub = [int(tile.rows) // down, int(tile.cols) // across]
+        fine = tiled_shape(t, sub)
+        new_stride = _rescale(stride, shape, tiled, fine, (down, across))
+        if new_stride is None:
+            self.note(node, "kept", "its view is not a product of row and column steps")
+            return None
+        attrs = plain_attrs(node)
+        attrs.update(tile=sub, stride=new_stride + [fine[-1], 1], shape=list(shape) +
+                     [down, across])
+        refs = [self.plain(v) for v in ins]
+        out = copy(self, node, refs, self.read, attrs,
+                   note=f"{node.name}: {tile} read as {down} x {across} tiles of "
+                        f"{sub[0]} x {sub[1]}")
+        self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
+                                     f"{sub[1]} per {tile}", [out[0]])
+        return [Sub(out[0], tile, down, across)]
+
+    def store(self, node, ins):
+        if not ins or not isinstance(ins[0], Sub) or "tensor" not in node.attrs:
+            return None
+        v: Sub = ins[0]
+        t = node.attrs["tensor"]
+        grid = tiled_shape(t, [int(v.tile.rows), int(v.tile.cols)])
+        if v.down > 1 and grid[-1] > 1:
+            self.note(node, "kept", "its sub-tiles would not arrive in the tensor's row-major "
+                                    "order: they are packed back")
+            return None
+        copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
+             note=f"{node.name}: writes the sub-tiles of {v.tile} in row-major order")
+        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
+        return []
+
+    # ---------------------------------------------------------------- compute
+    def compute(self, node, ins):
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", ""))
+        spec = OPS[node.op]
+        if fspec is None or not ins or not all(isinstance(v, Sub) for v in ins):
+            if any(isinstance(v, Sub) for v in ins):
+                self.note(node, "kept", "reads logical tiles: its inputs are packed back")
+            elif fspec is not None and fspec.split and self._would_split(node):
+                self.note(node, "kept", "its inputs arrive as logical tiles (no operator "
+                                        "before it splits them)")
+            return None
+        if fspec.split == ELEMENTWISE and spec.fn_use == "map":
+            return self.elementwise(node, ins)
+        if fspec.split == CONTRACTION and len(ins) == 2:
+            return self.contraction(node, ins, fn)
+        self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
+        return None
+
+    def _would_split(self, node) -> bool:
+        return any(isinstance(getattr(self.typed.types.get((e.src, e.port)), "elem", None),
+                              Tile) and self.split(self.typed.types[(e.src, e.port)].elem)
+                   for e in self.typed.program.in_edges(node.name))
+
+    def elementwise(self, node, ins: list[Sub]):
+        first = ins[0]
+        if any((v.tile.rows, v.tile.cols, v.down, v.across) !=
+               (first.tile.rows, first.tile.cols, first.down, first.across) for v in ins):
+            self.note(node, "kept", "its inputs' tiles differ (broadcasting): packed back")
+            return None
+        out_tile = self.out_type(node).elem
+        out = copy(self, node, [v.ref for v in ins], self.read,
+                   note=f"{node.name}: on each {_dims(first)} sub-tile")
+        self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
+        return [Sub(out[0], out_tile, first.down, first.across)]
+
+    def contraction(self, node, ins: list[Sub], fn):
+        a, b = ins
+        transpose = bool(fn.get("transpose", False))
+        am, ak = a.down, a.across
+        bk, bn = (b.across, b.down) if transpose else (b.down, b.across)
+        b_k_rows = b.cols if transpose else b.rows
+        if ak != bk or sympy.simplify(a.cols - b_k_rows) != 0 or not _static(a, b):
+            self.note(node, "kept", "its operands' sub-tiles do not line up along the inner "
+                                    "dim: packed back")
+            return None
+        spec = OPS[node.op]
+        a_type = self.typed.types[_source(self.typed.program, node.name, 0)]
+        reduced = [] if spec.fn_use == "map" else list(a_type.shape[len(a_type.shape)
+                                                                    - node.attrs["rank"]:])
+        if any(not sympy.sympify(d).is_Integer for d in reduced):
+            self.note(node, "kept", "it reduces a dynamic dim, which an on-chip buffer view "
+                                    "cannot reorder: packed back")
+            return None
+        if node.attrs.get("init") is not None:
+            self.note(node, "kept", "it starts from its own initialiser: packed back")
+            return None
+        reduced = [int(d) for d in reduced]
+        draft, name = self.draft, node.name
+        says = f"{name}: {fn} as sub-tile products"
+        added: list[str] = []
+        if not reduced:  # the appendix's figure: Bufferize -> Repeat -> Streamify
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, says, base=f"{name}_abuf")[0]
+            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, says, base=f"{name}_arep")[0]
+            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, says, base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, says, base=f"{name}_bbuf")[0]
+            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, says, base=f"{name}_brep")[0]
+            view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
+            str_b = draft.emit(STREAMIFY, [rep_b, None], view, says, base=f"{name}_b")[0]
+            added += [buf_a, rep_a, str_a, buf_b, rep_b, str_b]
+        else:  # the reduced dims move inside the output sub-tiles: affine views
+            rank = len(reduced) + 2
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, says,
+                               base=f"{name}_abuf")[0]
+            w_a = _weights(reduced + [am, ak])
+            str_a = draft.emit(STREAMIFY, [buf_a, None], {
+                "stride": [w_a[-2], 0] + w_a[:-2] + [1],
+                "shape": [am, bn] + reduced + [ak]}, says, base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, says,
+                               base=f"{name}_bbuf")[0]
+            grid = [bn, bk] if transpose else [bk, bn]
+            w_b = _weights(reduced + grid)
+            step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
+            str_b = draft.emit(STREAMIFY, [buf_b, None], {
+                "stride": [0, step_n] + w_b[:-2] + [step_k],
+                "shape": [am, bn] + reduced + [bk]}, says, base=f"{name}_b")[0]
+            added += [buf_a, str_a, buf_b, str_b]
+        carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
+        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried}, says,
+                          base=f"{name}_part")[0]
+        acc_attrs = {"fn": _fn(PARTIAL_SUM), "rank": len(reduced) + 1, **carried}
+        if node.attrs.get("write_back"):
+            acc_attrs["write_back"] = True
+        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{name}: sums the partial products",
+                         base=name)[0]
+        added += [prod, acc]
+        out = self.out_type(node)
+        m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
+        flops = out.card * m_n * bk * math.prod(reduced)
+        self.note(node, "rewritten", f"{am} x {bn} output sub-tiles, each the sum of "
+                                     f"{bk * math.prod(reduced)} sub-tile products", added,
+                  flops)
+        return [Sub(acc, out.elem, am, bn)]
+
+    # ---------------------------------------------------------------- structure
+    def pass_through(self, node, ins):
+        spec = OPS[node.op]
+        subs = [v for v in ins if isinstance(v, Sub)]
+        first = subs[0]
+        if any((v.down, v.across) != (first.down, first.across) for v in subs):
+            return None
+        for port in range(len(node.outputs)):
+            t = self.out_type(node, port)
+            if not isinstance(t.elem, Tile) and (node.name, port) in self.read:
+                return None  # a side output (a padding mask) would change shape
+        attrs = plain_attrs(node)
+        for key in spec.inner_dims:
+            if node.attrs.get(key) is not None:
+                attrs[key] = node.attrs[key] + 2
+        if _reshapes_dynamic(self.typed, node, attrs):
+            return None
+        refs = [v.ref if isinstance(v, Sub) else v for v in ins]
+        if any(not isinstance(v, Sub) and _is_tile_stream(self.typed, e)
+               for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
+            return None
+        outs = copy(self, node, refs, self.read, attrs,
+                    note=f"{node.name}: passes {first.down} x {first.across} sub-tiles through")
+        self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
+        result = []
+        for port, ref in enumerate(outs):
+            t = self.out_type(node, port)
+            result.append(Sub(ref, t.elem, first.down, first.across)
+                          if isinstance(t.elem, Tile) else ref)
+        return result
+
+
+def _fn(name: str):
+    from stepc.ops.base import FnValue
+    return FnValue(name, (), None)
+
+
+def _dims(v: Sub) -> str:
+    return f"{v.rows} x {v.cols}"
+
+
+def _static(*subs: Sub) -> bool:
+    return all(sympy.sympify(s.tile.rows).is_Integer and sympy.sympify(s.tile.cols).is_Integer
+               for s in subs)
+
+
+def _weights(shape: list[int]) -> list[int]:
+    """Row-major strides of a buffer of `shape` tiles."""
+    return [math.prod(shape[i + 1:]) for i in range(len(shape))]
+
+
+def _source(prog, node: str, slot: int) -> tuple[str, int]:
+    e = prog.in_edges(node)[slot]
+    return (e.src, e.port)
+
+
+def _is_tile_stream(typed, edge) -> bool:
+    return isinstance(typed.types[(edge.src, edge.port)].elem, Tile)
+
+
+def _reshapes_dynamic(typed, node, attrs) -> bool:
+    """A Reshape-like split of a dim that is not static: the innermost-dim rules would no
+    longer apply once the sub-tile dims follow it."""
+    spec = OPS[node.op]
+    if "chunk" not in {p.name for p in spec.params}:
+        return False
+    t = typed.types[_source(typed.program, node.name, 0)]
+    rank = node.attrs.get("rank") or 0
+    dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
+    return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0
+
+
+def _rescale(stride, shape, tiled, fine, parts) -> list[int] | None:
+    """The strides of a tile view over the finer grid `fine`, or None when a stride is not
+    a whole number of steps along each grid dim (a view that wraps across rows)."""
+    weights = _weights(list(tiled))
+    fine_w = _weights(list(fine))
+    scale = [1] * (len(tiled) - 2) + list(parts)
+    digits = []
+    for s in stride:
+        ds = []
+        for w in weights:
+            ds.append(s // w)
+            s %= w
+        digits.append(ds)
+    for j, size in enumerate(tiled):  # no carry: every index stays within its dim
+        if sum((n - 1) * d[j] for n, d in zip(shape, digits, strict=True)) >= size:
+            return None
+    return [sum(d[j] * scale[j] * fine_w[j] for j in range(len(tiled))) for d in digits]
+
+
+def tile_of(text: str) -> tuple[int, int]:
+    """`16x16` (or `16`) as (rows, cols)."""
+    parts = text.lower().replace("*", "x").split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise RewriteError(f"--tile expects ROWSxCOLS such as 16x16, found {text!r}") from None
+    if len(dims) == 1:
+        dims = dims * 2
+    if len(dims) != 2 or min(dims) <= 0:
+        raise RewriteError(f"--tile expects two positive sizes ROWSxCOLS, found {text!r}")
+    return dims
+
+
