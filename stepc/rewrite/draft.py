@@ -17,11 +17,13 @@ from stepc.ops.base import REQUIRED, STREAMS, VARSTREAMS, fmt_attr, sanitize
 
 
 class RewriteError(Exception):
-    """A program the rewrite cannot express; `node` names the operator, when one is to blame."""
+    """A rewrite that cannot be done. `kind`: "usage" (a bad name or option), "program"
+    (a program the rewrite cannot take) or "internal" (the rewrite made a program that
+    does not check: a bug)."""
 
-    def __init__(self, message: str, node: str | None = None):
+    def __init__(self, message: str, kind: str = "usage"):
         super().__init__(message)
-        self.node = node
+        self.kind = kind
 
 
 @dataclass

@@ -57,5 +57,5 @@ def apply(name: str, compiled, options: dict[str, Any] | None = None,
         first = again.diagnostics.sorted()[0]
         raise RewriteError(f"the rewritten program does not check ({first.code} at line "
                            f"{first.span.line if first.span else '?'}: {first.message}); "
-                           "this is a bug in the rewrite", None)
+                           "this is a bug in the rewrite", "internal")
     return Rewritten(name, text, draft.changes, again)

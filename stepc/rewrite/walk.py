@@ -33,7 +33,7 @@ def walk(rw: Rewrite) -> None:
     prog = rw.typed.program
     if any(e.feedback for e in prog.edges):
         raise RewriteError("programs with feedback streams (declared `stream` names bound "
-                           "later) cannot be rewritten yet")
+                           "later) cannot be rewritten yet", "program")
     values: dict[tuple[str, int], Any] = {}
     read = {(e.src, e.port) for e in prog.edges}
     for name in dependency_order(prog):
