@@ -32,7 +32,7 @@ from stepc.ops.base import LOAD, STORE
 from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite.draft import Change, RewriteError
-from stepc.rewrite.walk import Rewrite, copy, plain_attrs
+from stepc.rewrite.walk import Rewrite, copy, dependency_order, plain_attrs
 from stepc.types import Tile
 
 # the operators hierarchical tiling builds (the appendix's figure), by their records
@@ -80,6 +80,44 @@ class Downtile(Rewrite):
         self.split_memory = split_memory
         self.read = {(e.src, e.port) for e in typed.program.edges}
         self.packed: dict[str, str] = {}
+        self.wanted = self._wanted()
+
+    def _wanted(self) -> set[tuple[str, int]]:
+        """The streams worth splitting: those that can arrive as sub-tiles (from a split
+        load, through operators that pass them or compute on them) and reach an operator
+        that computes on sub-tiles or a store; a load that only feeds operators needing
+        logical tiles keeps its tiles rather than splitting them to pack them back."""
+        prog = self.typed.program
+        order = dependency_order(prog)
+        can: set[tuple[str, int]] = set()
+        for name in order:
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
+            ins = [(e.src, e.port) for e in prog.in_edges(name)]
+            tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
+            if spec.memory is not None and spec.memory.direction == LOAD and \
+                    spec.memory.off_chip and self.split(self.out_type(node).elem):
+                ok = True
+            elif spec.fan_out or spec.inner_dims is not None:
+                ok = any(k in can for k in tiles)
+            else:
+                ok = _splits(node) and bool(tiles) and all(k in can for k in tiles)
+            if ok:
+                can.update((name, p) for p in range(len(node.outputs)))
+        wanted: set[tuple[str, int]] = set()
+        for name in reversed(order):
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
+            outs = [(name, p) for p in range(len(node.outputs))]
+            ins = [(e.src, e.port) for e in prog.in_edges(name)]
+            if spec.memory is not None and spec.memory.direction == STORE:
+                want = True
+            elif spec.fan_out or spec.inner_dims is not None:
+                want = any(k in wanted for k in outs)
+            else:
+                want = _splits(node) and all(k in can for k in ins
+                                             if isinstance(self.typed.types[k].elem, Tile))
+            if want:
+                wanted.update(k for k in ins if k in can)
+        return wanted
 
     # ---------------------------------------------------------------- values
     def plain(self, value: Any) -> str:
@@ -87,7 +125,7 @@ class Downtile(Rewrite):
         if not isinstance(value, Sub):
             return value
         if value.ref not in self.packed:
-            note = f"packs the sub-tiles of {value.ref} back into {value.tile}"
+            note = f"{value.ref}: sub-tiles packed back into {_size(value.tile)} tiles"
             ref = value.ref
             if value.across > 1 or value.down == 1:
                 ref = self.draft.emit(ACCUM, [[ref]], {"fn": _fn(PACK_COLS), "rank": 1},
@@ -96,6 +134,12 @@ class Downtile(Rewrite):
                                   base=f"{value.ref}_whole")[0]
             self.packed[value.ref] = ref
         return self.packed[value.ref]
+
+    def ref(self, value: Any) -> str:
+        return value.ref if isinstance(value, Sub) else value
+
+    def inner_dims(self, value: Any) -> list[int]:
+        return [value.down, value.across] if isinstance(value, Sub) else []
 
     def split(self, tile: Tile) -> tuple[int, int] | None:
         down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
@@ -136,8 +180,11 @@ class Downtile(Rewrite):
         if parts is None:
             return None
         if not self.split_memory:
-            self.note(node, "kept", f"loads keep their logical tiles {tile} (the consumers "
-                                    "that need sub-tiles keep theirs too)")
+            self.note(node, "kept", f"loads keep their logical tiles {_size(tile)} (the "
+                                    "operators they feed keep theirs too)")
+            return None
+        if (node.name, 0) not in self.wanted:
+            self.note(node, "kept", "no operator it feeds computes on sub-tiles")
             return None
         down, across = parts
         t = node.attrs["tensor"]
@@ -155,8 +202,8 @@ class Downtile(Rewrite):
                      [down, across])
         refs = [self.plain(v) for v in ins]
         out = copy(self, node, refs, self.read, attrs,
-                   note=f"{node.name}: {tile} read as {down} x {across} tiles of "
-                        f"{sub[0]} x {sub[1]}")
+                   note=f"{_from(node)}: each {_size(tile)} tile read as {down} x {across} "
+                        f"tiles of {sub[0]} x {sub[1]}")
         self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
                                      f"{sub[1]} per {tile}", [out[0]])
         return [Sub(out[0], tile, down, across)]
@@ -172,7 +219,7 @@ class Downtile(Rewrite):
                                     "order: they are packed back")
             return None
         copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
-             note=f"{node.name}: writes the sub-tiles of {v.tile} in row-major order")
+             note=f"{_from(node)}: writes the sub-tiles in row-major order")
         self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
         return []
 
@@ -208,7 +255,7 @@ class Downtile(Rewrite):
             return None
         out_tile = self.out_type(node).elem
         out = copy(self, node, [v.ref for v in ins], self.read,
-                   note=f"{node.name}: on each {_dims(first)} sub-tile")
+                   note=f"{_from(node)}: on each {_dims(first)} sub-tile")
         self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
         return [Sub(out[0], out_tile, first.down, first.across)]
 
@@ -235,41 +282,50 @@ class Downtile(Rewrite):
             return None
         reduced = [int(d) for d in reduced]
         draft, name = self.draft, node.name
-        says = f"{name}: {fn} as sub-tile products"
+        says = _from(node)
         added: list[str] = []
         if not reduced:  # the appendix's figure: Bufferize -> Repeat -> Streamify
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, says, base=f"{name}_abuf")[0]
-            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, says, base=f"{name}_arep")[0]
-            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, says, base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, says, base=f"{name}_bbuf")[0]
-            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, says, base=f"{name}_brep")[0]
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, f"{says}: left operand, "
+                               "one sub-tile row buffered", base=f"{name}_abuf")[0]
+            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, f"{says}: once per output "
+                               "sub-tile column", base=f"{name}_arep")[0]
+            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, f"{says}: left operand streamed",
+                               base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, f"{says}: right operand "
+                               "buffered", base=f"{name}_bbuf")[0]
+            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, f"{says}: once per output "
+                               "sub-tile row", base=f"{name}_brep")[0]
             view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
-            str_b = draft.emit(STREAMIFY, [rep_b, None], view, says, base=f"{name}_b")[0]
+            str_b = draft.emit(STREAMIFY, [rep_b, None], view, f"{says}: right operand "
+                               "streamed" + ("" if transpose else ", column by column"),
+                               base=f"{name}_b")[0]
             added += [buf_a, rep_a, str_a, buf_b, rep_b, str_b]
         else:  # the reduced dims move inside the output sub-tiles: affine views
             rank = len(reduced) + 2
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, says,
-                               base=f"{name}_abuf")[0]
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, f"{says}: left operand "
+                               "buffered over the reduced dims", base=f"{name}_abuf")[0]
             w_a = _weights(reduced + [am, ak])
             str_a = draft.emit(STREAMIFY, [buf_a, None], {
                 "stride": [w_a[-2], 0] + w_a[:-2] + [1],
-                "shape": [am, bn] + reduced + [ak]}, says, base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, says,
-                               base=f"{name}_bbuf")[0]
+                "shape": [am, bn] + reduced + [ak]}, f"{says}: left operand, reduced dims "
+                "inside each output sub-tile", base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, f"{says}: right operand "
+                               "buffered over the reduced dims", base=f"{name}_bbuf")[0]
             grid = [bn, bk] if transpose else [bk, bn]
             w_b = _weights(reduced + grid)
             step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
             str_b = draft.emit(STREAMIFY, [buf_b, None], {
                 "stride": [0, step_n] + w_b[:-2] + [step_k],
-                "shape": [am, bn] + reduced + [bk]}, says, base=f"{name}_b")[0]
+                "shape": [am, bn] + reduced + [bk]}, f"{says}: right operand, reduced dims "
+                "inside each output sub-tile", base=f"{name}_b")[0]
             added += [buf_a, str_a, buf_b, str_b]
         carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
-        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried}, says,
-                          base=f"{name}_part")[0]
+        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
+                          f"{says}: sub-tile products", base=f"{name}_part")[0]
         acc_attrs = {"fn": _fn(PARTIAL_SUM), "rank": len(reduced) + 1, **carried}
         if node.attrs.get("write_back"):
             acc_attrs["write_back"] = True
-        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{name}: sums the partial products",
+        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products",
                          base=name)[0]
         added += [prod, acc]
         out = self.out_type(node)
@@ -302,7 +358,8 @@ class Downtile(Rewrite):
                for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
             return None
         outs = copy(self, node, refs, self.read, attrs,
-                    note=f"{node.name}: passes {first.down} x {first.across} sub-tiles through")
+                    note=f"{_from(node)}: passes {first.down} x {first.across} sub-tiles "
+                         "through")
         self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
         result = []
         for port, ref in enumerate(outs):
@@ -315,6 +372,21 @@ class Downtile(Rewrite):
 def _fn(name: str):
     from stepc.ops.base import FnValue
     return FnValue(name, (), None)
+
+
+def _splits(node) -> bool:
+    """A compute operator whose function splits over sub-tiles."""
+    fn = node.attrs.get("fn")
+    spec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
+    return spec is not None and bool(spec.split)
+
+
+def _from(node) -> str:
+    return f"{node.name} ({node.op})"
+
+
+def _size(tile: Tile) -> str:
+    return f"{tile.rows} x {tile.cols}"
 
 
 def _dims(v: Sub) -> str:

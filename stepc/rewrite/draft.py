@@ -63,6 +63,7 @@ class Draft:
     externals: list[str]
     stmts: list[Stmt] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    assumes: list[str] = field(default_factory=list)  # stated after every statement
     taken: set[str] = field(default_factory=set)
 
     def fresh(self, base: str) -> str:
@@ -167,4 +168,6 @@ def render(draft: Draft, header: list[str]) -> str:
         out += draft.externals + [""]
     for stmt in draft.stmts:
         out.append(f"{call_text(stmt)}  # {stmt.note}" if stmt.note else call_text(stmt))
+    if draft.assumes:
+        out += ["", "# the original program's facts"] + draft.assumes
     return format_source("\n".join(out) + "\n", "<rewrite>")

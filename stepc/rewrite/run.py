@@ -42,10 +42,6 @@ def apply(name: str, compiled, options: dict[str, Any] | None = None,
     draft = Draft(declarations(typed, out_dir), [], taken={t for t in typed.program.tensors})
     rw = REWRITES[name](typed, draft, **(options or {}))
     walk(rw)
-    dropped = [a for a in typed.program.assumptions if a.streams]
-    for a in dropped:
-        draft.changes.append(Change("assume", "assume", "kept out",
-                                    f"line {a.span.line}: a fact about the original streams"))
     params = ", ".join(f"{k}={v}" for k, v in typed.program.params.items())
     header = [f"{os.path.basename(compiled.name)} rewritten by `stepc rewrite {name}`"
               + (f" ({params})" if params else "") + ".",
@@ -54,7 +50,7 @@ def apply(name: str, compiled, options: dict[str, Any] | None = None,
     where = os.path.normpath(out_path) if out_path else None
     again = compile_source(SourceFile(out_path or f"<{name}>", text), {}, where)
     if not again.ok:
-        first = again.diagnostics.sorted()[0]
+        first = [d for d in again.diagnostics.sorted() if d.severity.value == "error"][0]
         raise RewriteError(f"the rewritten program does not check ({first.code} at line "
                            f"{first.span.line if first.span else '?'}: {first.message}); "
                            "this is a bug in the rewrite", "internal")
