@@ -46,6 +46,11 @@ class Rewritten:
         return verify(self.original.typed, self.program.typed, self.changes, config, seed,
                       arrays, simulate)
 
+    @property
+    def rewritten(self) -> list:
+        """The changes that rewrote an operator (the others say why it was left)."""
+        return [c for c in self.changes if c.action == "rewritten"]
+
     def summary(self) -> str:
         """One line per operator the rewrite changed or left with a reason."""
         return "\n".join(f"{c.node} ({c.op}): {c.action}: {c.detail}" for c in self.changes)
