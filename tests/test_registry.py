@@ -36,6 +36,7 @@ ALLOWED = {
     ("rewrite/downtile.py", "Streamify"): "builds the appendix's hierarchical-tiling subgraph",
     ("rewrite/downtile.py", "Map"): "builds the appendix's hierarchical-tiling subgraph",
     ("rewrite/downtile.py", "Accum"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Flatten"): "builds the appendix's hierarchical-tiling subgraph",
 }
 # The reference format's own message names, and the translation of stepc's operators into
 # it (a printer for a foreign format names each operator it prints, as the import's handler

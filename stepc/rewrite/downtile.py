@@ -37,6 +37,7 @@ from stepc.types import Tile
 
 # the operators hierarchical tiling builds (the appendix's figure), by their records
 BUFFERIZE, REPEAT, STREAMIFY, MAP, ACCUM = "Bufferize", "Repeat", "Streamify", "Map", "Accum"
+FLATTEN = "Flatten"
 PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logical tile
 _COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
 
@@ -284,7 +285,8 @@ class Downtile(Rewrite):
         draft, name = self.draft, node.name
         says = _from(node)
         added: list[str] = []
-        if not reduced:  # the appendix's figure: Bufferize -> Repeat -> Streamify
+        streamed = all(d == 1 for d in reduced)  # nothing to reorder: the figure's way
+        if streamed:  # the appendix's figure: Bufferize -> Repeat -> Streamify
             buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, f"{says}: left operand, "
                                "one sub-tile row buffered", base=f"{name}_abuf")[0]
             rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, f"{says}: once per output "
@@ -322,12 +324,18 @@ class Downtile(Rewrite):
         carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
         prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
                           f"{says}: sub-tile products", base=f"{name}_part")[0]
-        acc_attrs = {"fn": _fn(PARTIAL_SUM), "rank": len(reduced) + 1, **carried}
+        acc_attrs = {"fn": _fn(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
+                     **carried}
         if node.attrs.get("write_back"):
             acc_attrs["write_back"] = True
+        last = f"{name}_sum" if streamed and reduced else name
         acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products",
-                         base=name)[0]
+                         base=last)[0]
         added += [prod, acc]
+        if streamed and reduced:  # the reduced size-1 dims go with the sub-tile rows
+            acc = draft.emit(FLATTEN, [acc], {"min": 1, "max": 1 + len(reduced)},
+                             f"{says}: drops the reduced dims of size 1", base=name)[0]
+            added.append(acc)
         out = self.out_type(node)
         m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
         flops = out.card * m_n * bk * math.prod(reduced)
