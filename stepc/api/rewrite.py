@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.program import Program, check
+from stepc.rewrite.draft import RewriteError
 
 if TYPE_CHECKING:
     from stepc.hw import HardwareConfig
 
-__all__ = ["Rewritten", "rewrite", "rewrites"]
+__all__ = ["RewriteError", "Rewritten", "rewrite", "rewrites"]
 
 
 def rewrites() -> dict[str, str]:
@@ -69,7 +70,6 @@ def rewrite(program: Program | str | os.PathLike, name: str, *,
     internal) and, for a program with errors, StepError."""
     from stepc.rewrite import apply
     from stepc.rewrite.downtile import tile_of
-    from stepc.rewrite.draft import RewriteError
     original = program if isinstance(program, Program) else \
         check(os.fspath(program), **params).program()
     options: dict[str, Any] = {}
@@ -87,7 +87,6 @@ def rewrite(program: Program | str | os.PathLike, name: str, *,
 
 def _stream_tile(hw) -> tuple[int, int]:
     from stepc.api.inputs import hardware
-    from stepc.rewrite.draft import RewriteError
     if hw is None:
         raise RewriteError("downtile needs a physical tile: --tile ROWSxCOLS, or --hw with a "
                            "preset whose fabric.stream_tile is set (hdl-like)")

@@ -60,10 +60,9 @@ def rewrite_cmd(name, file, defines, out, force, tile, hw, keep_memory_tiles, ve
       stepc rewrite downtile programs/swiglu.step --hw hdl-like --verify -o s.step
     """
     from stepc.api import InputError
-    from stepc.api.rewrite import rewrite
-    from stepc.rewrite import REWRITES, RewriteError
-    if name not in REWRITES:
-        raise click.UsageError(f"no rewrite `{name}` (known: {', '.join(sorted(REWRITES))})")
+    from stepc.api.rewrite import RewriteError, rewrite, rewrites
+    if name not in rewrites():
+        raise click.UsageError(f"no rewrite `{name}` (known: {', '.join(sorted(rewrites()))})")
     if out:
         check_new_output("-o", out, force)
     program = compiled_or_exit(file, defines).program()
