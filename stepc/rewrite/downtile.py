@@ -90,20 +90,26 @@ class Downtile(Rewrite):
         logical tiles keeps its tiles rather than splitting them to pack them back."""
         prog = self.typed.program
         order = dependency_order(prog)
-        can: set[tuple[str, int]] = set()
+        can: set[tuple[str, int]] = set()  # may arrive as sub-tiles
+        real: set[tuple[str, int]] = set()  # ... of tiles larger than the physical tile
         for name in order:
             node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
             ins = [(e.src, e.port) for e in prog.in_edges(name)]
             tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
+            outs = [(name, p) for p in range(len(node.outputs))]
             if spec.memory is not None and spec.memory.direction == LOAD and \
-                    spec.memory.off_chip and self.split(self.out_type(node).elem):
-                ok = True
+                    spec.memory.off_chip and node.attrs.get("tile") is not None:
+                ok = self.split(self.out_type(node).elem) is not None
+                if self.splits(self.out_type(node).elem):
+                    real.update(outs)
             elif spec.fan_out or spec.inner_dims is not None:
                 ok = any(k in can for k in tiles)
             else:
                 ok = _splits(node) and bool(tiles) and all(k in can for k in tiles)
             if ok:
-                can.update((name, p) for p in range(len(node.outputs)))
+                can.update(outs)
+                if any(k in real for k in tiles):
+                    real.update(outs)
         wanted: set[tuple[str, int]] = set()
         for name in reversed(order):
             node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
@@ -114,8 +120,10 @@ class Downtile(Rewrite):
             elif spec.fan_out or spec.inner_dims is not None:
                 want = any(k in wanted for k in outs)
             else:
-                want = _splits(node) and all(k in can for k in ins
-                                             if isinstance(self.typed.types[k].elem, Tile))
+                tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
+                want = _splits(node) and bool(tiles) and all(k in can for k in tiles) \
+                    and (any(k in real for k in tiles) or
+                         any(self.splits(self.typed.types[k].elem) for k in outs))
             if want:
                 wanted.update(k for k in ins if k in can)
         return wanted
@@ -143,10 +151,17 @@ class Downtile(Rewrite):
         return [value.down, value.across] if isinstance(value, Sub) else []
 
     def split(self, tile: Tile) -> tuple[int, int] | None:
+        """Sub-tiles (down, across) of a tile; (1, 1) when it fits, None when it cannot be
+        split."""
         down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
-        if down is None or across is None or down * across == 1:
+        if down is None or across is None:
             return None
         return down, across
+
+    def splits(self, tile) -> bool:
+        """A tile larger than the physical tile, which can be split."""
+        parts = self.split(tile) if isinstance(tile, Tile) else None
+        return parts is not None and parts != (1, 1)
 
     def out_type(self, node, port: int = 0):
         return self.typed.types[(node.name, port)]
@@ -178,7 +193,7 @@ class Downtile(Rewrite):
             return None
         tile = self.out_type(node).elem
         parts = self.split(tile)
-        if parts is None:
+        if parts is None or (node.name, 0) not in self.wanted and not self.splits(tile):
             return None
         if not self.split_memory:
             self.note(node, "kept", f"loads keep their logical tiles {_size(tile)} (the "
@@ -244,8 +259,7 @@ class Downtile(Rewrite):
         return None
 
     def _would_split(self, node) -> bool:
-        return any(isinstance(getattr(self.typed.types.get((e.src, e.port)), "elem", None),
-                              Tile) and self.split(self.typed.types[(e.src, e.port)].elem)
+        return any(self.splits(self.typed.types[(e.src, e.port)].elem)
                    for e in self.typed.program.in_edges(node.name))
 
     def elementwise(self, node, ins: list[Sub]):
