@@ -37,7 +37,8 @@ from stepc.types import Tile
 
 # the operators hierarchical tiling builds (the appendix's figure), by their records
 BUFFERIZE, REPEAT, STREAMIFY, MAP, ACCUM = "Bufferize", "Repeat", "Streamify", "Map", "Accum"
-FLATTEN = "Flatten"
+FLATTEN, FLATMAP, RESHAPE, PROMOTE = "Flatten", "FlatMap", "Reshape", "Promote"
+UNPACK = "retile_streamify"  # a tile into its rows (or columns)
 PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logical tile
 _COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
 
@@ -81,7 +82,22 @@ class Downtile(Rewrite):
         self.split_memory = split_memory
         self.read = {(e.src, e.port) for e in typed.program.edges}
         self.packed: dict[str, str] = {}
+        self.unpacked: dict[str, Sub] = {}
+        self.padded = self._padded()
         self.wanted = self._wanted()
+
+    def _padded(self) -> set[tuple[str, int]]:
+        """Streams whose tiles may carry a valid-row count (padding made by a `pad=`
+        attribute, or set by a metadata function): sub-tiles would not keep it."""
+        prog = self.typed.program
+        out: set[tuple[str, int]] = set()
+        for name in dependency_order(prog):
+            node = prog.nodes[name]
+            fn = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+            if node.attrs.get("pad") is not None or (fn is not None and fn.fixed_cycles) or \
+                    any((e.src, e.port) in out for e in prog.in_edges(name)):
+                out.update((name, p) for p in range(len(node.outputs)))
+        return out
 
     def _wanted(self) -> set[tuple[str, int]]:
         """The streams worth splitting: those that can arrive as sub-tiles (from a split
@@ -98,17 +114,17 @@ class Downtile(Rewrite):
             tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
             outs = [(name, p) for p in range(len(node.outputs))]
             if spec.memory is not None and spec.memory.direction == LOAD and \
-                    spec.memory.off_chip and node.attrs.get("tile") is not None:
+                    spec.memory.off_chip and _affine_load(node):
                 ok = self.split(self.out_type(node).elem) is not None
                 if self.splits(self.out_type(node).elem):
                     real.update(outs)
             elif spec.fan_out or spec.inner_dims is not None:
                 ok = any(k in can for k in tiles)
             else:
-                ok = _splits(node) and bool(tiles) and all(k in can for k in tiles)
+                ok = self.feasible(node)
             if ok:
                 can.update(outs)
-                if any(k in real for k in tiles):
+                if any(k in real or self.splits(self.typed.types[k].elem) for k in tiles):
                     real.update(outs)
         wanted: set[tuple[str, int]] = set()
         for name in reversed(order):
@@ -121,9 +137,8 @@ class Downtile(Rewrite):
                 want = any(k in wanted for k in outs)
             else:
                 tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
-                want = _splits(node) and bool(tiles) and all(k in can for k in tiles) \
-                    and (any(k in real for k in tiles) or
-                         any(self.splits(self.typed.types[k].elem) for k in outs))
+                want = self.feasible(node) and (any(k in real for k in tiles)
+                                                or self.worth(node))
             if want:
                 wanted.update(k for k in ins if k in can)
         return wanted
@@ -189,19 +204,23 @@ class Downtile(Rewrite):
 
     # ---------------------------------------------------------------- memory
     def load(self, node, ins):
-        if node.attrs.get("tile") is None or "tensor" not in node.attrs:
+        if not _affine_load(node):
             return None
         tile = self.out_type(node).elem
         parts = self.split(tile)
         if parts is None or (node.name, 0) not in self.wanted and not self.splits(tile):
             return None
-        if not self.split_memory:
-            self.note(node, "kept", f"loads keep their logical tiles {_size(tile)} (the "
-                                    "operators they feed keep theirs too)")
-            return None
         if (node.name, 0) not in self.wanted:
             self.note(node, "kept", "no operator it feeds computes on sub-tiles")
             return None
+        if not self.split_memory:
+            refs = [self.plain(v) for v in ins]
+            out = copy(self, node, refs, self.read)
+            sub = self.split_on_chip(out[0], tile, parts, _from(node))
+            self.note(node, "rewritten", f"keeps its {_size(tile)} tiles; they are split into "
+                                         f"{parts[0]} x {parts[1]} sub-tiles on chip",
+                      [out[0], sub.ref])
+            return [sub]
         down, across = parts
         t = node.attrs["tensor"]
         tiled = tiled_shape(t, node.attrs["tile"])
@@ -224,6 +243,38 @@ class Downtile(Rewrite):
                                      f"{sub[1]} per {tile}", [out[0]])
         return [Sub(out[0], tile, down, across)]
 
+    def split_on_chip(self, ref: str, tile: Tile, parts: tuple[int, int], says: str) -> Sub:
+        """A stream of logical tiles split into sub-tiles by operators: rows (FlatMap into
+        rows, Reshape, Accum with retile_row), then columns (the same by columns), then
+        Reshape twice to give each logical tile its [down, across] dims."""
+        down, across = parts
+        rows = int(tile.rows) // down if down > 1 else tile.rows
+        cols = int(tile.cols) // across if across > 1 else tile.cols
+        emit, says, base = self.draft.emit, f"{says}: split on chip", ref
+        if down > 1:
+            ref = emit(FLATMAP, [[ref]], {"fn": _fn(UNPACK)}, f"{says}, into rows",
+                       base=f"{base}_rows")[0]
+            ref = emit(RESHAPE, [ref], {"chunk": rows}, f"{says}, {rows} rows at a time",
+                       base=f"{base}_rowgroups")[0]
+            ref = emit(ACCUM, [[ref]], {"fn": _fn(PACK_ROWS), "rank": 1},
+                       f"{says}, into {rows}-row tiles", base=f"{base}_rowtiles")[0]
+        if across > 1:
+            ref = emit(FLATMAP, [[ref]], {"fn": _fn(UNPACK, split="col")},
+                       f"{says}, into columns", base=f"{base}_cols")[0]
+            ref = emit(RESHAPE, [ref], {"chunk": cols}, f"{says}, {cols} columns at a time",
+                       base=f"{base}_colgroups")[0]
+            ref = emit(ACCUM, [[ref]], {"fn": _fn(PACK_COLS), "rank": 1},
+                       f"{says}, into {rows} x {cols} tiles", base=f"{base}_tiles")[0]
+        ref = emit(RESHAPE, [ref], {"chunk": down * across}, f"{says}: per logical tile",
+                   base=f"{base}_each")[0]
+        if across > 1:
+            ref = emit(RESHAPE, [ref], {"chunk": across}, f"{says}: {down} x {across}",
+                       base=f"{base}_sub")[0]
+        else:
+            ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: {down} x 1",
+                       base=f"{base}_sub")[0]
+        return Sub(ref, tile, down, across)
+
     def store(self, node, ins):
         if not ins or not isinstance(ins[0], Sub) or "tensor" not in node.attrs:
             return None
@@ -244,12 +295,17 @@ class Downtile(Rewrite):
         fn = node.attrs.get("fn")
         fspec = FUNCTIONS.get(getattr(fn, "name", ""))
         spec = OPS[node.op]
+        if self.feasible(node) and self.worth(node) \
+                and not all(isinstance(v, Sub) for v in ins):
+            ins = [v if isinstance(v, Sub) else self.on_chip(v, e) for v, e in
+                   zip(ins, self.typed.program.in_edges(node.name), strict=True)]
         if fspec is None or not ins or not all(isinstance(v, Sub) for v in ins):
             if any(isinstance(v, Sub) for v in ins):
                 self.note(node, "kept", "reads logical tiles: its inputs are packed back")
             elif fspec is not None and fspec.split and self._would_split(node):
-                self.note(node, "kept", "its inputs arrive as logical tiles (no operator "
-                                        "before it splits them)")
+                self.note(node, "kept", "its sub-tiles could not be used (tiles with a "
+                                        "valid-row count, a ragged innermost dim, tiles that "
+                                        "differ, or dynamically sized tiles in a product)")
             return None
         if fspec.split == ELEMENTWISE and spec.fn_use == "map":
             return self.elementwise(node, ins)
@@ -257,6 +313,42 @@ class Downtile(Rewrite):
             return self.contraction(node, ins, fn)
         self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
         return None
+
+    def feasible(self, node) -> bool:
+        """A compute operator that can work on sub-tiles: an element-wise Map whose inputs
+        have one tile shape, or a product of two statically sized tiles; every input's
+        tile splits and no input's innermost dim is ragged."""
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
+        if fspec is None or not fspec.split:
+            return False
+        streams = [self.typed.types[(e.src, e.port)]
+                   for e in self.typed.program.in_edges(node.name)]
+        tiles = [st.elem for st in streams]
+        if not tiles or not all(isinstance(t, Tile) and self.split(t) for t in tiles):
+            return False
+        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
+            return False  # splitting on chip would reshape a ragged dim
+        if any((e.src, e.port) in self.padded for e in self.typed.program.in_edges(node.name)):
+            return False
+        if fspec.split == ELEMENTWISE:
+            return OPS[node.op].fn_use == "map" and \
+                len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
+        return len(tiles) == 2 and all(_static_tile(t) for t in tiles)
+
+    def worth(self, node) -> bool:
+        """Some tile of the operator's inputs or outputs exceeds the physical tile."""
+        streams = [(e.src, e.port) for e in self.typed.program.in_edges(node.name)]
+        streams += [(node.name, p) for p in range(len(node.outputs))]
+        return any(self.splits(self.typed.types[k].elem) for k in streams)
+
+    def on_chip(self, ref: str, edge) -> Sub:
+        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once."""
+        if ref not in self.unpacked:
+            tile = self.typed.types[(edge.src, edge.port)].elem
+            src = self.typed.program.nodes[edge.src]
+            self.unpacked[ref] = self.split_on_chip(ref, tile, self.split(tile), _from(src))
+        return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:
         return any(self.splits(self.typed.types[(e.src, e.port)].elem)
@@ -391,16 +483,9 @@ class Downtile(Rewrite):
         return result
 
 
-def _fn(name: str):
+def _fn(name: str, **kwargs):
     from stepc.ops.base import FnValue
-    return FnValue(name, (), None)
-
-
-def _splits(node) -> bool:
-    """A compute operator whose function splits over sub-tiles."""
-    fn = node.attrs.get("fn")
-    spec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
-    return spec is not None and bool(spec.split)
+    return FnValue(name, tuple(kwargs.items()), None)
 
 
 def _from(node) -> str:
@@ -413,6 +498,17 @@ def _size(tile: Tile) -> str:
 
 def _dims(v: Sub) -> str:
     return f"{v.rows} x {v.cols}"
+
+
+def _affine_load(node) -> bool:
+    """A load that reads a tensor through a tile view (stride and shape), not by addresses."""
+    spec = OPS[node.op]
+    return "tensor" in node.attrs and node.attrs.get("tile") is not None and \
+        spec.param("stride") is not None and spec.param("shape") is not None
+
+
+def _static_tile(t: Tile) -> bool:
+    return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
 
 
 def _static(*subs: Sub) -> bool:
