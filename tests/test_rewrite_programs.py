@@ -79,3 +79,17 @@ def test_generated_products_downtile(m, k, n, steps, parts, transpose, accum):
     reduced = parts if accum else 1
     rewritten = max(m, k, n) > 16  # some tile is larger than the physical tile
     assert verdict.totals["flops"][2] == rewritten * steps * m * n * split_k * reduced
+
+
+def test_a_dynamically_tiled_moe_is_downtiled_where_it_can_be():
+    """moe_dynamic packs each expert's tokens into one tile of a dynamic row count: its
+    element-wise maps are split by columns (rows kept whole); its products keep their
+    tiles, each with the reason."""
+    done = rewrite(REPO / "programs" / "moe_dynamic.step", "downtile", tile=(16, 16),
+                   **SIZES["moe_dynamic"])
+    act = [c for c in done.rewritten if c.node.endswith(".act")]
+    assert act and "sub-tile" in act[0].detail
+    sub = done.program.streams[act[0].added[0]]
+    assert sub.type.startswith("Strm<Tile<f32, [") and ", 16]>" in sub.type
+    products = [c for c in done.changes if c.node.endswith(".up")]
+    assert products and all("dynamically sized" in c.detail for c in products)

@@ -303,9 +303,7 @@ class Downtile(Rewrite):
             if any(isinstance(v, Sub) for v in ins):
                 self.note(node, "kept", "reads logical tiles: its inputs are packed back")
             elif fspec is not None and fspec.split and self._would_split(node):
-                self.note(node, "kept", "its sub-tiles could not be used (tiles with a "
-                                        "valid-row count, a ragged innermost dim, tiles that "
-                                        "differ, or dynamically sized tiles in a product)")
+                self.note(node, "kept", self.why_not(node))
             return None
         if fspec.split == ELEMENTWISE and spec.fn_use == "map":
             return self.elementwise(node, ins)
@@ -335,6 +333,18 @@ class Downtile(Rewrite):
             return OPS[node.op].fn_use == "map" and \
                 len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
         return len(tiles) == 2 and all(_static_tile(t) for t in tiles)
+
+    def why_not(self, node) -> str:
+        """Why an operator whose tiles exceed the physical tile keeps them."""
+        edges = self.typed.program.in_edges(node.name)
+        streams = [self.typed.types[(e.src, e.port)] for e in edges]
+        if any((e.src, e.port) in self.padded for e in edges):
+            return "its tiles may carry a valid-row count (padding), which sub-tiles lose"
+        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
+            return "an input's innermost dim is ragged: it cannot be reshaped into sub-tiles"
+        if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
+            return "a product of dynamically sized tiles: Bufferize needs static tiles"
+        return "its inputs' tiles differ (broadcasting) or cannot be split"
 
     def worth(self, node) -> bool:
         """Some tile of the operator's inputs or outputs exceeds the physical tile."""
