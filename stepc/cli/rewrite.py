@@ -35,8 +35,8 @@ _EXITS = {"usage": EXIT_USAGE, "program": EXIT_PROGRAM, "internal": EXIT_INTERNA
               help="The hardware: its fabric.stream_tile is downtile's physical tile, and "
               "--verify simulates on it (default paper-eval).")
 @click.option("--keep-memory-tiles", is_flag=True,
-              help="downtile: off-chip loads keep their logical tiles (only operators fed "
-              "sub-tiles are split).")
+              help="downtile: off-chip loads keep their logical tiles; operators split "
+              "them into sub-tiles on chip.")
 @click.option("--verify", "verify", is_flag=True,
               help="Simulate both programs on the same random inputs and compare outputs; "
               "check the analysis deltas against the rewrite's rules (exit 1 if any fails).")
