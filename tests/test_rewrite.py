@@ -152,3 +152,11 @@ def test_cli_verify_reports_the_checks():
     assert r.exit_code == 0, r.output
     assert "verify: output C" in r.stderr and "verify: flops" in r.stderr
     assert r.stdout.startswith("# appendix_abt.step rewritten")
+
+
+def test_stores_can_keep_their_tiles():
+    kept = rewrite(APPENDIX, "downtile", tile=(16, 16), split_memory=False)
+    store = [c for c in kept.changes if c.op == "LinearOffChipStore"]
+    assert store and store[0].action == "kept"
+    assert "fn=retile_row" in kept.text  # the sub-tiles are packed back before the store
+    assert kept.verify("paper-eval").ok

@@ -279,6 +279,10 @@ class Downtile(Rewrite):
         if not ins or not isinstance(ins[0], Sub) or "tensor" not in node.attrs:
             return None
         v: Sub = ins[0]
+        if not self.split_memory:
+            self.note(node, "kept", "stores keep their logical tiles: its sub-tiles are "
+                                    "packed back")
+            return None
         t = node.attrs["tensor"]
         grid = tiled_shape(t, [int(v.tile.rows), int(v.tile.cols)])
         if v.down > 1 and grid[-1] > 1:
