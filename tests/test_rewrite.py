@@ -97,7 +97,9 @@ def test_loads_can_keep_their_tiles():
     assert kept.program.streams["x"].type == original.streams["x"].type
     assert split.program.streams["x"].type != original.streams["x"].type
     assert "x_sub" in kept.program.streams and "x_sub" not in split.program.streams
-    assert {c.node for c in kept.rewritten} == {c.node for c in split.rewritten}
+    computed = {"gate", "up", "down", "act", "prod"}
+    assert computed <= {c.node for c in kept.rewritten} and \
+        computed <= {c.node for c in split.rewritten}
     verdict = kept.verify("paper-eval")
     assert verdict.ok, verdict.problems
 
