@@ -69,7 +69,7 @@ def rewrite(program: Program | str | os.PathLike, name: str, *,
     sources are made relative to it). Raises `RewriteError` (`.kind`: usage, program or
     internal) and, for a program with errors, StepError."""
     from stepc.rewrite import apply
-    from stepc.rewrite.downtile import tile_of
+    from stepc.rewrite.subtiles import tile_of
     original = program if isinstance(program, Program) else \
         check(os.fspath(program), **params).program()
     options: dict[str, Any] = {}

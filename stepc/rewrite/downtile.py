@@ -22,7 +22,6 @@ is kept whole.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -31,45 +30,25 @@ from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE
 from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
 from stepc.ops.offchip import affine_view, tiled_shape
-from stepc.rewrite.draft import Change, RewriteError
+from stepc.rewrite.draft import Change
+from stepc.rewrite.subtiles import (
+    ACCUM,
+    Sub,
+    fn_value,
+    pack,
+    rescale,
+    size_text,
+    split_dim,
+    unpack,
+    weights,
+)
 from stepc.rewrite.walk import Rewrite, copy, dependency_order, plain_attrs
 from stepc.types import Tile
 
 # the operators hierarchical tiling builds (the appendix's figure), by their records
-BUFFERIZE, REPEAT, STREAMIFY, MAP, ACCUM = "Bufferize", "Repeat", "Streamify", "Map", "Accum"
-FLATTEN, FLATMAP, RESHAPE, PROMOTE = "Flatten", "FlatMap", "Reshape", "Promote"
-UNPACK = "retile_streamify"  # a tile into its rows (or columns)
-PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logical tile
+BUFFERIZE, REPEAT, STREAMIFY, MAP = "Bufferize", "Repeat", "Streamify", "Map"
+FLATTEN = "Flatten"
 _COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
-
-
-@dataclass(frozen=True)
-class Sub:
-    """A stream of physical sub-tiles standing for a stream of logical tiles: `ref` has the
-    logical stream's shape followed by [down, across]; each logical `tile` is `down` x
-    `across` sub-tiles of `rows` x `cols`."""
-
-    ref: str
-    tile: Tile
-    down: int
-    across: int
-
-    @property
-    def rows(self):
-        return sympy.sympify(self.tile.rows) / self.down
-
-    @property
-    def cols(self):
-        return sympy.sympify(self.tile.cols) / self.across
-
-
-def split_dim(d, p: int) -> int | None:
-    """Sub-tiles along a tile dim of `d` for physical size `p`: d/p when d is static, above p
-    and a multiple of it; 1 when d is dynamic or fits; None when it cannot be split."""
-    d = sympy.sympify(d)
-    if not d.is_Integer or int(d) <= p:
-        return 1
-    return int(d) // p if int(d) % p == 0 else None
 
 
 class Downtile(Rewrite):
@@ -149,14 +128,7 @@ class Downtile(Rewrite):
         if not isinstance(value, Sub):
             return value
         if value.ref not in self.packed:
-            note = f"{value.ref}: sub-tiles packed back into {_size(value.tile)} tiles"
-            ref = value.ref
-            if value.across > 1 or value.down == 1:
-                ref = self.draft.emit(ACCUM, [[ref]], {"fn": _fn(PACK_COLS), "rank": 1},
-                                      note, base=f"{value.ref}_cols")[0]
-            ref = self.draft.emit(ACCUM, [[ref]], {"fn": _fn(PACK_ROWS), "rank": 1}, note,
-                                  base=f"{value.ref}_whole")[0]
-            self.packed[value.ref] = ref
+            self.packed[value.ref] = pack(self.draft, value)
         return self.packed[value.ref]
 
     def ref(self, value: Any) -> str:
@@ -216,8 +188,8 @@ class Downtile(Rewrite):
         if not self.split_memory:
             refs = [self.plain(v) for v in ins]
             out = copy(self, node, refs, self.read)
-            sub = self.split_on_chip(out[0], tile, parts, _from(node))
-            self.note(node, "rewritten", f"keeps its {_size(tile)} tiles; they are split into "
+            sub = unpack(self.draft, out[0], tile, parts, _from(node))
+            self.note(node, "rewritten", f"keeps its {size_text(tile)} tiles; they are split into "
                                          f"{parts[0]} x {parts[1]} sub-tiles on chip",
                       [out[0], sub.ref])
             return [sub]
@@ -228,7 +200,7 @@ class Downtile(Rewrite):
                                     "tiles")
         sub = [int(tile.rows) // down, int(tile.cols) // across]
         fine = tiled_shape(t, sub)
-        new_stride = _rescale(stride, shape, tiled, fine, (down, across))
+        new_stride = rescale(stride, shape, tiled, fine, (down, across))
         if new_stride is None:
             self.note(node, "kept", "its view is not a product of row and column steps")
             return None
@@ -237,43 +209,11 @@ class Downtile(Rewrite):
                      [down, across])
         refs = [self.plain(v) for v in ins]
         out = copy(self, node, refs, self.read, attrs,
-                   note=f"{_from(node)}: each {_size(tile)} tile read as {down} x {across} "
+                   note=f"{_from(node)}: each {size_text(tile)} tile read as {down} x {across} "
                         f"tiles of {sub[0]} x {sub[1]}")
         self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
                                      f"{sub[1]} per {tile}", [out[0]])
         return [Sub(out[0], tile, down, across)]
-
-    def split_on_chip(self, ref: str, tile: Tile, parts: tuple[int, int], says: str) -> Sub:
-        """A stream of logical tiles split into sub-tiles by operators: rows (FlatMap into
-        rows, Reshape, Accum with retile_row), then columns (the same by columns), then
-        Reshape twice to give each logical tile its [down, across] dims."""
-        down, across = parts
-        rows = int(tile.rows) // down if down > 1 else tile.rows
-        cols = int(tile.cols) // across if across > 1 else tile.cols
-        emit, says, base = self.draft.emit, f"{says}: split on chip", ref
-        if down > 1:
-            ref = emit(FLATMAP, [[ref]], {"fn": _fn(UNPACK)}, f"{says}, into rows",
-                       base=f"{base}_rows")[0]
-            ref = emit(RESHAPE, [ref], {"chunk": rows}, f"{says}, {rows} rows at a time",
-                       base=f"{base}_rowgroups")[0]
-            ref = emit(ACCUM, [[ref]], {"fn": _fn(PACK_ROWS), "rank": 1},
-                       f"{says}, into {rows}-row tiles", base=f"{base}_rowtiles")[0]
-        if across > 1:
-            ref = emit(FLATMAP, [[ref]], {"fn": _fn(UNPACK, split="col")},
-                       f"{says}, into columns", base=f"{base}_cols")[0]
-            ref = emit(RESHAPE, [ref], {"chunk": cols}, f"{says}, {cols} columns at a time",
-                       base=f"{base}_colgroups")[0]
-            ref = emit(ACCUM, [[ref]], {"fn": _fn(PACK_COLS), "rank": 1},
-                       f"{says}, into {rows} x {cols} tiles", base=f"{base}_tiles")[0]
-        ref = emit(RESHAPE, [ref], {"chunk": down * across}, f"{says}: per logical tile",
-                   base=f"{base}_each")[0]
-        if across > 1:
-            ref = emit(RESHAPE, [ref], {"chunk": across}, f"{says}: {down} x {across}",
-                       base=f"{base}_sub")[0]
-        else:
-            ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: {down} x 1",
-                       base=f"{base}_sub")[0]
-        return Sub(ref, tile, down, across)
 
     def store(self, node, ins):
         if not ins or not isinstance(ins[0], Sub) or "tensor" not in node.attrs:
@@ -361,7 +301,7 @@ class Downtile(Rewrite):
         if ref not in self.unpacked:
             tile = self.typed.types[(edge.src, edge.port)].elem
             src = self.typed.program.nodes[edge.src]
-            self.unpacked[ref] = self.split_on_chip(ref, tile, self.split(tile), _from(src))
+            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), _from(src))
         return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:
@@ -426,7 +366,7 @@ class Downtile(Rewrite):
             rank = len(reduced) + 2
             buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, f"{says}: left operand "
                                "buffered over the reduced dims", base=f"{name}_abuf")[0]
-            w_a = _weights(reduced + [am, ak])
+            w_a = weights(reduced + [am, ak])
             str_a = draft.emit(STREAMIFY, [buf_a, None], {
                 "stride": [w_a[-2], 0] + w_a[:-2] + [1],
                 "shape": [am, bn] + reduced + [ak]}, f"{says}: left operand, reduced dims "
@@ -434,7 +374,7 @@ class Downtile(Rewrite):
             buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, f"{says}: right operand "
                                "buffered over the reduced dims", base=f"{name}_bbuf")[0]
             grid = [bn, bk] if transpose else [bk, bn]
-            w_b = _weights(reduced + grid)
+            w_b = weights(reduced + grid)
             step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
             str_b = draft.emit(STREAMIFY, [buf_b, None], {
                 "stride": [0, step_n] + w_b[:-2] + [step_k],
@@ -444,7 +384,7 @@ class Downtile(Rewrite):
         carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
         prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
                           f"{says}: sub-tile products", base=f"{name}_part")[0]
-        acc_attrs = {"fn": _fn(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
+        acc_attrs = {"fn": fn_value(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
                      **carried}
         if node.attrs.get("write_back"):
             acc_attrs["write_back"] = True
@@ -497,17 +437,8 @@ class Downtile(Rewrite):
         return result
 
 
-def _fn(name: str, **kwargs):
-    from stepc.ops.base import FnValue
-    return FnValue(name, tuple(kwargs.items()), None)
-
-
 def _from(node) -> str:
     return f"{node.name} ({node.op})"
-
-
-def _size(tile: Tile) -> str:
-    return f"{tile.rows} x {tile.cols}"
 
 
 def _dims(v: Sub) -> str:
@@ -530,11 +461,6 @@ def _static(*subs: Sub) -> bool:
                for s in subs)
 
 
-def _weights(shape: list[int]) -> list[int]:
-    """Row-major strides of a buffer of `shape` tiles."""
-    return [math.prod(shape[i + 1:]) for i in range(len(shape))]
-
-
 def _source(prog, node: str, slot: int) -> tuple[str, int]:
     e = prog.in_edges(node)[slot]
     return (e.src, e.port)
@@ -554,38 +480,3 @@ def _reshapes_dynamic(typed, node, attrs) -> bool:
     rank = node.attrs.get("rank") or 0
     dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
     return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0
-
-
-def _rescale(stride, shape, tiled, fine, parts) -> list[int] | None:
-    """The strides of a tile view over the finer grid `fine`, or None when a stride is not
-    a whole number of steps along each grid dim (a view that wraps across rows)."""
-    weights = _weights(list(tiled))
-    fine_w = _weights(list(fine))
-    scale = [1] * (len(tiled) - 2) + list(parts)
-    digits = []
-    for s in stride:
-        ds = []
-        for w in weights:
-            ds.append(s // w)
-            s %= w
-        digits.append(ds)
-    for j, size in enumerate(tiled):  # no carry: every index stays within its dim
-        if sum((n - 1) * d[j] for n, d in zip(shape, digits, strict=True)) >= size:
-            return None
-    return [sum(d[j] * scale[j] * fine_w[j] for j in range(len(tiled))) for d in digits]
-
-
-def tile_of(text: str) -> tuple[int, int]:
-    """`16x16` (or `16`) as (rows, cols)."""
-    parts = text.lower().replace("*", "x").split("x")
-    try:
-        dims = tuple(int(p) for p in parts)
-    except ValueError:
-        raise RewriteError(f"--tile expects ROWSxCOLS such as 16x16, found {text!r}") from None
-    if len(dims) == 1:
-        dims = dims * 2
-    if len(dims) != 2 or min(dims) <= 0:
-        raise RewriteError(f"--tile expects two positive sizes ROWSxCOLS, found {text!r}")
-    return dims
-
-
