@@ -3,8 +3,8 @@ larger than the fabric's physical tile becomes a stream of physical sub-tiles, i
 the logical shape followed by [sub-tiles down, sub-tiles across]; each operator is rebuilt
 to work on them:
 
-- an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), unless
-  loads keep their logical tiles;
+- an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), or,
+  when loads keep their logical tiles, operators split them on chip (subtiles.unpack);
 - an element-wise Map applies its function to each sub-tile;
 - a matrix product (Map or Accum) becomes the appendix's subgraph: its operands buffered
   (Bufferize), re-read once per output sub-tile (Repeat and Streamify, or an affine
@@ -14,9 +14,9 @@ to work on them:
   through (its dim attributes shifted by two);
 - a store writes the sub-tiles when they arrive in the tensor's row-major order.
 
-Anything else reads logical tiles: the sub-tiles are packed back first (Accum with
-retile_col, then retile_row). A tile dim that is dynamic, or not above the physical tile,
-is kept whole.
+Anything else reads logical tiles: the sub-tiles are packed back first (subtiles.pack). A
+tile dim that is dynamic, or not above the physical tile, is kept whole; tiles that may
+carry a valid-row count (padding) and ragged innermost dims are left as they are.
 """
 
 from __future__ import annotations
