@@ -32,6 +32,16 @@ def test_every_bundled_program_downtiles(name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_bundled_program_downtiles_at_its_own_size(name):
+    """At the bundled sizes (a decoder layer: ~1.5 min under load): the rewrite checks and
+    its analysis moves only by the rules (simulating both would take minutes)."""
+    done = rewrite(REPO / "programs" / f"{name}.step", "downtile", tile=(16, 16))
+    verdict = done.verify("paper-eval", simulate=False)
+    assert verdict.ok, verdict.problems
+
+
+@pytest.mark.slow
 def test_swiglu_at_full_size():
     done = rewrite(REPO / "programs" / "swiglu.step", "downtile", tile=(16, 16))
     verdict = done.verify("hdl-validation")
