@@ -38,6 +38,7 @@ FLOORS = [
     ("stepc.sim", "stepc.viz"),
     ("stepc.measure",),
     ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.torch", "stepc.tasks",
+     "stepc.rewrite",
      "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
      "stepc.interop.export_channels", "stepc.interop.export_ops", "stepc.interop.stream_shapes"),
     ("stepc.api",),

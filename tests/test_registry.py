@@ -31,6 +31,15 @@ ALLOWED = {
     ("graph/declarations.py", "External"): "builds the node a `stream ... = external()` "
                                         "declaration means",
     ("graph/wiring.py", "Broadcast"): "builds the fan-out node stepc inserts",
+    ("rewrite/downtile.py", "Bufferize"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Repeat"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Streamify"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Map"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/downtile.py", "Flatten"): "builds the appendix's hierarchical-tiling subgraph",
+    ("rewrite/subtiles.py", "Accum"): "splits and packs logical tiles on chip",
+    ("rewrite/subtiles.py", "FlatMap"): "splits logical tiles into sub-tiles on chip",
+    ("rewrite/subtiles.py", "Reshape"): "splits logical tiles into sub-tiles on chip",
+    ("rewrite/subtiles.py", "Promote"): "splits logical tiles into sub-tiles on chip",
 }
 # The reference format's own message names, and the translation of stepc's operators into
 # it (a printer for a foreign format names each operator it prints, as the import's handler

@@ -29,6 +29,7 @@ _ELSEWHERE = {
     "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),
     "mcp": ("stepc.cli.mcp", "mcp_cmd"),
     "tasks": ("stepc.cli.tasks", "tasks_cmd"),
+    "rewrite": ("stepc.cli.rewrite", "rewrite_cmd"),
 }
 
 

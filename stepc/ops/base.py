@@ -278,6 +278,9 @@ class OpSpec:
     # not called; its data is a trace or a file
     fan_out: bool = False  # copies every input element to each of its outputs
     indexed_outputs: bool = False  # its outputs form an array (`p[i]`), one per consumer
+    inner_dims: tuple[str, ...] | None = None  # moves elements without reading them, so
+    # its inputs may carry extra innermost dims (sub-tiles) that it passes through; the
+    # named attributes are dim indices counted from the innermost, shifted by those dims
     trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
     # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
     trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,

@@ -40,6 +40,8 @@ from stepc.types import (
 )
 
 FN_REQUIRED = object()  # default marking a function attribute that must be given
+ELEMENTWISE, CONTRACTION = "elementwise", "contraction"  # FnSpec.split
+PARTIAL_SUM = "add"  # the function that sums a contraction's partial products
 
 
 @dataclass
@@ -71,10 +73,16 @@ class FnSpec:
     expands_length: bool = False  # flatmap: each input length L becomes L elements (a
     # trace of the lengths binds the ragged dim)
     example: str = ""
+    split: str = ""  # how the function splits over sub-tiles (hierarchical tiling):
+    # ELEMENTWISE (each output element reads the same position of each input) or CONTRACTION
+    # (a matrix product: the sum of the products of its operands' blocks, by PARTIAL_SUM)
     uses: tuple = field(init=False, default=())
 
     def __post_init__(self):
         object.__setattr__(self, "uses", tuple(self.arity))
+        if not self.split and self.apply in (_same_apply, _elementwise_apply, _affine_apply,
+                                             _pow_apply, _gelu_apply):
+            object.__setattr__(self, "split", ELEMENTWISE)
 
 
 def _tile(e: ElemType, fn: str, which: str = "input") -> Tile:
@@ -311,6 +319,7 @@ _register(
            "(`transpose=true`: `[M,K] x [N,K]^T`). Tiles may be dynamically sized (the "
            "paper's DynMatmul). In Accum the products are summed into an `[M,N]` accumulator. "
            "FLOPs: 2*M*K*N.", _matmul_flops, apply=_matmul_apply, accum=_accum_matmul,
+           split=CONTRACTION,
            attrs=(Param("transpose", "bool", False, "multiply by the right operand transposed"),),
            example="y = Map(x, w, fn=matmul, compute_bw=1024)"),
     FnSpec("add", {"map": 2, "accum": 1, "scan": 1},

@@ -202,6 +202,7 @@ ROUTING_OPS = [
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.partition",
+        inner_dims=("rank",),
         indexed_outputs=True,
         trace_selected=_partition_selected,
     ),
@@ -220,6 +221,7 @@ ROUTING_OPS = [
         _reassemble,
         on_chip=_reassemble_onchip,
         behavior="routing.reassemble",
+        inner_dims=("rank",),
         trace_selected=_reassemble_selected,
     ),
     OpSpec(
@@ -260,6 +262,7 @@ ROUTING_OPS = [
         _broadcast,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.broadcast",
+        inner_dims=(),
         fan_out=True,
         indexed_outputs=True,
         trace_values=_broadcast_values,

@@ -185,6 +185,7 @@ SHAPE_OPS = [
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _flatten,
         behavior="shape.flatten",
+        inner_dims=("min", "max"),
         trace_values=_flatten_values,
     ),
     OpSpec(
@@ -202,6 +203,7 @@ SHAPE_OPS = [
         _reshape,
         outputs=lambda attrs: ["data", "pad"],
         behavior="shape.reshape",
+        inner_dims=("rank",),
         trace_values=_reshape_values,
     ),
     OpSpec(
@@ -213,6 +215,7 @@ SHAPE_OPS = [
          Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
         _promote,
         behavior="shape.promote",
+        inner_dims=("rank",),
     ),
     OpSpec(
         "Expand", "shape",

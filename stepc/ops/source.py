@@ -89,5 +89,6 @@ SOURCE_OPS = [
         _sink,
         outputs=lambda attrs: [],
         behavior="source.sink",
+        inner_dims=(),
     ),
 ]

@@ -1,0 +1,482 @@
+"""`downtile`: hierarchical tiling (the paper's appendix). Every stream of logical tiles
+larger than the fabric's physical tile becomes a stream of physical sub-tiles, its shape
+the logical shape followed by [sub-tiles down, sub-tiles across]; each operator is rebuilt
+to work on them:
+
+- an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), or,
+  when loads keep their logical tiles, operators split them on chip (subtiles.unpack);
+- an element-wise Map applies its function to each sub-tile;
+- a matrix product (Map or Accum) becomes the appendix's subgraph: its operands buffered
+  (Bufferize), re-read once per output sub-tile (Repeat and Streamify, or an affine
+  Streamify view when the reduced dims must move inside), multiplied sub-tile by
+  sub-tile (Map) and the partial products summed (Accum);
+- an operator that only moves elements (Partition, Reshape, ...) passes the sub-tile dims
+  through (its dim attributes shifted by two);
+- a store writes the sub-tiles when they arrive in the tensor's row-major order.
+
+Anything else reads logical tiles: the sub-tiles are packed back first (subtiles.pack). A
+tile dim that is dynamic, or not above the physical tile, is kept whole; tiles that may
+carry a valid-row count (padding) and ragged innermost dims are left as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+
+from stepc.ops import OPS
+from stepc.ops.base import LOAD, STORE
+from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
+from stepc.ops.offchip import affine_view, tiled_shape
+from stepc.rewrite.draft import Change
+from stepc.rewrite.subtiles import (
+    ACCUM,
+    Sub,
+    fn_value,
+    pack,
+    rescale,
+    size_text,
+    split_dim,
+    unpack,
+    weights,
+)
+from stepc.rewrite.walk import Rewrite, copy, dependency_order, plain_attrs
+from stepc.types import Tile
+
+# the operators hierarchical tiling builds (the appendix's figure), by their records
+BUFFERIZE, REPEAT, STREAMIFY, MAP = "Bufferize", "Repeat", "Streamify", "Map"
+FLATTEN = "Flatten"
+_COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
+
+
+class Downtile(Rewrite):
+    name = "downtile"
+    summary = "split logical tiles into the fabric's physical tiles (hierarchical tiling)"
+
+    def __init__(self, typed, draft, tile: tuple[int, int], split_memory: bool = True):
+        super().__init__(typed, draft)
+        self.tile = tile
+        self.split_memory = split_memory
+        self.read = {(e.src, e.port) for e in typed.program.edges}
+        self.packed: dict[str, str] = {}
+        self.unpacked: dict[str, Sub] = {}
+        self.padded = self._padded()
+        self.wanted = self._wanted()
+
+    def _padded(self) -> set[tuple[str, int]]:
+        """Streams whose tiles may carry a valid-row count (padding made by a `pad=`
+        attribute, or set by a metadata function): sub-tiles would not keep it."""
+        prog = self.typed.program
+        out: set[tuple[str, int]] = set()
+        for name in dependency_order(prog):
+            node = prog.nodes[name]
+            fn = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+            if node.attrs.get("pad") is not None or (fn is not None and fn.fixed_cycles) or \
+                    any((e.src, e.port) in out for e in prog.in_edges(name)):
+                out.update((name, p) for p in range(len(node.outputs)))
+        return out
+
+    def _wanted(self) -> set[tuple[str, int]]:
+        """The streams worth splitting: those that can arrive as sub-tiles (from a split
+        load, through operators that pass them or compute on them) and reach an operator
+        that computes on sub-tiles or a store; a load that only feeds operators needing
+        logical tiles keeps its tiles rather than splitting them to pack them back."""
+        prog = self.typed.program
+        order = dependency_order(prog)
+        can: set[tuple[str, int]] = set()  # may arrive as sub-tiles
+        real: set[tuple[str, int]] = set()  # ... of tiles larger than the physical tile
+        for name in order:
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
+            ins = [(e.src, e.port) for e in prog.in_edges(name)]
+            tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
+            outs = [(name, p) for p in range(len(node.outputs))]
+            if spec.memory is not None and spec.memory.direction == LOAD and \
+                    spec.memory.off_chip and _affine_load(node):
+                ok = self.split(self.out_type(node).elem) is not None
+                if self.splits(self.out_type(node).elem):
+                    real.update(outs)
+            elif spec.fan_out or spec.inner_dims is not None:
+                ok = any(k in can for k in tiles)
+            else:
+                ok = self.feasible(node)
+            if ok:
+                can.update(outs)
+                if any(k in real or self.splits(self.typed.types[k].elem) for k in tiles):
+                    real.update(outs)
+        wanted: set[tuple[str, int]] = set()
+        for name in reversed(order):
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
+            outs = [(name, p) for p in range(len(node.outputs))]
+            ins = [(e.src, e.port) for e in prog.in_edges(name)]
+            if spec.memory is not None and spec.memory.direction == STORE:
+                want = True
+            elif spec.fan_out or spec.inner_dims is not None:
+                want = any(k in wanted for k in outs)
+            else:
+                tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
+                want = self.feasible(node) and (any(k in real for k in tiles)
+                                                or self.worth(node))
+            if want:
+                wanted.update(k for k in ins if k in can)
+        return wanted
+
+    # ---------------------------------------------------------------- values
+    def plain(self, value: Any) -> str:
+        """The logical stream of `value`: sub-tiles packed back into logical tiles."""
+        if not isinstance(value, Sub):
+            return value
+        if value.ref not in self.packed:
+            self.packed[value.ref] = pack(self.draft, value)
+        return self.packed[value.ref]
+
+    def ref(self, value: Any) -> str:
+        return value.ref if isinstance(value, Sub) else value
+
+    def inner_dims(self, value: Any) -> list[int]:
+        return [value.down, value.across] if isinstance(value, Sub) else []
+
+    def split(self, tile: Tile) -> tuple[int, int] | None:
+        """Sub-tiles (down, across) of a tile; (1, 1) when it fits, None when it cannot be
+        split."""
+        down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
+        if down is None or across is None:
+            return None
+        return down, across
+
+    def splits(self, tile) -> bool:
+        """A tile larger than the physical tile, which can be split."""
+        parts = self.split(tile) if isinstance(tile, Tile) else None
+        return parts is not None and parts != (1, 1)
+
+    def out_type(self, node, port: int = 0):
+        return self.typed.types[(node.name, port)]
+
+    def note(self, node, action: str, detail: str, added: list[str] | None = None,
+             flops: Any = 0) -> None:
+        self.draft.changes.append(Change(node.name, node.op, action, detail, added or [],
+                                         flops))
+
+    # ---------------------------------------------------------------- dispatch
+    def visit(self, node, ins: list[Any]):
+        spec = OPS[node.op]
+        if spec.memory is not None and spec.memory.off_chip:
+            if spec.memory.direction == LOAD:
+                return self.load(node, ins)
+            if spec.memory.direction == STORE:
+                return self.store(node, ins)
+        if spec.fn_use is not None:
+            return self.compute(node, ins)
+        if spec.inner_dims is not None and any(isinstance(v, Sub) for v in ins):
+            return self.pass_through(node, ins)
+        if any(isinstance(v, Sub) for v in ins):
+            self.note(node, "kept", "reads logical tiles: its inputs are packed back")
+        return None
+
+    # ---------------------------------------------------------------- memory
+    def load(self, node, ins):
+        if not _affine_load(node):
+            return None
+        tile = self.out_type(node).elem
+        parts = self.split(tile)
+        if parts is None or (node.name, 0) not in self.wanted and not self.splits(tile):
+            return None
+        if (node.name, 0) not in self.wanted:
+            self.note(node, "kept", "no operator it feeds computes on sub-tiles")
+            return None
+        if not self.split_memory:
+            refs = [self.plain(v) for v in ins]
+            out = copy(self, node, refs, self.read)
+            sub = unpack(self.draft, out[0], tile, parts, _from(node))
+            self.note(node, "rewritten", f"keeps its {size_text(tile)} tiles; they are split into "
+                                         f"{parts[0]} x {parts[1]} sub-tiles on chip",
+                      [out[0], sub.ref])
+            return [sub]
+        down, across = parts
+        t = node.attrs["tensor"]
+        tiled = tiled_shape(t, node.attrs["tile"])
+        stride, shape = affine_view(tiled, node.attrs.get("stride"), node.attrs.get("shape"),
+                                    "tiles")
+        sub = [int(tile.rows) // down, int(tile.cols) // across]
+        fine = tiled_shape(t, sub)
+        new_stride = rescale(stride, shape, tiled, fine, (down, across))
+        if new_stride is None:
+            self.note(node, "kept", "its view is not a product of row and column steps")
+            return None
+        attrs = plain_attrs(node)
+        attrs.update(tile=sub, stride=new_stride + [fine[-1], 1], shape=list(shape) +
+                     [down, across])
+        refs = [self.plain(v) for v in ins]
+        out = copy(self, node, refs, self.read, attrs,
+                   note=f"{_from(node)}: each {size_text(tile)} tile read as {down} x {across} "
+                        f"tiles of {sub[0]} x {sub[1]}")
+        self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
+                                     f"{sub[1]} per {tile}", [out[0]])
+        return [Sub(out[0], tile, down, across)]
+
+    def store(self, node, ins):
+        if not ins or not isinstance(ins[0], Sub) or "tensor" not in node.attrs:
+            return None
+        v: Sub = ins[0]
+        if not self.split_memory:
+            self.note(node, "kept", "stores keep their logical tiles: its sub-tiles are "
+                                    "packed back")
+            return None
+        t = node.attrs["tensor"]
+        grid = tiled_shape(t, [int(v.tile.rows), int(v.tile.cols)])
+        if v.down > 1 and grid[-1] > 1:
+            self.note(node, "kept", "its sub-tiles would not arrive in the tensor's row-major "
+                                    "order: they are packed back")
+            return None
+        copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
+             note=f"{_from(node)}: writes the sub-tiles in row-major order")
+        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
+        return []
+
+    # ---------------------------------------------------------------- compute
+    def compute(self, node, ins):
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", ""))
+        spec = OPS[node.op]
+        if self.feasible(node) and self.worth(node) \
+                and not all(isinstance(v, Sub) for v in ins):
+            ins = [v if isinstance(v, Sub) else self.on_chip(v, e) for v, e in
+                   zip(ins, self.typed.program.in_edges(node.name), strict=True)]
+        if fspec is None or not ins or not all(isinstance(v, Sub) for v in ins):
+            if any(isinstance(v, Sub) for v in ins):
+                self.note(node, "kept", "reads logical tiles: its inputs are packed back")
+            elif fspec is not None and fspec.split and self._would_split(node):
+                self.note(node, "kept", self.why_not(node))
+            return None
+        if fspec.split == ELEMENTWISE and spec.fn_use == "map":
+            return self.elementwise(node, ins)
+        if fspec.split == CONTRACTION and len(ins) == 2:
+            return self.contraction(node, ins, fn)
+        self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
+        return None
+
+    def feasible(self, node) -> bool:
+        """A compute operator that can work on sub-tiles: an element-wise Map whose inputs
+        have one tile shape, or a product of two statically sized tiles; every input's
+        tile splits and no input's innermost dim is ragged."""
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
+        if fspec is None or not fspec.split:
+            return False
+        streams = [self.typed.types[(e.src, e.port)]
+                   for e in self.typed.program.in_edges(node.name)]
+        tiles = [st.elem for st in streams]
+        if not tiles or not all(isinstance(t, Tile) and self.split(t) for t in tiles):
+            return False
+        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
+            return False  # splitting on chip would reshape a ragged dim
+        if any((e.src, e.port) in self.padded for e in self.typed.program.in_edges(node.name)):
+            return False
+        if fspec.split == ELEMENTWISE:
+            return OPS[node.op].fn_use == "map" and \
+                len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
+        return len(tiles) == 2 and all(_static_tile(t) for t in tiles)
+
+    def why_not(self, node) -> str:
+        """Why an operator whose tiles exceed the physical tile keeps them."""
+        edges = self.typed.program.in_edges(node.name)
+        streams = [self.typed.types[(e.src, e.port)] for e in edges]
+        if any((e.src, e.port) in self.padded for e in edges):
+            return "its tiles may carry a valid-row count (padding), which sub-tiles lose"
+        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
+            return "an input's innermost dim is ragged: it cannot be reshaped into sub-tiles"
+        if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
+            return "a product of dynamically sized tiles: Bufferize needs static tiles"
+        return "its inputs' tiles differ (broadcasting) or cannot be split"
+
+    def worth(self, node) -> bool:
+        """Some tile of the operator's inputs or outputs exceeds the physical tile."""
+        streams = [(e.src, e.port) for e in self.typed.program.in_edges(node.name)]
+        streams += [(node.name, p) for p in range(len(node.outputs))]
+        return any(self.splits(self.typed.types[k].elem) for k in streams)
+
+    def on_chip(self, ref: str, edge) -> Sub:
+        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once."""
+        if ref not in self.unpacked:
+            tile = self.typed.types[(edge.src, edge.port)].elem
+            src = self.typed.program.nodes[edge.src]
+            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), _from(src))
+        return self.unpacked[ref]
+
+    def _would_split(self, node) -> bool:
+        return any(self.splits(self.typed.types[(e.src, e.port)].elem)
+                   for e in self.typed.program.in_edges(node.name))
+
+    def elementwise(self, node, ins: list[Sub]):
+        first = ins[0]
+        if any((v.tile.rows, v.tile.cols, v.down, v.across) !=
+               (first.tile.rows, first.tile.cols, first.down, first.across) for v in ins):
+            self.note(node, "kept", "its inputs' tiles differ (broadcasting): packed back")
+            return None
+        out_tile = self.out_type(node).elem
+        out = copy(self, node, [v.ref for v in ins], self.read,
+                   note=f"{_from(node)}: on each {_dims(first)} sub-tile")
+        self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
+        return [Sub(out[0], out_tile, first.down, first.across)]
+
+    def contraction(self, node, ins: list[Sub], fn):
+        a, b = ins
+        transpose = bool(fn.get("transpose", False))
+        am, ak = a.down, a.across
+        bk, bn = (b.across, b.down) if transpose else (b.down, b.across)
+        b_k_rows = b.cols if transpose else b.rows
+        if ak != bk or sympy.simplify(a.cols - b_k_rows) != 0 or not _static(a, b):
+            self.note(node, "kept", "its operands' sub-tiles do not line up along the inner "
+                                    "dim: packed back")
+            return None
+        spec = OPS[node.op]
+        a_type = self.typed.types[_source(self.typed.program, node.name, 0)]
+        reduced = [] if spec.fn_use == "map" else list(a_type.shape[len(a_type.shape)
+                                                                    - node.attrs["rank"]:])
+        if any(not sympy.sympify(d).is_Integer for d in reduced):
+            self.note(node, "kept", "it reduces a dynamic dim, which an on-chip buffer view "
+                                    "cannot reorder: packed back")
+            return None
+        if node.attrs.get("init") is not None:
+            self.note(node, "kept", "it starts from its own initialiser: packed back")
+            return None
+        reduced = [int(d) for d in reduced]
+        draft, name = self.draft, node.name
+        says = _from(node)
+        added: list[str] = []
+        streamed = all(d == 1 for d in reduced)  # nothing to reorder: the figure's way
+        if streamed:  # the appendix's figure: Bufferize -> Repeat -> Streamify
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, f"{says}: left operand, "
+                               "one sub-tile row buffered", base=f"{name}_abuf")[0]
+            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, f"{says}: once per output "
+                               "sub-tile column", base=f"{name}_arep")[0]
+            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, f"{says}: left operand streamed",
+                               base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, f"{says}: right operand "
+                               "buffered", base=f"{name}_bbuf")[0]
+            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, f"{says}: once per output "
+                               "sub-tile row", base=f"{name}_brep")[0]
+            view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
+            str_b = draft.emit(STREAMIFY, [rep_b, None], view, f"{says}: right operand "
+                               "streamed" + ("" if transpose else ", column by column"),
+                               base=f"{name}_b")[0]
+            added += [buf_a, rep_a, str_a, buf_b, rep_b, str_b]
+        else:  # the reduced dims move inside the output sub-tiles: affine views
+            rank = len(reduced) + 2
+            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, f"{says}: left operand "
+                               "buffered over the reduced dims", base=f"{name}_abuf")[0]
+            w_a = weights(reduced + [am, ak])
+            str_a = draft.emit(STREAMIFY, [buf_a, None], {
+                "stride": [w_a[-2], 0] + w_a[:-2] + [1],
+                "shape": [am, bn] + reduced + [ak]}, f"{says}: left operand, reduced dims "
+                "inside each output sub-tile", base=f"{name}_a")[0]
+            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, f"{says}: right operand "
+                               "buffered over the reduced dims", base=f"{name}_bbuf")[0]
+            grid = [bn, bk] if transpose else [bk, bn]
+            w_b = weights(reduced + grid)
+            step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
+            str_b = draft.emit(STREAMIFY, [buf_b, None], {
+                "stride": [0, step_n] + w_b[:-2] + [step_k],
+                "shape": [am, bn] + reduced + [bk]}, f"{says}: right operand, reduced dims "
+                "inside each output sub-tile", base=f"{name}_b")[0]
+            added += [buf_a, str_a, buf_b, str_b]
+        carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
+        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
+                          f"{says}: sub-tile products", base=f"{name}_part")[0]
+        acc_attrs = {"fn": fn_value(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
+                     **carried}
+        if node.attrs.get("write_back"):
+            acc_attrs["write_back"] = True
+        last = f"{name}_sum" if streamed and reduced else name
+        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products",
+                         base=last)[0]
+        added += [prod, acc]
+        if streamed and reduced:  # the reduced size-1 dims go with the sub-tile rows
+            acc = draft.emit(FLATTEN, [acc], {"min": 1, "max": 1 + len(reduced)},
+                             f"{says}: drops the reduced dims of size 1", base=name)[0]
+            added.append(acc)
+        out = self.out_type(node)
+        m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
+        flops = out.card * m_n * bk * math.prod(reduced)
+        self.note(node, "rewritten", f"{am} x {bn} output sub-tiles, each the sum of "
+                                     f"{bk * math.prod(reduced)} sub-tile products", added,
+                  flops)
+        return [Sub(acc, out.elem, am, bn)]
+
+    # ---------------------------------------------------------------- structure
+    def pass_through(self, node, ins):
+        spec = OPS[node.op]
+        subs = [v for v in ins if isinstance(v, Sub)]
+        first = subs[0]
+        if any((v.down, v.across) != (first.down, first.across) for v in subs):
+            return None
+        for port in range(len(node.outputs)):
+            t = self.out_type(node, port)
+            if not isinstance(t.elem, Tile) and (node.name, port) in self.read:
+                return None  # a side output (a padding mask) would change shape
+        attrs = plain_attrs(node)
+        for key in spec.inner_dims:
+            if node.attrs.get(key) is not None:
+                attrs[key] = node.attrs[key] + 2
+        if _reshapes_dynamic(self.typed, node, attrs):
+            return None
+        refs = [v.ref if isinstance(v, Sub) else v for v in ins]
+        if any(not isinstance(v, Sub) and _is_tile_stream(self.typed, e)
+               for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
+            return None
+        outs = copy(self, node, refs, self.read, attrs,
+                    note=f"{_from(node)}: passes {first.down} x {first.across} sub-tiles "
+                         "through")
+        self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
+        result = []
+        for port, ref in enumerate(outs):
+            t = self.out_type(node, port)
+            result.append(Sub(ref, t.elem, first.down, first.across)
+                          if isinstance(t.elem, Tile) else ref)
+        return result
+
+
+def _from(node) -> str:
+    return f"{node.name} ({node.op})"
+
+
+def _dims(v: Sub) -> str:
+    return f"{v.rows} x {v.cols}"
+
+
+def _affine_load(node) -> bool:
+    """A load that reads a tensor through a tile view (stride and shape), not by addresses."""
+    spec = OPS[node.op]
+    return "tensor" in node.attrs and node.attrs.get("tile") is not None and \
+        spec.param("stride") is not None and spec.param("shape") is not None
+
+
+def _static_tile(t: Tile) -> bool:
+    return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
+
+
+def _static(*subs: Sub) -> bool:
+    return all(sympy.sympify(s.tile.rows).is_Integer and sympy.sympify(s.tile.cols).is_Integer
+               for s in subs)
+
+
+def _source(prog, node: str, slot: int) -> tuple[str, int]:
+    e = prog.in_edges(node)[slot]
+    return (e.src, e.port)
+
+
+def _is_tile_stream(typed, edge) -> bool:
+    return isinstance(typed.types[(edge.src, edge.port)].elem, Tile)
+
+
+def _reshapes_dynamic(typed, node, attrs) -> bool:
+    """A Reshape-like split of a dim that is not static: the innermost-dim rules would no
+    longer apply once the sub-tile dims follow it."""
+    spec = OPS[node.op]
+    if "chunk" not in {p.name for p in spec.params}:
+        return False
+    t = typed.types[_source(typed.program, node.name, 0)]
+    rank = node.attrs.get("rank") or 0
+    dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
+    return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0
