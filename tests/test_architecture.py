@@ -32,10 +32,10 @@ FLOORS = [
     # with its external streams' data (export, up with the sweeps)
     ("stepc.interop",),
     ("stepc.frontend",),
-    ("stepc.analyze",),
+    ("stepc.analyze", "stepc.fifo.static"),
     ("stepc.sim", "stepc.viz"),
     ("stepc.measure",),
-    ("stepc.explore", "stepc.tune", "stepc.reproduction", "stepc.torch",
+    ("stepc.explore", "stepc.fifo", "stepc.tune", "stepc.reproduction", "stepc.torch",
      "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
      "stepc.interop.export_channels", "stepc.interop.stream_shapes"),
     ("stepc.api",),

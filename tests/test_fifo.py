@@ -1,0 +1,100 @@
+"""`stepc fifo`: the static minimum depth of a reconvergent FIFO, confirmed by simulation
+(the program completes at it and deadlocks one below), dead feedback loops, the search."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepc.api import compile
+from stepc.api.inputs import hardware
+from stepc.fifo.search import search_depths
+from stepc.fifo.static import analyze_fifos
+from stepc.measure import measure
+
+# x forks to a join directly (through `hops` Maps) and through an Accum over C elements
+# repeated C times: the direct branch must hold C elements of x.
+FORK_JOIN = """param R = {rows}
+param C = {chunk}
+tensor X : f32[R, C, 16] input = random(seed=1)
+tensor Y : f32[R, C, 16] output
+x = LinearOffChipLoad(X, tile=[1, 16], shape=[R, C])
+s = Accum(x, fn=add, rank=1)
+sr = Repeat(s, count=C)
+{hops}y = Map(h{n}, sr, fn=mul)
+LinearOffChipStore(y, Y)
+"""
+
+
+def fork_join(rows: int, chunk: int, hops: int) -> str:
+    lines = "h0 = x\n" + "".join(f"h{i + 1} = Map(h{i}, fn=exp)\n" for i in range(hops))
+    return FORK_JOIN.format(rows=rows, chunk=chunk, hops=lines, n=hops)
+
+
+def _join_fifo(analysis):
+    minima = analysis.minimum_depths(lambda k: DEFAULT)
+    assert len(minima) == 1
+    (key, (bound, _)), = minima.items()
+    return key, int(bound)
+
+
+DEFAULT = 2
+
+
+def _completes(typed, key, depth) -> bool:
+    hw, _ = hardware("paper-eval", {"fabric.fifo_depth": DEFAULT})
+    m = measure(typed, hw, functional=False, depths={key: depth})
+    return not m.deadlocked
+
+
+@pytest.mark.parametrize("chunk, hops", [(6, 0), (6, 1), (9, 2)])
+def test_static_minimum_is_the_simulated_one(chunk, hops):
+    typed = compile(fork_join(3, chunk, hops))._compiled.typed
+    key, bound = _join_fifo(analyze_fifos(typed))
+    assert bound == chunk - DEFAULT * hops
+    assert _completes(typed, key, bound)
+    assert not _completes(typed, key, bound - 1)
+
+
+@settings(max_examples=6, deadline=None)
+@given(chunk=st.integers(3, 10), hops=st.integers(0, 1), rows=st.integers(1, 3))
+def test_static_minimum_on_generated_fork_joins(chunk, hops, rows):
+    typed = compile(fork_join(rows, chunk, hops))._compiled.typed
+    key, bound = _join_fifo(analyze_fifos(typed))
+    assert _completes(typed, key, bound)
+    if bound > 1:
+        assert not _completes(typed, key, bound - 1)
+
+
+def test_a_loop_no_element_enters_is_found_and_located():
+    from test_tensor_sources import TOKENLESS
+    analysis = analyze_fifos(compile(TOKENLESS)._compiled.typed)
+    (loop,) = analysis.loops
+    assert loop.feedback.span.line == 8 and "`order`" in loop.reason
+    assert "merge" in loop.reason
+
+
+def test_a_loop_started_by_a_merge_is_not_dead():
+    from test_tensor_sources import _feedback_blocks
+    for body in _feedback_blocks():
+        assert analyze_fifos(compile(body)._compiled.typed).loops == []
+
+
+def test_selector_routing_is_data_dependent():
+    typed = compile(open("programs/moe_simple.step").read())._compiled.typed
+    routed = [r for r in analyze_fifos(typed).reconvergences if r.data_dependent]
+    assert routed and all("selectors" in r.data_dependent or "data" in r.data_dependent
+                          for r in routed)
+
+
+def test_search_reaches_the_unbounded_cycles_within_tolerance():
+    typed = compile(fork_join(3, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    result = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    assert result.cycles == result.unbounded_cycles
+    loose = search_depths(analyze_fifos(typed), hw, tolerance=0.5)
+    assert loose.cycles <= 1.5 * loose.unbounded_cycles
+    assert sum(c.depth for c in loose.classes) <= sum(c.depth for c in result.classes)
+    join = next(c for c in result.classes if any(k[2] == "y" and k[3] == 0 for k in c.edges))
+    assert join.static_minimum == 4 and join.depth >= 4
