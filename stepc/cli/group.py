@@ -27,6 +27,7 @@ _ELSEWHERE = {
     "lsp": ("stepc.cli.editor", "lsp_cmd"), "from-torch": ("stepc.cli.torch", "from_torch_cmd"),
     "tune": ("stepc.cli.tune", "tune_cmd"), "sim": ("stepc.cli.sim", "sim_cmd"),
     "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),
+    "fifo": ("stepc.cli.fifo", "fifo_cmd"),
 }
 
 

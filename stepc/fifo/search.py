@@ -1,13 +1,15 @@
-"""Searching FIFO depths by simulation: the smallest depths at which a program completes,
-and those at which it runs within a tolerance of its cycles with unbounded FIFOs.
+"""Searching FIFO depths by simulation: the smallest depths at which a program runs within
+a tolerance of its cycles with unbounded FIFOs.
 
 FIFOs are searched by class: the FIFOs into one input of one call in the source (the
 iterations of a loop, the calls of a function share it), as one `depth=` would set them.
-The search starts every class at its static minimum (1 where the analysis sets none) and
-is guided by the runs: a deadlock names the full FIFOs that block it, which are doubled;
-a run too slow doubles the classes whose FIFOs filled up (the back-pressure on its critical
-paths). Then each class is bisected down to the smallest depth that keeps the run deadlock
-free and within the tolerance, the others held.
+One run with unbounded FIFOs gives the reference cycles and each FIFO's high water: the
+most elements it ever held, the depth it needs to change nothing. The search then caps
+every class at one budget of bytes `U` per FIFO (the depth is `U / element bytes`, never
+above the high water, never below the static minimum under the depths around it) and
+bisects `U`, first over powers of two, then within the last doubling, for the smallest
+budget whose run completes within the tolerance: FIFOs of small elements on the critical
+reconvergent paths get the depth they need, FIFOs of large tiles only what the cycles ask.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
 from stepc.measure import Measurement, measure
 
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
-MAX_ROUNDS = 24  # doublings before the search gives up on a class
+REFINE_STEPS = 3  # bisections within the last doubling of the byte budget (to 1/8 of it)
 
 
 @dataclass
@@ -67,7 +69,7 @@ def fifo_classes(analysis: FifoAnalysis, default_depth: int, bindings: dict) -> 
 
 
 def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.01,
-                  bindings: dict | None = None, budget_seconds: float = 120.0) -> SearchResult:
+                  bindings: dict | None = None) -> SearchResult:
     """Per-class depths within `tolerance` of the unbounded-FIFO cycles (see the module)."""
     typed = analysis.typed
     start = time.perf_counter()
@@ -80,75 +82,81 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
         per_edge = {k: depths[c.key] for c in classes for k in c.edges}
         return measure(typed, hw, traces, functional=False, depths=per_edge)
 
-    free = {c.key: UNBOUNDED_DEPTH for c in classes}
-    reference = run(free)
+    reference = run({c.key: UNBOUNDED_DEPTH for c in classes})
     if reference.deadlocked:
-        return SearchResult(classes, 0, 0, runs[0], time.perf_counter() - start,
-                            ["deadlocks with unbounded FIFOs: no depth helps"])
+        log.append("deadlocks with unbounded FIFOs: no depth helps")
+        return _done(classes, {c.key: UNBOUNDED_DEPTH for c in classes}, reference,
+                     reference, runs[0], start, log)
     target = reference.result.cycles * (1 + tolerance)
+    names = _channel_names(typed)
+    high = {c.key: max([1] + [reference.result.fifo[names[k]][0] for k in c.edges])
+            for c in classes}
     fixed = {c.key: hw.fabric.fifo_depth for c in classes if not c.settable}
-    depths = {c.key: fixed.get(c.key, c.static_minimum) for c in classes}
-    by_channel = _channel_classes(typed, classes)
+
+    sizes = {c.key: element_bytes(typed, c.edges[0], bindings or {}) for c in classes}
+    largest = max([b for b in sizes.values() if b] + [1])
+    sizes = {k: b or largest for k, b in sizes.items()}
+    of_edge = {k: c.key for c in classes for k in c.edges}
+
+    def capped(budget: int) -> dict[tuple[str, int], int]:
+        depths = {c.key: fixed.get(c.key, max(1, min(high[c.key], budget // sizes[c.key])))
+                  for c in classes}
+        floors = analysis.minimum_depths(lambda k: depths[of_edge[k]], bindings)
+        for k, (bound, _r) in floors.items():
+            c = of_edge[k]
+            if c not in fixed and bound.is_number:
+                depths[c] = max(depths[c], int(bound))
+        return depths
 
     def good(m: Measurement) -> bool:
         return not m.deadlocked and m.result.cycles <= target
 
-    m = run(depths)
-    for _ in range(MAX_ROUNDS):
-        if good(m):
+    top = max(high[k] * sizes[k] for k in high)
+    best = run(capped(top))
+    if not good(best):  # the inserted fan-outs' FIFOs at the hardware's depth cost time
+        log.append(f"at the high water marks: {_outcome(best)}")
+        return _done(classes, capped(top), reference, best, runs[0], start, log)
+    low = min(sizes.values())
+    while low < top and top > 2 * low:  # powers of two: the budget's magnitude
+        mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
+        if not low < mid < top:
             break
-        if m.deadlocked:
-            grow = {by_channel[b.channel] for b in m.result.deadlock
-                    if b.waiting == "full output" and b.channel in by_channel}
+        trial = run(capped(mid))
+        log.append(f"{mid:,} B per FIFO: {_outcome(trial)}")
+        if good(trial):
+            top, best = mid, trial
         else:
-            grow = {by_channel[name] for name, (high, cap, _n) in m.result.fifo.items()
-                    if high >= cap and name in by_channel}
-        grow -= set(fixed)
-        if not grow:
-            grow = {c.key for c in classes if c.settable}
-        for k in grow:
-            depths[k] = min(depths[k] * 2, UNBOUNDED_DEPTH)
-        log.append(f"{'deadlock' if m.deadlocked else m.result.cycles}: doubled "
-                   f"{len(grow)} classes")
-        m = run(depths)
-    if not good(m):
-        log.append("no depths within the tolerance found")
-        return _done(classes, depths, reference, m, runs[0], start, log)
-    for c in sorted(classes, key=lambda c: -depths[c.key]):
-        low, high = c.static_minimum, depths[c.key]
-        if c.key in fixed or high <= low:
-            continue
-        if time.perf_counter() - start > budget_seconds:
-            log.append("time budget spent: later classes not bisected")
+            low = mid
+    for _ in range(REFINE_STEPS):  # within the last doubling
+        mid = (low + top) // 2
+        if not low < mid < top:
             break
-        while low < high:
-            mid = (low + high) // 2
-            trial = run({**depths, c.key: mid})
-            if good(trial):
-                high, m = mid, trial
-            else:
-                low = mid + 1
-        depths[c.key] = high
-    m = run(depths)
-    return _done(classes, depths, reference, m, runs[0], start, log)
+        trial = run(capped(mid))
+        log.append(f"{mid:,} B per FIFO: {_outcome(trial)}")
+        if good(trial):
+            top, best = mid, trial
+        else:
+            low = mid
+    return _done(classes, capped(top), reference, best, runs[0], start, log)
+
+
+def _outcome(m: Measurement) -> str:
+    return "deadlock" if m.deadlocked else f"{m.result.cycles:,} cycles"
 
 
 def _done(classes, depths, reference, m, runs, start, log) -> SearchResult:
     for c in classes:
         c.depth = depths[c.key]
     cycles = 0 if m.deadlocked else m.result.cycles
-    return SearchResult(classes, reference.result.cycles, cycles, runs,
-                        time.perf_counter() - start, log)
+    return SearchResult(classes, 0 if reference.deadlocked else reference.result.cycles,
+                        cycles, runs, time.perf_counter() - start, log)
 
 
-def _channel_classes(typed, classes: list[FifoClass]) -> dict[str, tuple[str, int]]:
-    """The class of each simulator channel, by the channel's name."""
+def _channel_names(typed) -> dict[EdgeKey, str]:
+    """The simulator's name of each FIFO."""
     prog = typed.program
-    out = {}
-    for c in classes:
-        for src, port, dst, _slot in c.edges:
-            out[f"{prog.nodes[src].port_label(port)} -> {dst}"] = c.key
-    return out
+    return {edge_key(e): f"{prog.nodes[e.src].port_label(e.port)} -> {e.dst}"
+            for e in prog.edges}
 
 
 def element_bytes(typed, key: EdgeKey, bindings: dict) -> int | None:
