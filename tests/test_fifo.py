@@ -98,3 +98,63 @@ def test_search_reaches_the_unbounded_cycles_within_tolerance():
     assert sum(c.depth for c in loose.classes) <= sum(c.depth for c in result.classes)
     join = next(c for c in result.classes if any(k[2] == "y" and k[3] == 0 for k in c.edges))
     assert join.static_minimum == 4 and join.depth >= 4
+
+
+# ---------------------------------------------------------------- the command and the hint
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+    return CliRunner().invoke(main, list(args))
+
+
+def test_fifo_command_reports_minimum_depth_bytes_and_exit_codes(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    r = _cli("fifo", str(path), "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    join = next(f for f in doc["fifos"] if f["consumer"] == "y" and f["slot"] == 0)
+    assert join["static_minimum"] == 6 and join["depth"] >= 6
+    assert join["location"]["line"] == 9 and join["bytes"] == join["depth"] * 64
+    assert doc["cycles"] <= 1.01 * doc["unbounded_cycles"]
+    assert doc["fifo_bytes"] == sum(f["bytes"] for f in doc["fifos"])
+    text = _cli("fifo", str(path), "--static")
+    assert text.exit_code == 0 and "x -> y" in text.stdout.replace("x.bcast", "x")
+    # a loop no element enters: exit 3, located, whatever the depth
+    from test_tensor_sources import TOKENLESS
+    dead = tmp_path / "dead.step"
+    dead.write_text(TOKENLESS)
+    r = _cli("fifo", str(dead))
+    assert r.exit_code == 3 and "dead.step:8" in r.stdout and "any depth" in r.stdout
+    assert _cli("fifo", str(path), "--tolerance", "-1").exit_code == 2
+
+
+def test_tolerance_moves_the_depths(tmp_path):
+    typed = compile(fork_join(4, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    tight = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    loose = search_depths(analyze_fifos(typed), hw, tolerance=1.0)
+    assert tight.cycles == tight.unbounded_cycles <= loose.cycles
+    assert sum(c.depth for c in loose.classes) < sum(c.depth for c in tight.classes)
+
+
+def test_deadlock_hint_names_the_fifo_and_its_depth(tmp_path):
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    r = _cli("sim", str(path))
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "`h1 -> y`" in hint and "fj.step:10" in hint and "needs depth >= 4 (has 2)" in hint
+
+
+def test_deadlock_hint_of_a_double_buffered_load_on_a_loop():
+    """attention_dynamic with two tile buffers: the K loads' last tile of a request waits
+    for the next request's address, which only that tile's signal can release."""
+    r = _cli("sim", "programs/attention_dynamic.step", "--timing-only", "--set",
+             "hbm.tile_buffers=2")
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "no depth helps" in hint and "tile_buffers=1" in hint
+    assert "RandomOffChipLoad" in hint and "attention.step:31" in hint

@@ -43,7 +43,8 @@ class FifoRow:
     @property
     def notable(self) -> bool:
         """On a reconvergent path, or deepened by the search."""
-        return self.data_dependent or self.static_minimum != 1 or (self.depth or 1) > 1
+        return self.data_dependent or self.static_minimum != 1 or (
+            self.settable and (self.depth or 1) > 1)
 
 
 @dataclass

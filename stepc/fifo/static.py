@@ -63,6 +63,7 @@ class FifoAnalysis:
     typed: TypedProgram
     reconvergences: list[Reconvergence]
     loops: list[DeadLoop]
+    counts: _Counts = field(repr=False, default=None)
 
     def minimum_depths(self, depth_of, bindings: dict | None = None
                        ) -> dict[EdgeKey, tuple[sympy.Expr, Reconvergence]]:
@@ -70,14 +71,18 @@ class FifoAnalysis:
         must deadlock, given the depths of the other FIFOs (`depth_of(edge_key)`), bound to
         `bindings` (symbol name -> value) where given; the largest over the reconvergences
         a FIFO is on."""
-        values = {sympy.Symbol(k, integer=True, nonnegative=True): v
-                  for k, v in (bindings or {}).items()}
+        named = {k: sympy.sympify(v) for k, v in (bindings or {}).items()}
+
+        def bind(expr):
+            expr = sympy.sympify(expr)
+            return expr.xreplace({s: named[s.name] for s in expr.free_symbols
+                                  if s.name in named})
         out: dict[EdgeKey, tuple[sympy.Expr, Reconvergence]] = {}
-        counts = _Counts(self.typed)
+        counts = self.counts
         for r in self.reconvergences:
             if r.data_dependent:
                 continue
-            needs = {k: sympy.sympify(v).xreplace(values) for k, v in r.needs.items()}
+            needs = {k: bind(v) for k, v in r.needs.items()}
             slow = sympy.Max(*needs.values())
             for k, need in needs.items():
                 if need == slow:
@@ -87,8 +92,7 @@ class FifoAnalysis:
                 held = sum((sympy.Integer(depth_of(edge_key(e))) *
                             fork_count / counts.of(e) for e in path[:-1]), sympy.Integer(0))
                 rate = counts.of(path[-1]) / fork_count
-                bound = sympy.ceiling(rate.xreplace(values) * (slow - need + 1 - held.xreplace(
-                    values)))
+                bound = sympy.ceiling(bind(rate) * (slow - need + 1 - bind(held)))
                 bound = sympy.Max(1, bound)
                 old = out.get(k)
                 out[k] = (bound if old is None else sympy.Max(old[0], bound), r)
@@ -100,13 +104,19 @@ class _Counts:
 
     def __init__(self, typed: TypedProgram):
         self.typed = typed
+        self.memo: dict[tuple[str, int], sympy.Expr] = {}
 
     def of(self, e: Edge) -> sympy.Expr:
-        st = self.typed.types.get((e.src, e.port))
-        if st is None:
-            return sympy.Integer(1)
-        n = sympy.Mul(*st.shape) if st.shape else sympy.Integer(1)
-        return n if n != 0 else sympy.Integer(1)
+        """Elements of the stream, its dims taken as positive: a stream the join waits on
+        has elements (`(1 if n > 0 else 0)` counts as 1)."""
+        key = (e.src, e.port)
+        if key not in self.memo:
+            st = self.typed.types.get(key)
+            n = sympy.Mul(*st.shape) if st is not None and st.shape else sympy.Integer(1)
+            n = n.xreplace({s: sympy.Symbol(s.name, integer=True, positive=True)
+                            for s in n.free_symbols})
+            self.memo[key] = n if n != 0 else sympy.Integer(1)
+        return self.memo[key]
 
 
 def analyze_fifos(typed: TypedProgram) -> FifoAnalysis:
@@ -145,7 +155,7 @@ def analyze_fifos(typed: TypedProgram) -> FifoAnalysis:
                 continue
             found.append(_reconvergence(typed, fork, join, branch, anc, bit, outs, index,
                                         counts))
-    return FifoAnalysis(typed, found, _dead_loops(typed, anc, bit))
+    return FifoAnalysis(typed, found, _dead_loops(typed, anc, bit), counts)
 
 
 def _topological(prog) -> list[str]:
