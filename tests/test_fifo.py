@@ -158,3 +158,28 @@ def test_deadlock_hint_of_a_double_buffered_load_on_a_loop():
     hint = r.stderr.strip().splitlines()[-1]
     assert "no depth helps" in hint and "tile_buffers=1" in hint
     assert "RandomOffChipLoad" in hint and "attention.step:31" in hint
+
+
+# ---------------------------------------------------------------- the bundled programs
+from bundled import PROGRAMS, SMALL, program_params  # noqa: E402
+
+
+@pytest.mark.parametrize("name", program_params(PROGRAMS))
+def test_bundled_static_minima_hold_in_simulation(bundled, name):
+    """No bundled loop is dead, the preset depth meets every static minimum (the preset
+    run completes), and a minimum above 1 is the simulated one: the run completes at it
+    and deadlocks one below."""
+    params = SMALL.get(name)
+    typed = bundled.typed(name, params)
+    analysis = analyze_fifos(typed)
+    assert analysis.loops == []
+    assert not bundled.run(name, params).deadlock
+    hw, _ = hardware("paper-eval")
+    minima = analysis.minimum_depths(lambda k: hw.fabric.fifo_depth)
+    for key, (bound, _r) in minima.items():
+        assert bound.is_number and int(bound) <= hw.fabric.fifo_depth, (key, bound)
+        if int(bound) > 1:
+            assert not measure(typed, hw, functional=False,
+                               depths={key: int(bound)}).deadlocked
+            assert measure(typed, hw, functional=False,
+                           depths={key: int(bound) - 1}).deadlocked
