@@ -101,11 +101,11 @@ def test_search_reaches_the_unbounded_cycles_within_tolerance():
 
 
 # ---------------------------------------------------------------- the command and the hint
-def _cli(*args):
+def _cli(*args, input=None):  # noqa: A002
     from click.testing import CliRunner
 
     from stepc.cli import main
-    return CliRunner().invoke(main, list(args))
+    return CliRunner().invoke(main, list(args), input=input)
 
 
 def test_fifo_command_reports_minimum_depth_bytes_and_exit_codes(tmp_path):
@@ -183,3 +183,32 @@ def test_bundled_static_minima_hold_in_simulation(bundled, name):
                                depths={key: int(bound)}).deadlocked
             assert measure(typed, hw, functional=False,
                            depths={key: int(bound) - 1}).deadlocked
+
+
+def test_apply_writes_the_depths_the_search_measured(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    r = _cli("fifo", str(path), "--format", "json", "--apply")
+    assert r.exit_code == 0, r.output
+    searched = json.loads(r.stdout)["cycles"]
+    text = path.read_text()
+    assert "y = Map(h1, sr, fn=mul, depth=[" in text
+    assert _cli("fmt", "--check", str(path)).exit_code == 0  # in the formatter's layout
+    run = _cli("sim", str(path), "--format", "json")
+    assert run.exit_code == 0 and json.loads(run.stdout)["cycles"] == searched
+    again = _cli("fifo", str(path), "--apply")
+    assert again.exit_code == 0 and "depth= set on 0 calls" in again.stderr
+    assert path.read_text() == text
+
+
+def test_apply_is_refused_before_work(tmp_path):
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    assert _cli("fifo", str(path), "--static", "--apply").exit_code == 2
+    folder = tmp_path / "folder.step"
+    folder.mkdir()
+    r = _cli("fifo", str(folder), "--apply")
+    assert r.exit_code == 2 and "--apply" in r.output and "directory" in r.output
+    assert _cli("fifo", "-", "--apply", input=fork_join(3, 6, 0)).exit_code == 2
+    assert path.read_text() == fork_join(3, 6, 0)

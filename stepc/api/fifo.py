@@ -3,6 +3,7 @@ reconvergent path, the depths the search measures for throughput, and what they 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -228,3 +229,47 @@ def _loops(analysis: FifoAnalysis) -> list[dict[str, Any]]:
     return [{"location": str(loop.feedback.span), "span": loop.feedback.span,
              "stream": prog.nodes[loop.feedback.src].port_label(loop.feedback.port),
              "reason": loop.reason} for loop in analysis.loops]
+
+
+def apply_depths(prog: Program, report: FifoReport) -> tuple[int, list[str]]:
+    """Write the searched depths into the program's own file as `depth=` attributes, in
+    the layout of `stepc fmt`, through a temporary file and a rename. Returns the calls
+    edited and the locations left alone, each with why (a call in an imported file)."""
+    from stepc.fifo.apply import CallDepths, with_depths
+    from stepc.grammar.format import format_source
+    from stepc.sim.report import write_atomic
+
+    path = prog._compiled.name
+    source = prog._compiled.sources.get(path)
+    if source is None or not os.path.isfile(path):
+        raise InputError(f"{path}: not a .step file stepc can write depths into")
+    nodes = prog.typed.program.nodes
+    calls: dict[str, CallDepths] = {}
+    skipped: list[str] = []
+    for r in report.rows:
+        if r.depth is None or not r.settable:
+            continue
+        node = nodes[r.consumer]
+        current = _current_depths(node, report.preset_depth)
+        if r.depth == current[r.slot]:
+            continue
+        if r.span.file != path:
+            skipped.append(f"{r.location}: in {r.span.file}, not the program's file "
+                           f"(`{r.producer} -> {r.consumer}` wants depth {r.depth})")
+            continue
+        call = calls.setdefault(str(r.span), CallDepths(r.span, len(current), current, {}))
+        call.depths[r.slot] = r.depth
+    if calls:
+        text = format_source(with_depths(source.text, list(calls.values())), path)
+        write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    return len(calls), skipped
+
+
+def _current_depths(node, preset: int) -> list[int]:
+    """Each stream input's depth: the call's `depth=` (one value or one per input), else
+    the hardware's."""
+    depth = node.attrs.get("depth")
+    inputs = len(node.inputs)
+    if isinstance(depth, list):
+        return [depth[i] if i < len(depth) and depth[i] else preset for i in range(inputs)]
+    return [depth or preset] * inputs

@@ -13,6 +13,7 @@ from stepc.cli.common import (
     EXIT_OK,
     EXIT_PROGRAM,
     FORMAT,
+    check_output_path,
     compiled_or_exit,
     emit_diagnostics,
     input_error,
@@ -40,9 +41,13 @@ from stepc.cli.common import (
               help="Only the static analysis: no simulations, no throughput depths.")
 @click.option("--all", "show_all", is_flag=True,
               help="List every FIFO, not only those on reconvergent paths or deepened.")
+@click.option("--apply", "apply_depths", is_flag=True,
+              help="Write the searched depths into FILE as `depth=` attributes (formatted "
+              "like `stepc fmt`; calls in imported files are listed, not edited).")
 @FORMAT
 @quick_exit
-def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, fmt):
+def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, apply_depths,
+             fmt):
     """How deep each FIFO of a program must be: the depth below which a FIFO on a
     reconvergent path must deadlock (static, from the stream shapes), feedback loops no
     depth can start, and the smallest depths at which simulated cycles stay within
@@ -56,10 +61,18 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
       stepc fifo programs/moe_simple.step
       stepc fifo programs/moe_static.step -D B=1024 -D TILE_N=16 --tolerance 2
       stepc fifo programs/swiglu.step --static --format json
+      stepc fifo my.step --tolerance 2 --apply
     """
     from stepc.api.errors import InputError, SimulationError
+    from stepc.api.fifo import apply_depths as apply_to
     from stepc.api.fifo import size_fifos
 
+    if apply_depths:
+        if static_only:
+            raise click.UsageError("--apply writes the searched depths: drop --static")
+        if file == "-" or not file.endswith(".step"):
+            raise click.UsageError(f"--apply {file}: depths are written into a .step file")
+        check_output_path("--apply", file)
     config = load_hw(hw, sets)
     report = compiled_or_exit(file, defines)
     prog = report.program()
@@ -76,4 +89,15 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
     else:
         print_report(lambda console: sized.render(console, show_all))
     emit_diagnostics(report.compiled)
-    sys.exit(EXIT_OK if sized.deadlock_free else EXIT_DEADLOCK)
+    if not sized.deadlock_free:
+        sys.exit(EXIT_DEADLOCK)
+    if apply_depths:
+        try:
+            edited, skipped = apply_to(prog, sized)
+        except InputError as e:
+            input_error(e, traces)
+        for note in skipped:
+            click.echo(f"note: not applied: {note}", err=True)
+        click.echo(f"{file}: depth= set on {edited} call{'s' if edited != 1 else ''}",
+                   err=True)
+    sys.exit(EXIT_OK)
