@@ -212,3 +212,13 @@ def test_apply_is_refused_before_work(tmp_path):
     assert r.exit_code == 2 and "--apply" in r.output and "directory" in r.output
     assert _cli("fifo", "-", "--apply", input=fork_join(3, 6, 0)).exit_code == 2
     assert path.read_text() == fork_join(3, 6, 0)
+
+
+def test_json_joins_the_document_family(tmp_path):
+    import json
+
+    from test_json_schema import assert_family
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    doc = json.loads(_cli("fifo", str(path), "--format", "json").stdout)
+    assert assert_family(doc, "fifo") == len(doc["fifos"])

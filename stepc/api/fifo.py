@@ -122,7 +122,7 @@ class FifoReport:
                 f"{r.producer} -> {r.consumer}" + (f" (x{r.fifos})" if r.fifos > 1 else ""),
                 f"{r.location}" + (f" input {r.slot}" if r.slot else ""), r.element,
                 ("data" if r.data_dependent and r.static_minimum == 1
-                 else str(r.static_minimum)),
+                 else str(_plain(r.static_minimum))),
                 "-" if r.depth is None else f"{r.depth:,}" + ("" if r.settable else "*"),
                 "-" if r.bytes is None else f"{r.bytes:,}"] for r in rows])
         else:
@@ -151,9 +151,8 @@ def _saved(total: int, uniform: int) -> str:
 
 
 def _plain(v):
-    import sympy
-    v = sympy.sympify(v)
-    return int(v) if v.is_Integer else str(v)
+    from stepc.types import dim_json
+    return dim_json(v)
 
 
 def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
