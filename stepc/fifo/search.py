@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from stepc.analyze import analyze
 from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
 from stepc.measure import Measurement, measure
 
@@ -76,11 +77,12 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     classes = fifo_classes(analysis, hw.fabric.fifo_depth, bindings or {})
     runs = [0]
     log: list[str] = []
+    costs = analyze(typed, "artifact", hw)  # once: every run binds the same analysis
 
     def run(depths: dict[tuple[str, int], int]) -> Measurement:
         runs[0] += 1
         per_edge = {k: depths[c.key] for c in classes for k in c.edges}
-        return measure(typed, hw, traces, functional=False, depths=per_edge)
+        return measure(typed, hw, traces, functional=False, analysis=costs, depths=per_edge)
 
     reference = run({c.key: UNBOUNDED_DEPTH for c in classes})
     if reference.deadlocked:
@@ -112,10 +114,7 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
         return not m.deadlocked and m.result.cycles <= target
 
     top = max(high[k] * sizes[k] for k in high)
-    best = run(capped(top))
-    if not good(best):  # the inserted fan-outs' FIFOs at the hardware's depth cost time
-        log.append(f"at the high water marks: {_outcome(best)}")
-        return _done(classes, capped(top), reference, best, runs[0], start, log)
+    best = None  # the run at the smallest good budget, once one is found
     low = min(sizes.values())
     while low < top and top > 2 * low:  # powers of two: the budget's magnitude
         mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
@@ -137,6 +136,9 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
             top, best = mid, trial
         else:
             low = mid
+    if best is None:  # no smaller budget was good: the high water marks themselves
+        best = run(capped(top))
+        log.append(f"at the high water marks: {_outcome(best)}")
     return _done(classes, capped(top), reference, best, runs[0], start, log)
 
 
