@@ -190,6 +190,7 @@ def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | 
             raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
                                   e.code) from None
         classes = outcome.classes
+        bindings = {**outcome.bindings, **bindings}
     else:
         classes = fifo_classes(analysis, config.fabric.fifo_depth, bindings)
     minima = analysis.minimum_depths(lambda k: config.fabric.fifo_depth, bindings)

@@ -47,6 +47,7 @@ class SearchResult:
     runs: int
     seconds: float
     log: list[str] = field(default_factory=list)
+    bindings: dict = field(default_factory=dict)  # the dims the reference run determined
 
 
 def fifo_classes(analysis: FifoAnalysis, default_depth: int, bindings: dict) -> list[FifoClass]:
@@ -95,7 +96,8 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
             for c in classes}
     fixed = {c.key: hw.fabric.fifo_depth for c in classes if not c.settable}
 
-    sizes = {c.key: element_bytes(typed, c.edges[0], bindings or {}) for c in classes}
+    known = {**reference.result.bindings, **(bindings or {})}
+    sizes = {c.key: element_bytes(typed, c.edges[0], known) for c in classes}
     largest = max([b for b in sizes.values() if b] + [1])
     sizes = {k: b or largest for k, b in sizes.items()}
     of_edge = {k: c.key for c in classes for k in c.edges}
@@ -151,7 +153,8 @@ def _done(classes, depths, reference, m, runs, start, log) -> SearchResult:
         c.depth = depths[c.key]
     cycles = 0 if m.deadlocked else m.result.cycles
     return SearchResult(classes, 0 if reference.deadlocked else reference.result.cycles,
-                        cycles, runs, time.perf_counter() - start, log)
+                        cycles, runs, time.perf_counter() - start, log,
+                        dict(reference.result.bindings))
 
 
 def _channel_names(typed) -> dict[EdgeKey, str]:
@@ -167,6 +170,7 @@ def element_bytes(typed, key: EdgeKey, bindings: dict) -> int | None:
     size = getattr(getattr(st, "elem", None), "bytes", None)
     if size is None:
         return None
-    values = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()}
-    size = sympy.sympify(size).xreplace(values)
-    return int(size) if size.is_number else None
+    size = sympy.sympify(size)
+    size = size.xreplace({s: sympy.sympify(bindings[s.name]) for s in size.free_symbols
+                          if s.name in bindings})
+    return int(sympy.ceiling(size)) if size.is_number else None
