@@ -10,6 +10,9 @@ above the high water, never below the static minimum under the depths around it)
 bisects `U`, first over powers of two, then within the last doubling, for the smallest
 budget whose run completes within the tolerance: FIFOs of small elements on the critical
 reconvergent paths get the depth they need, FIFOs of large tiles only what the cycles ask.
+Last, the rows holding the most bytes are lowered back to their minimum, the longest prefix
+of them (heaviest first, found by bisection) whose run stays within the tolerance, in two
+passes (the second skips the row the first could not lower).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from stepc.measure import Measurement, measure
 
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
 REFINE_STEPS = 3  # bisections within the last doubling of the byte budget (to 1/8 of it)
+SHRINK_SHARE = 100  # rows holding at least 1/SHRINK_SHARE of the FIFO bytes are lowered
+SHRINK_ROUNDS = 2  # passes over them (each skips the row that could not be lowered)
 
 
 @dataclass
@@ -103,8 +108,12 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     of_edge = {k: c.key for c in classes for k in c.edges}
 
     def capped(budget: int) -> dict[tuple[str, int], int]:
-        depths = {c.key: fixed.get(c.key, max(1, min(high[c.key], budget // sizes[c.key])))
-                  for c in classes}
+        return floored({c.key: fixed.get(c.key, max(1, min(high[c.key], budget // sizes[c.key])))
+                        for c in classes})
+
+    def floored(depths: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """`depths` raised to the static minima under them."""
+        depths = dict(depths)
         floors = analysis.minimum_depths(lambda k: depths[of_edge[k]], bindings)
         for k, (bound, _r) in floors.items():
             c = of_edge[k]
@@ -141,7 +150,38 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     if best is None:  # no smaller budget was good: the high water marks themselves
         best = run(capped(top))
         log.append(f"at the high water marks: {_outcome(best)}")
-    return _done(classes, capped(top), reference, best, runs[0], start, log)
+    depths = capped(top)
+    if not good(best):
+        return _done(classes, depths, reference, best, runs[0], start, log)
+    # The budget fits the deepest critical FIFOs; lower the rows holding the most bytes
+    # back to their minimum, the longest prefix of them (by bytes) that stays good.
+    def weight(k):
+        return depths[k] * sizes[k] * members[k]
+    members = {c.key: len(c.edges) for c in classes}
+    total = sum(weight(k) for k in depths)
+    heavy = sorted((k for k in depths if k not in fixed and depths[k] > 1
+                    and weight(k) * SHRINK_SHARE >= total), key=weight, reverse=True)
+    for _ in range(SHRINK_ROUNDS):
+        if not heavy:
+            break
+        lowered = floored({**depths, **{k: 1 for k in heavy}})
+        trial = run(lowered)
+        log.append(f"{len(heavy)} heaviest rows at their minimum: {_outcome(trial)}")
+        if good(trial):
+            depths, best = lowered, trial
+            break
+        fine, bad = 0, len(heavy)  # a prefix of `fine` rows can be lowered, of `bad` not
+        while bad - fine > 1:
+            mid = (fine + bad) // 2
+            lowered = floored({**depths, **{k: 1 for k in heavy[:mid]}})
+            trial = run(lowered)
+            log.append(f"{mid} heaviest rows at their minimum: {_outcome(trial)}")
+            if good(trial):
+                fine, depths, best = mid, lowered, trial
+            else:
+                bad = mid
+        heavy = heavy[bad:]  # the row at `bad` must stay: try those after it
+    return _done(classes, depths, reference, best, runs[0], start, log)
 
 
 def _outcome(m: Measurement) -> str:
