@@ -222,3 +222,11 @@ def test_json_joins_the_document_family(tmp_path):
     path.write_text(fork_join(3, 6, 0))
     doc = json.loads(_cli("fifo", str(path), "--format", "json").stdout)
     assert assert_family(doc, "fifo") == len(doc["fifos"])
+
+
+def test_a_deadlock_with_unbounded_fifos_reports_no_depths(tmp_path):
+    """attention_dynamic with two tile buffers deadlocks at any depth (docs/fifo.md)."""
+    r = _cli("fifo", "programs/attention_dynamic.step", "--set", "hbm.tile_buffers=2",
+             "-D", "B=8", "-D", "HEAD_DIM=16", "-D", "TILE_N=64", "-D", "MAXN=4096")
+    assert r.exit_code == 3
+    assert "no depth helps" in r.stdout and "FIFO bytes" not in r.stdout

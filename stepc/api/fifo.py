@@ -194,7 +194,8 @@ def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | 
     else:
         classes = fifo_classes(analysis, config.fabric.fifo_depth, bindings)
     minima = analysis.minimum_depths(lambda k: config.fabric.fifo_depth, bindings)
-    rows = [_row(typed, c, minima, bindings, outcome is not None) for c in classes]
+    searched = outcome is not None and outcome.unbounded_cycles > 0  # else: no depth helps
+    rows = [_row(typed, c, minima, bindings, searched) for c in classes]
     order = typed.program.order
     rows.sort(key=lambda r: (order.get(r.consumer, 0), r.slot))
     report = FifoReport(prog.name, config.name, config.fabric.fifo_depth, tolerance, rows,
