@@ -118,13 +118,7 @@ class FifoReport:
                         "bytes"):
                 table.add_column(col, justify="right" if col in ("static min", "depth",
                                                                  "bytes") else "left")
-            print_table(console, table, [[
-                f"{r.producer} -> {r.consumer}" + (f" (x{r.fifos})" if r.fifos > 1 else ""),
-                f"{r.location}" + (f" input {r.slot}" if r.slot else ""), r.element,
-                ("data" if r.data_dependent and r.static_minimum == 1
-                 else str(_plain(r.static_minimum))),
-                "-" if r.depth is None else f"{r.depth:,}" + ("" if r.settable else "*"),
-                "-" if r.bytes is None else f"{r.bytes:,}"] for r in rows])
+            print_table(console, table, [_cells(group) for group in _folded(rows)])
         else:
             line("  no FIFO on a reconvergent path")
         if self.unbounded_cycles is not None:
@@ -141,6 +135,43 @@ class FifoReport:
             line(f"  search: {self.runs} simulations in {self.seconds:.1f} s")
         if any(not r.settable for r in rows):
             line("  * a fan-out stepc inserted: its FIFOs keep the hardware's depth")
+
+
+FOLD_INPUTS = 8  # a call with more listed inputs than this shows them as one row
+
+
+def _folded(rows: list[FifoRow]) -> list[list[FifoRow]]:
+    """The rows in groups: one per row, but the many inputs of one call (a Reassemble of
+    128 experts) as one group."""
+    by_call: dict[tuple[str, str], list[FifoRow]] = {}
+    for r in rows:
+        by_call.setdefault((r.location, r.consumer), []).append(r)
+    out = []
+    for group in by_call.values():
+        out += [group] if len(group) > FOLD_INPUTS else [[r] for r in group]
+    return out
+
+
+def _cells(group: list[FifoRow]) -> list[str]:
+    """The table cells of one row, or of a call's inputs folded into one."""
+    first, last = group[0], group[-1]
+    if len(group) == 1:
+        r = first
+        return [f"{r.producer} -> {r.consumer}" + (f" (x{r.fifos})" if r.fifos > 1 else ""),
+                f"{r.location}" + (f" input {r.slot}" if r.slot else ""), r.element,
+                ("data" if r.data_dependent and r.static_minimum == 1
+                 else str(_plain(r.static_minimum))),
+                "-" if r.depth is None else f"{r.depth:,}" + ("" if r.settable else "*"),
+                "-" if r.bytes is None else f"{r.bytes:,}"]
+    depths = [r.depth for r in group if r.depth is not None]
+    sizes = [r.bytes for r in group]
+    minima = sorted({str(_plain(r.static_minimum)) for r in group})
+    data = all(r.data_dependent and r.static_minimum == 1 for r in group)
+    return [f"{first.producer} .. {last.producer} -> {first.consumer}",
+            f"{first.location} inputs {first.slot}..{last.slot}", first.element,
+            "data" if data else "..".join(minima[:1] + minima[-1:][len(minima) < 2:]),
+            f"{min(depths):,}..{max(depths):,}" if depths else "-",
+            "-" if None in sizes else f"{sum(sizes):,}"]
 
 
 def _saved(total: int, uniform: int) -> str:
