@@ -120,6 +120,7 @@ def test_fifo_command_reports_minimum_depth_bytes_and_exit_codes(tmp_path):
     assert join["location"]["line"] == 9 and join["bytes"] == join["depth"] * 64
     assert doc["cycles"] <= 1.01 * doc["unbounded_cycles"]
     assert doc["fifo_bytes"] == sum(f["bytes"] for f in doc["fifos"])
+    assert doc["on_chip_bytes"] > 0  # the operators' own, beside the FIFOs
     text = _cli("fifo", str(path), "--static")
     assert text.exit_code == 0 and "x -> y" in text.stdout.replace("x.bcast", "x")
     # a loop no element enters: exit 3, located, whatever the depth

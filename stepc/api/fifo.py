@@ -60,6 +60,7 @@ class FifoReport:
     dead_loops: list[dict[str, Any]]  # {"location", "span", "stream", "reason"}
     unbounded_cycles: int | None = None
     cycles: int | None = None
+    on_chip_bytes: Any = None  # the operators' on-chip bytes (symbolic without a run)
     runs: int = 0
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
@@ -88,6 +89,8 @@ class FifoReport:
                 "preset_depth": self.preset_depth, "tolerance": self.tolerance,
                 "unbounded_cycles": self.unbounded_cycles, "cycles": self.cycles,
                 "fifo_bytes": self.fifo_bytes, "uniform_bytes": self.uniform_bytes,
+                "on_chip_bytes": _plain(self.on_chip_bytes)
+                if self.on_chip_bytes is not None else None,
                 "search_runs": self.runs, "search_seconds": round(self.seconds, 3),
                 "dead_loops": [{"location": span_json(d["span"]), "stream": d["stream"],
                                 "reason": d["reason"]} for d in self.dead_loops],
@@ -132,6 +135,10 @@ class FifoReport:
             if total is not None and uniform is not None:
                 line(f"  FIFO bytes: {total:,} with these depths, {uniform:,} at the uniform "
                      f"depth {self.preset_depth} ({_saved(total, uniform)})")
+            on_chip = _plain(self.on_chip_bytes) if self.on_chip_bytes is not None else None
+            if isinstance(on_chip, int) and total is not None:
+                line(f"  on-chip memory: {on_chip:,} B of the operators, {on_chip + total:,} B "
+                     "with these FIFOs")
             line(f"  search: {self.runs} simulations in {self.seconds:.1f} s")
         if any(not r.settable for r in rows):
             line("  * a fan-out stepc inserted: its FIFOs keep the hardware's depth")
@@ -234,6 +241,7 @@ def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | 
     if outcome is not None:
         report.unbounded_cycles, report.cycles = outcome.unbounded_cycles, outcome.cycles
         report.runs, report.seconds, report.log = outcome.runs, outcome.seconds, outcome.log
+        report.on_chip_bytes = outcome.on_chip_bytes
     return report
 
 

@@ -53,6 +53,7 @@ class SearchResult:
     seconds: float
     log: list[str] = field(default_factory=list)
     bindings: dict = field(default_factory=dict)  # the dims the reference run determined
+    on_chip_bytes: object = None  # the operators' on-chip bytes, bound to the reference run
 
 
 def fifo_classes(analysis: FifoAnalysis, default_depth: int, bindings: dict) -> list[FifoClass]:
@@ -194,7 +195,8 @@ def _done(classes, depths, reference, m, runs, start, log) -> SearchResult:
     cycles = 0 if m.deadlocked else m.result.cycles
     return SearchResult(classes, 0 if reference.deadlocked else reference.result.cycles,
                         cycles, runs, time.perf_counter() - start, log,
-                        dict(reference.result.bindings))
+                        dict(reference.result.bindings),
+                        reference.analysis_totals.get("on_chip_bytes"))
 
 
 def _channel_names(typed) -> dict[EdgeKey, str]:
