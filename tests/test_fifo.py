@@ -231,3 +231,23 @@ def test_a_deadlock_with_unbounded_fifos_reports_no_depths(tmp_path):
              "-D", "B=8", "-D", "HEAD_DIM=16", "-D", "TILE_N=64", "-D", "MAXN=4096")
     assert r.exit_code == 3
     assert "no depth helps" in r.stdout and "FIFO bytes" not in r.stdout
+
+
+def test_fifo_bytes_of_analyze_and_sim_follow_the_depths(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))  # 6 FIFOs of 64 B tiles (x feeds a fan-out)
+
+    def doc(*args):
+        r = _cli(*args, str(path), "--fifo-bytes", "--format", "json")
+        assert r.exit_code in (0, 3), r.output
+        return json.loads(r.stdout)
+    two = doc("analyze")
+    assert two["fifo_bytes"] == 6 * 2 * 64
+    assert two["on_chip_bytes_with_fifos"] == two["fifo_bytes"] + two["totals"]["on_chip_bytes"]
+    assert doc("analyze", "--set", "fabric.fifo_depth=4")["fifo_bytes"] == 6 * 4 * 64
+    path.write_text(fork_join(3, 6, 0).replace("fn=mul)", "fn=mul, depth=[6, 1])"))
+    assert doc("analyze")["fifo_bytes"] == (4 * 2 + 6 + 1) * 64
+    assert doc("sim")["fifo_bytes"] == (4 * 2 + 6 + 1) * 64
+    text = _cli("sim", str(path), "--fifo-bytes")
+    assert "FIFOs at their depths: 960 B" in text.stdout

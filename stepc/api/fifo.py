@@ -313,3 +313,39 @@ def _current_depths(node, preset: int) -> list[int]:
     if isinstance(depth, list):
         return [depth[i] if i < len(depth) and depth[i] else preset for i in range(inputs)]
     return [depth or preset] * inputs
+
+
+def fifo_capacity_bytes(prog: Program, hw=None, bindings: Mapping[str, Any] | None = None):
+    """Bytes of every FIFO at its depth (the consumer's `depth=`, else the hardware's
+    `fabric.fifo_depth`) times its element's bytes: an int once `bindings` (dim name ->
+    value) fix every dim, else an expression in the dims left."""
+    import sympy
+
+    from stepc.api.results import plain
+
+    config = hw if hw is not None and not isinstance(hw, str) else hardware(hw)[0]
+    typed = prog.typed
+    named = {k: sympy.sympify(v) for k, v in (bindings or {}).items()}
+    total = sympy.Integer(0)
+    for e in typed.program.edges:
+        st = typed.types.get((e.src, e.port))
+        size = getattr(getattr(st, "elem", None), "bytes", None)
+        if size is None:
+            continue
+        depth = _current_depths(typed.program.nodes[e.dst], config.fabric.fifo_depth)[e.slot]
+        total += depth * sympy.sympify(size)
+    total = total.xreplace({s: named[s.name] for s in total.free_symbols if s.name in named})
+    return plain(total)
+
+
+def fifo_totals(prog: Program, hw, bindings: Mapping[str, Any] | None,
+                on_chip_bytes) -> dict[str, Any]:
+    """`--fifo-bytes` of `stepc analyze` and `stepc sim`: the FIFO bytes at their depths
+    and the operators' on-chip bytes with them, as JSON values (ints, or expressions as
+    stepc prints them)."""
+    import sympy
+
+    from stepc.types import dim_json
+    fifos = sympy.sympify(fifo_capacity_bytes(prog, hw, bindings))
+    return {"fifo_bytes": dim_json(fifos),
+            "on_chip_bytes_with_fifos": dim_json(fifos + sympy.sympify(on_chip_bytes))}
