@@ -251,3 +251,15 @@ def test_fifo_bytes_of_analyze_and_sim_follow_the_depths(tmp_path):
     assert doc("sim")["fifo_bytes"] == (4 * 2 + 6 + 1) * 64
     text = _cli("sim", str(path), "--fifo-bytes")
     assert "FIFOs at their depths: 960 B" in text.stdout
+
+
+def test_program_fifo_refuses_bad_arguments():
+    import stepc
+    prog = stepc.compile(fork_join(3, 6, 0))
+    for kwargs, expect in (({"tolerance": -1}, "tolerance"), ({"tolerance": "1%"}, "tolerance"),
+                           ({"search": "no"}, "search"), ({"hw": 5}, "hw"),
+                           ({"traces": [1]}, "traces")):
+        with pytest.raises(stepc.StepError, match=expect):
+            prog.fifo(**kwargs)
+    report = prog.fifo(search=False)
+    assert report.cycles is None and any(r.static_minimum == 6 for r in report.rows)
