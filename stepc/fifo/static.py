@@ -199,7 +199,7 @@ def _reconvergence(typed, fork, join, branch, anc, bit, outs, index, counts) -> 
             for i in (e for e in typed.program.in_edges(n) if not e.feedback and
                       (e.src in inside)):
                 for o in here:
-                    v = sympy.ceiling(need[edge_key(o)] * counts.of(i) / counts.of(o))
+                    v = _ceil_ratio(need[edge_key(o)], counts.of(i), counts.of(o))
                     k = edge_key(i)
                     if k not in need or _larger(v, need[k]):
                         need[k], best[k] = v, o
@@ -212,6 +212,21 @@ def _reconvergence(typed, fork, join, branch, anc, bit, outs, index, counts) -> 
             path.append(e)
         paths[edge_key(last)] = path
     return Reconvergence(fork, join, needs, why, paths)
+
+
+def _ceil_ratio(need: sympy.Expr, num: sympy.Expr, den: sympy.Expr) -> sympy.Expr:
+    """ceil(need * num / den), in integers when all three are numbers (sympy's ceiling of a
+    number asks its assumptions, slowly)."""
+    if num == den:
+        return need
+    if need.is_Integer and num.is_Integer and den.is_Integer:
+        return sympy.Integer(-(-int(need) * int(num) // int(den)))
+    ratio = need * num / den
+    if ratio.is_Integer:
+        return ratio
+    if ratio.is_Rational:
+        return sympy.Integer(-(-ratio.p // ratio.q))
+    return sympy.ceiling(ratio)
 
 
 def _routes_by_data(typed: TypedProgram, node: str) -> bool:
