@@ -46,6 +46,9 @@ class FifoClass:
 
 @dataclass
 class SearchResult:
+    """The searched depths (in `classes`), the cycles with them and with unbounded FIFOs
+    (0: deadlocked), and what the search cost."""
+
     classes: list[FifoClass]
     unbounded_cycles: int
     cycles: int
