@@ -255,6 +255,16 @@ class Program:
         return simulate_program(self._compiled, hw, set, traces, timing_only, max_cycles,
                                 trace_ops, progress, values)
 
+    def fifo(self, hw: str | HardwareConfig | None = None,
+             set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
+             traces: Mapping[str, Any] | None = None, tolerance: float = 0.01,
+             search: bool = True):
+        """FIFO sizing (`stepc fifo`, docs/fifo.md): the static minimum depths, dead loops
+        and, with `search`, the depths within `tolerance` of unbounded-FIFO cycles; a
+        `stepc.api.fifo.FifoReport`."""
+        from stepc.api.fifo import size_fifos
+        return size_fifos(self, hw, set, traces, tolerance, search)
+
     def inputs(self, values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The contents a functional run starts from, by tensor name: every `input`,
         `weight` and `scratch` tensor, from its declared source (`random`, `file`, ...) or

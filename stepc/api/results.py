@@ -231,8 +231,9 @@ def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | N
               measured.compute_utilization, result.outputs, result.deadlock, warnings, result,
               measured.analysis_totals, measured)
     if result.deadlock:
-        raise Deadlock(run, deadlock_text(result, typed.program.nodes,
-                                             typed.program.edges))
+        from stepc.fifo.hint import deadlock_hint
+        raise Deadlock(run, deadlock_text(result, typed.program.nodes, typed.program.edges,
+                                          deadlock_hint(typed, config, result)))
     return run
 
 

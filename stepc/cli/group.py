@@ -30,6 +30,7 @@ _ELSEWHERE = {
     "mcp": ("stepc.cli.mcp", "mcp_cmd"),
     "tasks": ("stepc.cli.tasks", "tasks_cmd"),
     "rewrite": ("stepc.cli.rewrite", "rewrite_cmd"),
+    "fifo": ("stepc.cli.fifo", "fifo_cmd"),
 }
 
 

@@ -93,10 +93,12 @@ def _exit_code(result: Compiled, werror: bool) -> int:
 @FORMAT
 @click.option("--all", "show_all", is_flag=True, help="List every operator instance (not one "
               "row per statement), also those with no cost.")
+@click.option("--fifo-bytes", is_flag=True, help="Also the bytes of every FIFO at its depth "
+              "and the on-chip memory with them (docs/fifo.md).")
 @quick_exit
 @fewer_collections
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
-                show_all) -> None:
+                show_all, fifo_bytes) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
     symbolic in its dynamic dims until --bind or --trace gives them values.
 
@@ -109,17 +111,34 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     report = compile_file(file, parse_defines(defines))
     check_overrides(report)
     result = report.compiled
-    config = load_hw(hw, sets, roofline=True) if (hw or sets) else None
+    config = load_hw(hw, sets, roofline=not fifo_bytes) if (hw or sets) else None
     if not result.ok:
         emit_diagnostics(result)
         sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
     cost = cost_of(report, binds, traces, onchip_model, config)
+    fifos = _fifo_bytes(report, config, cost.bindings, cost.totals) if fifo_bytes else None
     if fmt == "json":
-        click.echo(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps({**cost.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
     else:
         print_report(lambda console: cost.render(console, show_all))
+        if fifos:
+            click.echo(fifo_line(fifos))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
+
+
+def fifo_line(fifos: dict) -> str:
+    """The text line of `--fifo-bytes`."""
+    def size(v) -> str:
+        return f"{v:,}" if isinstance(v, int) else str(v)
+    return (f"FIFOs at their depths: {size(fifos['fifo_bytes'])} B; on-chip memory with "
+            f"them: {size(fifos['on_chip_bytes_with_fifos'])} B")
+
+
+def _fifo_bytes(report, config, bindings, totals) -> dict:
+    """The FIFO bytes of `--fifo-bytes` and the on-chip bytes with them (JSON values)."""
+    from stepc.api.fifo import fifo_totals
+    return fifo_totals(report.program(), config, bindings, totals["on_chip_bytes"])
 
 
 

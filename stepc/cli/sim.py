@@ -69,10 +69,12 @@ if TYPE_CHECKING:
               "as TOML and exit.")
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop with an error if the run passes cycle N.")
+@click.option("--fifo-bytes", is_flag=True, help="Also the bytes of every FIFO at its depth "
+              "and the on-chip memory with them (docs/fifo.md).")
 @quick_exit
 def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_missing_weights,
             timing_only, functional, out_dir, inputs_out, trace_out, fmt, print_config,
-            max_cycles):
+            max_cycles, fifo_bytes):
     """Simulate a program cycle by cycle on a spatial dataflow accelerator model.
 
     \b
@@ -126,10 +128,17 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         sys.exit(EXIT_PROGRAM)
     except Deadlock as e:
         run, deadlock = e.run, e.report
+    fifos = None
+    if fifo_bytes:
+        from stepc.api.fifo import fifo_totals
+        fifos = fifo_totals(prog, config, run.dims, run.on_chip_bytes)
     if fmt == "json":
-        click.echo(json.dumps(run.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps({**run.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
     else:
         print_report(run.render)
+        if fifos:
+            from stepc.cli.program import fifo_line
+            click.echo(fifo_line(fifos))
     _write_sim_outputs(run.result, out_dir, trace_out)
     if inputs_out:
         _write_inputs(prog, values, inputs_out, run.result.functional)

@@ -277,6 +277,8 @@ class OpSpec:
     external: bool = False  # an external stream: declared `stream N : T = external(..)`,
     # not called; its data is a trace or a file
     fan_out: bool = False  # copies every input element to each of its outputs
+    eager_inputs: bool = False  # emits from whichever input has an element (does not wait
+    # for all of them): a feedback loop through it can start without a fed-back element
     indexed_outputs: bool = False  # its outputs form an array (`p[i]`), one per consumer
     inner_dims: tuple[str, ...] | None = None  # moves elements without reading them, so
     # its inputs may carry extra innermost dims (sub-tiles) that it passes through; the

@@ -236,6 +236,7 @@ ROUTING_OPS = [
         _eager_merge,
         outputs=lambda attrs: ["data", "sel"],
         behavior="routing.eager_merge",
+        eager_inputs=True,
     ),
     OpSpec(
         "Parallelize", "routing",

@@ -191,9 +191,10 @@ def write_json(path: str, doc: dict) -> None:
     write_atomic(path, lambda f: f.write(json.dumps(doc, indent=1, sort_keys=True).encode()))
 
 
-def deadlock_text(r: SimResult, nodes, edges=()) -> str:
+def deadlock_text(r: SimResult, nodes, edges=(), hint: str | None = None) -> str:
     """Which operators are stuck, on which FIFOs, and the wait-for cycle (if one exists);
-    `edges`, the program's, let the hint name a feedback loop that never got a token."""
+    `edges`, the program's, let the hint name a feedback loop that never got a token;
+    `hint`, the FIFO analysis's, replaces the generic one."""
     import networkx as nx
 
     blocked = {b.ctx: b for b in r.deadlock}
@@ -224,7 +225,7 @@ def deadlock_text(r: SimResult, nodes, edges=()) -> str:
         lines.append(f"  {where}`{name}` ({b.op}) {what}")
     if len(order) > 12:
         lines.append(f"  ... and {len(order) - 12} more")
-    lines.append(_deadlock_hint(cycle, blocked, nodes, edges))
+    lines.append(hint or _deadlock_hint(cycle, blocked, nodes, edges))
     return "\n".join(lines) + "\n"
 
 

@@ -265,12 +265,14 @@ def _bytes(n: int) -> str:
 def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray] | None = None,
              functional: bool = True, trace_ops: bool = False, max_cycles: int | None = None,
              progress=None, values: dict[str, np.ndarray] | None = None,
-             analysis: Analysis | None = None, ref_strategy: str = "auto") -> SimResult:
+             analysis: Analysis | None = None, ref_strategy: str = "auto",
+             depths: dict[tuple[str, int, str, int], int] | None = None) -> SimResult:
     """Run a checked program on the given hardware. `values` replaces the declared
     contents of the named tensors (weights and inputs loaded from a file). With the
     program's `analysis` and no `max_cycles`, a run whose roofline bound exceeds
     MAX_RUN_CYCLES is refused before it starts. `ref_strategy` says how the `ref` memory
-    model serves requests (`stepc.sim.hbm.ref.STRATEGIES`)."""
+    model serves requests (`stepc.sim.hbm.ref.STRATEGIES`). `depths` sets the depth of
+    FIFOs by (producer, port, consumer, input slot), over `depth=` and the hardware's."""
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
@@ -324,8 +326,9 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         depth = node.attrs.get("depth")
         if isinstance(depth, list):
             depth = depth[e.slot] if e.slot < len(depth) else None
+        depth = (depths or {}).get((e.src, e.port, e.dst, e.slot)) or depth or default_depth
         ch = kernel.channel(f"{prog.nodes[e.src].port_label(e.port)} -> {e.dst}",
-                            depth or default_depth, e.src, e.dst)
+                            depth, e.src, e.dst)
         if trace_ops:
             ch.log = []
         chans[(e.src, e.port, e.dst, e.slot)] = ch

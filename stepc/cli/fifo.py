@@ -1,0 +1,103 @@
+"""The `stepc fifo` command (registered by stepc.cli): FIFO sizing and deadlock freedom."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from stepc.cli.common import (
+    DEFINE,
+    EXIT_DEADLOCK,
+    EXIT_OK,
+    EXIT_PROGRAM,
+    FORMAT,
+    check_output_path,
+    compiled_or_exit,
+    emit_diagnostics,
+    input_error,
+    load_hw,
+    pairs,
+    presets,
+    print_report,
+    quick_exit,
+)
+
+
+@click.command("fifo", short_help="FIFO depths: deadlock minima and throughput depths.")
+@click.argument("file", type=str)
+@DEFINE
+@click.option("--hw", default=None, metavar="PRESET|FILE.toml",
+              help=f"Hardware (presets: {presets('paper-eval')}; or a TOML file).")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override one hardware setting, e.g. fabric.fifo_depth=4 (repeatable).")
+@click.option("--trace", "traces", multiple=True, metavar="NAME=PATH",
+              help="Drive the external stream NAME from a trace file (.npy, .npz, .csv).")
+@click.option("--tolerance", type=click.FloatRange(0, 10), default=1.0, show_default=True,
+              metavar="PERCENT", help="Throughput depths keep the cycles within this many "
+              "percent of a run with unbounded FIFOs.")
+@click.option("--static", "static_only", is_flag=True,
+              help="Only the static analysis: no simulations, no throughput depths.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every FIFO, not only those on reconvergent paths or deepened.")
+@click.option("--apply", "apply_depths", is_flag=True,
+              help="Write the searched depths into FILE as `depth=` attributes (formatted "
+              "like `stepc fmt`; calls in imported files are listed, not edited).")
+@FORMAT
+@quick_exit
+def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, apply_depths,
+             fmt):
+    """How deep each FIFO of a program must be: the depth below which a FIFO on a
+    reconvergent path must deadlock (static, from the stream shapes), feedback loops no
+    depth can start, and the smallest depths at which simulated cycles stay within
+    --tolerance of unbounded FIFOs, with the FIFO bytes they cost.
+
+    Exit codes: 0 ok, 1 program errors, 2 usage error, 3 no depth makes the program
+    complete (a dead feedback loop, or a deadlock with unbounded FIFOs).
+
+    \b
+    Examples:
+      stepc fifo programs/moe_simple.step
+      stepc fifo programs/moe_static.step -D B=1024 -D TILE_N=16 --tolerance 2
+      stepc fifo programs/swiglu.step --static --format json
+      stepc fifo my.step --tolerance 2 --apply
+    """
+    from stepc.api.errors import InputError, SimulationError
+    from stepc.api.fifo import apply_depths as apply_to
+    from stepc.api.fifo import size_fifos
+
+    if apply_depths:
+        if static_only:
+            raise click.UsageError("--apply writes the searched depths: drop --static")
+        if file == "-" or not file.endswith(".step"):
+            raise click.UsageError(f"--apply {file}: depths are written into a .step file")
+        check_output_path("--apply", file)
+    config = load_hw(hw, sets)
+    report = compiled_or_exit(file, defines)
+    prog = report.program()
+    try:
+        sized = size_fifos(prog, config, traces=dict(pairs(traces, "--trace")),
+                           tolerance=tolerance / 100, search=not static_only)
+    except InputError as e:
+        input_error(e, traces)
+    except SimulationError as e:
+        click.echo(e.located(), err=True)
+        sys.exit(EXIT_PROGRAM)
+    if fmt == "json":
+        click.echo(json.dumps(sized.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(lambda console: sized.render(console, show_all))
+    emit_diagnostics(report.compiled)
+    if not sized.deadlock_free:
+        sys.exit(EXIT_DEADLOCK)
+    if apply_depths:
+        try:
+            edited, skipped = apply_to(prog, sized)
+        except InputError as e:
+            input_error(e, traces)
+        for note in skipped:
+            click.echo(f"note: not applied: {note}", err=True)
+        click.echo(f"{file}: depth= set on {edited} call{'s' if edited != 1 else ''}",
+                   err=True)
+    sys.exit(EXIT_OK)

@@ -1,0 +1,1 @@
+"""FIFO sizing: where a program needs deep FIFOs, how deep, and what the depths cost."""

@@ -1,0 +1,265 @@
+"""`stepc fifo`: the static minimum depth of a reconvergent FIFO, confirmed by simulation
+(the program completes at it and deadlocks one below), dead feedback loops, the search."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepc.api import compile
+from stepc.api.inputs import hardware
+from stepc.fifo.search import search_depths
+from stepc.fifo.static import analyze_fifos
+from stepc.measure import measure
+
+# x forks to a join directly (through `hops` Maps) and through an Accum over C elements
+# repeated C times: the direct branch must hold C elements of x.
+FORK_JOIN = """param R = {rows}
+param C = {chunk}
+tensor X : f32[R, C, 16] input = random(seed=1)
+tensor Y : f32[R, C, 16] output
+x = LinearOffChipLoad(X, tile=[1, 16], shape=[R, C])
+s = Accum(x, fn=add, rank=1)
+sr = Repeat(s, count=C)
+{hops}y = Map(h{n}, sr, fn=mul)
+LinearOffChipStore(y, Y)
+"""
+
+
+def fork_join(rows: int, chunk: int, hops: int) -> str:
+    lines = "h0 = x\n" + "".join(f"h{i + 1} = Map(h{i}, fn=exp)\n" for i in range(hops))
+    return FORK_JOIN.format(rows=rows, chunk=chunk, hops=lines, n=hops)
+
+
+def _join_fifo(analysis):
+    minima = analysis.minimum_depths(lambda k: DEFAULT)
+    assert len(minima) == 1
+    (key, (bound, _)), = minima.items()
+    return key, int(bound)
+
+
+DEFAULT = 2
+
+
+def _completes(typed, key, depth) -> bool:
+    hw, _ = hardware("paper-eval", {"fabric.fifo_depth": DEFAULT})
+    m = measure(typed, hw, functional=False, depths={key: depth})
+    return not m.deadlocked
+
+
+@pytest.mark.parametrize("chunk, hops", [(6, 0), (6, 1), (9, 2)])
+def test_static_minimum_is_the_simulated_one(chunk, hops):
+    typed = compile(fork_join(3, chunk, hops))._compiled.typed
+    key, bound = _join_fifo(analyze_fifos(typed))
+    assert bound == chunk - DEFAULT * hops
+    assert _completes(typed, key, bound)
+    assert not _completes(typed, key, bound - 1)
+
+
+@settings(max_examples=6, deadline=None)
+@given(chunk=st.integers(3, 10), hops=st.integers(0, 1), rows=st.integers(1, 3))
+def test_static_minimum_on_generated_fork_joins(chunk, hops, rows):
+    typed = compile(fork_join(rows, chunk, hops))._compiled.typed
+    key, bound = _join_fifo(analyze_fifos(typed))
+    assert _completes(typed, key, bound)
+    if bound > 1:
+        assert not _completes(typed, key, bound - 1)
+
+
+def test_a_loop_no_element_enters_is_found_and_located():
+    from test_tensor_sources import TOKENLESS
+    analysis = analyze_fifos(compile(TOKENLESS)._compiled.typed)
+    (loop,) = analysis.loops
+    assert loop.feedback.span.line == 8 and "`order`" in loop.reason
+    assert "merge" in loop.reason
+
+
+def test_a_loop_started_by_a_merge_is_not_dead():
+    from test_tensor_sources import _feedback_blocks
+    for body in _feedback_blocks():
+        assert analyze_fifos(compile(body)._compiled.typed).loops == []
+
+
+def test_selector_routing_is_data_dependent():
+    typed = compile(open("programs/moe_simple.step").read())._compiled.typed
+    routed = [r for r in analyze_fifos(typed).reconvergences if r.data_dependent]
+    assert routed and all("selectors" in r.data_dependent or "data" in r.data_dependent
+                          for r in routed)
+
+
+def test_search_reaches_the_unbounded_cycles_within_tolerance():
+    typed = compile(fork_join(3, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    result = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    assert result.cycles == result.unbounded_cycles
+    loose = search_depths(analyze_fifos(typed), hw, tolerance=0.5)
+    assert loose.cycles <= 1.5 * loose.unbounded_cycles
+    assert sum(c.depth for c in loose.classes) <= sum(c.depth for c in result.classes)
+    join = next(c for c in result.classes if any(k[2] == "y" and k[3] == 0 for k in c.edges))
+    assert join.static_minimum == 4 and join.depth >= 4
+
+
+# ---------------------------------------------------------------- the command and the hint
+def _cli(*args, input=None):  # noqa: A002
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def test_fifo_command_reports_minimum_depth_bytes_and_exit_codes(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    r = _cli("fifo", str(path), "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    join = next(f for f in doc["fifos"] if f["consumer"] == "y" and f["slot"] == 0)
+    assert join["static_minimum"] == 6 and join["depth"] >= 6
+    assert join["location"]["line"] == 9 and join["bytes"] == join["depth"] * 64
+    assert doc["cycles"] <= 1.01 * doc["unbounded_cycles"]
+    assert doc["fifo_bytes"] == sum(f["bytes"] for f in doc["fifos"])
+    assert doc["on_chip_bytes"] > 0  # the operators' own, beside the FIFOs
+    text = _cli("fifo", str(path), "--static")
+    assert text.exit_code == 0 and "x -> y" in text.stdout.replace("x.bcast", "x")
+    # a loop no element enters: exit 3, located, whatever the depth
+    from test_tensor_sources import TOKENLESS
+    dead = tmp_path / "dead.step"
+    dead.write_text(TOKENLESS)
+    r = _cli("fifo", str(dead))
+    assert r.exit_code == 3 and "dead.step:8" in r.stdout and "any depth" in r.stdout
+    assert _cli("fifo", str(path), "--tolerance", "-1").exit_code == 2
+
+
+def test_tolerance_moves_the_depths(tmp_path):
+    typed = compile(fork_join(4, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    tight = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    loose = search_depths(analyze_fifos(typed), hw, tolerance=1.0)
+    assert tight.cycles == tight.unbounded_cycles <= loose.cycles
+    assert sum(c.depth for c in loose.classes) < sum(c.depth for c in tight.classes)
+
+
+def test_deadlock_hint_names_the_fifo_and_its_depth(tmp_path):
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    r = _cli("sim", str(path))
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "`h1 -> y`" in hint and "fj.step:10" in hint and "needs depth >= 4 (has 2)" in hint
+
+
+def test_deadlock_hint_of_a_double_buffered_load_on_a_loop():
+    """attention_dynamic with two tile buffers: the K loads' last tile of a request waits
+    for the next request's address, which only that tile's signal can release."""
+    r = _cli("sim", "programs/attention_dynamic.step", "--timing-only", "--set",
+             "hbm.tile_buffers=2")
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "no depth helps" in hint and "tile_buffers=1" in hint
+    assert "RandomOffChipLoad" in hint and "attention.step:31" in hint
+
+
+# ---------------------------------------------------------------- the bundled programs
+from bundled import PROGRAMS, SMALL, program_params  # noqa: E402
+
+
+@pytest.mark.parametrize("name", program_params(PROGRAMS))
+def test_bundled_static_minima_hold_in_simulation(bundled, name):
+    """No bundled loop is dead, the preset depth meets every static minimum (the preset
+    run completes), and a minimum above 1 is the simulated one: the run completes at it
+    and deadlocks one below."""
+    params = SMALL.get(name)
+    typed = bundled.typed(name, params)
+    analysis = analyze_fifos(typed)
+    assert analysis.loops == []
+    assert not bundled.run(name, params).deadlock
+    hw, _ = hardware("paper-eval")
+    minima = analysis.minimum_depths(lambda k: hw.fabric.fifo_depth)
+    for key, (bound, _r) in minima.items():
+        assert bound.is_number and int(bound) <= hw.fabric.fifo_depth, (key, bound)
+        if int(bound) > 1:
+            assert not measure(typed, hw, functional=False,
+                               depths={key: int(bound)}).deadlocked
+            assert measure(typed, hw, functional=False,
+                           depths={key: int(bound) - 1}).deadlocked
+
+
+def test_apply_writes_the_depths_the_search_measured(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    r = _cli("fifo", str(path), "--format", "json", "--apply")
+    assert r.exit_code == 0, r.output
+    searched = json.loads(r.stdout)["cycles"]
+    text = path.read_text()
+    assert "y = Map(h1, sr, fn=mul, depth=[" in text
+    assert _cli("fmt", "--check", str(path)).exit_code == 0  # in the formatter's layout
+    run = _cli("sim", str(path), "--format", "json")
+    assert run.exit_code == 0 and json.loads(run.stdout)["cycles"] == searched
+    again = _cli("fifo", str(path), "--apply")
+    assert again.exit_code == 0 and "depth= set on 0 calls" in again.stderr
+    assert path.read_text() == text
+
+
+def test_apply_is_refused_before_work(tmp_path):
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    assert _cli("fifo", str(path), "--static", "--apply").exit_code == 2
+    folder = tmp_path / "folder.step"
+    folder.mkdir()
+    r = _cli("fifo", str(folder), "--apply")
+    assert r.exit_code == 2 and "--apply" in r.output and "directory" in r.output
+    assert _cli("fifo", "-", "--apply", input=fork_join(3, 6, 0)).exit_code == 2
+    assert path.read_text() == fork_join(3, 6, 0)
+
+
+def test_json_joins_the_document_family(tmp_path):
+    import json
+
+    from test_json_schema import assert_family
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))
+    doc = json.loads(_cli("fifo", str(path), "--format", "json").stdout)
+    assert assert_family(doc, "fifo") == len(doc["fifos"])
+
+
+def test_a_deadlock_with_unbounded_fifos_reports_no_depths(tmp_path):
+    """attention_dynamic with two tile buffers deadlocks at any depth (docs/fifo.md)."""
+    r = _cli("fifo", "programs/attention_dynamic.step", "--set", "hbm.tile_buffers=2",
+             "-D", "B=8", "-D", "HEAD_DIM=16", "-D", "TILE_N=64", "-D", "MAXN=4096")
+    assert r.exit_code == 3
+    assert "no depth helps" in r.stdout and "FIFO bytes" not in r.stdout
+
+
+def test_fifo_bytes_of_analyze_and_sim_follow_the_depths(tmp_path):
+    import json
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 0))  # 6 FIFOs of 64 B tiles (x feeds a fan-out)
+
+    def doc(*args):
+        r = _cli(*args, str(path), "--fifo-bytes", "--format", "json")
+        assert r.exit_code in (0, 3), r.output
+        return json.loads(r.stdout)
+    two = doc("analyze")
+    assert two["fifo_bytes"] == 6 * 2 * 64
+    assert two["on_chip_bytes_with_fifos"] == two["fifo_bytes"] + two["totals"]["on_chip_bytes"]
+    assert doc("analyze", "--set", "fabric.fifo_depth=4")["fifo_bytes"] == 6 * 4 * 64
+    path.write_text(fork_join(3, 6, 0).replace("fn=mul)", "fn=mul, depth=[6, 1])"))
+    assert doc("analyze")["fifo_bytes"] == (4 * 2 + 6 + 1) * 64
+    assert doc("sim")["fifo_bytes"] == (4 * 2 + 6 + 1) * 64
+    text = _cli("sim", str(path), "--fifo-bytes")
+    assert "FIFOs at their depths: 960 B" in text.stdout
+
+
+def test_program_fifo_refuses_bad_arguments():
+    import stepc
+    prog = stepc.compile(fork_join(3, 6, 0))
+    for kwargs, expect in (({"tolerance": -1}, "tolerance"), ({"tolerance": "1%"}, "tolerance"),
+                           ({"search": "no"}, "search"), ({"hw": 5}, "hw"),
+                           ({"traces": [1]}, "traces")):
+        with pytest.raises(stepc.StepError, match=expect):
+            prog.fifo(**kwargs)
+    report = prog.fifo(search=False)
+    assert report.cycles is None and any(r.static_minimum == 6 for r in report.rows)
