@@ -201,6 +201,7 @@ def test_the_agents_guide_quotes_the_fidelity_table():
     """docs/agents.md's table of measured errors is docs/dram.md's, number for number."""
     from stepc.api import reference
     text = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    text = text.split("### Estimates and their measured error", 1)[1].split("\n#", 1)[0]
     rows = [[c.strip(" `%") for c in line.strip("|").split("|")]
             for line in text.splitlines() if line.startswith("| `")]
     quoted = {(r[0], r[1]): (int(r[2]), float(r[3]), float(r[4]), float(r[5]))

@@ -14,8 +14,8 @@ from stepc.api.inputs import hardware, trace_arrays, trace_input_error
 from stepc.schemas import schema
 
 if TYPE_CHECKING:
-    from stepc.api.program import Program
     from stepc.fifo.static import FifoAnalysis
+    from stepc.frontend import Compiled
 
 
 @dataclass
@@ -193,7 +193,8 @@ def _plain(v):
     return dim_json(v)
 
 
-def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
+def size_fifos(compiled: Compiled, hw=None,
+               set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
                traces: Mapping[str, Any] | None = None, tolerance: float = 0.01,
                search: bool = True) -> FifoReport:
     """`Program.fifo`: the static analysis, and with `search` the depths within
@@ -210,19 +211,19 @@ def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | 
         raise InputError(f"tolerance: expected a fraction from 0 to 10 (0.01 is 1%), found "
                          f"{tolerance!r}")
     config, _warnings = hardware(hw, set)
-    typed = prog.typed
+    typed = compiled.typed
     try:
         arrays = trace_arrays(traces)
         bindings = {k: v for k, v in trace_bindings(typed, arrays).items()} if arrays else {}
     except TraceError as e:
-        raise trace_input_error(e, prog._compiled.sources) from None
+        raise trace_input_error(e, compiled.sources) from None
     analysis = analyze_fifos(typed)
     outcome = None
     if search and not analysis.loops:
         try:
             outcome = search_depths(analysis, config, arrays, tolerance, bindings)
         except TraceError as e:
-            raise trace_input_error(e, prog._compiled.sources) from None
+            raise trace_input_error(e, compiled.sources) from None
         except SimError as e:
             node = typed.program.nodes.get(e.node) if e.node else None
             raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
@@ -236,7 +237,7 @@ def size_fifos(prog: Program, hw=None, set: Mapping[str, Any] | Sequence[str] | 
     rows = [_row(typed, c, minima, bindings, searched) for c in classes]
     order = typed.program.order
     rows.sort(key=lambda r: (order.get(r.consumer, 0), r.slot))
-    report = FifoReport(prog.name, config.name, config.fabric.fifo_depth, tolerance, rows,
+    report = FifoReport(compiled.name, config.name, config.fabric.fifo_depth, tolerance, rows,
                         _loops(analysis))
     if outcome is not None:
         report.unbounded_cycles, report.cycles = outcome.unbounded_cycles, outcome.cycles
@@ -271,7 +272,7 @@ def _loops(analysis: FifoAnalysis) -> list[dict[str, Any]]:
              "reason": loop.reason} for loop in analysis.loops]
 
 
-def apply_depths(prog: Program, report: FifoReport) -> tuple[int, list[str]]:
+def apply_depths(compiled: Compiled, report: FifoReport) -> tuple[int, list[str]]:
     """Write the searched depths into the program's own file as `depth=` attributes, in
     the layout of `stepc fmt`, through a temporary file and a rename. Returns the calls
     edited and the locations left alone, each with why (a call in an imported file)."""
@@ -279,11 +280,11 @@ def apply_depths(prog: Program, report: FifoReport) -> tuple[int, list[str]]:
     from stepc.grammar.format import format_source
     from stepc.sim.report import write_atomic
 
-    path = prog._compiled.name
-    source = prog._compiled.sources.get(path)
+    path = compiled.name
+    source = compiled.sources.get(path)
     if source is None or not os.path.isfile(path):
         raise InputError(f"{path}: not a .step file stepc can write depths into")
-    nodes = prog.typed.program.nodes
+    nodes = compiled.typed.program.nodes
     calls: dict[str, CallDepths] = {}
     skipped: list[str] = []
     for r in report.rows:
@@ -315,7 +316,7 @@ def _current_depths(node, preset: int) -> list[int]:
     return [depth or preset] * inputs
 
 
-def fifo_capacity_bytes(prog: Program, hw=None, bindings: Mapping[str, Any] | None = None):
+def fifo_capacity_bytes(compiled: Compiled, hw=None, bindings: Mapping[str, Any] | None = None):
     """Bytes of every FIFO at its depth (the consumer's `depth=`, else the hardware's
     `fabric.fifo_depth`) times its element's bytes: an int once `bindings` (dim name ->
     value) fix every dim, else an expression in the dims left."""
@@ -324,7 +325,7 @@ def fifo_capacity_bytes(prog: Program, hw=None, bindings: Mapping[str, Any] | No
     from stepc.api.results import plain
 
     config = hw if hw is not None and not isinstance(hw, str) else hardware(hw)[0]
-    typed = prog.typed
+    typed = compiled.typed
     named = {k: sympy.sympify(v) for k, v in (bindings or {}).items()}
     total = sympy.Integer(0)
     for e in typed.program.edges:
@@ -338,7 +339,7 @@ def fifo_capacity_bytes(prog: Program, hw=None, bindings: Mapping[str, Any] | No
     return plain(total)
 
 
-def fifo_totals(prog: Program, hw, bindings: Mapping[str, Any] | None,
+def fifo_totals(compiled: Compiled, hw, bindings: Mapping[str, Any] | None,
                 on_chip_bytes) -> dict[str, Any]:
     """`--fifo-bytes` of `stepc analyze` and `stepc sim`: the FIFO bytes at their depths
     and the operators' on-chip bytes with them, as JSON values (ints, or expressions as
@@ -346,6 +347,6 @@ def fifo_totals(prog: Program, hw, bindings: Mapping[str, Any] | None,
     import sympy
 
     from stepc.types import dim_json
-    fifos = sympy.sympify(fifo_capacity_bytes(prog, hw, bindings))
+    fifos = sympy.sympify(fifo_capacity_bytes(compiled, hw, bindings))
     return {"fifo_bytes": dim_json(fifos),
             "on_chip_bytes_with_fifos": dim_json(fifos + sympy.sympify(on_chip_bytes))}

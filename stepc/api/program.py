@@ -263,7 +263,7 @@ class Program:
         and, with `search`, the depths within `tolerance` of unbounded-FIFO cycles; a
         `stepc.api.fifo.FifoReport`."""
         from stepc.api.fifo import size_fifos
-        return size_fifos(self, hw, set, traces, tolerance, search)
+        return size_fifos(self._compiled, hw, set, traces, tolerance, search)
 
     def inputs(self, values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The contents a functional run starts from, by tensor name: every `input`,

@@ -75,9 +75,9 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
         check_output_path("--apply", file)
     config = load_hw(hw, sets)
     report = compiled_or_exit(file, defines)
-    prog = report.program()
+    report.program()  # a program with errors stops here
     try:
-        sized = size_fifos(prog, config, traces=dict(pairs(traces, "--trace")),
+        sized = size_fifos(report.compiled, config, traces=dict(pairs(traces, "--trace")),
                            tolerance=tolerance / 100, search=not static_only)
     except InputError as e:
         input_error(e, traces)
@@ -93,7 +93,7 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
         sys.exit(EXIT_DEADLOCK)
     if apply_depths:
         try:
-            edited, skipped = apply_to(prog, sized)
+            edited, skipped = apply_to(report.compiled, sized)
         except InputError as e:
             input_error(e, traces)
         for note in skipped:

@@ -138,7 +138,7 @@ def fifo_line(fifos: dict) -> str:
 def _fifo_bytes(report, config, bindings, totals) -> dict:
     """The FIFO bytes of `--fifo-bytes` and the on-chip bytes with them (JSON values)."""
     from stepc.api.fifo import fifo_totals
-    return fifo_totals(report.program(), config, bindings, totals["on_chip_bytes"])
+    return fifo_totals(report.compiled, config, bindings, totals["on_chip_bytes"])
 
 
 

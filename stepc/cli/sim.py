@@ -131,7 +131,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
     fifos = None
     if fifo_bytes:
         from stepc.api.fifo import fifo_totals
-        fifos = fifo_totals(prog, config, run.dims, run.on_chip_bytes)
+        fifos = fifo_totals(report.compiled, config, run.dims, run.on_chip_bytes)
     if fmt == "json":
         click.echo(json.dumps({**run.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
     else:
