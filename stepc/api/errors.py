@@ -39,6 +39,13 @@ class SimulationError(StepError):
     def __str__(self) -> str:
         return self.located()
 
+    @classmethod
+    def of(cls, e, nodes: dict) -> SimulationError:
+        """The simulator's error `e`, located at its operator among `nodes` when it names
+        one."""
+        node = nodes.get(e.node) if e.node else None
+        return cls(str(e), e.node, node.span if node is not None else e.span, e.code)
+
 
 class Deadlock(StepError):
     """The simulation deadlocked. `report` is the wait-for report (blocked operators, their

@@ -225,9 +225,7 @@ def size_fifos(compiled: Compiled, hw=None,
         except TraceError as e:
             raise trace_input_error(e, compiled.sources) from None
         except SimError as e:
-            node = typed.program.nodes.get(e.node) if e.node else None
-            raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
-                                  e.code) from None
+            raise SimulationError.of(e, typed.program.nodes) from None
         classes = outcome.classes
         bindings = {**outcome.bindings, **bindings}
     else:

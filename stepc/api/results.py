@@ -217,9 +217,7 @@ def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | N
     except TraceError as e:
         raise trace_input_error(e, compiled.sources) from None
     except SimError as e:
-        node = typed.program.nodes.get(e.node) if e.node else None
-        raise SimulationError(str(e), e.node, node.span if node is not None else e.span,
-                              e.code) from None
+        raise SimulationError.of(e, typed.program.nodes) from None
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
     measured = measure(typed, config, analysis=a, result=result)

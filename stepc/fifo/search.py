@@ -131,20 +131,21 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     top = max(high[k] * sizes[k] for k in high)
     best = None  # the run at the smallest good budget, once one is found
     low = min(sizes.values())
-    while low < top and top > 2 * low:  # powers of two: the budget's magnitude
-        mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
-        if not low < mid < top:
-            break
-        trial = run(capped(mid))
-        log.append(f"{mid:,} B per FIFO: {_outcome(trial)}")
-        if good(trial):
-            top, best = mid, trial
-        else:
-            low = mid
-    for _ in range(REFINE_STEPS):  # within the last doubling
-        mid = (low + top) // 2
-        if not low < mid < top:
-            break
+    coarse, refined = True, 0
+    while low < top:
+        if coarse and top > 2 * low:  # powers of two first: the budget's magnitude
+            mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
+            if not low < mid < top:
+                coarse = False
+                continue
+        else:  # then halving within the last doubling
+            coarse = False
+            if refined == REFINE_STEPS:
+                break
+            refined += 1
+            mid = (low + top) // 2
+            if not low < mid < top:
+                break
         trial = run(capped(mid))
         log.append(f"{mid:,} B per FIFO: {_outcome(trial)}")
         if good(trial):
