@@ -26,7 +26,7 @@ import sympy
 
 from stepc.graph.program import Edge
 from stepc.ops import OPS
-from stepc.typecheck.checker import TypedProgram
+from stepc.typecheck.checker import TypedProgram, flat_types
 from stepc.types import Select
 
 EdgeKey = tuple[str, int, str, int]  # producer, port, consumer, input slot
@@ -232,15 +232,7 @@ def _ceil_ratio(need: sympy.Expr, num: sympy.Expr, den: sympy.Expr) -> sympy.Exp
 def _routes_by_data(typed: TypedProgram, node: str) -> bool:
     """Whether an operator reads a selector stream (its routing depends on the data)."""
     return any(isinstance(getattr(t, "elem", None), Select)
-               for t in _flat(typed.input_types(node).values()))
-
-
-def _flat(values):
-    for v in values:
-        if isinstance(v, list):
-            yield from v
-        else:
-            yield v
+               for t in flat_types(typed.input_types(node).values()))
 
 
 def _larger(a: sympy.Expr, b: sympy.Expr) -> bool:

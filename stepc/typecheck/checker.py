@@ -70,7 +70,7 @@ class TypedProgram:
         for name, node in self.program.nodes.items():
             if all((name, p) in self.types for p in range(len(node.outputs))):
                 inputs = self.input_types(name)
-                if all(t is not None for t in _flat(inputs.values())):
+                if all(t is not None for t in flat_types(inputs.values())):
                     yield node, inputs
 
 
@@ -86,7 +86,8 @@ class TypedProgram:
                 yield node, port, node.port_label(port), node.port_spans.get(port, node.span), t
 
 
-def _flat(values):
+def flat_types(values):
+    """The stream types of an operator's inputs, a list-valued input's one by one."""
     for v in values:
         if isinstance(v, list):
             yield from v
