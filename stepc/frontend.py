@@ -95,20 +95,49 @@ def program_files(path: str) -> dict[str, bytes]:
     paths the elaborator asks for. A file that is missing or does not parse ends the walk
     there (compiling reports it)."""
     files: dict[str, bytes] = {}
-    todo = [os.path.normpath(path)]
-    while todo:
-        name = todo.pop()
-        if name in files:
-            continue
-        try:
-            with open(name, "rb") as f:
-                files[name] = f.read()
-            module = parse(decode_source(name, files[name]))
-        except (OSError, StepError):
-            continue
-        todo += [import_path(name, s.path) for s in module.statements
-                 if isinstance(s, ast.Import)]
+
+    def load_file(name: str, span: Span | None):
+        with open(name, "rb") as f:
+            files[name] = f.read()
+        src = decode_source(name, files[name])
+        return src, parse(src)
+
+    try:
+        _, module = load_file(os.path.normpath(path), None)
+    except (OSError, StepError):
+        return files
+    ImportWalk(load_file, os.path.normpath(path), module)
     return files
+
+
+class ImportWalk:
+    """The one walk over a program's imports (they are top-level statements): every file the
+    program imports, transitively, loaded once by `load_file(name, span) -> (source, syntax
+    tree)` before elaboration. `load` answers the elaborator; a file that could not be
+    loaded is loaded again there, so that its error is located at the import."""
+
+    def __init__(self, load_file, path: str | None, module: ast.Module):
+        self.load_file = load_file
+        self.found: dict[str, tuple[SourceFile, ast.Module] | None] = {}
+        todo = _imports(path, module)
+        while todo:
+            name = todo.pop()
+            if name in self.found:
+                continue
+            try:
+                self.found[name] = load_file(name, None)
+            except (OSError, StepError):
+                self.found[name] = None
+                continue
+            todo += _imports(name, self.found[name][1])
+
+    def load(self, name: str, span: Span):
+        found = self.found.get(name)
+        return found if found is not None else self.load_file(name, span)
+
+
+def _imports(path: str | None, module: ast.Module) -> list[str]:
+    return [import_path(path, s.path) for s in module.statements if isinstance(s, ast.Import)]
 
 
 def compile_files(files: dict[str, bytes], path: str,
@@ -143,8 +172,8 @@ def compile_files(files: dict[str, bytes], path: str,
 def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
                    path: str | None = None, loader=_load_import,
                    module: ast.Module | None = None) -> Compiled:
-    """Parse, elaborate and check one source file (imports are read by `loader`;
-    `module` is the file already parsed, when the caller has it)."""
+    """Parse, elaborate and check one source file (imports are loaded by `loader`, through
+    the `ImportWalk`; `module` is the file already parsed, when the caller has it)."""
     bag = DiagnosticBag()
     sources = {src.name: src}
     overrides = overrides or {}
@@ -153,7 +182,8 @@ def compile_source(src: SourceFile, overrides: dict[str, int] | None = None,
     except StepError as e:
         bag.extend(e.diagnostics)
         return Compiled(src.name, None, bag, sources, [])
-    prog, ebag, used = elaborate(module, src, overrides, loader, path)
+    walk = ImportWalk(loader, path or module.name, module)
+    prog, ebag, used = elaborate(module, src, overrides, walk.load, path)
     bag.extend(ebag.items)
     if prog is None:  # too large to check
         return Compiled(src.name, None, bag, sources, sorted(set(overrides) - used))
