@@ -319,9 +319,10 @@ def _processes_mentioning(marker: str) -> list[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the workers")
 def test_ctrl_c_stops_the_workers_keeps_finished_points_and_exits_130(tmp_path):
     out = tmp_path / "ctrl-c-test.jsonl"
+    # 144 points: too many to finish before the test sees the first, however loaded the machine
     cmd = [sys.executable, "-m", "stepc", "sweep", "programs/swiglu.step", "--grid",
-           "B=256,512,1024", "--grid", "TB=16,32,64", "--grid", "TI=16,32,64,128", "-j", "1",
-           "--out", str(out)]
+           "B=256,512,1024", "--grid", "TB=16,32,64", "--grid", "TI=16,32,64,128", "--grid",
+           "I=512,1024,2048,4096", "-j", "1", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     for _ in range(600):  # until the first point is recorded (or the sweep is over)

@@ -47,12 +47,24 @@ class Raises(torch.nn.Module):
     def __init__(self):
         raise ValueError("no weights here")
 '''
+PLAIN = '''
+import torch
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.proj(x)
+'''
 
 
 @pytest.fixture
 def work(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "plain.py").write_text(PLAIN)  # torch alone: a process that starts sooner
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     return tmp_path
 
@@ -92,13 +104,16 @@ def test_refusals_are_one_clear_message(work, args, code, words, monkeypatch):
 
 def test_torchs_own_output_is_silenced(work):
     """In a real process: a wrong --input shape used to print hundreds of lines of torch
-    tracebacks before stepc's message."""
-    quiet = stepc("from-torch", "models.py:make_model", "--input", "x=f32[16,32]", cwd=work)
+    tracebacks before stepc's message (a transformers block does the same, under
+    `-m slow` below)."""
+    quiet = stepc("from-torch", "plain.py:Block", "--input", "x=f32[16,32]", cwd=work)
     assert quiet.returncode == 1 and len(quiet.stderr.splitlines()) == 1, quiet.stderr
 
 
 @pytest.mark.slow
 def test_debug_shows_torchs_own_output(work):
+    quiet = stepc("from-torch", "models.py:make_model", "--input", "x=f32[16,32]", cwd=work)
+    assert quiet.returncode == 1 and len(quiet.stderr.splitlines()) == 1, quiet.stderr
     loud = stepc("--debug", "from-torch", "models.py:make_model", "--input", "x=f32[16,32]",
                  cwd=work)
     assert loud.returncode == 1 and "Traceback" in loud.stderr
