@@ -100,6 +100,38 @@ def test_search_reaches_the_unbounded_cycles_within_tolerance():
     assert join.static_minimum == 4 and join.depth >= 4
 
 
+def test_a_run_past_the_tolerance_stops_early():
+    """The search stops a run once it passes the tolerance (the simulator's max_cycles):
+    the message it matches is the simulator's, and a tight search logs such stops."""
+    from stepc.fifo.search import PAST_LIMIT
+    from stepc.sim.kernel import SimError
+    typed = compile(fork_join(4, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    with pytest.raises(SimError, match=f"^{PAST_LIMIT}"):
+        measure(typed, hw, functional=False, max_cycles=10)
+    tight = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    assert any("stopped" in line for line in tight.log)
+    assert tight.cycles == tight.unbounded_cycles
+
+
+def test_searched_depths_are_per_class_and_at_most_what_they_held():
+    """Each class gets its own depth, never above the most its FIFOs held with unbounded
+    FIFOs (or its static minimum), and the run at them is within the tolerance."""
+    typed = compile(fork_join(4, 6, 2))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    deep = {(e.src, e.port, e.dst, e.slot): 1 << 20 for e in typed.program.edges}
+    run = measure(typed, hw, functional=False, depths=deep)
+    unbounded = {name: fifo[0] for name, fifo in run.result.fifo.items()}
+    result = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    prog = typed.program
+    for c in (c for c in result.classes if c.settable):  # fan-outs keep the hardware's
+        held = max(unbounded[f"{prog.nodes[k[0]].port_label(k[1])} -> {k[2]}"]
+                   for k in c.edges)
+        assert c.depth <= max(held, c.static_minimum, 1)
+    assert len({c.depth for c in result.classes}) > 1  # not one depth for all
+    assert result.cycles == result.unbounded_cycles
+
+
 # ---------------------------------------------------------------- the command and the hint
 def _cli(*args, input=None):  # noqa: A002
     from click.testing import CliRunner
