@@ -295,3 +295,29 @@ def test_program_fifo_refuses_bad_arguments():
             prog.fifo(**kwargs)
     report = prog.fifo(search=False)
     assert report.cycles is None and any(r.static_minimum == 6 for r in report.rows)
+
+
+def test_the_feedback_example_of_the_language_docs(tmp_path):
+    """docs/language.md's feedback loop runs; with its start removed as the docs say, sim
+    and fifo explain that no depth helps, in the words the docs quote."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text()
+    section = text[text.index("### Feedback streams"):]
+    block = re.search(r"```step\n(.*?)```", section, re.S).group(1)
+    live = tmp_path / "loop.step"
+    live.write_text(block)
+    assert _cli("sim", str(live)).exit_code == 0
+    assert _cli("fifo", str(live)).exit_code == 0
+    start = re.compile(r"^order = Flatten\(sel.*$", re.M)
+    assert start.search(block)
+    dead = tmp_path / "dead.step"
+    dead.write_text(start.sub("order = Flatten(Reshape(who, chunk=1), min=0, max=1)", block))
+    r = _cli("sim", str(dead))
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    quoted = re.search(r"```text\n(hint: .*?)```", section, re.S).group(1)
+    quoted = " ".join(quoted.split()).replace("FILE", str(dead)).split(", ...)")[0]
+    assert hint.startswith(quoted), (hint, quoted)
+    r = _cli("fifo", str(dead))
+    assert r.exit_code == 3 and "deadlocks at any depth" in r.stdout
