@@ -321,3 +321,20 @@ def test_the_feedback_example_of_the_language_docs(tmp_path):
     assert hint.startswith(quoted), (hint, quoted)
     r = _cli("fifo", str(dead))
     assert r.exit_code == 3 and "deadlocks at any depth" in r.stdout
+
+
+def test_reported_bytes_are_those_of_the_program_with_the_depths_applied(tmp_path):
+    """The searched FIFO bytes are what `--fifo-bytes` counts once `--apply` wrote the
+    depths; the uniform bytes, what it counts before."""
+    from stepc.api import load
+    from stepc.api.fifo import apply_depths, fifo_capacity_bytes
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    prog = load(str(path))
+    report = prog.fifo(hw="paper-eval", tolerance=0.0)
+    assert report.uniform_bytes == fifo_capacity_bytes(prog._compiled, "paper-eval")
+    edited, _ = apply_depths(prog._compiled, report)
+    assert edited >= 1
+    applied = load(str(path))._compiled
+    assert fifo_capacity_bytes(applied, "paper-eval") == report.fifo_bytes
+    assert report.fifo_bytes != report.uniform_bytes
