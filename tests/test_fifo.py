@@ -100,6 +100,38 @@ def test_search_reaches_the_unbounded_cycles_within_tolerance():
     assert join.static_minimum == 4 and join.depth >= 4
 
 
+def test_a_run_past_the_tolerance_stops_early():
+    """The search stops a run once it passes the tolerance (the simulator's max_cycles):
+    the message it matches is the simulator's, and a tight search logs such stops."""
+    from stepc.fifo.search import PAST_LIMIT
+    from stepc.sim.kernel import SimError
+    typed = compile(fork_join(4, 6, 1))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    with pytest.raises(SimError, match=f"^{PAST_LIMIT}"):
+        measure(typed, hw, functional=False, max_cycles=10)
+    tight = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    assert any("stopped" in line for line in tight.log)
+    assert tight.cycles == tight.unbounded_cycles
+
+
+def test_searched_depths_are_per_class_and_at_most_what_they_held():
+    """Each class gets its own depth, never above the most its FIFOs held with unbounded
+    FIFOs (or its static minimum), and the run at them is within the tolerance."""
+    typed = compile(fork_join(4, 6, 2))._compiled.typed
+    hw, _ = hardware("paper-eval")
+    deep = {(e.src, e.port, e.dst, e.slot): 1 << 20 for e in typed.program.edges}
+    run = measure(typed, hw, functional=False, depths=deep)
+    unbounded = {name: fifo[0] for name, fifo in run.result.fifo.items()}
+    result = search_depths(analyze_fifos(typed), hw, tolerance=0.0)
+    prog = typed.program
+    for c in (c for c in result.classes if c.settable):  # fan-outs keep the hardware's
+        held = max(unbounded[f"{prog.nodes[k[0]].port_label(k[1])} -> {k[2]}"]
+                   for k in c.edges)
+        assert c.depth <= max(held, c.static_minimum, 1)
+    assert len({c.depth for c in result.classes}) > 1  # not one depth for all
+    assert result.cycles == result.unbounded_cycles
+
+
 # ---------------------------------------------------------------- the command and the hint
 def _cli(*args, input=None):  # noqa: A002
     from click.testing import CliRunner
@@ -263,3 +295,46 @@ def test_program_fifo_refuses_bad_arguments():
             prog.fifo(**kwargs)
     report = prog.fifo(search=False)
     assert report.cycles is None and any(r.static_minimum == 6 for r in report.rows)
+
+
+def test_the_feedback_example_of_the_language_docs(tmp_path):
+    """docs/language.md's feedback loop runs; with its start removed as the docs say, sim
+    and fifo explain that no depth helps, in the words the docs quote."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text()
+    section = text[text.index("### Feedback streams"):]
+    block = re.search(r"```step\n(.*?)```", section, re.S).group(1)
+    live = tmp_path / "loop.step"
+    live.write_text(block)
+    assert _cli("sim", str(live)).exit_code == 0
+    assert _cli("fifo", str(live)).exit_code == 0
+    start = re.compile(r"^order = Flatten\(sel.*$", re.M)
+    assert start.search(block)
+    dead = tmp_path / "dead.step"
+    dead.write_text(start.sub("order = Flatten(Reshape(who, chunk=1), min=0, max=1)", block))
+    r = _cli("sim", str(dead))
+    assert r.exit_code == 3
+    hint = r.stderr.strip().splitlines()[-1]
+    quoted = re.search(r"```text\n(hint: .*?)```", section, re.S).group(1)
+    quoted = " ".join(quoted.split()).replace("FILE", str(dead)).split(", ...)")[0]
+    assert hint.startswith(quoted), (hint, quoted)
+    r = _cli("fifo", str(dead))
+    assert r.exit_code == 3 and "deadlocks at any depth" in r.stdout
+
+
+def test_reported_bytes_are_those_of_the_program_with_the_depths_applied(tmp_path):
+    """The searched FIFO bytes are what `--fifo-bytes` counts once `--apply` wrote the
+    depths; the uniform bytes, what it counts before."""
+    from stepc.api import load
+    from stepc.api.fifo import apply_depths, fifo_capacity_bytes
+    path = tmp_path / "fj.step"
+    path.write_text(fork_join(3, 6, 1))
+    prog = load(str(path))
+    report = prog.fifo(hw="paper-eval", tolerance=0.0)
+    assert report.uniform_bytes == fifo_capacity_bytes(prog._compiled, "paper-eval")
+    edited, _ = apply_depths(prog._compiled, report)
+    assert edited >= 1
+    applied = load(str(path))._compiled
+    assert fifo_capacity_bytes(applied, "paper-eval") == report.fifo_bytes
+    assert report.fifo_bytes != report.uniform_bytes

@@ -275,6 +275,7 @@ def apply_depths(compiled: Compiled, report: FifoReport) -> tuple[int, list[str]
     the layout of `stepc fmt`, through a temporary file and a rename. Returns the calls
     edited and the locations left alone, each with why (a call in an imported file)."""
     from stepc.fifo.apply import CallDepths, with_depths
+    from stepc.fifo.capacity import input_depths
     from stepc.grammar.format import format_source
     from stepc.sim.report import write_atomic
 
@@ -289,7 +290,7 @@ def apply_depths(compiled: Compiled, report: FifoReport) -> tuple[int, list[str]
         if r.depth is None or not r.settable:
             continue
         node = nodes[r.consumer]
-        current = _current_depths(node, report.preset_depth)
+        current = input_depths(node, report.preset_depth)
         if r.depth == current[r.slot]:
             continue
         if r.span.file != path:
@@ -304,37 +305,15 @@ def apply_depths(compiled: Compiled, report: FifoReport) -> tuple[int, list[str]
     return len(calls), skipped
 
 
-def _current_depths(node, preset: int) -> list[int]:
-    """Each stream input's depth: the call's `depth=` (one value or one per input), else
-    the hardware's."""
-    depth = node.attrs.get("depth")
-    inputs = len(node.inputs)
-    if isinstance(depth, list):
-        return [depth[i] if i < len(depth) and depth[i] else preset for i in range(inputs)]
-    return [depth or preset] * inputs
-
-
 def fifo_capacity_bytes(compiled: Compiled, hw=None, bindings: Mapping[str, Any] | None = None):
     """Bytes of every FIFO at its depth (the consumer's `depth=`, else the hardware's
     `fabric.fifo_depth`) times its element's bytes: an int once `bindings` (dim name ->
     value) fix every dim, else an expression in the dims left."""
-    import sympy
-
     from stepc.api.results import plain
+    from stepc.fifo.capacity import fifo_bytes
 
     config = hw if hw is not None and not isinstance(hw, str) else hardware(hw)[0]
-    typed = compiled.typed
-    named = {k: sympy.sympify(v) for k, v in (bindings or {}).items()}
-    total = sympy.Integer(0)
-    for e in typed.program.edges:
-        st = typed.types.get((e.src, e.port))
-        size = getattr(getattr(st, "elem", None), "bytes", None)
-        if size is None:
-            continue
-        depth = _current_depths(typed.program.nodes[e.dst], config.fabric.fifo_depth)[e.slot]
-        total += depth * sympy.sympify(size)
-    total = total.xreplace({s: named[s.name] for s in total.free_symbols if s.name in named})
-    return plain(total)
+    return plain(fifo_bytes(compiled.typed, config, dict(bindings or {})))
 
 
 def fifo_totals(compiled: Compiled, hw, bindings: Mapping[str, Any] | None,

@@ -121,9 +121,11 @@ def _trace_paths(name: str, text: str) -> list[str]:
               help="Dask scheduler address for --backend dask.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Print the report (text) or one JSON document.")
+@click.option("--fifo-bytes", is_flag=True, help="On-chip bytes (budgets, objectives, the "
+              "report) count every FIFO at its depth, as `stepc analyze --fifo-bytes`.")
 def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggregate, hw,
              sets, model, margin, confirm_policy, max_confirm, probe, sampler, trials,
-             max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt):
+             max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt, fifo_bytes):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
     from stepc.api.tune import (
@@ -163,7 +165,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
                           margin=margin, confirm=confirm_policy, max_confirm=max_confirm,
                           sampler=sampler,
                           trials=trials, max_exhaustive=max_exhaustive, seed=seed, probe=probe,
-                          log=lambda m: click.echo(m, err=True))
+                          fifo_bytes=fifo_bytes, log=lambda m: click.echo(m, err=True))
         finally:
             if client is not None:
                 client.close()

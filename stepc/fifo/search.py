@@ -4,15 +4,22 @@ a tolerance of its cycles with unbounded FIFOs.
 FIFOs are searched by class: the FIFOs into one input of one call in the source (the
 iterations of a loop, the calls of a function share it), as one `depth=` would set them.
 One run with unbounded FIFOs gives the reference cycles and each FIFO's high water: the
-most elements it ever held, the depth it needs to change nothing. The search then caps
-every class at one budget of bytes `U` per FIFO (the depth is `U / element bytes`, never
-above the high water, never below the static minimum under the depths around it) and
-bisects `U`, first over powers of two, then within the last doubling, for the smallest
-budget whose run completes within the tolerance: FIFOs of small elements on the critical
-reconvergent paths get the depth they need, FIFOs of large tiles only what the cycles ask.
-Last, the rows holding the most bytes are lowered back to their minimum, the longest prefix
-of them (heaviest first, found by bisection) whose run stays within the tolerance, in two
-passes (the second skips the row the first could not lower).
+most elements it ever held, the depth it needs to change nothing. Every later run stops
+as soon as it passes the tolerance (the simulator's `max_cycles`): a run that is too slow
+costs only the cycles up to the bound.
+
+1. Every class at its static minimum: when that run is within the tolerance, nothing
+   smaller exists and the search ends (the bundled MoE layers: two runs).
+2. Else every class is capped at one budget of bytes `U` per FIFO (the depth is
+   `U / element bytes`, never above the high water, never below the static minimum under
+   the depths around it), and `U` is bisected, first over powers of two, then within the
+   last doubling, for the smallest budget whose run completes within the tolerance: FIFOs
+   of small elements on the critical reconvergent paths get the depth they need, FIFOs of
+   large tiles only what the cycles ask.
+3. Each class is lowered to the most its FIFOs held in that good run (what it used).
+4. The rows holding the most bytes are lowered back to their minimum, the longest prefix
+   of them (heaviest first, found by bisection) whose run stays within the tolerance, in
+   two passes (the second skips the row the first could not lower).
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import sympy
 from stepc.analyze import analyze
 from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
 from stepc.measure import Measurement, measure
+from stepc.sim.kernel import SimError
 
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
 REFINE_STEPS = 3  # bisections within the last doubling of the byte budget (to 1/8 of it)
 SHRINK_SHARE = 100  # rows holding at least 1/SHRINK_SHARE of the FIFO bytes are lowered
 SHRINK_ROUNDS = 2  # passes over them (each skips the row that could not be lowered)
+PAST_LIMIT = "the run passed --max-cycles"  # how the simulator stops a run at max_cycles
 
 
 @dataclass
@@ -89,17 +98,24 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     log: list[str] = []
     costs = analyze(typed, "artifact", hw)  # once: every run binds the same analysis
 
-    def run(depths: dict[tuple[str, int], int]) -> Measurement:
+    def run(depths: dict[tuple[str, int], int], limit: int | None = None) -> Measurement | None:
+        """One timing-only run; None when it passed `limit` cycles (it stops there)."""
         runs[0] += 1
         per_edge = {k: depths[c.key] for c in classes for k in c.edges}
-        return measure(typed, hw, traces, functional=False, analysis=costs, depths=per_edge)
+        try:
+            return measure(typed, hw, traces, functional=False, analysis=costs,
+                           depths=per_edge, max_cycles=limit)
+        except SimError as e:
+            if limit is None or not str(e).startswith(PAST_LIMIT):
+                raise
+            return None
 
     reference = run({c.key: UNBOUNDED_DEPTH for c in classes})
     if reference.deadlocked:
         log.append("deadlocks with unbounded FIFOs: no depth helps")
         return _done(classes, {c.key: UNBOUNDED_DEPTH for c in classes}, reference,
                      reference, runs[0], start, log)
-    target = reference.result.cycles * (1 + tolerance)
+    limit = int(reference.result.cycles * (1 + tolerance))  # a run past it stops early
     names = _channel_names(typed)
     high = {c.key: max([1] + [reference.result.fifo[names[k]][0] for k in c.edges])
             for c in classes}
@@ -125,9 +141,18 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
                 depths[c] = max(depths[c], int(bound))
         return depths
 
-    def good(m: Measurement) -> bool:
-        return not m.deadlocked and m.result.cycles <= target
+    def good(m: Measurement | None) -> bool:
+        return m is not None and not m.deadlocked and m.result.cycles <= limit
 
+    def trial(depths: dict[tuple[str, int], int], what: str) -> Measurement | None:
+        m = run(depths, limit)
+        log.append(f"{what}: {_outcome(m)}")
+        return m
+
+    depths = floored({c.key: fixed.get(c.key, 1) for c in classes})
+    best = trial(depths, "every FIFO at its minimum")
+    if good(best):  # nothing can be smaller
+        return _done(classes, depths, reference, best, runs[0], start, log)
     top = max(high[k] * sizes[k] for k in high)
     best = None  # the run at the smallest good budget, once one is found
     low = min(sizes.values())
@@ -146,18 +171,25 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
             mid = (low + top) // 2
             if not low < mid < top:
                 break
-        trial = run(capped(mid))
-        log.append(f"{mid:,} B per FIFO: {_outcome(trial)}")
-        if good(trial):
-            top, best = mid, trial
+        m = trial(capped(mid), f"{mid:,} B per FIFO")
+        if good(m):
+            top, best = mid, m
         else:
             low = mid
-    if best is None:  # no smaller budget was good: the high water marks themselves
-        best = run(capped(top))
-        log.append(f"at the high water marks: {_outcome(best)}")
     depths = capped(top)
-    if not good(best):
-        return _done(classes, depths, reference, best, runs[0], start, log)
+    if best is None:  # no smaller budget was good: the high water marks themselves
+        best = run(depths)
+        log.append(f"at the high water marks: {_outcome(best)}")
+        if not good(best):
+            return _done(classes, depths, reference, best, runs[0], start, log)
+    # Each class down to the most its FIFOs held in the good run: what it used.
+    held = {c.key: fixed.get(c.key, max([1] + [best.result.fifo[names[k]][0] for k in c.edges]))
+            for c in classes}
+    used = floored({k: min(d, held[k]) for k, d in depths.items()})
+    if used != depths:
+        m = trial(used, "each FIFO at the most it held")
+        if good(m):
+            depths, best = used, m
     # The budget fits the deepest critical FIFOs; lower the rows holding the most bytes
     # back to their minimum, the longest prefix of them (by bytes) that stays good.
     def weight(k):
@@ -170,26 +202,26 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
         if not heavy:
             break
         lowered = floored({**depths, **{k: 1 for k in heavy}})
-        trial = run(lowered)
-        log.append(f"{len(heavy)} heaviest rows at their minimum: {_outcome(trial)}")
-        if good(trial):
-            depths, best = lowered, trial
+        m = trial(lowered, f"{len(heavy)} heaviest rows at their minimum")
+        if good(m):
+            depths, best = lowered, m
             break
         fine, bad = 0, len(heavy)  # a prefix of `fine` rows can be lowered, of `bad` not
         while bad - fine > 1:
             mid = (fine + bad) // 2
             lowered = floored({**depths, **{k: 1 for k in heavy[:mid]}})
-            trial = run(lowered)
-            log.append(f"{mid} heaviest rows at their minimum: {_outcome(trial)}")
-            if good(trial):
-                fine, depths, best = mid, lowered, trial
+            m = trial(lowered, f"{mid} heaviest rows at their minimum")
+            if good(m):
+                fine, depths, best = mid, lowered, m
             else:
                 bad = mid
         heavy = heavy[bad:]  # the row at `bad` must stay: try those after it
     return _done(classes, depths, reference, best, runs[0], start, log)
 
 
-def _outcome(m: Measurement) -> str:
+def _outcome(m: Measurement | None) -> str:
+    if m is None:
+        return "over the tolerance (stopped)"
     return "deadlock" if m.deadlocked else f"{m.result.cycles:,} cycles"
 
 

@@ -105,6 +105,7 @@ class _Counts:
     def __init__(self, typed: TypedProgram):
         self.typed = typed
         self.memo: dict[tuple[str, int], sympy.Expr] = {}
+        self.ratios: dict[tuple, sympy.Expr] = {}  # _ceil_ratio's, up to renamed symbols
 
     def of(self, e: Edge) -> sympy.Expr:
         """Elements of the stream, its dims taken as positive: a stream the join waits on
@@ -118,12 +119,27 @@ class _Counts:
             self.memo[key] = n if n != 0 else sympy.Integer(1)
         return self.memo[key]
 
+    def ceil_ratio(self, need: sympy.Expr, num: sympy.Expr, den: sympy.Expr) -> sympy.Expr:
+        """`_ceil_ratio`, remembered up to a renaming of the symbols: the experts of a MoE
+        layer ask the same question, each in its own dims, and sympy's ceiling of an
+        expression is slow."""
+        if num == den:
+            return need
+        names = sorted({s for v in (need, num, den) for s in v.free_symbols},
+                       key=lambda s: s.name)
+        if not names:
+            return _ceil_ratio(need, num, den)
+        canonical = {s: sympy.Symbol(f"_s{i}", **s.assumptions0) for i, s in enumerate(names)}
+        key = tuple(v.xreplace(canonical) for v in (need, num, den))
+        if key not in self.ratios:
+            self.ratios[key] = _ceil_ratio(*key)
+        return _renamed(self.ratios[key], {c: s for s, c in canonical.items()})
+
 
 def analyze_fifos(typed: TypedProgram) -> FifoAnalysis:
     """Find the reconvergent paths and dead feedback loops of a checked program."""
     prog = typed.program
     order = _topological(prog)
-    index = {n: i for i, n in enumerate(order)}
     bit = {n: 1 << i for i, n in enumerate(order)}
     forward = [e for e in prog.edges if not e.feedback]
     ins: dict[str, list[Edge]] = {n: [] for n in prog.nodes}
@@ -153,7 +169,7 @@ def analyze_fifos(typed: TypedProgram) -> FifoAnalysis:
             branch = [e for e, r in zip(edges, reach) if r & fb]
             if len(branch) < 2:
                 continue
-            found.append(_reconvergence(typed, fork, join, branch, anc, bit, outs, index,
+            found.append(_reconvergence(typed, fork, join, branch, anc, bit, outs, order,
                                         counts))
     return FifoAnalysis(typed, found, _dead_loops(typed, anc, bit), counts)
 
@@ -174,11 +190,11 @@ def _lowest_common_forks(reach: list[int], forks: int, order, anc, bit) -> list[
         for j in range(i + 1, len(reach)):
             common |= reach[i] & reach[j]
     common &= forks
-    names = [n for n in order if common & bit[n]]
+    names = [order[i] for i in _bits(common)]
     return [f for f in names if not any(anc[g] & bit[f] for g in names if g != f)]
 
 
-def _reconvergence(typed, fork, join, branch, anc, bit, outs, index, counts) -> Reconvergence:
+def _reconvergence(typed, fork, join, branch, anc, bit, outs, order, counts) -> Reconvergence:
     """Each join input's need of fork elements before its first element arrives."""
     fb = bit[fork]
     needs: dict[EdgeKey, sympy.Expr | None] = {}
@@ -186,20 +202,21 @@ def _reconvergence(typed, fork, join, branch, anc, bit, outs, index, counts) -> 
     why = None if OPS[typed.program.nodes[fork].op].fan_out else (
         f"`{fork}` routes its elements to its outputs by the data")
     for last in branch:
-        inside = {n for n in index if (anc[n] & fb) and (anc[last.src] | bit[last.src]) & bit[n]}
+        upstream = [order[i] for i in _bits(anc[last.src] | bit[last.src])]
+        inside = {n for n in upstream if anc[n] & fb}
         inside.add(fork)
         need: dict[EdgeKey, sympy.Expr] = {edge_key(last): sympy.Integer(1)}
         best: dict[EdgeKey, Edge] = {}  # edge -> the downstream edge its need came from
-        for n in sorted(inside, key=index.get, reverse=True):
+        for n in reversed(upstream):  # downstream first
             here = [o for o in outs[n] if edge_key(o) in need]
-            if not here or n == fork:
+            if not here or n == fork or n not in inside:
                 continue
             if why is None and _routes_by_data(typed, n):
                 why = f"`{n}` ({typed.program.nodes[n].op}) routes by selectors"
             for i in (e for e in typed.program.in_edges(n) if not e.feedback and
                       (e.src in inside)):
                 for o in here:
-                    v = _ceil_ratio(need[edge_key(o)], counts.of(i), counts.of(o))
+                    v = counts.ceil_ratio(need[edge_key(o)], counts.of(i), counts.of(o))
                     k = edge_key(i)
                     if k not in need or _larger(v, need[k]):
                         need[k], best[k] = v, o
@@ -212,6 +229,29 @@ def _reconvergence(typed, fork, join, branch, anc, bit, outs, index, counts) -> 
             path.append(e)
         paths[edge_key(last)] = path
     return Reconvergence(fork, join, needs, why, paths)
+
+
+def _renamed(expr: sympy.Expr, names: dict) -> sympy.Expr:
+    """`expr` with its symbols renamed, its ceilings and floors kept as they are (they were
+    evaluated under the old names: evaluating them again asks sympy's assumptions, slowly)."""
+    if expr in names:
+        return names[expr]
+    if not expr.args:
+        return expr
+    args = [_renamed(a, names) for a in expr.args]
+    if isinstance(expr, (sympy.ceiling, sympy.floor)):
+        return expr.func(*args, evaluate=False)
+    return expr.func(*args)
+
+
+def _bits(mask: int) -> list[int]:
+    """The positions of the set bits of `mask`, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 def _ceil_ratio(need: sympy.Expr, num: sympy.Expr, den: sympy.Expr) -> sympy.Expr:

@@ -26,15 +26,20 @@ class AnalysisJob:
     # the `hw_digest`s of the configurations the candidate is simulated with whose symbolic
     # analysis is this one's (they differ from `hw` only where the analysis does not read)
     same_analysis: tuple[str, ...] = ()
+    fifo_bytes: bool = False  # on-chip bytes count the FIFOs at their depths
+
+
+WITH_FIFOS = ("on_chip_bytes", "on_chip_bytes_on_demand")  # count FIFOs with `fifo_bytes`
 
 
 def analyze_candidate(job: AnalysisJob) -> dict:
     """Compile, check and analyze one candidate: `status` is `ok`, `infeasible` (the program
     does not check, or a trace does not fit it) or `excluded` (a `--where` condition); an
     ok record has one dict of metrics per trace case, with `lower_bound_cycles`."""
-    from stepc.analyze import analyze
+    from stepc.analyze import analyze, trace_bindings
     from stepc.analyze.analysis import roofline
     from stepc.explore.runner import compile_cached
+    from stepc.fifo.capacity import fifo_bytes
     from stepc.frontend import compile_files
     from stepc.measure import measure, number
     from stepc.traces import TraceError
@@ -63,6 +68,12 @@ def analyze_candidate(job: AnalysisJob) -> dict:
             metrics = {m: number(v) for m, v in measured.values.items()}
             metrics["lower_bound_cycles"] = number(dim_json(roofline(measured.analysis,
                                                                     job.hw).cycles))
+            if job.fifo_bytes:
+                bound = trace_bindings(result.typed, arrays) if arrays else {}
+                fifos = number(dim_json(fifo_bytes(result.typed, job.hw, bound)))
+                metrics["fifo_bytes"] = fifos
+                for m in WITH_FIFOS:
+                    metrics[m] = None if None in (fifos, metrics[m]) else metrics[m] + fifos
             cases.append(metrics)
     except TraceError as e:
         return {"status": "infeasible", "reason": f"trace: {e}"}

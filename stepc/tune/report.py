@@ -56,7 +56,9 @@ def markdown(result: TuneResult) -> str:
     lines = ["# stepc tune", ""]
     lines.append(f"Objective: {', '.join(o.text() for o in result.objectives)} "
                  f"({result.aggregate} over traces); budgets: "
-                 f"{', '.join(b.text() for b in result.budgets) or 'none'}; confirmed with "
+                 f"{', '.join(b.text() for b in result.budgets) or 'none'}"
+                 + ("; on-chip bytes count the FIFOs at their depths" if result.fifo_bytes
+                    else "") + "; confirmed with "
                  f"the `{result.model}` memory model (`{result.policy}` policy, margin "
                  f"{result.margin:.0%}). Wall time {result.wall_seconds:.1f} s ("
                  + ", ".join(f"{name} {result.stage_seconds.get(key, 0):.1f} s" for key, name

@@ -66,6 +66,7 @@ class TuneResult:
     policy: str = "adaptive"
     margin: float = 0.05
     stage_seconds: dict[str, float] = field(default_factory=dict)  # analyze, screen, confirm
+    fifo_bytes: bool = False  # on-chip bytes count the FIFOs at their depths
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +77,7 @@ class TuneResult:
             "not_confirmed": [s.to_dict() for s in self.unconfirmed],
             "confirm_policy": self.policy,
             "margin": self.margin,
+            "fifo_bytes": self.fifo_bytes,
             "stages": dict(self.stages),
             "rank_agreement": dict(self.rank_agreement),
             "objectives": [o.text() for o in self.objectives],

@@ -63,12 +63,12 @@ class Search(Pruning):
                  traces: dict[str, list[str]], how: str, hw: str, sets: tuple[str, ...],
                  model: str, out: str, resume: bool, executor, margin: float,
                  max_confirm: int | None, jobs: int, log, probe: int = 0,
-                 policy: str = "adaptive"):
+                 policy: str = "adaptive", fifo_bytes: bool = False):
         self.space, self.budgets, self.objectives = space, budgets, objectives
         self.how, self.hw, self.sets, self.model = how, hw, tuple(sets), model
         self.out, self.resume, self.executor = out, resume, executor
         self.margin, self.max_confirm, self.jobs, self.log = margin, max_confirm, jobs, log
-        self.probe, self.policy = probe, policy
+        self.probe, self.policy, self.fifo_bytes = probe, policy, fifo_bytes
         self.counts: Counter = Counter()
         self.seconds: Counter = Counter()  # wall time per stage: analyze, screen, confirm
         self.cases = [tuple(zip(sorted(traces), paths)) for paths in
@@ -154,7 +154,8 @@ class Search(Pruning):
                               [{st: self._arrays[p] for st, p in case}
                                for case in self.cases],
                               [w for w in self.space.where if w not in early], key,
-                              self._same_analysis[s.candidate.sets] if shared else ())
+                              self._same_analysis[s.candidate.sets] if shared else (),
+                              self.fifo_bytes)
             jobs[self.executor.submit(analyze_candidate, job)] = s
         for fut, s in jobs.items():
             rec = fut.result()
@@ -448,7 +449,7 @@ class Search(Pruning):
                           self.objectives, self.budgets, self.how, self.model,
                           time.perf_counter() - t0, command, space_size, self.scored,
                           unconfirmed, self.policy, self.margin,
-                          {k: round(v, 3) for k, v in self.seconds.items()})
+                          {k: round(v, 3) for k, v in self.seconds.items()}, self.fifo_bytes)
 
 
 def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (),
@@ -458,7 +459,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
          executor=None, margin: float = 0.05, max_confirm: int | None = None,
          sampler: str = "auto", trials: int | None = None, max_exhaustive: int = 512,
          seed: int = 0, probe: int = 0, confirm: str = "adaptive",
-         log=None) -> TuneResult:
+         fifo_bytes: bool = False, log=None) -> TuneResult:
     """The best schedule of `space` under `budgets` for `objectives` (one, or two for a
     Pareto front), aggregated over `traces` by `aggregate` (mean, max or pNN).
 
@@ -468,7 +469,8 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     sampler) or `auto` (grid up to `max_exhaustive` points). `margin`: confirm what the
     fluid screen puts within this fraction of the best; `confirm`: `adaptive` (skip those
     that fluid's error observed on confirmed points rules out) or `margin` (confirm them
-    all); `probe`: see the module doc."""
+    all); `probe`: see the module doc; `fifo_bytes`: the on-chip bytes (budgets, objectives,
+    reports) count every FIFO at its depth (`stepc analyze --fifo-bytes`)."""
     from stepc.explore.runner import LocalPool
 
     t0 = time.perf_counter()
@@ -506,7 +508,7 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     jobs = jobs or os.cpu_count() or 1
     search = Search(space, list(budgets), list(objectives), traces or {}, aggregate,
                     hw, tuple(sets), model, out, resume, executor, margin, max_confirm, jobs,
-                    log, probe, confirm)
+                    log, probe, confirm, fifo_bytes)
     try:
         search.load()
         if executor is None:  # forked now, the workers start with the parsed programs
