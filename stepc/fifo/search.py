@@ -32,13 +32,12 @@ import sympy
 from stepc.analyze import analyze
 from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
 from stepc.measure import Measurement, measure
-from stepc.sim.kernel import SimError
+from stepc.sim.kernel import CycleLimitError
 
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
 REFINE_STEPS = 3  # bisections within the last doubling of the byte budget (to 1/8 of it)
 SHRINK_SHARE = 100  # rows holding at least 1/SHRINK_SHARE of the FIFO bytes are lowered
 SHRINK_ROUNDS = 2  # passes over them (each skips the row that could not be lowered)
-PAST_LIMIT = "the run passed --max-cycles"  # how the simulator stops a run at max_cycles
 
 
 @dataclass
@@ -105,8 +104,8 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
         try:
             return measure(typed, hw, traces, functional=False, analysis=costs,
                            depths=per_edge, max_cycles=limit)
-        except SimError as e:
-            if limit is None or not str(e).startswith(PAST_LIMIT):
+        except CycleLimitError:
+            if limit is None:
                 raise
             return None
 

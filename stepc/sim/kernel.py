@@ -35,6 +35,11 @@ class SimError(Exception):
         self.node, self.span, self.code = node, span, code  # span, code: where no node is
 
 
+class CycleLimitError(SimError):
+    """The run passed its `max_cycles` (it stops there, unfinished)."""
+
+
+
 class Channel:
     """A bounded single-producer single-consumer FIFO."""
 
@@ -158,7 +163,7 @@ class Kernel:
                 return
             t, kind, _, obj, value = heapq.heappop(heap)
             if self.max_cycles is not None and t > self.max_cycles:
-                raise SimError(f"the run passed --max-cycles {self.max_cycles:,} (cycle "
+                raise CycleLimitError(f"the run passed --max-cycles {self.max_cycles:,} (cycle "
                                f"{t:,})", getattr(obj, "name", None))
             if kind == 2:
                 obj.activate(t)
@@ -234,7 +239,8 @@ class Kernel:
                         return
                     vis = ctx.t + self.hop
                     if self.max_cycles is not None and vis > self.max_cycles:
-                        raise SimError(f"the run passed --max-cycles {self.max_cycles:,} "
+                        raise CycleLimitError(f"the run passed --max-cycles "
+                                              f"{self.max_cycles:,} "
                                        f"(cycle {vis:,})", ctx.name)
                     if code == SEND_AT and op[4] > vis:
                         vis = op[4]

@@ -366,7 +366,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     except SimError as e:
         if e.node is None:
             raise
-        raise SimError(str(e), e.node) from None
+        raise type(e)(str(e), e.node) from None
     wall = time.perf_counter() - start
 
     blocked = kernel.blocked()
