@@ -4,6 +4,7 @@ checked programs is used and invalidated, and the workspace is a wall."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,36 @@ def test_the_worker_survives_running_out_of_memory(tmp_path):
     try:
         with pytest.raises(ToolFailure, match="memory"):
             worker.call("simulate", {"program": big, "timing_only": False}, 60)
+        assert worker.call("check", {"program": "param N = 1\n"}, 60)["ok"]
+        assert worker.restarts == 1
+    finally:
+        worker.stop()
+
+
+@pytest.mark.slow  # ~6 s; the stdio session cancels a run over the protocol by default
+def test_a_cancelled_call_does_not_run_or_is_stopped(tmp_path):
+    import threading
+    worker = Worker(str(tmp_path))
+    try:
+        waiting = object()
+        worker.cancel(waiting)  # cancelled while another call held the worker
+        with pytest.raises(ToolFailure, match="cancelled before it started"):
+            worker.call("check", {"program": "param N = 1\n"}, 60, waiting)
+        running, failure = object(), []
+        long_run = {"program": (REPO / "programs" / "swiglu.step").read_text(),
+                    "params": {"B": 65536}, "timing_only": False}
+
+        def run():
+            try:
+                worker.call("simulate", long_run, 120, running)
+            except ToolFailure as e:
+                failure.append(str(e))
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(2)  # the run is under way (minutes of work)
+        worker.cancel(running)
+        thread.join(20)
+        assert not thread.is_alive() and "stopped the worker" in failure[0]
         assert worker.call("check", {"program": "param N = 1\n"}, 60)["ok"]
         assert worker.restarts == 1
     finally:

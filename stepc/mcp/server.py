@@ -8,42 +8,40 @@ nothing but protocol messages is written to standard output."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import mcp_types as types
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
-
-from stepc import __version__
-from stepc.api import reference
-from stepc.api.errors import InputError
 from stepc.mcp.limits import MEMORY_LIMIT_MIB, TIME_LIMIT
 from stepc.mcp.schemas import TOOLS
-from stepc.mcp.tools import WORKER_TOOLS
-from stepc.mcp.worker import ToolFailure, Worker
+from stepc.mcp.worker import WORKER_TOOLS, ToolFailure, Worker
 from stepc.mcp.workspace import Refused, Workspace
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+# The MCP SDK and stepc's API load in `build`, after `serve` has started the worker: the
+# worker loads the front end (about a second) while the server loads the SDK (as long).
 
 INSTRUCTIONS = (
     "stepc checks, analyzes, simulates and tunes STeP (.step) programs. Pass a program as "
     "`program` text or a `path` under the workspace. Start with `check` (diagnostics carry "
     "codes; `explain` documents a code, `operator` an operator), then `estimate` or "
     "`simulate`. The language reference is the resource stepc://docs/language.")
-RESOURCES = {  # uri -> (name, description, reader)
+RESOURCES = {  # uri -> (name, description, reader of stepc.api.reference)
     "stepc://docs/language": ("language", "The .step language reference (docs/language.md)",
-                              lambda: reference.document("language")),
+                              lambda reference: reference.document("language")),
     "stepc://docs/operators": ("operators", "The operator and function reference, "
                                "generated from the operator registry",
-                               lambda: reference.generated("language", "operators")),
+                               lambda reference: reference.generated("language", "operators")),
     "stepc://docs/diagnostics": ("diagnostics", "Every diagnostic code with a mistake and "
                                  "its fix (docs/diagnostics.md)",
-                                 lambda: reference.document("diagnostics")),
+                                 lambda reference: reference.document("diagnostics")),
 }
 
 
 def _reference_tool(name: str, args: dict) -> dict:
     """`explain` and `operator`, answered from the registry and the docs."""
+    from stepc.api import reference
     if name == "explain":
         if not isinstance(args.get("code"), str):
             raise Refused("code: expected a diagnostic code such as E0343")
@@ -67,20 +65,33 @@ def _check_arguments(name: str, args: dict) -> None:
 
 
 def _error(message: str) -> types.CallToolResult:
+    import mcp_types as types
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                 is_error=True)
 
 
 def _program_resources() -> dict[str, tuple]:
+    from stepc.api import reference
     return {f"stepc://programs/{name}": (name, f"The bundled program programs/{name}",
-                                         path.read_text)
+                                         lambda _, path=path: path.read_text())
             for name, path in reference.programs().items()}
 
 
 def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
-          memory_mib: int | None = MEMORY_LIMIT_MIB) -> tuple[Server, Worker]:
-    """The server and its (not yet started) worker."""
-    worker = Worker(str(workspace.root), memory_mib)
+          memory_mib: int | None = MEMORY_LIMIT_MIB,
+          worker: Worker | None = None) -> tuple[Server, Worker]:
+    """The server and its worker (`worker`, when given, already started)."""
+    import anyio
+    import jsonschema  # noqa: F401 - loaded here, not by the first call's argument check
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+
+    from stepc import __version__
+    from stepc.api import reference
+    from stepc.api.errors import InputError
+
+    worker = worker or Worker(str(workspace.root), memory_mib)
     resources = {**RESOURCES, **_program_resources()}
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -96,7 +107,13 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
             _check_arguments(name, args)
             if name in WORKER_TOOLS:
                 seconds = _time_limit(args.pop("time_limit", None), time_limit)
-                result = await anyio.to_thread.run_sync(worker.call, name, args, seconds)
+                ticket = object()
+                try:
+                    result = await anyio.to_thread.run_sync(
+                        worker.call, name, args, seconds, ticket, abandon_on_cancel=True)
+                except anyio.get_cancelled_exc_class():  # the client cancelled the request
+                    worker.cancel(ticket)
+                    raise
             else:
                 result = _reference_tool(name, args)
         except (Refused, ToolFailure, InputError) as e:
@@ -119,7 +136,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
         if uri not in resources:
             raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri}")
         try:
-            text = resources[uri][2]()
+            text = resources[uri][2](reference)
         except (InputError, OSError) as e:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(e)) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(
@@ -143,14 +160,18 @@ def _time_limit(asked: Any, most: float) -> float:
 def serve(root: str, time_limit: float = TIME_LIMIT,
           memory_mib: int | None = MEMORY_LIMIT_MIB) -> None:
     """Serve MCP on standard input and output until the client closes them."""
-    server, worker = build(Workspace(root), time_limit, memory_mib)
+    workspace = Workspace(root)
+    worker = Worker(str(workspace.root), memory_mib)
+    worker.start()  # first: it loads the front end while the server loads the SDK
+    try:
+        import anyio
+        from mcp.server.stdio import stdio_server
+        server, _ = build(workspace, time_limit, memory_mib, worker)
 
-    async def main() -> None:
-        async with stdio_server() as (read, write):
-            worker.start()  # while stdout is diverted: the child inherits the diversion
-            try:
+        async def main() -> None:
+            async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
-            finally:
-                worker.stop()
 
-    anyio.run(main)
+        anyio.run(main)
+    finally:
+        worker.stop()

@@ -355,5 +355,3 @@ def failure_message(e: BaseException) -> str:
         return render_text(e.diagnostics, e.sources or {}).rstrip("\n")
     return str(e)
 
-
-WORKER_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")
