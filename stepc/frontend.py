@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
@@ -90,6 +91,18 @@ def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
 def _load_import(path: str, span: Span):
     src = read_source(path, span)
     return src, parse(src)
+
+
+def guarded_loader(may_read: Callable[[str], None] | None):
+    """The loader of imports that calls `may_read(path)` before reading a file (it raises
+    to refuse one); the plain loader when `may_read` is None."""
+    if may_read is None:
+        return _load_import
+
+    def load(path: str, span: Span):
+        may_read(path)
+        return _load_import(path, span)
+    return load
 
 
 def program_files(path: str) -> dict[str, bytes]:
@@ -185,9 +198,10 @@ def _compile(src: SourceFile, overrides: dict[str, int] | None, path: str | None
     return Compiled(src.name, typed, bag, sources, unknown)
 
 
-def compile_file(path: str, overrides: dict[str, int] | None = None) -> Compiled:
+def compile_file(path: str, overrides: dict[str, int] | None = None,
+                 may_read: Callable[[str], None] | None = None) -> Compiled:
     """Read and compile a program file ('-' for standard input; a `.pb` STeP IR graph is
-    imported first)."""
+    imported first); `may_read` vets each imported file (`guarded_loader`)."""
     try:
         if path.endswith(GRAPH_SUFFIX):
             return _compile_graph(path, overrides or {})
@@ -197,4 +211,5 @@ def compile_file(path: str, overrides: dict[str, int] | None = None) -> Compiled
         bag.extend(e.diagnostics)
         name = "<stdin>" if path == "-" else path
         return Compiled(name, None, bag, {}, [])
-    return compile_source(src, overrides, None if path == "-" else os.path.normpath(path))
+    return compile_source(src, overrides, None if path == "-" else os.path.normpath(path),
+                          guarded_loader(may_read))

@@ -4,6 +4,7 @@ checked programs is used and invalidated, and the workspace is a wall."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -73,13 +74,23 @@ def test_the_cache_is_used_and_sees_imported_files_change(tmp_path, monkeypatch)
 
 
 def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
+    import builtins
     (tmp_path / "lib.step").write_text("param W = 64\n", encoding="utf-8")
     inner = tmp_path / "ws"
     inner.mkdir()
+    (inner / "main.step").write_text('import "../lib.step"\n', encoding="utf-8")
     monkeypatch.chdir(inner)
+    opened, real_open = [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: (
+        opened.append(os.path.realpath(file)), real_open(file, *a, **k))[1])
     tools = Tools(Workspace(inner))
-    with pytest.raises(Refused, match="outside the workspace"):
+    with pytest.raises(Refused, match="imports '../lib.step', outside the workspace"):
         tools.check({"program": 'import "../lib.step"\n', "name": "main.step"})
+    with pytest.raises(Refused, match="imports '../lib.step', outside the workspace"):
+        tools.check({"path": "main.step"})
+    assert str(tmp_path / "lib.step") not in opened  # refused before it was read
+    assert str(inner / "main.step") in opened  # (the spy sees what is read)
+    monkeypatch.setattr(builtins, "open", real_open)
     with pytest.raises(Refused, match="outside the workspace"):
         tools.check({"program": "param N = 1\n", "name": "../main.step"})
     with pytest.raises(Refused, match="one of the two"):
