@@ -1,9 +1,11 @@
 """Benchmark: the front end's compile (parse, elaborate, type/shape-check) of bundled
-programs, in-process, first compile and median of the repeats, wall and CPU time.
+programs, in-process: the first compile of each program in a fresh process (warmed with a
+one-line program, as the MCP worker is) and the median of repeated compiles of the same
+text (which reuse its syntax trees, as the test suite and the servers do), wall and CPU.
 
 With `--base DIR` (a checkout of an earlier commit, e.g. `git worktree add /tmp/base
 HEAD~3`), the same programs are compiled by that tree's stepc in the same run, and the
-table gives the ratio (base / this). Each tree runs in its own fresh process.
+table gives the CPU-time ratios (base / this).
 
     python benchmarks/bench_compile.py [--base DIR] [--repeat 5]
 """
@@ -27,32 +29,32 @@ PROGRAMS = (  # (label, program, params): the 128-expert MoE first, at its defau
     ("swiglu", "programs/swiglu.step", {}),
 )
 
-# Run in a child process whose stepc is the tree under test: prints one JSON line per
-# program, {"first": [wall, cpu], "rest": [[wall, cpu], ...]}.
+# Run in a child process whose stepc is the tree under test, once per program: prints
+# {"first": [wall, cpu], "rest": [[wall, cpu], ...]}.
 _CHILD = """
 import json, sys, time
-from stepc.frontend import compile_file
-repeat, jobs = int(sys.argv[1]), json.loads(sys.argv[2])
-for path, params in jobs:
-    times = []
-    for _ in range(repeat + 1):
-        wall, cpu = time.perf_counter(), time.process_time()
-        compiled = compile_file(path, params)
-        times.append([time.perf_counter() - wall, time.process_time() - cpu])
-        assert compiled.ok, path
-    print(json.dumps({"first": times[0], "rest": times[1:]}), flush=True)
+from stepc.frontend import compile_file, compile_source
+from stepc.source import SourceFile
+compile_source(SourceFile("<warm-up>", "param N = 1\\n"))
+path, params, repeat = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+times = []
+for _ in range(repeat + 1):
+    wall, cpu = time.perf_counter(), time.process_time()
+    compiled = compile_file(path, params)
+    times.append([time.perf_counter() - wall, time.process_time() - cpu])
+    assert compiled.ok, path
+print(json.dumps({"first": times[0], "rest": times[1:]}))
 """
 
 
-def measure(tree: Path, repeat: int) -> list[dict]:
-    """The compile times of every program by the stepc in `tree`."""
-    jobs = [[str(REPO / path), params] for _, path, params in PROGRAMS]
+def measure(tree: Path, path: str, params: dict, repeat: int) -> dict:
+    """The compile times of one program by the stepc in `tree`, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(repeat), json.dumps(jobs)],
-                         env=env, cwd=str(tree), capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(REPO / path), json.dumps(params),
+                          str(repeat)], env=env, cwd=str(tree), capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"compiling with {tree} failed:\n{out.stderr}")
-    return [json.loads(line) for line in out.stdout.splitlines()]
+        sys.exit(f"compiling {path} with {tree} failed:\n{out.stderr}")
+    return json.loads(out.stdout)
 
 
 def median(times: list[list[float]], which: int) -> float:
@@ -69,23 +71,23 @@ def main() -> int:
         ap.error("--repeat: at least 1")
     if args.base is not None and not (args.base / "stepc" / "frontend.py").is_file():
         ap.error(f"--base {args.base}: not a stepc source tree")
-    this = measure(REPO, args.repeat)
-    base = measure(args.base.resolve(), args.repeat) if args.base else None
-    print(f"compile times, seconds (median of {args.repeat} after the first; load "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
-    head = f"{'program':<28}{'first':>8}{'cpu':>8}{'median':>8}{'cpu':>8}"
-    if base:
-        head += f"{'base med':>10}{'cpu':>8}{'ratio(cpu)':>12}"
+    print(f"compile times, seconds: the first in a fresh process, and the median of "
+          f"{args.repeat} more (load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
+    head = f"{'program':<28}{'first':>7}{'cpu':>7}{'repeat':>8}{'cpu':>7}"
+    if args.base:
+        head += f"{'base first cpu':>16}{'repeat cpu':>12}{'ratio first':>13}{'repeat':>8}"
     print(head)
-    for i, (label, _, _) in enumerate(PROGRAMS):
-        t = this[i]
-        row = (f"{label:<28}{t['first'][0]:>8.3f}{t['first'][1]:>8.3f}"
-               f"{median(t['rest'], 0):>8.3f}{median(t['rest'], 1):>8.3f}")
-        if base:
-            b = base[i]
-            row += (f"{median(b['rest'], 0):>10.3f}{median(b['rest'], 1):>8.3f}"
-                    f"{median(b['rest'], 1) / median(t['rest'], 1):>11.2f}x")
-        print(row)
+    for label, path, params in PROGRAMS:
+        t = measure(REPO, path, params, args.repeat)
+        first, rest = t["first"], t["rest"]
+        row = (f"{label:<28}{first[0]:>7.3f}{first[1]:>7.3f}{median(rest, 0):>8.3f}"
+               f"{median(rest, 1):>7.3f}")
+        if args.base:
+            b = measure(args.base.resolve(), path, params, args.repeat)
+            row += (f"{b['first'][1]:>16.3f}{median(b['rest'], 1):>12.3f}"
+                    f"{b['first'][1] / first[1]:>12.2f}x"
+                    f"{median(b['rest'], 1) / median(rest, 1):>7.2f}x")
+        print(row, flush=True)
     return 0
 
 
