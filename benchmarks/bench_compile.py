@@ -1,13 +1,14 @@
 """Benchmark: the front end's compile (parse, elaborate, type/shape-check) of bundled
 programs, in-process: the first compile of each program in a fresh process (warmed with a
-one-line program, as the MCP worker is) and the median of repeated compiles of the same
-text (which reuse its syntax trees, as the test suite and the servers do), wall and CPU.
+one-line program, as the MCP worker is; median over `--fresh` processes) and the median
+of repeated compiles of the same text (which reuse its syntax trees, as the test suite and
+the servers do), wall and CPU.
 
 With `--base DIR` (a checkout of an earlier commit, e.g. `git worktree add /tmp/base
-HEAD~3`), the same programs are compiled by that tree's stepc in the same run, and the
-table gives the CPU-time ratios (base / this).
+HEAD~3`), the same programs are compiled by that tree's stepc in the same run, the two
+trees' processes taking turns, and the table gives the CPU-time ratios (base / this).
 
-    python benchmarks/bench_compile.py [--base DIR] [--repeat 5]
+    python benchmarks/bench_compile.py [--base DIR] [--fresh 3] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -65,29 +66,36 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", type=Path, default=None, metavar="DIR",
                     help="an earlier source tree to compare with (its stepc package)")
+    ap.add_argument("--fresh", type=int, default=3, help="fresh processes per program")
     ap.add_argument("--repeat", type=int, default=5, help="compiles after the first")
     args = ap.parse_args()
-    if args.repeat < 1:
-        ap.error("--repeat: at least 1")
+    if args.repeat < 1 or args.fresh < 1:
+        ap.error("--fresh and --repeat: at least 1")
     if args.base is not None and not (args.base / "stepc" / "frontend.py").is_file():
         ap.error(f"--base {args.base}: not a stepc source tree")
-    print(f"compile times, seconds: the first in a fresh process, and the median of "
-          f"{args.repeat} more (load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
+    print(f"compile times, seconds: the first in a fresh process (median of {args.fresh}), "
+          f"and the median of {args.repeat} more in each")
     head = f"{'program':<28}{'first':>7}{'cpu':>7}{'repeat':>8}{'cpu':>7}"
     if args.base:
         head += f"{'base first cpu':>16}{'repeat cpu':>12}{'ratio first':>13}{'repeat':>8}"
     print(head)
+    trees = [REPO] + ([args.base.resolve()] if args.base else [])
     for label, path, params in PROGRAMS:
-        t = measure(REPO, path, params, args.repeat)
-        first, rest = t["first"], t["rest"]
-        row = (f"{label:<28}{first[0]:>7.3f}{first[1]:>7.3f}{median(rest, 0):>8.3f}"
-               f"{median(rest, 1):>7.3f}")
-        if args.base:
-            b = measure(args.base.resolve(), path, params, args.repeat)
-            row += (f"{b['first'][1]:>16.3f}{median(b['rest'], 1):>12.3f}"
-                    f"{b['first'][1] / first[1]:>12.2f}x"
-                    f"{median(b['rest'], 1) / median(rest, 1):>7.2f}x")
+        runs: dict[Path, list[dict]] = {tree: [] for tree in trees}
+        for _ in range(args.fresh):
+            for tree in trees:
+                runs[tree].append(measure(tree, path, params, args.repeat))
+        (first, rest), *base = [([r["first"] for r in rs], [t for r in rs for t in r["rest"]])
+                                for rs in runs.values()]
+        row = (f"{label:<28}{median(first, 0):>7.3f}{median(first, 1):>7.3f}"
+               f"{median(rest, 0):>8.3f}{median(rest, 1):>7.3f}")
+        if base:
+            b_first, b_rest = base[0]
+            row += (f"{median(b_first, 1):>16.3f}{median(b_rest, 1):>12.3f}"
+                    f"{median(b_first, 1) / median(first, 1):>12.2f}x"
+                    f"{median(b_rest, 1) / median(rest, 1):>7.2f}x")
         print(row, flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     return 0
 
 
