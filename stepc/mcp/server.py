@@ -27,21 +27,27 @@ INSTRUCTIONS = (
     "`program` text or a `path` under the workspace. Start with `check` (diagnostics carry "
     "codes; `explain` documents a code, `operator` an operator), then `estimate` or "
     "`simulate`. The language reference is the resource stepc://docs/language.")
-RESOURCES = {  # uri -> (name, description, reader of stepc.api.reference)
+RESOURCES = {  # uri -> (name, description, reader)
     "stepc://docs/language": ("language", "The .step language reference (docs/language.md)",
-                              lambda reference: reference.document("language")),
+                              lambda: _reference().document("language")),
     "stepc://docs/operators": ("operators", "The operator and function reference, "
                                "generated from the operator registry",
-                               lambda reference: reference.generated("language", "operators")),
+                               lambda: _reference().generated("language", "operators")),
     "stepc://docs/diagnostics": ("diagnostics", "Every diagnostic code with a mistake and "
                                  "its fix (docs/diagnostics.md)",
-                                 lambda reference: reference.document("diagnostics")),
+                                 lambda: _reference().document("diagnostics")),
 }
+
+
+def _reference():
+    """stepc.api.reference, loaded when first needed (see `build`)."""
+    from stepc.api import reference
+    return reference
 
 
 def _reference_tool(name: str, args: dict) -> dict:
     """`explain` and `operator`, answered from the registry and the docs."""
-    from stepc.api import reference
+    reference = _reference()
     if name == "explain":
         if not isinstance(args.get("code"), str):
             raise Refused("code: expected a diagnostic code such as E0343")
@@ -71,10 +77,9 @@ def _error(message: str) -> types.CallToolResult:
 
 
 def _program_resources() -> dict[str, tuple]:
-    from stepc.api import reference
     return {f"stepc://programs/{name}": (name, f"The bundled program programs/{name}",
-                                         lambda _, path=path: path.read_text())
-            for name, path in reference.programs().items()}
+                                         path.read_text)
+            for name, path in _reference().programs().items()}
 
 
 def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
@@ -88,7 +93,6 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
     from mcp.shared.exceptions import MCPError
 
     from stepc import __version__
-    from stepc.api import reference
     from stepc.api.errors import InputError
 
     worker = worker or Worker(str(workspace.root), memory_mib)
@@ -136,7 +140,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
         if uri not in resources:
             raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri}")
         try:
-            text = resources[uri][2](reference)
+            text = resources[uri][2]()
         except (InputError, OSError) as e:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(e)) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(
