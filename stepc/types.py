@@ -46,10 +46,19 @@ class DimPrinter(StrPrinter):
 
 
 _PRINTER = DimPrinter({"order": "none"})
+_PRINTED: dict = {}  # (type, dim) -> its text: a program prints the same dims many times
+PRINTED_SIZE = 65536  # dims kept (then the memo starts over)
 
 
 def fmt_dim(d: Dim) -> str:
-    return _PRINTER.doprint(d)
+    key = (type(d), d)  # the type too: 2 == 2.0, but they print differently
+    text = _PRINTED.get(key)
+    if text is None:
+        text = _PRINTER.doprint(d)
+        if len(_PRINTED) >= PRINTED_SIZE:
+            _PRINTED.clear()
+        _PRINTED[key] = text
+    return text
 
 
 def dim_json(e) -> int | float | str | None:

@@ -116,11 +116,39 @@ def test_tune(tmp_path):
     assert saved["schema"] == doc["schema"]
 
 
+def commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    """Every command under `group` by its document name: a group's subcommands as
+    `group-sub` (`tasks check` writes `stepc-tasks-check/N`)."""
+    ctx = click.Context(group)  # the lazy table: every command, not only those loaded
+    found = {}
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            found.update(commands(cmd, f"{prefix}{name}-"))
+        else:
+            found[prefix + name] = cmd
+    return found
+
+
 def test_every_command_with_json_output_is_covered():
-    """A command that gains `--format json` must join the family (and this test)."""
-    ctx = click.Context(main)  # the lazy table: every command, not only those loaded
-    commands = {name: main.get_command(ctx, name) for name in main.list_commands(ctx)}
-    with_json = sorted(name for name, cmd in commands.items()
+    """A command that gains `--format json` must join the family (and this test), and
+    docs/json.md must name its schema."""
+    with_json = sorted(name for name, cmd in commands(main).items()
                        if any(p.name == "fmt" and "json" in getattr(p.type, "choices", ())
                               for p in cmd.params))
+    assert "tasks-check" in with_json  # a group's commands are seen
     assert with_json == sorted(set(VERSIONS) - {"sweep"})
+    documented = (REPO / "docs" / "json.md").read_text(encoding="utf-8")
+    for command in VERSIONS:
+        assert f"| `stepc-{command}/{VERSIONS[command]}` |" in documented, command
+        assert f"**`stepc-{command}/{VERSIONS[command]}`**" in documented, command
+
+
+def test_tasks():
+    doc = run_json("tasks", "list")
+    assert_family(doc, "tasks-list")
+    assert {"name", "family", "preset", "title"} == set(doc["tasks"][0])
+    doc = run_json("tasks", "check", "softmax", "stepc/tasks/library/softmax/solution.step",
+                   "--seed", "2")
+    assert_family(doc, "tasks-check")
+    assert doc["status"] == "pass" and isinstance(doc["candidate"]["cycles"], int)

@@ -1,12 +1,14 @@
 """stepc mcp, driven over stdio by the MCP SDK's own client as an agent drives it: list the
 tools, check a broken program, fix it, simulate it, estimate it at two fidelities, tune it,
-run past a time limit (a tool error; the server still answers) and be refused a path
-outside the workspace. One server session for the whole flow."""
+run past a time limit (a tool error; the server still answers), cancel a long run (the
+server stops it and answers the next call) and be refused a path outside the workspace.
+One server session for the whole flow."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,13 @@ async def session_flow(workspace: Path) -> dict:
                 "simulate", {"path": "swiglu.step", "timing_only": False, "time_limit": 0.05})
             seen["after"] = await session.call_tool("check", {"path": "swiglu.step",
                                                               "limit": 2})
+            with anyio.move_on_after(2):  # the agent gives up on a long run: the SDK cancels
+                await session.call_tool("simulate", {"path": "swiglu.step", "timing_only": False,
+                                                     "params": {"B": 65536}})
+            start = time.monotonic()
+            seen["after_cancel"] = await session.call_tool("check", {"path": "swiglu.step",
+                                                                     "params": {"B": 128}})
+            seen["after_cancel_seconds"] = time.monotonic() - start
             seen["outside"] = await session.call_tool("check", {"path": "../swiglu.step"})
             seen["link"] = await session.call_tool("check", {"path": "escape.step"})
             seen["explain"] = await session.call_tool("explain", {"code": UNKNOWN_OPERATOR})
@@ -158,6 +167,13 @@ def test_a_run_past_its_time_limit_is_a_tool_error_and_the_server_answers(flow):
     after = flow["after"].structured_content
     assert after["ok"] and after["streams_page"]["returned"] == 2
     assert after["streams_page"]["next_offset"] == 2
+
+
+def test_a_cancelled_run_is_stopped(flow):
+    """The cancelled run would take minutes (past the session's 60 s limit); the worker is
+    killed on the cancel, so the next call waits only for a fresh worker."""
+    assert flow["after_cancel"].structured_content["ok"]
+    assert flow["after_cancel_seconds"] < 30
 
 
 def test_paths_outside_the_workspace_are_refused(flow):

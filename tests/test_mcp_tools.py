@@ -4,6 +4,8 @@ checked programs is used and invalidated, and the workspace is a wall."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -72,13 +74,23 @@ def test_the_cache_is_used_and_sees_imported_files_change(tmp_path, monkeypatch)
 
 
 def test_imports_outside_the_workspace_are_refused(tmp_path, monkeypatch):
+    import builtins
     (tmp_path / "lib.step").write_text("param W = 64\n", encoding="utf-8")
     inner = tmp_path / "ws"
     inner.mkdir()
+    (inner / "main.step").write_text('import "../lib.step"\n', encoding="utf-8")
     monkeypatch.chdir(inner)
+    opened, real_open = [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: (
+        opened.append(os.path.realpath(file)), real_open(file, *a, **k))[1])
     tools = Tools(Workspace(inner))
-    with pytest.raises(Refused, match="outside the workspace"):
+    with pytest.raises(Refused, match="imports '../lib.step', outside the workspace"):
         tools.check({"program": 'import "../lib.step"\n', "name": "main.step"})
+    with pytest.raises(Refused, match="imports '../lib.step', outside the workspace"):
+        tools.check({"path": "main.step"})
+    assert str(tmp_path / "lib.step") not in opened  # refused before it was read
+    assert str(inner / "main.step") in opened  # (the spy sees what is read)
+    monkeypatch.setattr(builtins, "open", real_open)
     with pytest.raises(Refused, match="outside the workspace"):
         tools.check({"program": "param N = 1\n", "name": "../main.step"})
     with pytest.raises(Refused, match="one of the two"):
@@ -191,6 +203,36 @@ def test_the_worker_survives_running_out_of_memory(tmp_path):
     try:
         with pytest.raises(ToolFailure, match="memory"):
             worker.call("simulate", {"program": big, "timing_only": False}, 60)
+        assert worker.call("check", {"program": "param N = 1\n"}, 60)["ok"]
+        assert worker.restarts == 1
+    finally:
+        worker.stop()
+
+
+@pytest.mark.slow  # ~6 s; the stdio session cancels a run over the protocol by default
+def test_a_cancelled_call_does_not_run_or_is_stopped(tmp_path):
+    import threading
+    worker = Worker(str(tmp_path))
+    try:
+        waiting = object()
+        worker.cancel(waiting)  # cancelled while another call held the worker
+        with pytest.raises(ToolFailure, match="cancelled before it started"):
+            worker.call("check", {"program": "param N = 1\n"}, 60, waiting)
+        running, failure = object(), []
+        long_run = {"program": (REPO / "programs" / "swiglu.step").read_text(),
+                    "params": {"B": 65536}, "timing_only": False}
+
+        def run():
+            try:
+                worker.call("simulate", long_run, 120, running)
+            except ToolFailure as e:
+                failure.append(str(e))
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(2)  # the run is under way (minutes of work)
+        worker.cancel(running)
+        thread.join(20)
+        assert not thread.is_alive() and "stopped the worker" in failure[0]
         assert worker.call("check", {"program": "param N = 1\n"}, 60)["ok"]
         assert worker.restarts == 1
     finally:

@@ -208,6 +208,24 @@ def test_non_finite_outputs_fail_quietly(tmp_path, capfd):
     assert "RuntimeWarning" not in capfd.readouterr().err
 
 
+def test_the_time_limit_covers_the_compile(monkeypatch):
+    """A compile slower than the limit fails the check, though its run alone would fit."""
+    import time
+
+    import stepc.frontend
+    compile_file = stepc.frontend.compile_file
+
+    def slow_compile(path, *args):
+        time.sleep(2)
+        return compile_file(path, *args)
+    monkeypatch.setattr(stepc.frontend, "compile_file", slow_compile)
+    path = task("softmax").solution
+    result = check_task("softmax", path, seed=1, time_limit=1.5)
+    assert result.stage == "compile" and "time limit of 1.5 s" in result.reason
+    assert "compiling the program took 2." in result.reason
+    assert check_task("softmax", path, seed=1).passed  # the task's own limit: 10 s
+
+
 def test_the_time_limit_stops_a_check(tmp_path):
     path = task("moe_topk_static").solution
     result = check_task("moe_topk_static", path, seed=1, time_limit=1e-6)

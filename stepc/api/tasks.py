@@ -20,6 +20,15 @@ def task_names() -> list[str]:
     return names()
 
 
+def tasks_document() -> dict:
+    """The document of `stepc tasks list --format json`: each task's name, family, preset
+    and title."""
+    from stepc.schemas import schema
+    return {"schema": schema("tasks-list"), "tasks": [
+        {"name": t.name, "family": t.family, "preset": t.preset, "title": t.title}
+        for t in map(task, task_names())]}
+
+
 def task(name: str) -> Task:
     """The task `name`; an unknown name raises InputError listing the tasks."""
     from stepc.tasks import TaskError, load_task
@@ -34,9 +43,9 @@ def task(name: str) -> Task:
 def check_task(name: str, path: str | os.PathLike, seed: int | None = None,
                time_limit: float | None = None) -> CheckResult:
     """Check the solution at `path` for task `name` on inputs drawn from `seed` (None: a
-    fresh one; `path` "-": standard input); `time_limit` (seconds of the candidate's run)
-    overrides the task's. A failing solution is a result with `status` "fail", not an
-    exception; a missing file raises InputError."""
+    fresh one; `path` "-": standard input); `time_limit` (seconds of the candidate's
+    compile and run) overrides the task's. A failing solution is a result with `status`
+    "fail", not an exception; a missing file raises InputError."""
     from stepc.tasks import check
     record = task(name)
     path = path_arg("path", path)

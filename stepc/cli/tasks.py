@@ -29,13 +29,11 @@ def tasks_cmd() -> None:
 @FORMAT
 def list_cmd(fmt: str) -> None:
     """The tasks: name, family, the preset they are scored on, and title."""
-    from stepc.api.tasks import task, task_names
-    records = [task(name) for name in task_names()]
+    from stepc.api.tasks import task, task_names, tasks_document
     if fmt == "json":
-        click.echo(json.dumps({"schema": "stepc-tasks-list/1", "tasks": [
-            {"name": t.name, "family": t.family, "preset": t.preset, "title": t.title}
-            for t in records]}, indent=2))
+        click.echo(json.dumps(tasks_document(), indent=2))
         return
+    records = [task(name) for name in task_names()]
     width = max(len(t.name) for t in records)
     for t in records:
         click.echo(f"{t.name:<{width}}  {t.family:<9}  {t.preset:<14}  {t.title}")
@@ -55,9 +53,9 @@ def show_cmd(name: str, no_reference: bool) -> None:
         input_error(e)
     click.echo(t.statement.rstrip("\n"))
     click.echo(f"\n## Interface\n\n{t.interface()}\n")
-    click.echo(f"## Scoring\n\nScored on --hw {t.preset}; the candidate's run has "
-               f"{t.time_limit:g} s; reward = reference cycles / candidate cycles when the "
-               "outputs match, else 0.")
+    click.echo(f"## Scoring\n\nScored on --hw {t.preset}; the candidate's compile and "
+               f"run have {t.time_limit:g} s; reward = reference cycles / candidate cycles "
+               "when the outputs match, else 0.")
     if not no_reference:
         click.echo(f"\n## Reference solution\n\n{t.solution.read_text(encoding='utf-8')}",
                    nl=False)
@@ -70,7 +68,8 @@ def show_cmd(name: str, no_reference: bool) -> None:
 @click.option("--seed", type=int, default=None, metavar="N",
               help="Seed of the inputs (default: a fresh one, printed in the report).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
-              help="Wall-clock limit of the candidate's simulation (default: the task's).")
+              help="Wall-clock limit of the candidate's compile and simulation (default: "
+              "the task's).")
 @FORMAT
 def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
               fmt: str) -> None:

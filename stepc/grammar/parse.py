@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from importlib import resources
 
 import textx
@@ -157,8 +158,27 @@ def decode_source(name: str, data: bytes) -> SourceFile:
     return SourceFile(name, text.lstrip("\ufeff"))
 
 
+PARSED_FILES = 64  # syntax trees kept, by file name and text (a tree is immutable)
+_PARSED: OrderedDict[tuple[str, str], ast.Module] = OrderedDict()
+
+
 def parse(src: SourceFile) -> ast.Module:
-    """Parse one source file into an AST; a syntax error raises StepError."""
+    """Parse one source file into an AST; a syntax error raises StepError. A file parsed
+    before with the same name and text is not parsed again (the test suite, the language
+    server and a sweep compile the same files many times)."""
+    key = (src.name, src.text)
+    module = _PARSED.get(key)
+    if module is None:
+        module = _parse(src)
+        _PARSED[key] = module
+        if len(_PARSED) > PARSED_FILES:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return module
+
+
+def _parse(src: SourceFile) -> ast.Module:
     try:
         model = metamodel().model_from_str(src.text)
     except textx.TextXSyntaxError as e:

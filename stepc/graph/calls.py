@@ -72,7 +72,8 @@ class Caller:
                     entry.used = True
                     self.referenced(entry.value)
 
-    def bind_args(self, e: ast.Call, params: list, what: str) -> dict[str, tuple[Any, Span]]:
+    def bind_args(self, e: ast.Call, params: tuple | list,
+                  what: str) -> dict[str, tuple[Any, Span]]:
         """Match positional and keyword args to params; returns name -> (ast value, span)."""
         out: dict[str, Any] = {}
         names = [p.name for p in params]
@@ -86,7 +87,7 @@ class Caller:
                 raise self.error(MISPLACED_ARGUMENT,
                                  "positional argument after keyword arguments", a.span)
         positional = [p for p in params if getattr(p, "kind", None) != "type"
-                      and p not in COMMON_PARAMS]
+                      and not any(p is c for c in COMMON_PARAMS)]
         i = 0
         for p in positional:
             if i >= len(pos):
@@ -118,7 +119,7 @@ class Caller:
         if spec.external:
             raise self.error(BAD_ARGUMENT, "external streams are declared with "
                                       '`stream NAME : TYPE = external("name")`', e.span)
-        args = self.bind_args(e, list(spec.all_params), spec.name)
+        args = self.bind_args(e, spec.all_params, spec.name)
         attrs: dict[str, Any] = {}
         arg_spans: dict[str, Span] = {}
         stream_inputs: list[tuple[str, int | None, Any, Span]] = []

@@ -8,22 +8,19 @@ nothing but protocol messages is written to standard output."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import mcp_types as types
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
-
-from stepc import __version__
-from stepc.api import reference
-from stepc.api.errors import InputError
 from stepc.mcp.limits import MEMORY_LIMIT_MIB, TIME_LIMIT
 from stepc.mcp.schemas import TOOLS
-from stepc.mcp.tools import WORKER_TOOLS
-from stepc.mcp.worker import ToolFailure, Worker
+from stepc.mcp.worker import WORKER_TOOLS, ToolFailure, Worker
 from stepc.mcp.workspace import Refused, Workspace
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+# The MCP SDK and stepc's API load in `build`, after `serve` has started the worker: the
+# worker loads the front end (about a second) while the server loads the SDK (as long).
 
 INSTRUCTIONS = (
     "stepc checks, analyzes, simulates and tunes STeP (.step) programs. Pass a program as "
@@ -32,18 +29,25 @@ INSTRUCTIONS = (
     "`simulate`. The language reference is the resource stepc://docs/language.")
 RESOURCES = {  # uri -> (name, description, reader)
     "stepc://docs/language": ("language", "The .step language reference (docs/language.md)",
-                              lambda: reference.document("language")),
+                              lambda: _reference().document("language")),
     "stepc://docs/operators": ("operators", "The operator and function reference, "
                                "generated from the operator registry",
-                               lambda: reference.generated("language", "operators")),
+                               lambda: _reference().generated("language", "operators")),
     "stepc://docs/diagnostics": ("diagnostics", "Every diagnostic code with a mistake and "
                                  "its fix (docs/diagnostics.md)",
-                                 lambda: reference.document("diagnostics")),
+                                 lambda: _reference().document("diagnostics")),
 }
+
+
+def _reference():
+    """stepc.api.reference, loaded when first needed (see `build`)."""
+    from stepc.api import reference
+    return reference
 
 
 def _reference_tool(name: str, args: dict) -> dict:
     """`explain` and `operator`, answered from the registry and the docs."""
+    reference = _reference()
     if name == "explain":
         if not isinstance(args.get("code"), str):
             raise Refused("code: expected a diagnostic code such as E0343")
@@ -67,6 +71,7 @@ def _check_arguments(name: str, args: dict) -> None:
 
 
 def _error(message: str) -> types.CallToolResult:
+    import mcp_types as types
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                 is_error=True)
 
@@ -74,13 +79,23 @@ def _error(message: str) -> types.CallToolResult:
 def _program_resources() -> dict[str, tuple]:
     return {f"stepc://programs/{name}": (name, f"The bundled program programs/{name}",
                                          path.read_text)
-            for name, path in reference.programs().items()}
+            for name, path in _reference().programs().items()}
 
 
 def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
-          memory_mib: int | None = MEMORY_LIMIT_MIB) -> tuple[Server, Worker]:
-    """The server and its (not yet started) worker."""
-    worker = Worker(str(workspace.root), memory_mib)
+          memory_mib: int | None = MEMORY_LIMIT_MIB,
+          worker: Worker | None = None) -> tuple[Server, Worker]:
+    """The server and its worker (`worker`, when given, already started)."""
+    import anyio
+    import jsonschema  # noqa: F401 - loaded here, not by the first call's argument check
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+
+    from stepc import __version__
+    from stepc.api.errors import InputError
+
+    worker = worker or Worker(str(workspace.root), memory_mib)
     resources = {**RESOURCES, **_program_resources()}
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -96,7 +111,13 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
             _check_arguments(name, args)
             if name in WORKER_TOOLS:
                 seconds = _time_limit(args.pop("time_limit", None), time_limit)
-                result = await anyio.to_thread.run_sync(worker.call, name, args, seconds)
+                ticket = object()
+                try:
+                    result = await anyio.to_thread.run_sync(
+                        worker.call, name, args, seconds, ticket, abandon_on_cancel=True)
+                except anyio.get_cancelled_exc_class():  # the client cancelled the request
+                    worker.cancel(ticket)
+                    raise
             else:
                 result = _reference_tool(name, args)
         except (Refused, ToolFailure, InputError) as e:
@@ -143,14 +164,18 @@ def _time_limit(asked: Any, most: float) -> float:
 def serve(root: str, time_limit: float = TIME_LIMIT,
           memory_mib: int | None = MEMORY_LIMIT_MIB) -> None:
     """Serve MCP on standard input and output until the client closes them."""
-    server, worker = build(Workspace(root), time_limit, memory_mib)
+    workspace = Workspace(root)
+    worker = Worker(str(workspace.root), memory_mib)
+    worker.start()  # first: it loads the front end while the server loads the SDK
+    try:
+        import anyio
+        from mcp.server.stdio import stdio_server
+        server, _ = build(workspace, time_limit, memory_mib, worker)
 
-    async def main() -> None:
-        async with stdio_server() as (read, write):
-            worker.start()  # while stdout is diverted: the child inherits the diversion
-            try:
+        async def main() -> None:
+            async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
-            finally:
-                worker.stop()
 
-    anyio.run(main)
+        anyio.run(main)
+    finally:
+        worker.stop()

@@ -128,7 +128,7 @@ class Tools:
     def report(self, args: dict):
         """The check report of the program the call names (cached by its bytes, name and
         params), and its `check` document."""
-        from stepc.api.program import check, check_text
+        from stepc.api.program import check_guarded, check_text_guarded
         from stepc.api.reads import data_files
         data, name, is_file = self.source(args)
         params = _mapping(args, "params")
@@ -141,11 +141,10 @@ class Tools:
             self.cache.move_to_end(key)
             self.hits += 1
             return hit[0], hit[1]
-        # a file is read by the API (a .pb graph is imported first); text is compiled as is
-        report = check(name, **params) if is_file else check_text(data, name, **params)
-        outside = [n for n in report.compiled.sources if not self.workspace.contains(n)]
-        if outside:
-            raise Refused(f"the program imports {outside[0]!r}, outside the workspace")
+        # a file is read by the API (a .pb graph is imported first), text compiled as is;
+        # either way an import outside the workspace is refused before it is read
+        report = check_guarded(name, params, self._may_import) if is_file else \
+            check_text_guarded(data, name, params, self._may_import)
         outside = [p for p in data_files(report) if not self.workspace.contains(p)]
         if outside:
             raise Refused(f"the program reads the data file {outside[0]!r}, outside the "
@@ -157,6 +156,10 @@ class Tools:
         while len(self.cache) > CACHED_PROGRAMS:
             self.cache.popitem(last=False)
         return report, doc
+
+    def _may_import(self, path: str) -> None:
+        if not self.workspace.contains(path):
+            raise Refused(f"the program imports {path!r}, outside the workspace")
 
     def _unchanged(self, imported: dict[str, str]) -> bool:
         """Whether the files a cached program imported still hold what it read."""
@@ -355,5 +358,3 @@ def failure_message(e: BaseException) -> str:
         return render_text(e.diagnostics, e.sources or {}).rstrip("\n")
     return str(e)
 
-
-WORKER_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")

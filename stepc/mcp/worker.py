@@ -17,6 +17,8 @@ import time
 from stepc.mcp.limits import MEMORY_LIMIT_MIB
 from stepc.mcp.workspace import Refused
 
+WORKER_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")
+
 
 class ToolFailure(Exception):
     """A call that produced no result: its message goes to the client as a tool error."""
@@ -26,13 +28,15 @@ def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
     """The worker's loop: (tool, args) in, ("ok", result) or ("error", message) out, or
     ("fatal", message) as it ends (out of memory: its heap is not to be trusted)."""
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stdout is the server's protocol pipe
+    with open(os.devnull, "rb") as null:  # and so is stdin (the worker may start first)
+        os.dup2(null.fileno(), sys.stdin.fileno())
     os.setpgid(0, 0)  # its own process group: stopping it stops the processes it starts (tune)
     if memory_bytes:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.chdir(root)
     from stepc.diagnostics import StepError
-    from stepc.mcp.tools import WORKER_TOOLS, Tools, failure_message
+    from stepc.mcp.tools import Tools, failure_message
     from stepc.mcp.workspace import Workspace
 
     tools = Tools(Workspace(root), scratch)
@@ -71,7 +75,10 @@ class Worker:
         self.root = root
         self.scratch = os.path.join(root, f".stepc-mcp-{os.getpid()}-{id(self):x}")
         self.memory_bytes = memory_mib * 2**20 if memory_mib else None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one call at a time
+        self._state = threading.Lock()  # guards the two below, read by `cancel`
+        self._running: object = None  # the ticket of the call in the worker
+        self._dropped: set = set()  # tickets cancelled before their call began
         self._process = None
         self._conn = None
         self.restarts = 0
@@ -98,34 +105,61 @@ class Worker:
             shutil.rmtree(self.scratch, ignore_errors=True)  # what a stopped tune left
         self._process = self._conn = None
 
-    def call(self, name: str, args: dict, seconds: float) -> dict:
-        """The result of tool `name`, or ToolFailure (its message, the time limit passed,
-        or the worker died)."""
-        with self._lock:
-            if self._process is None or not self._process.is_alive():
-                if self._process is not None:
-                    self.stop()
-                    self.restarts += 1
-                self.start()
-            started = time.monotonic()
+    def cancel(self, ticket: object) -> None:
+        """Drop the call made with `ticket` (its client cancelled it): one still waiting
+        for the worker will not run; one running is stopped with the worker (and the
+        processes it started), and the next call starts a fresh worker."""
+        with self._state:
+            if self._running is not ticket:
+                self._dropped.add(ticket)
+                return
+            process = self._process
+        if process is not None:
             try:
-                self._conn.send((name, args))
-                if not self._conn.poll(seconds):
-                    self.stop()
-                    self.restarts += 1
-                    raise ToolFailure(
-                        f"{name} ran past its time limit of {seconds:g} s and was stopped "
-                        "(the worker restarts; programs it had checked are checked again)")
-                status, value = self._conn.recv()
-            except (EOFError, OSError, BrokenPipeError):
-                code = self._process.exitcode if self._process is not None else None
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # gone, or not yet its own group
+                process.kill()
+
+    def call(self, name: str, args: dict, seconds: float, ticket: object = None) -> dict:
+        """The result of tool `name`, or ToolFailure (its message, the time limit passed,
+        the call was cancelled, or the worker died). `ticket` names the call to `cancel`."""
+        with self._lock:
+            with self._state:
+                if ticket in self._dropped:
+                    self._dropped.discard(ticket)
+                    raise ToolFailure(f"{name} was cancelled before it started")
+                self._running = ticket
+            try:
+                return self._call(name, args, seconds)
+            finally:
+                with self._state:
+                    self._running = None
+
+    def _call(self, name: str, args: dict, seconds: float) -> dict:
+        if self._process is None or not self._process.is_alive():
+            if self._process is not None:
                 self.stop()
                 self.restarts += 1
-                raise ToolFailure(f"{name} stopped the worker (exit code {code}) after "
-                                  f"{time.monotonic() - started:.1f} s; it restarts") from None
-            if status == "fatal":  # the worker is ending: wait for it
+            self.start()
+        started = time.monotonic()
+        try:
+            self._conn.send((name, args))
+            if not self._conn.poll(seconds):
                 self.stop()
                 self.restarts += 1
-            if status != "ok":
-                raise ToolFailure(value)
-            return value
+                raise ToolFailure(
+                    f"{name} ran past its time limit of {seconds:g} s and was stopped "
+                    "(the worker restarts; programs it had checked are checked again)")
+            status, value = self._conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            code = self._process.exitcode if self._process is not None else None
+            self.stop()
+            self.restarts += 1
+            raise ToolFailure(f"{name} stopped the worker (exit code {code}) after "
+                              f"{time.monotonic() - started:.1f} s; it restarts") from None
+        if status == "fatal":  # the worker is ending: wait for it
+            self.stop()
+            self.restarts += 1
+        if status != "ok":
+            raise ToolFailure(value)
+        return value

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import sympy
@@ -288,14 +289,14 @@ class OpSpec:
     trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,
     # the selector's rank, the [elements, n] selection matrix) -> [(dim, value)] it binds
 
-    @property
+    @cached_property  # read for every operator call and type rule: built once
     def all_params(self) -> tuple[Param, ...]:
         return self.params + COMMON_PARAMS
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.all_params if p.name == name), None)
 
-    @property
+    @cached_property
     def stream_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.is_stream)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy
 
+from stepc.canon import memo_renamed
 from stepc.codes import (
     BAD_ARGUMENT,
     CONFLICTING_ARGUMENTS,
@@ -71,13 +72,19 @@ def _reshape(ctx: InferCtx):
     return [stream(st.elem, shape), stream(Scalar("bool"), shape)]
 
 
+@memo_renamed
+def _nonempty(outer):
+    """1 if a stream with outer dim `outer` has an element, else 0 (the relation decided
+    once per formula, not once per expert's copy of it)."""
+    return sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
+
+
 def _promote(ctx: InferCtx):
     st: StreamType = ctx.inputs["in"]
     p = ctx.attrs["rank"]
     if p is None or p == st.rank + 1:
         outer = st.shape[0]
-        new = sympy.Integer(1 if outer > 0 else 0) if outer.is_Integer else \
-            sympy.Piecewise((1, sympy.StrictGreaterThan(outer, 0)), (0, True))
+        new = sympy.Integer(1 if outer > 0 else 0) if outer.is_Integer else _nonempty(outer)
         return [stream(st.elem, (ctx.absorb(new, "p", "outer dim of Promote"),) + st.shape)]
     if not 0 <= p <= st.rank + 1:
         raise OpError(RANK_MISMATCH, f"Promote rank must be between 0 and {st.rank + 1}, found {p}",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stepc.schemas import schema
 from stepc.tasks.records import INPUT_ROLES, TOLERANCE, Task, TaskError
 from stepc.tasks.references import REFERENCES, draw_external, draw_tensor
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from stepc.hw import HardwareConfig
     from stepc.measure import Measurement
 
-SCHEMA = "stepc-tasks-check/1"
 CONSTANT_SOURCES = ("zeros", "ones", "arange")  # a tensor outside the interface holds one
 CYCLE_FACTOR = 50  # a candidate passing this many times the reference's cycles fails
 # hardware rates an operator may lower but not raise above the preset's (`compute_bw=`,
@@ -66,11 +66,11 @@ class CheckResult:
         return self.status == "pass"
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, **asdict(self)}
+        return {"schema": schema("tasks-check"), **asdict(self)}
 
 
 class _TimeUp(Exception):
-    """The run took longer than the task's time limit."""
+    """The candidate's compile and run took longer than the task's time limit."""
 
 
 def check(task: Task, path: str | os.PathLike, seed: int | None = None,
@@ -92,7 +92,13 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         return result
 
     hw = load_config(task.preset)
+    compiling = time.monotonic()
     compiled = compile_file(str(path))
+    compile_seconds = time.monotonic() - compiling  # the time limit covers it too
+    if compile_seconds > limit:
+        result.reason = (f"compiling the program took {compile_seconds:.2f} s, longer than "
+                         f"the time limit of {limit:g} s")
+        return done()
     if not compiled.ok:
         errors = [d for d in compiled.diagnostics.sorted() if d.severity == "error"]
         result.reason = "the program does not compile: " + "; ".join(
@@ -111,9 +117,10 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
     result.reference = ref_run = reference_run(task, seed)
     try:
         got, cand_run = _run(compiled, hw, values, traces, CYCLE_FACTOR * ref_run.cycles,
-                             limit)
+                             limit - compile_seconds)
     except _TimeUp:
-        result.reason = f"the run took longer than the time limit of {limit:g} s"
+        result.reason = (f"compiling ({compile_seconds:.2f} s) and running the program took "
+                         f"longer than the time limit of {limit:g} s")
         return done()
     except _Failed as e:
         result.reason = str(e)

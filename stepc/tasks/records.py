@@ -79,7 +79,7 @@ class Task:
     tensors: tuple[TensorSpec, ...]
     externals: tuple[ExternalSpec, ...]
     wrong: tuple[WrongSolution, ...]
-    time_limit: float  # seconds of simulation a check may take, per solution
+    time_limit: float  # seconds a check may take to compile and run the candidate
     folder: Path
 
     @property

@@ -410,7 +410,25 @@ def free_symbols(t: StreamType) -> set:
             dims += e.shape
         elif isinstance(e, Tuple):
             elems.extend(e.elems)
-    return symbols_in(dims)
+    out: set = set()
+    for d in dims:
+        if not d.is_Integer:
+            out |= dim_symbols(d)
+    return out
+
+
+_DIM_SYMBOLS: dict = {}  # dim -> its symbols: the types of a program share most dims
+DIM_SYMBOLS_SIZE = 65536  # dims kept (then the memo starts over)
+
+
+def dim_symbols(d) -> frozenset:
+    """The symbols of one dim, walked once per distinct dim."""
+    found = _DIM_SYMBOLS.get(d)
+    if found is None:
+        if len(_DIM_SYMBOLS) >= DIM_SYMBOLS_SIZE:
+            _DIM_SYMBOLS.clear()
+        found = _DIM_SYMBOLS[d] = frozenset(symbols_in([d]))
+    return found
 
 
 def check(prog: Program, bag: DiagnosticBag) -> TypedProgram:
