@@ -21,34 +21,27 @@ carry a valid-row count (padding) and ragged innermost dims are left as they are
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import sympy
 
 from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE
-from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
+from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite.draft import Change
+from stepc.rewrite.products import contraction, source
 from stepc.rewrite.subtiles import (
-    ACCUM,
     Sub,
-    fn_value,
+    origin,
     pack,
     rescale,
     size_text,
     split_dim,
     unpack,
-    weights,
 )
 from stepc.rewrite.walk import Rewrite, copy, dependency_order, plain_attrs
 from stepc.types import Tile
-
-# the operators hierarchical tiling builds (the appendix's figure), by their records
-BUFFERIZE, REPEAT, STREAMIFY, MAP = "Bufferize", "Repeat", "Streamify", "Map"
-FLATTEN = "Flatten"
-_COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
 
 
 class Downtile(Rewrite):
@@ -188,7 +181,7 @@ class Downtile(Rewrite):
         if not self.split_memory:
             refs = [self.plain(v) for v in ins]
             out = copy(self, node, refs, self.read)
-            sub = unpack(self.draft, out[0], tile, parts, _from(node))
+            sub = unpack(self.draft, out[0], tile, parts, origin(node))
             self.note(node, "rewritten", f"keeps its {size_text(tile)} tiles; they are split into "
                                          f"{parts[0]} x {parts[1]} sub-tiles on chip",
                       [out[0], sub.ref])
@@ -209,7 +202,7 @@ class Downtile(Rewrite):
                      [down, across])
         refs = [self.plain(v) for v in ins]
         out = copy(self, node, refs, self.read, attrs,
-                   note=f"{_from(node)}: each {size_text(tile)} tile read as {down} x {across} "
+                   note=f"{origin(node)}: each {size_text(tile)} tile read as {down} x {across} "
                         f"tiles of {sub[0]} x {sub[1]}")
         self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
                                      f"{sub[1]} per {tile}", [out[0]])
@@ -230,7 +223,7 @@ class Downtile(Rewrite):
                                     "order: they are packed back")
             return None
         copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
-             note=f"{_from(node)}: writes the sub-tiles in row-major order")
+             note=f"{origin(node)}: writes the sub-tiles in row-major order")
         self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
         return []
 
@@ -252,7 +245,7 @@ class Downtile(Rewrite):
         if fspec.split == ELEMENTWISE and spec.fn_use == "map":
             return self.elementwise(node, ins)
         if fspec.split == CONTRACTION and len(ins) == 2:
-            return self.contraction(node, ins, fn)
+            return contraction(self, node, ins, fn)
         self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
         return None
 
@@ -301,7 +294,7 @@ class Downtile(Rewrite):
         if ref not in self.unpacked:
             tile = self.typed.types[(edge.src, edge.port)].elem
             src = self.typed.program.nodes[edge.src]
-            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), _from(src))
+            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), origin(src))
         return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:
@@ -316,93 +309,9 @@ class Downtile(Rewrite):
             return None
         out_tile = self.out_type(node).elem
         out = copy(self, node, [v.ref for v in ins], self.read,
-                   note=f"{_from(node)}: on each {_dims(first)} sub-tile")
+                   note=f"{origin(node)}: on each {_dims(first)} sub-tile")
         self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
         return [Sub(out[0], out_tile, first.down, first.across)]
-
-    def contraction(self, node, ins: list[Sub], fn):
-        a, b = ins
-        transpose = bool(fn.get("transpose", False))
-        am, ak = a.down, a.across
-        bk, bn = (b.across, b.down) if transpose else (b.down, b.across)
-        b_k_rows = b.cols if transpose else b.rows
-        if ak != bk or sympy.simplify(a.cols - b_k_rows) != 0 or not _static(a, b):
-            self.note(node, "kept", "its operands' sub-tiles do not line up along the inner "
-                                    "dim: packed back")
-            return None
-        spec = OPS[node.op]
-        a_type = self.typed.types[_source(self.typed.program, node.name, 0)]
-        reduced = [] if spec.fn_use == "map" else list(a_type.shape[len(a_type.shape)
-                                                                    - node.attrs["rank"]:])
-        if any(not sympy.sympify(d).is_Integer for d in reduced):
-            self.note(node, "kept", "it reduces a dynamic dim, which an on-chip buffer view "
-                                    "cannot reorder: packed back")
-            return None
-        if node.attrs.get("init") is not None:
-            self.note(node, "kept", "it starts from its own initialiser: packed back")
-            return None
-        reduced = [int(d) for d in reduced]
-        draft, name = self.draft, node.name
-        says = _from(node)
-        added: list[str] = []
-        streamed = all(d == 1 for d in reduced)  # nothing to reorder: the figure's way
-        if streamed:  # the appendix's figure: Bufferize -> Repeat -> Streamify
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, f"{says}: left operand, "
-                               "one sub-tile row buffered", base=f"{name}_abuf")[0]
-            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, f"{says}: once per output "
-                               "sub-tile column", base=f"{name}_arep")[0]
-            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, f"{says}: left operand streamed",
-                               base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, f"{says}: right operand "
-                               "buffered", base=f"{name}_bbuf")[0]
-            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, f"{says}: once per output "
-                               "sub-tile row", base=f"{name}_brep")[0]
-            view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
-            str_b = draft.emit(STREAMIFY, [rep_b, None], view, f"{says}: right operand "
-                               "streamed" + ("" if transpose else ", column by column"),
-                               base=f"{name}_b")[0]
-            added += [buf_a, rep_a, str_a, buf_b, rep_b, str_b]
-        else:  # the reduced dims move inside the output sub-tiles: affine views
-            rank = len(reduced) + 2
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, f"{says}: left operand "
-                               "buffered over the reduced dims", base=f"{name}_abuf")[0]
-            w_a = weights(reduced + [am, ak])
-            str_a = draft.emit(STREAMIFY, [buf_a, None], {
-                "stride": [w_a[-2], 0] + w_a[:-2] + [1],
-                "shape": [am, bn] + reduced + [ak]}, f"{says}: left operand, reduced dims "
-                "inside each output sub-tile", base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, f"{says}: right operand "
-                               "buffered over the reduced dims", base=f"{name}_bbuf")[0]
-            grid = [bn, bk] if transpose else [bk, bn]
-            w_b = weights(reduced + grid)
-            step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
-            str_b = draft.emit(STREAMIFY, [buf_b, None], {
-                "stride": [0, step_n] + w_b[:-2] + [step_k],
-                "shape": [am, bn] + reduced + [bk]}, f"{says}: right operand, reduced dims "
-                "inside each output sub-tile", base=f"{name}_b")[0]
-            added += [buf_a, str_a, buf_b, str_b]
-        carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
-        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
-                          f"{says}: sub-tile products", base=f"{name}_part")[0]
-        acc_attrs = {"fn": fn_value(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
-                     **carried}
-        if node.attrs.get("write_back"):
-            acc_attrs["write_back"] = True
-        last = f"{name}_sum" if streamed and reduced else name
-        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products",
-                         base=last)[0]
-        added += [prod, acc]
-        if streamed and reduced:  # the reduced size-1 dims go with the sub-tile rows
-            acc = draft.emit(FLATTEN, [acc], {"min": 1, "max": 1 + len(reduced)},
-                             f"{says}: drops the reduced dims of size 1", base=name)[0]
-            added.append(acc)
-        out = self.out_type(node)
-        m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
-        flops = out.card * m_n * bk * math.prod(reduced)
-        self.note(node, "rewritten", f"{am} x {bn} output sub-tiles, each the sum of "
-                                     f"{bk * math.prod(reduced)} sub-tile products", added,
-                  flops)
-        return [Sub(acc, out.elem, am, bn)]
 
     # ---------------------------------------------------------------- structure
     def pass_through(self, node, ins):
@@ -426,7 +335,7 @@ class Downtile(Rewrite):
                for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
             return None
         outs = copy(self, node, refs, self.read, attrs,
-                    note=f"{_from(node)}: passes {first.down} x {first.across} sub-tiles "
+                    note=f"{origin(node)}: passes {first.down} x {first.across} sub-tiles "
                          "through")
         self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
         result = []
@@ -436,9 +345,6 @@ class Downtile(Rewrite):
                           if isinstance(t.elem, Tile) else ref)
         return result
 
-
-def _from(node) -> str:
-    return f"{node.name} ({node.op})"
 
 
 def _dims(v: Sub) -> str:
@@ -456,14 +362,6 @@ def _static_tile(t: Tile) -> bool:
     return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
 
 
-def _static(*subs: Sub) -> bool:
-    return all(sympy.sympify(s.tile.rows).is_Integer and sympy.sympify(s.tile.cols).is_Integer
-               for s in subs)
-
-
-def _source(prog, node: str, slot: int) -> tuple[str, int]:
-    e = prog.in_edges(node)[slot]
-    return (e.src, e.port)
 
 
 def _is_tile_stream(typed, edge) -> bool:
@@ -476,7 +374,7 @@ def _reshapes_dynamic(typed, node, attrs) -> bool:
     spec = OPS[node.op]
     if "chunk" not in {p.name for p in spec.params}:
         return False
-    t = typed.types[_source(typed.program, node.name, 0)]
+    t = typed.types[source(typed.program, node.name, 0)]
     rank = node.attrs.get("rank") or 0
     dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
     return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0

@@ -81,7 +81,6 @@ def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str
     return Sub(ref, tile, down, across)
 
 
-
 def pack(draft: Draft, value: Sub) -> str:
     """The logical tiles of `value`: its sub-tiles packed back by columns (Accum with
     retile_col), then by rows (retile_row)."""
@@ -92,6 +91,11 @@ def pack(draft: Draft, value: Sub) -> str:
                          base=f"{value.ref}_cols")[0]
     return draft.emit(ACCUM, [[ref]], {"fn": fn_value(PACK_ROWS), "rank": 1}, note,
                       base=f"{value.ref}_whole")[0]
+
+
+def origin(node) -> str:
+    """How a comment names an operator of the original program."""
+    return f"{node.name} ({node.op})"
 
 
 def fn_value(name: str, **kwargs):
