@@ -231,6 +231,7 @@ SHAPE_OPS = [
         _expand,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         behavior="shape.expand",
+        repeats=True,
     ),
     OpSpec(
         "Repeat", "shape",
@@ -242,6 +243,7 @@ SHAPE_OPS = [
         _repeat,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         behavior="shape.repeat",
+        repeats=True,
         trace_values=_repeat_values,
     ),
     OpSpec(
@@ -251,6 +253,7 @@ SHAPE_OPS = [
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
         behavior="shape.zip_",
+        inner_dims=(),
         trace_values=_zip_values,
     ),
 ]

@@ -30,8 +30,10 @@ from stepc.ops.base import LOAD, STORE
 from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite.draft import Change
-from stepc.rewrite.products import contraction, source
+from stepc.rewrite.passing import pass_through, repeat, unzip
+from stepc.rewrite.products import contraction
 from stepc.rewrite.subtiles import (
+    SPLIT,
     Sub,
     origin,
     pack,
@@ -90,7 +92,7 @@ class Downtile(Rewrite):
                 ok = self.split(self.out_type(node).elem) is not None
                 if self.splits(self.out_type(node).elem):
                     real.update(outs)
-            elif spec.fan_out or spec.inner_dims is not None:
+            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
                 ok = any(k in can for k in tiles)
             else:
                 ok = self.feasible(node)
@@ -105,7 +107,7 @@ class Downtile(Rewrite):
             ins = [(e.src, e.port) for e in prog.in_edges(name)]
             if spec.memory is not None and spec.memory.direction == STORE:
                 want = True
-            elif spec.fan_out or spec.inner_dims is not None:
+            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
                 want = any(k in wanted for k in outs)
             else:
                 tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
@@ -118,17 +120,18 @@ class Downtile(Rewrite):
     # ---------------------------------------------------------------- values
     def plain(self, value: Any) -> str:
         """The logical stream of `value`: sub-tiles packed back into logical tiles."""
-        if not isinstance(value, Sub):
+        if not isinstance(value, SPLIT):
             return value
         if value.ref not in self.packed:
-            self.packed[value.ref] = pack(self.draft, value)
+            self.packed[value.ref] = pack(self.draft, value) if isinstance(value, Sub) \
+                else unzip(self, value)
         return self.packed[value.ref]
 
     def ref(self, value: Any) -> str:
-        return value.ref if isinstance(value, Sub) else value
+        return value.ref if isinstance(value, SPLIT) else value
 
     def inner_dims(self, value: Any) -> list[int]:
-        return [value.down, value.across] if isinstance(value, Sub) else []
+        return [value.down, value.across] if isinstance(value, SPLIT) else []
 
     def split(self, tile: Tile) -> tuple[int, int] | None:
         """Sub-tiles (down, across) of a tile; (1, 1) when it fits, None when it cannot be
@@ -161,9 +164,13 @@ class Downtile(Rewrite):
                 return self.store(node, ins)
         if spec.fn_use is not None:
             return self.compute(node, ins)
-        if spec.inner_dims is not None and any(isinstance(v, Sub) for v in ins):
-            return self.pass_through(node, ins)
-        if any(isinstance(v, Sub) for v in ins):
+        if spec.repeats and ins and isinstance(ins[0], Sub):
+            out = repeat(self, node, ins)
+            if out is not None:
+                return out
+        if spec.inner_dims is not None and any(isinstance(v, SPLIT) for v in ins):
+            return pass_through(self, node, ins)
+        if any(isinstance(v, SPLIT) for v in ins):
             self.note(node, "kept", "reads logical tiles: its inputs are packed back")
         return None
 
@@ -313,39 +320,6 @@ class Downtile(Rewrite):
         self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
         return [Sub(out[0], out_tile, first.down, first.across)]
 
-    # ---------------------------------------------------------------- structure
-    def pass_through(self, node, ins):
-        spec = OPS[node.op]
-        subs = [v for v in ins if isinstance(v, Sub)]
-        first = subs[0]
-        if any((v.down, v.across) != (first.down, first.across) for v in subs):
-            return None
-        for port in range(len(node.outputs)):
-            t = self.out_type(node, port)
-            if not isinstance(t.elem, Tile) and (node.name, port) in self.read:
-                return None  # a side output (a padding mask) would change shape
-        attrs = plain_attrs(node)
-        for key in spec.inner_dims:
-            if node.attrs.get(key) is not None:
-                attrs[key] = node.attrs[key] + 2
-        if _reshapes_dynamic(self.typed, node, attrs):
-            return None
-        refs = [v.ref if isinstance(v, Sub) else v for v in ins]
-        if any(not isinstance(v, Sub) and _is_tile_stream(self.typed, e)
-               for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
-            return None
-        outs = copy(self, node, refs, self.read, attrs,
-                    note=f"{origin(node)}: passes {first.down} x {first.across} sub-tiles "
-                         "through")
-        self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
-        result = []
-        for port, ref in enumerate(outs):
-            t = self.out_type(node, port)
-            result.append(Sub(ref, t.elem, first.down, first.across)
-                          if isinstance(t.elem, Tile) else ref)
-        return result
-
-
 
 def _dims(v: Sub) -> str:
     return f"{v.rows} x {v.cols}"
@@ -360,21 +334,3 @@ def _affine_load(node) -> bool:
 
 def _static_tile(t: Tile) -> bool:
     return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
-
-
-
-
-def _is_tile_stream(typed, edge) -> bool:
-    return isinstance(typed.types[(edge.src, edge.port)].elem, Tile)
-
-
-def _reshapes_dynamic(typed, node, attrs) -> bool:
-    """A Reshape-like split of a dim that is not static: the innermost-dim rules would no
-    longer apply once the sub-tile dims follow it."""
-    spec = OPS[node.op]
-    if "chunk" not in {p.name for p in spec.params}:
-        return False
-    t = typed.types[source(typed.program, node.name, 0)]
-    rank = node.attrs.get("rank") or 0
-    dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
-    return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0

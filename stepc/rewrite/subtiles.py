@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 
@@ -23,12 +24,15 @@ PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logic
 class Sub:
     """A stream of physical sub-tiles standing for a stream of logical tiles: `ref` has the
     logical stream's shape followed by [down, across]; each logical `tile` is `down` x
-    `across` sub-tiles of `rows` x `cols`."""
+    `across` sub-tiles of `rows` x `cols`. `logical`: a stream of the logical shape made on
+    the way (the logical tiles before an on-chip split, a repeat's buffer references), for
+    operators that read only a reference's shape."""
 
     ref: str
     tile: Tile
     down: int
     across: int
+    logical: str | None = None
 
     @property
     def rows(self):
@@ -37,6 +41,22 @@ class Sub:
     @property
     def cols(self):
         return sympy.sympify(self.tile.cols) / self.across
+
+
+@dataclass(frozen=True)
+class Zipped:
+    """A Zip of sub-tiled streams split alike: `ref` has their shape and holds pairs of
+    sub-tiles; `node` is the original Zip and `parts` the values of its inputs (zipped
+    again, logical, when a consumer needs logical tiles)."""
+
+    ref: str
+    node: Any
+    parts: tuple
+    down: int
+    across: int
+
+
+SPLIT = (Sub, Zipped)  # the values whose streams carry the two sub-tile dims
 
 
 def split_dim(d, p: int) -> int | None:
@@ -78,7 +98,7 @@ def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str
     else:
         ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: {down} x 1",
                    base=f"{base}_sub")[0]
-    return Sub(ref, tile, down, across)
+    return Sub(ref, tile, down, across, logical=base)
 
 
 def pack(draft: Draft, value: Sub) -> str:

@@ -56,6 +56,10 @@ def equivalence(old, new, hw, verdict: Verdict, seed: int = 0,
     a = simulate(old, hw, traces, functional=True, values=values)
     b = simulate(new, hw, traces, functional=True, values=values)
     verdict.cycles = (a.cycles, b.cycles)
+    if b.deadlock and not a.deadlock:
+        verdict.problems.append(f"the rewritten program deadlocks ({len(b.deadlock)} operators "
+                                "cannot finish); the original does not")
+        return
     for name, want in a.outputs.items():
         got = b.outputs.get(name)
         dtype = old.program.tensors[name].dtype
