@@ -103,3 +103,15 @@ def test_a_dynamically_tiled_moe_is_downtiled_where_it_can_be():
     assert sub.type.startswith("Strm<Tile<f32, [") and ", 16]>" in sub.type
     products = [c for c in done.changes if c.node.endswith(".up")]
     assert products and all("dynamically sized" in c.detail for c in products)
+
+
+def test_padded_tiles_keep_their_rows_whole():
+    """moe_simple pads each expert's rows into [4, 64] tiles whose valid-row count the
+    final retile_streamify(filter=true) reads: the products are split by columns only
+    ([4, 16] sub-tiles, each keeping the count), and the values are the same."""
+    done = rewrite(REPO / "programs" / "moe_simple.step", "downtile", tile=(16, 16))
+    products = [c for c in done.rewritten if c.node.startswith("y[")]
+    assert len(products) == 2 and all("1 x 4 output sub-tiles" in c.detail for c in products)
+    assert done.program.streams["y_0_part"].type.startswith("Strm<Tile<bf16, [4, 16]>")
+    verdict = done.verify("paper-eval", seed=4)
+    assert verdict.ok, verdict.problems

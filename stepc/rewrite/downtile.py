@@ -61,16 +61,21 @@ class Downtile(Rewrite):
         self.wanted = self._wanted()
 
     def _padded(self) -> set[tuple[str, int]]:
-        """Streams whose tiles may carry a valid-row count (padding made by a `pad=`
-        attribute, or set by a metadata function): sub-tiles would not keep it."""
+        """Streams whose tiles may carry a valid-row count: padding made by a `pad=`
+        attribute or a count set by a metadata function, and the tiles computed from such
+        tiles (not the fresh tiles an off-chip load reads, nor selectors or addresses)."""
         prog = self.typed.program
         out: set[tuple[str, int]] = set()
         for name in dependency_order(prog):
-            node = prog.nodes[name]
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
             fn = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+            loads = spec.memory is not None and spec.memory.direction == LOAD and \
+                spec.memory.off_chip
+            fed = any((e.src, e.port) in out for e in prog.in_edges(name))
             if node.attrs.get("pad") is not None or (fn is not None and fn.fixed_cycles) or \
-                    any((e.src, e.port) in out for e in prog.in_edges(name)):
-                out.update((name, p) for p in range(len(node.outputs)))
+                    (fed and not loads):
+                out.update((name, p) for p in range(len(node.outputs))
+                           if _holds_tiles(self.typed.types[(name, p)].elem))
         return out
 
     def _wanted(self) -> set[tuple[str, int]]:
@@ -133,10 +138,12 @@ class Downtile(Rewrite):
     def inner_dims(self, value: Any) -> list[int]:
         return [value.down, value.across] if isinstance(value, SPLIT) else []
 
-    def split(self, tile: Tile) -> tuple[int, int] | None:
+    def split(self, tile: Tile, padded: bool = False) -> tuple[int, int] | None:
         """Sub-tiles (down, across) of a tile; (1, 1) when it fits, None when it cannot be
-        split."""
-        down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
+        split. A `padded` tile (one that may carry a valid-row count) keeps its rows whole:
+        the count applies to rows, so column sub-tiles each keep it."""
+        down = 1 if padded else split_dim(tile.rows, self.tile[0])
+        across = split_dim(tile.cols, self.tile[1])
         if down is None or across is None:
             return None
         return down, across
@@ -271,8 +278,6 @@ class Downtile(Rewrite):
             return False
         if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
             return False  # splitting on chip would reshape a ragged dim
-        if any((e.src, e.port) in self.padded for e in self.typed.program.in_edges(node.name)):
-            return False
         if fspec.split == ELEMENTWISE:
             return OPS[node.op].fn_use == "map" and \
                 len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
@@ -282,8 +287,6 @@ class Downtile(Rewrite):
         """Why an operator whose tiles exceed the physical tile keeps them."""
         edges = self.typed.program.in_edges(node.name)
         streams = [self.typed.types[(e.src, e.port)] for e in edges]
-        if any((e.src, e.port) in self.padded for e in edges):
-            return "its tiles may carry a valid-row count (padding), which sub-tiles lose"
         if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
             return "an input's innermost dim is ragged: it cannot be reshaped into sub-tiles"
         if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
@@ -301,7 +304,8 @@ class Downtile(Rewrite):
         if ref not in self.unpacked:
             tile = self.typed.types[(edge.src, edge.port)].elem
             src = self.typed.program.nodes[edge.src]
-            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), origin(src))
+            parts = self.split(tile, (edge.src, edge.port) in self.padded)
+            self.unpacked[ref] = unpack(self.draft, ref, tile, parts, origin(src))
         return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:
@@ -334,3 +338,11 @@ def _affine_load(node) -> bool:
 
 def _static_tile(t: Tile) -> bool:
     return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
+
+
+def _holds_tiles(elem) -> bool:
+    """An element that is or holds tiles (a tile, a buffer of tiles, a tuple with a tile)."""
+    if isinstance(elem, Tile):
+        return True
+    parts = getattr(elem, "elems", None) or [getattr(elem, "tile", None)]
+    return any(isinstance(p, Tile) for p in parts)
