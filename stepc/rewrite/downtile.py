@@ -31,7 +31,7 @@ from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite.draft import Change
 from stepc.rewrite.passing import pass_through, repeat, unzip
-from stepc.rewrite.products import contraction
+from stepc.rewrite.products import contraction, dynamic_rows
 from stepc.rewrite.subtiles import (
     SPLIT,
     Sub,
@@ -246,12 +246,19 @@ class Downtile(Rewrite):
         fn = node.attrs.get("fn")
         fspec = FUNCTIONS.get(getattr(fn, "name", ""))
         spec = OPS[node.op]
+        edges = self.typed.program.in_edges(node.name)
+        if self.feasible(node) and self.worth(node) and self.dynamic_rows(node):
+            b = ins[1] if isinstance(ins[1], Sub) else self.on_chip(ins[1], edges[1])
+            return dynamic_rows(self, node, ins[0], b, fn)
         if self.feasible(node) and self.worth(node) \
                 and not all(isinstance(v, Sub) for v in ins):
-            ins = [v if isinstance(v, Sub) else self.on_chip(v, e) for v, e in
-                   zip(ins, self.typed.program.in_edges(node.name), strict=True)]
+            whole = self.whole_dims(node)
+            ins = [v if isinstance(v, Sub) else self.on_chip(v, e, keep) for v, e, keep in
+                   zip(ins, edges, whole, strict=True)]
         if fspec is None or not ins or not all(isinstance(v, Sub) for v in ins):
-            if any(isinstance(v, Sub) for v in ins):
+            if any(isinstance(v, Sub) for v in ins) and fspec is not None and fspec.split:
+                self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
+            elif any(isinstance(v, Sub) for v in ins):
                 self.note(node, "kept", "reads logical tiles: its inputs are packed back")
             elif fspec is not None and fspec.split and self._would_split(node):
                 self.note(node, "kept", self.why_not(node))
@@ -265,8 +272,8 @@ class Downtile(Rewrite):
 
     def feasible(self, node) -> bool:
         """A compute operator that can work on sub-tiles: an element-wise Map whose inputs
-        have one tile shape, or a product of two statically sized tiles; every input's
-        tile splits and no input's innermost dim is ragged."""
+        have one tile shape, or a product whose right operand has static tiles (the left
+        one too, or a dynamic row count in a Map); every input's tile splits."""
         fn = node.attrs.get("fn")
         fspec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
         if fspec is None or not fspec.split:
@@ -276,21 +283,49 @@ class Downtile(Rewrite):
         tiles = [st.elem for st in streams]
         if not tiles or not all(isinstance(t, Tile) and self.split(t) for t in tiles):
             return False
-        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
-            return False  # splitting on chip would reshape a ragged dim
         if fspec.split == ELEMENTWISE:
             return OPS[node.op].fn_use == "map" and \
                 len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
-        return len(tiles) == 2 and all(_static_tile(t) for t in tiles)
+        if len(tiles) != 2 or not _static_tile(tiles[1]):
+            return False
+        return _static_tile(tiles[0]) or self.dynamic_rows(node)
+
+    def dynamic_rows(self, node) -> bool:
+        """A product (a Map) whose left operand has a dynamic row count and static columns."""
+        fspec = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+        edges = self.typed.program.in_edges(node.name)
+        if fspec is None or fspec.split != CONTRACTION or len(edges) != 2:
+            return False
+        a = self.typed.types[(edges[0].src, edges[0].port)].elem
+        return OPS[node.op].fn_use == "map" and isinstance(a, Tile) and \
+            not sympy.sympify(a.rows).is_Integer and sympy.sympify(a.cols).is_Integer
+
+    def whole_dims(self, node) -> list[tuple[bool, bool]]:
+        """Per input, whether its rows and its columns stay whole when split on chip: a
+        product reducing a dynamic dim keeps its output's rows and columns whole (each
+        output tile is then one sum over the reduced dims and the inner sub-tiles, read in
+        stream order; re-reading the operands per output sub-tile would need a view of a
+        dynamically sized buffer)."""
+        edges = self.typed.program.in_edges(node.name)
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", ""))
+        if fspec is None or fspec.split != CONTRACTION or OPS[node.op].fn_use == "map" \
+                or len(edges) != 2:
+            return [(False, False)] * len(edges)
+        st = self.typed.types[(edges[0].src, edges[0].port)]
+        if all(sympy.sympify(d).is_Integer for d in st.shape[len(st.shape) - node.attrs["rank"]:]):
+            return [(False, False)] * 2
+        transpose = bool(fn.get("transpose", False))
+        return [(True, False), (True, False) if transpose else (False, True)]
 
     def why_not(self, node) -> str:
         """Why an operator whose tiles exceed the physical tile keeps them."""
         edges = self.typed.program.in_edges(node.name)
         streams = [self.typed.types[(e.src, e.port)] for e in edges]
-        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
-            return "an input's innermost dim is ragged: it cannot be reshaped into sub-tiles"
         if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
-            return "a product of dynamically sized tiles: Bufferize needs static tiles"
+            return "a product whose right operand, or a reduction whose left operand, has " \
+                   "dynamically sized tiles: re-reading them per output sub-tile needs a " \
+                   "buffer, and Bufferize takes only static tiles"
         return "its inputs' tiles differ (broadcasting) or cannot be split"
 
     def worth(self, node) -> bool:
@@ -299,12 +334,14 @@ class Downtile(Rewrite):
         streams += [(node.name, p) for p in range(len(node.outputs))]
         return any(self.splits(self.typed.types[k].elem) for k in streams)
 
-    def on_chip(self, ref: str, edge) -> Sub:
-        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once."""
+    def on_chip(self, ref: str, edge, keep: tuple[bool, bool] = (False, False)) -> Sub:
+        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once; `keep`:
+        whether its rows, its columns are kept whole."""
         if ref not in self.unpacked:
             tile = self.typed.types[(edge.src, edge.port)].elem
             src = self.typed.program.nodes[edge.src]
-            parts = self.split(tile, (edge.src, edge.port) in self.padded)
+            down, across = self.split(tile, (edge.src, edge.port) in self.padded)
+            parts = (1 if keep[0] else down, 1 if keep[1] else across)
             self.unpacked[ref] = unpack(self.draft, ref, tile, parts, origin(src))
         return self.unpacked[ref]
 

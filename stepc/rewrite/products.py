@@ -11,7 +11,17 @@ import sympy
 
 from stepc.ops import OPS
 from stepc.ops.functions import PARTIAL_SUM
-from stepc.rewrite.subtiles import ACCUM, Sub, fn_value, origin, weights
+from stepc.rewrite.subtiles import (
+    ACCUM,
+    PROMOTE,
+    RESHAPE,
+    Sub,
+    fn_value,
+    origin,
+    split_dim,
+    unpack,
+    weights,
+)
 from stepc.rewrite.walk import plain_attrs
 
 # the operators hierarchical tiling builds (the appendix's figure), by their records
@@ -36,13 +46,16 @@ def contraction(rw, node, ins: list[Sub], fn):
     a_type = rw.typed.types[source(rw.typed.program, node.name, 0)]
     reduced = [] if spec.fn_use == "map" else list(a_type.shape[len(a_type.shape)
                                                                 - node.attrs["rank"]:])
-    if any(not sympy.sympify(d).is_Integer for d in reduced):
-        rw.note(node, "kept", "it reduces a dynamic dim, which an on-chip buffer view "
-                                "cannot reorder: packed back")
-        return None
     if node.attrs.get("init") is not None:
         rw.note(node, "kept", "it starts from its own initialiser: packed back")
         return None
+    if any(not sympy.sympify(d).is_Integer for d in reduced):
+        if am != 1 or bn != 1:
+            rw.note(node, "kept", "it reduces a dynamic dim and its output sub-tiles would "
+                                  "re-read the operands, which needs a view of a "
+                                  "dynamically sized buffer: packed back")
+            return None
+        return _in_stream_order(rw, node, a, b, fn, len(reduced), a_type)
     reduced = [int(d) for d in reduced]
     draft, name = rw.draft, node.name
     says = origin(node)
@@ -116,3 +129,76 @@ def source(prog, node: str, slot: int) -> tuple[str, int]:
     """The stream feeding input `slot` of `node`."""
     e = prog.in_edges(node)[slot]
     return (e.src, e.port)
+
+
+def _in_stream_order(rw, node, a: Sub, b: Sub, fn, reduced: int, a_type):
+    """A reduction over dynamic dims whose output is one sub-tile (rows and columns kept
+    whole): the operands' inner sub-tiles already arrive in the order of the sum, so the
+    products are taken as they come and one Accum sums over the reduced dims and the
+    inner sub-tiles."""
+    draft, says, name = rw.draft, origin(node), node.name
+    flat_a = draft.emit(FLATTEN, [a.ref], {"min": 0, "max": 1}, f"{says}: left operand, "
+                        "its inner sub-tiles in one dim", base=f"{name}_a")[0]
+    flat_b = draft.emit(FLATTEN, [b.ref], {"min": 0, "max": 1}, f"{says}: right operand, "
+                        "its inner sub-tiles in one dim", base=f"{name}_b")[0]
+    carried = {k: v for k, v in plain_attrs(node).items() if k in COMPUTE_ATTRS}
+    prod = draft.emit(MAP, [[flat_a, flat_b]], {"fn": fn, **carried},
+                      f"{says}: sub-tile products", base=f"{name}_part")[0]
+    acc_attrs = {"fn": fn_value(PARTIAL_SUM), "rank": reduced + 1, **carried}
+    if node.attrs.get("write_back"):
+        acc_attrs["write_back"] = True
+    acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products over "
+                     "the reduced dims", base=f"{name}_sum")[0]
+    one = draft.emit(PROMOTE, [acc], {"rank": 0}, f"{says}: one output sub-tile",
+                     base=f"{name}_row")[0]
+    out = draft.emit(PROMOTE, [one], {"rank": 0}, f"{says}: one output sub-tile",
+                     base=name)[0]
+    tile = rw.out_type(node).elem
+    flops = a_type.card * a.across * sympy.sympify(tile.rows) * sympy.sympify(tile.cols)
+    rw.note(node, "rewritten", f"one output sub-tile, the sum over the reduced dims of "
+                               f"{a.across} sub-tile products each", [flat_a, flat_b, prod,
+                                                                      acc, one, out], flops)
+    return [Sub(out, tile, 1, 1)]
+
+
+def dynamic_rows(rw, node, a, b: Sub, fn):
+    """A product (Map) whose left operand has a dynamic row count: Bufferize cannot hold
+    its sub-tiles, so the logical tile is repeated once per output sub-tile column (Repeat
+    holds it, as any repeat does) and split by columns after the repeat; the right
+    operand is buffered and read column by column; the partial products of each output
+    sub-tile are summed."""
+    a_tile = rw.typed.types[source(rw.typed.program, node.name, 0)].elem
+    transpose = bool(fn.get("transpose", False))
+    bk, bn = (b.across, b.down) if transpose else (b.down, b.across)
+    b_k_rows = b.cols if transpose else b.rows
+    ak = split_dim(a_tile.cols, rw.tile[1])
+    if ak != bk or sympy.simplify(sympy.sympify(a_tile.cols) / bk - b_k_rows) != 0 \
+            or not static_subs(b):
+        rw.note(node, "kept", "its operands' sub-tiles do not line up along the inner dim: "
+                              "packed back")
+        return None
+    a_ref = a.logical if isinstance(a, Sub) and a.logical else rw.plain(a)
+    draft, says, name = rw.draft, origin(node), node.name
+    rep = draft.emit(REPEAT, [a_ref], {"count": bn}, f"{says}: left operand (dynamic rows), "
+                     "once per output sub-tile column", base=f"{name}_arep")[0]
+    sub = unpack(draft, rep, a_tile, (1, ak), says)
+    str_a = draft.emit(FLATTEN, [sub.ref], {"min": 0, "max": 1}, f"{says}: left operand, "
+                       "its column sub-tiles", base=f"{name}_a")[0]
+    buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, f"{says}: right operand buffered",
+                       base=f"{name}_bbuf")[0]
+    view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
+    str_b = draft.emit(STREAMIFY, [buf_b, None], view, f"{says}: right operand streamed"
+                       + ("" if transpose else ", column by column"), base=f"{name}_b")[0]
+    carried = {k: v for k, v in plain_attrs(node).items() if k in COMPUTE_ATTRS}
+    prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
+                      f"{says}: sub-tile products", base=f"{name}_part")[0]
+    acc = draft.emit(ACCUM, [[prod]], {"fn": fn_value(PARTIAL_SUM), "rank": 1, **carried},
+                     f"{says}: sums the partial products", base=f"{name}_sum")[0]
+    out = draft.emit(RESHAPE, [acc], {"chunk": bn}, f"{says}: 1 x {bn} output sub-tiles",
+                     base=name)[0]
+    tile = rw.out_type(node).elem
+    flops = rw.out_type(node).card * sympy.sympify(tile.rows) * sympy.sympify(tile.cols) * bk
+    rw.note(node, "rewritten", f"1 x {bn} output sub-tiles (rows kept whole: dynamic), each "
+                               f"the sum of {bk} sub-tile products",
+            [rep, sub.ref, str_a, buf_b, str_b, prod, acc, out], flops)
+    return [Sub(out, tile, 1, bn)]

@@ -69,13 +69,16 @@ def split_dim(d, p: int) -> int | None:
 
 
 def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str) -> Sub:
-    """A stream of logical tiles split into sub-tiles by operators: rows (FlatMap into
-    rows, Reshape, Accum with retile_row), then columns (the same by columns), then
-    Reshape twice to give each logical tile its [down, across] dims."""
+    """A stream of logical tiles split into sub-tiles by operators: each tile given a dim
+    of its own (Promote), its rows (FlatMap into rows, Reshape, Accum with retile_row),
+    then its columns (the same by columns), then Reshape (or Promote) into its [down,
+    across] dims. No dim of the stream itself is reshaped, so a ragged one is fine."""
     down, across = parts
     rows = int(tile.rows) // down if down > 1 else tile.rows
     cols = int(tile.cols) // across if across > 1 else tile.cols
     emit, says, base = draft.emit, f"{says}: split on chip", ref
+    ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: one dim per logical tile",
+               base=f"{base}_each")[0]
     if down > 1:
         ref = emit(FLATMAP, [[ref]], {"fn": fn_value(UNPACK)}, f"{says}, into rows",
                    base=f"{base}_rows")[0]
@@ -90,9 +93,6 @@ def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str
                    base=f"{base}_colgroups")[0]
         ref = emit(ACCUM, [[ref]], {"fn": fn_value(PACK_COLS), "rank": 1},
                    f"{says}, into {rows} x {cols} tiles", base=f"{base}_tiles")[0]
-    ref = emit(RESHAPE, [ref], {"chunk": down * across}, f"{says}: per logical tile",
-               base=f"{base}_each")[0]
-    if across > 1:
         ref = emit(RESHAPE, [ref], {"chunk": across}, f"{says}: {down} x {across}",
                    base=f"{base}_sub")[0]
     else:
