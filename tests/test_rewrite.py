@@ -54,6 +54,26 @@ def test_the_figure_computes_the_same(appendix):
     assert verdict.totals["off_chip"][0] == verdict.totals["off_chip"][1]
 
 
+def test_the_figure_on_chip_memory_by_the_rule(appendix):
+    """The on-chip rule (rewrite/memory.py) for the figure, by hand (f32, 16 x 16 sub-tiles
+    of 1 KiB): A's Bufferize holds one sub-tile row (16 sub-tiles, twice, plus the one it
+    fills), its Repeat and Streamify the row again (+ the tile emitted): 2 + 4 x 16 KiB;
+    B's buffers hold its whole 32 x 256 tile the same way: 2 + 4 x 32 KiB; one 16 x 16
+    accumulator of partial sums: 1 KiB. The loads and the store hold a sub-tile instead
+    of a tile: -15, -31 and -1 KiB."""
+    verdict = appendix.verify("paper-eval", simulate=False)
+    kib = 1024
+    buffers = (2 + 4 * 16) * kib + (2 + 4 * 32) * kib + kib
+    memory = -15 * kib - 31 * kib - kib
+    old, new, rule = verdict.totals["on_chip"]
+    assert new - old == rule == buffers + memory == 153600
+    appendix.changes[0].on_chip_delta += 1  # a rule off by one byte is caught
+    try:
+        assert not appendix.verify("paper-eval", simulate=False).ok
+    finally:
+        appendix.changes[0].on_chip_delta -= 1
+
+
 def test_every_statement_says_where_it_came_from(appendix):
     body = [line for line in appendix.text.splitlines()
             if line and not line.startswith(("#", "tensor"))]

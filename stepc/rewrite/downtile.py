@@ -29,6 +29,7 @@ from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE
 from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
 from stepc.ops.offchip import affine_view, tiled_shape
+from stepc.rewrite import memory
 from stepc.rewrite.draft import Change
 from stepc.rewrite.passing import pass_through, repeat, unzip
 from stepc.rewrite.products import contraction, dynamic_rows
@@ -128,8 +129,14 @@ class Downtile(Rewrite):
         if not isinstance(value, SPLIT):
             return value
         if value.ref not in self.packed:
-            self.packed[value.ref] = pack(self.draft, value) if isinstance(value, Sub) \
-                else unzip(self, value)
+            if isinstance(value, Sub):
+                self.packed[value.ref] = pack(self.draft, value)
+                self.draft.changes.append(Change(
+                    value.ref, "sub-tiles", "converted", f"packed back into {value.tile} "
+                    "for an operator that reads logical tiles", [self.packed[value.ref]],
+                    on_chip_delta=memory.packed(value.tile, value.down, value.across)))
+            else:
+                self.packed[value.ref] = unzip(self, value)
         return self.packed[value.ref]
 
     def ref(self, value: Any) -> str:
@@ -157,9 +164,9 @@ class Downtile(Rewrite):
         return self.typed.types[(node.name, port)]
 
     def note(self, node, action: str, detail: str, added: list[str] | None = None,
-             flops: Any = 0) -> None:
+             flops: Any = 0, on_chip: Any = 0) -> None:
         self.draft.changes.append(Change(node.name, node.op, action, detail, added or [],
-                                         flops))
+                                         flops, on_chip))
 
     # ---------------------------------------------------------------- dispatch
     def visit(self, node, ins: list[Any]):
@@ -198,7 +205,7 @@ class Downtile(Rewrite):
             sub = unpack(self.draft, out[0], tile, parts, origin(node))
             self.note(node, "rewritten", f"keeps its {size_text(tile)} tiles; they are split into "
                                          f"{parts[0]} x {parts[1]} sub-tiles on chip",
-                      [out[0], sub.ref])
+                      [out[0], sub.ref], on_chip=memory.unpacked(tile, *parts))
             return [sub]
         down, across = parts
         t = node.attrs["tensor"]
@@ -219,7 +226,8 @@ class Downtile(Rewrite):
                    note=f"{origin(node)}: each {size_text(tile)} tile read as {down} x {across} "
                         f"tiles of {sub[0]} x {sub[1]}")
         self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
-                                     f"{sub[1]} per {tile}", [out[0]])
+                                     f"{sub[1]} per {tile}", [out[0]],
+                  on_chip=memory.split_memory(tile, down, across))
         return [Sub(out[0], tile, down, across)]
 
     def store(self, node, ins):
@@ -238,7 +246,8 @@ class Downtile(Rewrite):
             return None
         copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
              note=f"{origin(node)}: writes the sub-tiles in row-major order")
-        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
+        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}",
+                  on_chip=memory.split_memory(v.tile, v.down, v.across))
         return []
 
     # ---------------------------------------------------------------- compute
@@ -342,7 +351,11 @@ class Downtile(Rewrite):
             src = self.typed.program.nodes[edge.src]
             down, across = self.split(tile, (edge.src, edge.port) in self.padded)
             parts = (1 if keep[0] else down, 1 if keep[1] else across)
-            self.unpacked[ref] = unpack(self.draft, ref, tile, parts, origin(src))
+            sub = self.unpacked[ref] = unpack(self.draft, ref, tile, parts, origin(src))
+            self.draft.changes.append(Change(
+                ref, "logical tiles", "converted", f"split into {parts[0]} x {parts[1]} "
+                "sub-tiles on chip for an operator that computes on sub-tiles", [sub.ref],
+                on_chip_delta=memory.unpacked(tile, *parts)))
         return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sympy
 
 from stepc.ops import OPS
+from stepc.rewrite import memory
 from stepc.rewrite.products import BUFFERIZE, STREAMIFY, source, static_subs
 from stepc.rewrite.subtiles import SPLIT, Sub, Zipped, origin
 from stepc.rewrite.walk import copy, plain_attrs
@@ -80,7 +81,8 @@ def repeat(rw, node, ins):
     out = rw.draft.emit(STREAMIFY, [rep[0], None], {}, f"{says}: the repeated sub-tiles",
                         base=f"{name}_sub")[0]
     rw.note(node, "rewritten", f"repeats each logical tile's {v.down} x {v.across} sub-tiles "
-                               "as a group", [held, rep[0], out])
+                               "as a group", [held, rep[0], out],
+            on_chip=memory.repeated(v.tile, v.down, v.across))
     return [Sub(out, v.tile, v.down, v.across, logical=rep[0])]
 
 

@@ -11,6 +11,7 @@ import sympy
 
 from stepc.ops import OPS
 from stepc.ops.functions import PARTIAL_SUM
+from stepc.rewrite import memory
 from stepc.rewrite.subtiles import (
     ACCUM,
     PROMOTE,
@@ -114,9 +115,16 @@ def contraction(rw, node, ins: list[Sub], fn):
     out = rw.out_type(node)
     m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
     flops = out.card * m_n * bk * math.prod(reduced)
+    a_parts, b_parts = (am, ak), (b.down, b.across)
+    if streamed:
+        held = memory.figure_product(a.tile, a_parts, b.tile, b_parts, out.elem, (am, bn),
+                                     spec.fn_use != "map")
+    else:
+        held = memory.affine_product(a.tile, a_parts, b.tile, b_parts, out.elem, (am, bn),
+                                     math.prod(reduced))
     rw.note(node, "rewritten", f"{am} x {bn} output sub-tiles, each the sum of "
                                  f"{bk * math.prod(reduced)} sub-tile products", added,
-              flops)
+              flops, held)
     return [Sub(acc, out.elem, am, bn)]
 
 
@@ -200,5 +208,6 @@ def dynamic_rows(rw, node, a, b: Sub, fn):
     flops = rw.out_type(node).card * sympy.sympify(tile.rows) * sympy.sympify(tile.cols) * bk
     rw.note(node, "rewritten", f"1 x {bn} output sub-tiles (rows kept whole: dynamic), each "
                                f"the sum of {bk} sub-tile products",
-            [rep, sub.ref, str_a, buf_b, str_b, prod, acc, out], flops)
+            [rep, sub.ref, str_a, buf_b, str_b, prod, acc, out], flops,
+            memory.dynamic_rows_product(a_tile, ak, b.tile, (b.down, b.across), tile, (1, bn)))
     return [Sub(out, tile, 1, bn)]
