@@ -31,7 +31,7 @@ from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite import memory
 from stepc.rewrite.draft import Change
-from stepc.rewrite.passing import pass_through, repeat, unzip
+from stepc.rewrite.passing import broadcasting, pass_through, repeat, unzip
 from stepc.rewrite.products import contraction, dynamic_rows
 from stepc.rewrite.subtiles import (
     SPLIT,
@@ -256,6 +256,11 @@ class Downtile(Rewrite):
         fspec = FUNCTIONS.get(getattr(fn, "name", ""))
         spec = OPS[node.op]
         edges = self.typed.program.in_edges(node.name)
+        if fspec is not None and fspec.split == ELEMENTWISE and spec.fn_use == "map" \
+                and self.worth(node) and self._broadcasts(node):
+            out = broadcasting(self, node, ins)
+            if out is not None:
+                return out
         if self.feasible(node) and self.worth(node) and self.dynamic_rows(node):
             b = ins[1] if isinstance(ins[1], Sub) else self.on_chip(ins[1], edges[1])
             return dynamic_rows(self, node, ins[0], b, fn)
@@ -361,6 +366,12 @@ class Downtile(Rewrite):
     def _would_split(self, node) -> bool:
         return any(self.splits(self.typed.types[(e.src, e.port)].elem)
                    for e in self.typed.program.in_edges(node.name))
+
+    def _broadcasts(self, node) -> bool:
+        tiles = {(str(t.rows), str(t.cols)) for t in (
+            self.typed.types[(e.src, e.port)].elem for e in self.typed.program.in_edges(node.name))
+            if isinstance(t, Tile)}
+        return len(tiles) > 1
 
     def elementwise(self, node, ins: list[Sub]):
         first = ins[0]

@@ -18,6 +18,8 @@ For a logical tile of T bytes split into n = down x across sub-tiles of t = T / 
 - a reduction in stream order keeps one accumulator, the logical output tile: 0;
 - a product whose left operand has dynamic rows repeats that operand (T_a), splits the
   repeats on chip, buffers the right tile (t_b + 2 T_b, T_b + t_b) and keeps t_o;
+- a broadcast operand of an element-wise map (an [R, 1] column split into `pieces` row
+  pieces, or a [1, 1] scalar) is repeated per sub-tile; the Repeat holds a piece: T / pieces;
 - splitting on chip packs rows (T / down, when down > 1) and columns (t, when across > 1);
 - packing back packs columns (T / down, when across > 1 or down = 1) and rows (T).
 """
@@ -68,6 +70,10 @@ def dynamic_rows_product(a: Tile, ak: int, b: Tile, b_parts, out: Tile,
     t_b = big_b / (b_parts[0] * b_parts[1])
     return tile_bytes(a) + unpacked(a, 1, ak) + 2 * t_b + 3 * big_b + \
         tile_bytes(out) / (out_parts[0] * out_parts[1])
+
+
+def broadcast(tile: Tile, pieces: int) -> sympy.Expr:
+    return tile_bytes(tile) / pieces
 
 
 def unpacked(tile: Tile, down: int, across: int) -> sympy.Expr:

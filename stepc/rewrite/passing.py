@@ -21,8 +21,15 @@ import sympy
 
 from stepc.ops import OPS
 from stepc.rewrite import memory
-from stepc.rewrite.products import BUFFERIZE, STREAMIFY, source, static_subs
-from stepc.rewrite.subtiles import SPLIT, Sub, Zipped, origin
+from stepc.rewrite.products import (
+    BUFFERIZE,
+    FLATTEN,
+    REPEAT,
+    STREAMIFY,
+    source,
+    static_subs,
+)
+from stepc.rewrite.subtiles import RESHAPE, SPLIT, Sub, Zipped, origin
 from stepc.rewrite.walk import copy, plain_attrs
 from stepc.types import Tile, Tuple
 
@@ -84,6 +91,66 @@ def repeat(rw, node, ins):
                                "as a group", [held, rep[0], out],
             on_chip=memory.repeated(v.tile, v.down, v.across))
     return [Sub(out, v.tile, v.down, v.across, logical=rep[0])]
+
+
+def broadcasting(rw, node, ins):
+    """An element-wise Map whose smaller operands broadcast over a full-size one: an
+    [R, 1] column split by rows and each piece repeated across the sub-tile columns, a
+    [1, 1] scalar repeated once per sub-tile, so each meets every sub-tile it applies to.
+    None when it cannot be (a [1, C] row over several sub-tile rows, splits that differ)."""
+    out_tile = rw.out_type(node).elem
+    edges = rw.typed.program.in_edges(node.name)
+    types = [rw.typed.types[(e.src, e.port)].elem for e in edges]
+    same = [_same_tile(t, out_tile) for t in types]
+    subs = [v for v, full in zip(ins, same, strict=True) if full and isinstance(v, Sub)]
+    if subs:
+        down, across = subs[0].down, subs[0].across
+    else:
+        padded = any((e.src, e.port) in rw.padded for e, full in zip(edges, same, strict=True)
+                     if full)
+        parts = rw.split(out_tile, padded)
+        if parts is None:
+            return None
+        down, across = parts
+    draft, says, refs, held, added = rw.draft, origin(node), [], sympy.Integer(0), []
+    for v, e, t, full in zip(ins, edges, types, same, strict=True):
+        if full:
+            sub = v if isinstance(v, Sub) else rw.on_chip(v, e, (down == 1, across == 1))
+            if (sub.down, sub.across) != (down, across):
+                return None
+            refs.append(sub.ref)
+        elif t.cols == 1 and (t.rows == 1 or t.rows == out_tile.rows):
+            pieces = 1 if t.rows == 1 else down
+            src = rw.plain(v)
+            if pieces > 1:
+                sub = rw.on_chip(src, e, (False, True))
+                if sub.down != down:
+                    return None
+                src = sub.ref
+            rep = draft.emit(REPEAT, [src], {"count": down * across // pieces},
+                             f"{says}: the broadcast operand once per sub-tile",
+                             base=f"{node.name}_bcast")[0]
+            shaped = draft.emit(RESHAPE, [rep], {"chunk": across, "rank": 0}, f"{says}: "
+                                f"{down} x {across}", base=f"{node.name}_bsub")[0] \
+                if pieces == 1 else draft.emit(FLATTEN, [rep], {"min": 0, "max": 1},
+                                               f"{says}: {down} x {across}",
+                                               base=f"{node.name}_bsub")[0]
+            held += memory.broadcast(t, pieces)
+            added += [rep, shaped]
+            refs.append(shaped)
+        else:
+            return None
+    out = copy(rw, node, refs, rw.read, note=f"{says}: on each sub-tile, the smaller operands "
+                                              "repeated to meet them")
+    rw.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each of {down} x {across} "
+                               "sub-tiles, its broadcast operands repeated", added + out,
+            on_chip=held)
+    return [Sub(out[0], out_tile, down, across)]
+
+
+def _same_tile(t, other: Tile) -> bool:
+    return isinstance(t, Tile) and sympy.simplify(t.rows - other.rows) == 0 and \
+        sympy.simplify(t.cols - other.cols) == 0
 
 
 def unzip(rw, value: Zipped) -> str:
