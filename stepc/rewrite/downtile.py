@@ -281,7 +281,10 @@ class Downtile(Rewrite):
             return self.elementwise(node, ins)
         if fspec.split == CONTRACTION and len(ins) == 2:
             return contraction(self, node, ins, fn)
-        self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
+        if fspec.split == ELEMENTWISE:
+            self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
+        else:
+            self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
         return None
 
     def feasible(self, node) -> bool:
@@ -336,11 +339,18 @@ class Downtile(Rewrite):
         """Why an operator whose tiles exceed the physical tile keeps them."""
         edges = self.typed.program.in_edges(node.name)
         streams = [self.typed.types[(e.src, e.port)] for e in edges]
+        fspec = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+        if fspec is not None and fspec.split == ELEMENTWISE and OPS[node.op].fn_use != "map":
+            return "an element-wise reduction: each output sub-tile sums one sub-tile of " \
+                   "every reduced element, and those arrive interleaved with the others " \
+                   "(regrouping them needs a buffer view over the reduced dims; downtile " \
+                   "does not regroup them)"
         if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
             return "a product whose right operand, or a reduction whose left operand, has " \
                    "dynamically sized tiles: re-reading them per output sub-tile needs a " \
                    "buffer, and Bufferize takes only static tiles"
-        return "its inputs' tiles differ (broadcasting) or cannot be split"
+        return "its inputs' tiles differ and do not broadcast by columns or scalars, or " \
+               "cannot be split"
 
     def worth(self, node) -> bool:
         """Some tile of the operator's inputs or outputs exceeds the physical tile."""
