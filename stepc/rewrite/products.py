@@ -14,7 +14,6 @@ from stepc.ops.functions import PARTIAL_SUM
 from stepc.rewrite import memory
 from stepc.rewrite.subtiles import (
     ACCUM,
-    PROMOTE,
     RESHAPE,
     Sub,
     fn_value,
@@ -140,10 +139,10 @@ def source(prog, node: str, slot: int) -> tuple[str, int]:
 
 
 def _in_stream_order(rw, node, a: Sub, b: Sub, fn, reduced: int, a_type):
-    """A reduction over dynamic dims whose output is one sub-tile (rows and columns kept
-    whole): the operands' inner sub-tiles already arrive in the order of the sum, so the
-    products are taken as they come and one Accum sums over the reduced dims and the
-    inner sub-tiles."""
+    """A reduction over dynamic dims whose output tile is kept whole (one sub-tile): the
+    operands' inner sub-tiles already arrive in the order of the sum, so the products are
+    taken as they come and one Accum sums over the reduced dims and the inner sub-tiles;
+    its output is the logical stream."""
     draft, says, name = rw.draft, origin(node), node.name
     flat_a = draft.emit(FLATTEN, [a.ref], {"min": 0, "max": 1}, f"{says}: left operand, "
                         "its inner sub-tiles in one dim", base=f"{name}_a")[0]
@@ -156,17 +155,13 @@ def _in_stream_order(rw, node, a: Sub, b: Sub, fn, reduced: int, a_type):
     if node.attrs.get("write_back"):
         acc_attrs["write_back"] = True
     acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products over "
-                     "the reduced dims", base=f"{name}_sum")[0]
-    one = draft.emit(PROMOTE, [acc], {"rank": 0}, f"{says}: one output sub-tile",
-                     base=f"{name}_row")[0]
-    out = draft.emit(PROMOTE, [one], {"rank": 0}, f"{says}: one output sub-tile",
-                     base=name)[0]
+                     "the reduced dims", base=name)[0]
     tile = rw.out_type(node).elem
     flops = a_type.card * a.across * sympy.sympify(tile.rows) * sympy.sympify(tile.cols)
-    rw.note(node, "rewritten", f"one output sub-tile, the sum over the reduced dims of "
-                               f"{a.across} sub-tile products each", [flat_a, flat_b, prod,
-                                                                      acc, one, out], flops)
-    return [Sub(out, tile, 1, 1)]
+    rw.note(node, "rewritten", f"its output tile whole, the sum over the reduced dims of "
+                               f"{a.across} sub-tile products each", [flat_a, flat_b, prod, acc],
+            flops)
+    return [acc]
 
 
 def dynamic_rows(rw, node, a, b: Sub, fn):
