@@ -252,3 +252,40 @@ def test_broadcast_operands_meet_every_sub_tile():
     assert streams["y"].type == "Strm<Tile<f32, [16, 16]>, 2>[2, 2, 2]"
     verdict = done.verify("paper-eval", seed=6)
     assert verdict.ok, verdict.problems
+
+
+DEADLOCKING = """\
+tensor A : f32[128, 32] input
+tensor B : f32[128, 32] input
+tensor Y : f32[256, 32] output
+a = LinearOffChipLoad(A, tile=[16, 16], stride=[4, 2, 1], shape=[4, 2, 2])
+b = LinearOffChipLoad(B, tile=[16, 16], stride=[4, 2, 1], shape=[4, 2, 2])
+r_held = Bufferize(a, rank=2)
+r = Repeat(r_held, count=2)
+r_sub = Streamify(r)
+Reshape_7 = Reshape(b, chunk=1, rank=2)
+e_held = Bufferize(Reshape_7, rank=2)
+r_sub_cols = Accum(r_sub, fn=retile_col, rank=1)
+r_sub_whole = Accum(r_sub_cols, fn=retile_row, rank=1)
+e = Expand(e_held, r_sub_whole)
+e_sub = Streamify(e)
+y = Map(r_sub, e_sub, fn=add)
+LinearOffChipStore(y, Y)
+"""
+
+
+def test_verify_fails_a_rewrite_that_deadlocks():
+    """A sub-tiled Repeat whose sub-tiles are also packed back for an Expand's reference
+    (what downtile wrote before Expand read the repeat's buffer references) forks and
+    joins with a FIFO too shallow for a logical tile's sub-tiles: verify says so."""
+    from stepc.rewrite.verify import Verdict, equivalence
+    old = stepc.compile(PASSING, "passing.step")
+    new = stepc.compile(DEADLOCKING, "deadlocking.step")
+    verdict = Verdict()
+    equivalence(old.typed, new.typed, _hardware("paper-eval"), verdict)
+    assert not verdict.ok and "deadlocks" in verdict.problems[0]
+
+
+def _hardware(name: str):
+    from stepc.api.inputs import hardware
+    return hardware(name)[0]
