@@ -18,7 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bundled import PROGRAMS, SMALL, program_params  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-SIZES = {**SMALL, "swiglu": {"B": 32, "H": 64, "I": 64, "TB": 16, "TI": 32}}  # full: slow
+# smaller still for the MoE programs (4 experts, 64-wide), which are rewritten and compiled
+# twice per test; the full sizes are slow
+MOE = {"B": 8, "D": 64, "F": 64, "E": 4, "K": 2, "TILE_F": 32}
+SIZES = {**SMALL, "swiglu": {"B": 32, "H": 64, "I": 64, "TB": 16, "TI": 32},
+         "moe_static": MOE, "moe_dynamic": MOE, "moe_timemux": {**MOE, "R": 2},
+         "moe_timemux_dynamic": {**MOE, "R": 2}}
 
 
 @pytest.mark.parametrize("name", program_params(PROGRAMS))
@@ -96,8 +101,8 @@ def test_a_dynamically_tiled_moe_is_downtiled_where_it_can_be():
     """moe_dynamic packs each expert's tokens into one tile of a dynamic row count: its
     up and gate products are split by columns and along the inner dim (rows kept whole,
     the token tile repeated once per output sub-tile column, then split); the element-wise
-    maps follow; the down projection, which re-reads its dynamic left operand over the
-    reduced dim, keeps its tiles with the reason."""
+    maps follow; the down projection, which would re-read its dynamic left operand over
+    the reduced dim, keeps its tiles with the reason."""
     done = rewrite(REPO / "programs" / "moe_dynamic.step", "downtile", tile=(16, 16),
                    **SIZES["moe_dynamic"])
     by_node = {c.node: c for c in done.changes}
@@ -107,8 +112,7 @@ def test_a_dynamically_tiled_moe_is_downtiled_where_it_can_be():
     part = done.program.streams["moe_ffn_0_up_part"]
     assert part.type.startswith("Strm<Tile<f32, [") and ", 16]>" in part.type
     assert down.action == "kept" and "Bufferize takes only static tiles" in down.detail
-    verdict = done.verify("paper-eval", seed=5)
-    assert verdict.ok, verdict.problems
+    # simulated equal by test_every_bundled_program_downtiles
 
 
 def test_padded_tiles_keep_their_rows_whole():
