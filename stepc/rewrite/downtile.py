@@ -27,7 +27,7 @@ import sympy
 
 from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE
-from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS
+from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, GROUP
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite import memory
 from stepc.rewrite.draft import Change
@@ -274,13 +274,20 @@ class Downtile(Rewrite):
                 self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
             elif any(isinstance(v, Sub) for v in ins):
                 self.note(node, "kept", "reads logical tiles: its inputs are packed back")
-            elif fspec is not None and fspec.split and self._would_split(node):
+            elif fspec is not None and fspec.split in (ELEMENTWISE, CONTRACTION) \
+                    and self._would_split(node):
                 self.note(node, "kept", self.why_not(node))
             return None
         if fspec.split == ELEMENTWISE and spec.fn_use == "map":
             return self.elementwise(node, ins)
         if fspec.split == CONTRACTION and len(ins) == 2:
             return contraction(self, node, ins, fn)
+        if fspec.split == GROUP and node.attrs.get("rank") is not None:
+            attrs = {**plain_attrs(node), "rank": node.attrs["rank"] + 2}
+            out = copy(self, node, [v.ref for v in ins], self.read, attrs,
+                       note=f"{origin(node)}: each group with its sub-tiles")
+            self.note(node, "rewritten", "its groups take the sub-tile dims too", out)
+            return out
         if fspec.split == ELEMENTWISE:
             self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
         else:
