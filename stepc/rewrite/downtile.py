@@ -5,18 +5,18 @@ to work on them:
 
 - an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), or,
   when loads keep their logical tiles, operators split them on chip (subtiles.unpack);
-- an element-wise Map applies its function to each sub-tile;
-- a matrix product (Map or Accum) becomes the appendix's subgraph: its operands buffered
-  (Bufferize), re-read once per output sub-tile (Repeat and Streamify, or an affine
-  Streamify view when the reduced dims must move inside), multiplied sub-tile by
-  sub-tile (Map) and the partial products summed (Accum);
-- an operator that only moves elements (Partition, Reshape, ...) passes the sub-tile dims
-  through (its dim attributes shifted by two);
+- an element-wise Map applies its function to each sub-tile (broadcast operands repeated
+  to meet them: passing.broadcasting);
+- a matrix product (Map or Accum) becomes the appendix's subgraph (products.py), or a
+  variant for a left operand with dynamic rows or a reduction over ragged dims;
+- an operator that only moves or repeats elements (Partition, Reshape, Repeat, ...) passes
+  the sub-tile dims through (passing.py);
 - a store writes the sub-tiles when they arrive in the tensor's row-major order.
 
 Anything else reads logical tiles: the sub-tiles are packed back first (subtiles.pack). A
-tile dim that is dynamic, or not above the physical tile, is kept whole; tiles that may
-carry a valid-row count (padding) and ragged innermost dims are left as they are.
+tile dim that is dynamic, or not above the physical tile, is kept whole, and so are the
+rows of a tile that may carry a valid-row count (padding). Each change records the FLOPs
+and on-chip bytes it adds by the rules (memory.py), which verify.py checks.
 """
 
 from __future__ import annotations

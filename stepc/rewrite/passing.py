@@ -1,5 +1,6 @@
-"""Operators that move sub-tiles without computing on them. A logical tile is `down` x
-`across` sub-tiles, the two innermost dims of its stream, so:
+"""Operators that move sub-tiles without computing on them, and the broadcast operands of
+element-wise maps. A logical tile is `down` x `across` sub-tiles, the two innermost dims of
+its stream, so:
 
 - an operator that moves elements by dims (Partition, Reassemble, Parallelize, EagerMerge,
   Reshape, Flatten, Promote, Broadcast, Sink; record field `inner_dims`) takes them with
@@ -12,7 +13,9 @@
   (Bufferize, rank 2), the buffer references repeated by the operator itself and read back
   (Streamify), as the appendix's figure repeats its operands. An Expand's reference is
   read only for its shape: a sub-tiled one is replaced by a stream of its logical shape
-  made on the way (`Sub.logical`) when there is one, else packed back.
+  made on the way (`Sub.logical`) when there is one, else packed back;
+- an element-wise Map's [R, 1] column or [1, 1] scalar operand is repeated so that a piece
+  of it meets every sub-tile it applies to.
 """
 
 from __future__ import annotations
