@@ -54,6 +54,26 @@ def test_the_figure_computes_the_same(appendix):
     assert verdict.totals["off_chip"][0] == verdict.totals["off_chip"][1]
 
 
+def test_the_figure_on_chip_memory_by_the_rule(appendix):
+    """The on-chip rule (rewrite/memory.py) for the figure, by hand (f32, 16 x 16 sub-tiles
+    of 1 KiB): A's Bufferize holds one sub-tile row (16 sub-tiles, twice, plus the one it
+    fills), its Repeat and Streamify the row again (+ the tile emitted): 2 + 4 x 16 KiB;
+    B's buffers hold its whole 32 x 256 tile the same way: 2 + 4 x 32 KiB; one 16 x 16
+    accumulator of partial sums: 1 KiB. The loads and the store hold a sub-tile instead
+    of a tile: -15, -31 and -1 KiB."""
+    verdict = appendix.verify("paper-eval", simulate=False)
+    kib = 1024
+    buffers = (2 + 4 * 16) * kib + (2 + 4 * 32) * kib + kib
+    memory = -15 * kib - 31 * kib - kib
+    old, new, rule = verdict.totals["on_chip"]
+    assert new - old == rule == buffers + memory == 153600
+    appendix.changes[0].on_chip_delta += 1  # a rule off by one byte is caught
+    try:
+        assert not appendix.verify("paper-eval", simulate=False).ok
+    finally:
+        appendix.changes[0].on_chip_delta -= 1
+
+
 def test_every_statement_says_where_it_came_from(appendix):
     body = [line for line in appendix.text.splitlines()
             if line and not line.startswith(("#", "tensor"))]
@@ -169,6 +189,7 @@ tensor A : f32[128, 32] input
 tensor B : f32[128, 32] input
 tensor Y : f32[256, 32] output
 tensor S : f32[32, 32] output
+
 a = LinearOffChipLoad(A, tile=[32, 32], shape=[4])
 b = LinearOffChipLoad(B, tile=[32, 32], shape=[4])
 z = Zip(a, b)
@@ -194,10 +215,77 @@ def test_sub_tiles_pass_through_routing_and_repeats():
     for name in ("z", "r", "e", "p", "m", "y", "x0", "x1"):
         assert by_node[name].action == "rewritten", by_node[name]
     streams = done.program.streams
-    assert streams["z"].type.endswith("[4, 2, 2]") and "(Tile<f32, [16, 16]>" in streams["z"].type
+    assert streams["z"].type == \
+        "Strm<(Tile<f32, [16, 16]>, Tile<f32, [16, 16]>), 2>[4, 2, 2]"
     assert streams["r_sub"].type == "Strm<Tile<f32, [16, 16]>, 3>[4, 2, 2, 2]"
     assert streams["e_sub"].type == streams["r_sub"].type
-    assert streams["m"].type.startswith("Strm<Tile<f32, [16, 16]>, 2>")
-    assert "Expand(e_held, r)" in done.text  # the reference: the repeat's buffer references
+    assert streams["m"].type == "Strm<Tile<f32, [16, 16]>, 2>[4, 2, 2]"
+    assert "Expand(e_held, r)" in done.text  # its reference: the repeat's buffer references
     verdict = done.verify("paper-eval", seed=2)
     assert verdict.ok, verdict.problems
+
+
+BROADCASTING = """\
+tensor A : f32[64, 32] input
+tensor C : f32[64, 1] input
+tensor W : f32[2, 1] input
+tensor Y : f32[64, 32] output
+a = LinearOffChipLoad(A, tile=[32, 32], shape=[2])
+c = LinearOffChipLoad(C, tile=[32, 1], shape=[2])
+w = LinearOffChipLoad(W, tile=[1, 1], shape=[2])
+x = Map(a, c, fn=mul)
+y = Map(x, w, fn=add)
+LinearOffChipStore(y, Y)
+"""
+
+
+def test_broadcast_operands_meet_every_sub_tile():
+    """A [32, 1] column is split by rows and each piece repeated across the sub-tile
+    columns; a [1, 1] scalar is repeated once per sub-tile; the maps run on 16 x 16
+    sub-tiles and compute the same, the on-chip rule counting the repeats."""
+    done = rewrite(stepc.compile(BROADCASTING, "broadcasting.step"), "downtile", tile=(16, 16))
+    by_node = {c.node: c for c in done.changes}
+    assert by_node["x"].action == by_node["y"].action == "rewritten"
+    streams = done.program.streams
+    assert streams["x_bsub"].type == "Strm<Tile<f32, [16, 1]>, 2>[2, 2, 2]"
+    assert streams["y_bsub"].type == "Strm<Tile<f32, [1, 1]>, 2>[2, 2, 2]"
+    assert streams["y"].type == "Strm<Tile<f32, [16, 16]>, 2>[2, 2, 2]"
+    verdict = done.verify("paper-eval", seed=6)
+    assert verdict.ok, verdict.problems
+
+
+DEADLOCKING = """\
+tensor A : f32[128, 32] input
+tensor B : f32[128, 32] input
+tensor Y : f32[256, 32] output
+a = LinearOffChipLoad(A, tile=[16, 16], stride=[4, 2, 1], shape=[4, 2, 2])
+b = LinearOffChipLoad(B, tile=[16, 16], stride=[4, 2, 1], shape=[4, 2, 2])
+r_held = Bufferize(a, rank=2)
+r = Repeat(r_held, count=2)
+r_sub = Streamify(r)
+Reshape_7 = Reshape(b, chunk=1, rank=2)
+e_held = Bufferize(Reshape_7, rank=2)
+r_sub_cols = Accum(r_sub, fn=retile_col, rank=1)
+r_sub_whole = Accum(r_sub_cols, fn=retile_row, rank=1)
+e = Expand(e_held, r_sub_whole)
+e_sub = Streamify(e)
+y = Map(r_sub, e_sub, fn=add)
+LinearOffChipStore(y, Y)
+"""
+
+
+def test_verify_fails_a_rewrite_that_deadlocks():
+    """A sub-tiled Repeat whose sub-tiles are also packed back for an Expand's reference
+    (what downtile wrote before Expand read the repeat's buffer references) forks and
+    joins with a FIFO too shallow for a logical tile's sub-tiles: verify says so."""
+    from stepc.rewrite.verify import Verdict, equivalence
+    old = stepc.compile(PASSING, "passing.step")
+    new = stepc.compile(DEADLOCKING, "deadlocking.step")
+    verdict = Verdict()
+    equivalence(old.typed, new.typed, _hardware("paper-eval"), verdict)
+    assert not verdict.ok and "deadlocks" in verdict.problems[0]
+
+
+def _hardware(name: str):
+    from stepc.api.inputs import hardware
+    return hardware(name)[0]

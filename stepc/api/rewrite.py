@@ -53,7 +53,8 @@ class Rewritten:
         return [c for c in self.changes if c.action == "rewritten"]
 
     def summary(self) -> str:
-        """One line per operator the rewrite changed or left with a reason."""
+        """One line per operator the rewrite changed or left with a reason (and per stream
+        it packed back or split on chip)."""
         return "\n".join(f"{c.node} ({c.op}): {c.action}: {c.detail}" for c in self.changes)
 
 

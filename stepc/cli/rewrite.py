@@ -96,10 +96,10 @@ def rewrite_cmd(name, file, defines, out, force, tile, hw, keep_memory_tiles, ve
     else:
         click.echo(done.text, nl=False)
     rewritten = sum(c.action == "rewritten" for c in done.changes)
+    kept = [c for c in done.changes if c.action == "kept"]
     click.echo(f"{name}: {rewritten} operators rewritten, "
-               f"{len(done.changes) - rewritten} left" + (f"; wrote {out}" if out else ""),
+               f"{len(kept)} left" + (f"; wrote {out}" if out else ""),
                err=True)
-    for c in done.changes:
-        if c.action != "rewritten":
-            click.echo(f"  {c.node} ({c.op}): {c.action}: {c.detail}", err=True)
+    for c in kept:
+        click.echo(f"  {c.node} ({c.op}): {c.action}: {c.detail}", err=True)
     sys.exit(code)

@@ -284,6 +284,10 @@ class OpSpec:
     inner_dims: tuple[str, ...] | None = None  # moves elements without reading them, so
     # its inputs may carry extra innermost dims (sub-tiles) that it passes through; the
     # named attributes are dim indices counted from the innermost, shifted by those dims
+    chunk_outputs: tuple[str, ...] = ()  # outputs with one element per chunk (a selector),
+    # which extra inner dims on its inputs leave as they are
+    repeats: bool = False  # emits each element (or each group of inner dims) several times,
+    # holding it meanwhile: a logical tile's sub-tiles are held and re-read as one group
     trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
     # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
     trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,

@@ -40,7 +40,7 @@ from stepc.types import (
 )
 
 FN_REQUIRED = object()  # default marking a function attribute that must be given
-ELEMENTWISE, CONTRACTION = "elementwise", "contraction"  # FnSpec.split
+ELEMENTWISE, CONTRACTION, GROUP = "elementwise", "contraction", "group"  # FnSpec.split
 PARTIAL_SUM = "add"  # the function that sums a contraction's partial products
 
 
@@ -74,8 +74,10 @@ class FnSpec:
     # trace of the lengths binds the ragged dim)
     example: str = ""
     split: str = ""  # how the function splits over sub-tiles (hierarchical tiling):
-    # ELEMENTWISE (each output element reads the same position of each input) or CONTRACTION
-    # (a matrix product: the sum of the products of its operands' blocks, by PARTIAL_SUM)
+    # ELEMENTWISE (each output element reads the same position of each input), CONTRACTION
+    # (a matrix product: the sum of the products of its operands' blocks, by PARTIAL_SUM) or
+    # GROUP (a reduction reading no contents, only where each group ends: over sub-tiles
+    # its group takes the sub-tile dims too)
     uses: tuple = field(init=False, default=())
 
     def __post_init__(self):
@@ -415,7 +417,8 @@ _register(
            example="off = Map(lens, fn=mod_int(by=32))"),
     FnSpec("signal_req_all_read", {"accum": 1}, "Emits one `[1,1]` u64 token per reduced group "
            "(a request's KV cache has been read). Fixed 1 cycle.", _zero, accum=_signal,
-           fixed_cycles=1, example="done = Accum(k, fn=signal_req_all_read, rank=1)"),
+           fixed_cycles=1, example="done = Accum(k, fn=signal_req_all_read, rank=1)",
+           split=GROUP),
     FnSpec("retile_streamify", {"flatmap": 1}, "Splits each `[R,C]` tile into R `[1,C]` rows "
            "(`split=\"col\"`: C `[R,1]` columns); `filter=true` drops padding rows, so the "
            "count becomes a fresh ragged dim. 0 FLOPs.", _flatmap_zero, inner=_retile_streamify,

@@ -237,6 +237,8 @@ ROUTING_OPS = [
         outputs=lambda attrs: ["data", "sel"],
         behavior="routing.eager_merge",
         eager_inputs=True,
+        inner_dims=("rank",),
+        chunk_outputs=("sel",),
     ),
     OpSpec(
         "Parallelize", "routing",
@@ -251,6 +253,7 @@ ROUTING_OPS = [
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         behavior="routing.parallelize",
         indexed_outputs=True,
+        inner_dims=("rank",),
         trace_values=_parallelize_values,
     ),
     OpSpec(

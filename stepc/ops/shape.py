@@ -238,6 +238,7 @@ SHAPE_OPS = [
         _expand,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         behavior="shape.expand",
+        repeats=True,
     ),
     OpSpec(
         "Repeat", "shape",
@@ -249,6 +250,7 @@ SHAPE_OPS = [
         _repeat,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         behavior="shape.repeat",
+        repeats=True,
         trace_values=_repeat_values,
     ),
     OpSpec(
@@ -258,6 +260,7 @@ SHAPE_OPS = [
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
         behavior="shape.zip_",
+        inner_dims=(),
         trace_values=_zip_values,
     ),
 ]

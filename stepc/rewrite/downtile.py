@@ -5,50 +5,46 @@ to work on them:
 
 - an off-chip load reads the sub-tiles directly (its tile grid and view rescaled), or,
   when loads keep their logical tiles, operators split them on chip (subtiles.unpack);
-- an element-wise Map applies its function to each sub-tile;
-- a matrix product (Map or Accum) becomes the appendix's subgraph: its operands buffered
-  (Bufferize), re-read once per output sub-tile (Repeat and Streamify, or an affine
-  Streamify view when the reduced dims must move inside), multiplied sub-tile by
-  sub-tile (Map) and the partial products summed (Accum);
-- an operator that only moves elements (Partition, Reshape, ...) passes the sub-tile dims
-  through (its dim attributes shifted by two);
+- an element-wise Map applies its function to each sub-tile (broadcast operands repeated
+  to meet them: passing.broadcasting);
+- a matrix product (Map or Accum) becomes the appendix's subgraph (products.py), or a
+  variant for a left operand with dynamic rows or a reduction over ragged dims;
+- an operator that only moves or repeats elements (Partition, Reshape, Repeat, ...) passes
+  the sub-tile dims through (passing.py);
 - a store writes the sub-tiles when they arrive in the tensor's row-major order.
 
 Anything else reads logical tiles: the sub-tiles are packed back first (subtiles.pack). A
-tile dim that is dynamic, or not above the physical tile, is kept whole; tiles that may
-carry a valid-row count (padding) and ragged innermost dims are left as they are.
+tile dim that is dynamic, or not above the physical tile, is kept whole, and so are the
+rows of a tile that may carry a valid-row count (padding). Each change records the FLOPs
+and on-chip bytes it adds by the rules (memory.py), which verify.py checks.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import sympy
 
 from stepc.ops import OPS
 from stepc.ops.base import LOAD, STORE
-from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, PARTIAL_SUM
+from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, GROUP
 from stepc.ops.offchip import affine_view, tiled_shape
+from stepc.rewrite import memory
 from stepc.rewrite.draft import Change
+from stepc.rewrite.passing import broadcasting, pass_through, repeat, unzip
+from stepc.rewrite.products import contraction, dynamic_rows
 from stepc.rewrite.subtiles import (
-    ACCUM,
+    SPLIT,
     Sub,
-    fn_value,
+    origin,
     pack,
     rescale,
     size_text,
     split_dim,
     unpack,
-    weights,
 )
 from stepc.rewrite.walk import Rewrite, copy, dependency_order, plain_attrs
 from stepc.types import Tile
-
-# the operators hierarchical tiling builds (the appendix's figure), by their records
-BUFFERIZE, REPEAT, STREAMIFY, MAP = "Bufferize", "Repeat", "Streamify", "Map"
-FLATTEN = "Flatten"
-_COMPUTE_ATTRS = ("compute_bw", "dtype", "depth")  # carried from a product to its parts
 
 
 class Downtile(Rewrite):
@@ -66,16 +62,21 @@ class Downtile(Rewrite):
         self.wanted = self._wanted()
 
     def _padded(self) -> set[tuple[str, int]]:
-        """Streams whose tiles may carry a valid-row count (padding made by a `pad=`
-        attribute, or set by a metadata function): sub-tiles would not keep it."""
+        """Streams whose tiles may carry a valid-row count: padding made by a `pad=`
+        attribute or a count set by a metadata function, and the tiles computed from such
+        tiles (not the fresh tiles an off-chip load reads, nor selectors or addresses)."""
         prog = self.typed.program
         out: set[tuple[str, int]] = set()
         for name in dependency_order(prog):
-            node = prog.nodes[name]
+            node, spec = prog.nodes[name], OPS[prog.nodes[name].op]
             fn = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+            loads = spec.memory is not None and spec.memory.direction == LOAD and \
+                spec.memory.off_chip
+            fed = any((e.src, e.port) in out for e in prog.in_edges(name))
             if node.attrs.get("pad") is not None or (fn is not None and fn.fixed_cycles) or \
-                    any((e.src, e.port) in out for e in prog.in_edges(name)):
-                out.update((name, p) for p in range(len(node.outputs)))
+                    (fed and not loads):
+                out.update((name, p) for p in range(len(node.outputs))
+                           if _holds_tiles(self.typed.types[(name, p)].elem))
         return out
 
     def _wanted(self) -> set[tuple[str, int]]:
@@ -97,7 +98,7 @@ class Downtile(Rewrite):
                 ok = self.split(self.out_type(node).elem) is not None
                 if self.splits(self.out_type(node).elem):
                     real.update(outs)
-            elif spec.fan_out or spec.inner_dims is not None:
+            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
                 ok = any(k in can for k in tiles)
             else:
                 ok = self.feasible(node)
@@ -112,7 +113,7 @@ class Downtile(Rewrite):
             ins = [(e.src, e.port) for e in prog.in_edges(name)]
             if spec.memory is not None and spec.memory.direction == STORE:
                 want = True
-            elif spec.fan_out or spec.inner_dims is not None:
+            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
                 want = any(k in wanted for k in outs)
             else:
                 tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
@@ -125,22 +126,31 @@ class Downtile(Rewrite):
     # ---------------------------------------------------------------- values
     def plain(self, value: Any) -> str:
         """The logical stream of `value`: sub-tiles packed back into logical tiles."""
-        if not isinstance(value, Sub):
+        if not isinstance(value, SPLIT):
             return value
         if value.ref not in self.packed:
-            self.packed[value.ref] = pack(self.draft, value)
+            if isinstance(value, Sub):
+                self.packed[value.ref] = pack(self.draft, value)
+                self.draft.changes.append(Change(
+                    value.ref, "sub-tiles", "converted", f"packed back into {value.tile} "
+                    "for an operator that reads logical tiles", [self.packed[value.ref]],
+                    on_chip_delta=memory.packed(value.tile, value.down, value.across)))
+            else:
+                self.packed[value.ref] = unzip(self, value)
         return self.packed[value.ref]
 
     def ref(self, value: Any) -> str:
-        return value.ref if isinstance(value, Sub) else value
+        return value.ref if isinstance(value, SPLIT) else value
 
     def inner_dims(self, value: Any) -> list[int]:
-        return [value.down, value.across] if isinstance(value, Sub) else []
+        return [value.down, value.across] if isinstance(value, SPLIT) else []
 
-    def split(self, tile: Tile) -> tuple[int, int] | None:
+    def split(self, tile: Tile, padded: bool = False) -> tuple[int, int] | None:
         """Sub-tiles (down, across) of a tile; (1, 1) when it fits, None when it cannot be
-        split."""
-        down, across = split_dim(tile.rows, self.tile[0]), split_dim(tile.cols, self.tile[1])
+        split. A `padded` tile (one that may carry a valid-row count) keeps its rows whole:
+        the count applies to rows, so column sub-tiles each keep it."""
+        down = 1 if padded else split_dim(tile.rows, self.tile[0])
+        across = split_dim(tile.cols, self.tile[1])
         if down is None or across is None:
             return None
         return down, across
@@ -154,9 +164,9 @@ class Downtile(Rewrite):
         return self.typed.types[(node.name, port)]
 
     def note(self, node, action: str, detail: str, added: list[str] | None = None,
-             flops: Any = 0) -> None:
+             flops: Any = 0, on_chip: Any = 0) -> None:
         self.draft.changes.append(Change(node.name, node.op, action, detail, added or [],
-                                         flops))
+                                         flops, on_chip))
 
     # ---------------------------------------------------------------- dispatch
     def visit(self, node, ins: list[Any]):
@@ -168,9 +178,13 @@ class Downtile(Rewrite):
                 return self.store(node, ins)
         if spec.fn_use is not None:
             return self.compute(node, ins)
-        if spec.inner_dims is not None and any(isinstance(v, Sub) for v in ins):
-            return self.pass_through(node, ins)
-        if any(isinstance(v, Sub) for v in ins):
+        if spec.repeats and ins and isinstance(ins[0], Sub):
+            out = repeat(self, node, ins)
+            if out is not None:
+                return out
+        if spec.inner_dims is not None and any(isinstance(v, SPLIT) for v in ins):
+            return pass_through(self, node, ins)
+        if any(isinstance(v, SPLIT) for v in ins):
             self.note(node, "kept", "reads logical tiles: its inputs are packed back")
         return None
 
@@ -188,10 +202,10 @@ class Downtile(Rewrite):
         if not self.split_memory:
             refs = [self.plain(v) for v in ins]
             out = copy(self, node, refs, self.read)
-            sub = unpack(self.draft, out[0], tile, parts, _from(node))
+            sub = unpack(self.draft, out[0], tile, parts, origin(node))
             self.note(node, "rewritten", f"keeps its {size_text(tile)} tiles; they are split into "
                                          f"{parts[0]} x {parts[1]} sub-tiles on chip",
-                      [out[0], sub.ref])
+                      [out[0], sub.ref], on_chip=memory.unpacked(tile, *parts))
             return [sub]
         down, across = parts
         t = node.attrs["tensor"]
@@ -209,10 +223,11 @@ class Downtile(Rewrite):
                      [down, across])
         refs = [self.plain(v) for v in ins]
         out = copy(self, node, refs, self.read, attrs,
-                   note=f"{_from(node)}: each {size_text(tile)} tile read as {down} x {across} "
+                   note=f"{origin(node)}: each {size_text(tile)} tile read as {down} x {across} "
                         f"tiles of {sub[0]} x {sub[1]}")
         self.note(node, "rewritten", f"reads {down} x {across} sub-tiles of {sub[0]} x "
-                                     f"{sub[1]} per {tile}", [out[0]])
+                                     f"{sub[1]} per {tile}", [out[0]],
+                  on_chip=memory.split_memory(tile, down, across))
         return [Sub(out[0], tile, down, across)]
 
     def store(self, node, ins):
@@ -230,8 +245,9 @@ class Downtile(Rewrite):
                                     "order: they are packed back")
             return None
         copy(self, node, [v.ref] + [self.plain(x) for x in ins[1:]], self.read,
-             note=f"{_from(node)}: writes the sub-tiles in row-major order")
-        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}")
+             note=f"{origin(node)}: writes the sub-tiles in row-major order")
+        self.note(node, "rewritten", f"writes {v.down} x {v.across} sub-tiles per {v.tile}",
+                  on_chip=memory.split_memory(v.tile, v.down, v.across))
         return []
 
     # ---------------------------------------------------------------- compute
@@ -239,27 +255,49 @@ class Downtile(Rewrite):
         fn = node.attrs.get("fn")
         fspec = FUNCTIONS.get(getattr(fn, "name", ""))
         spec = OPS[node.op]
+        edges = self.typed.program.in_edges(node.name)
+        if fspec is not None and fspec.split == ELEMENTWISE and spec.fn_use == "map" \
+                and self.worth(node) and self._broadcasts(node):
+            out = broadcasting(self, node, ins)
+            if out is not None:
+                return out
+        if self.feasible(node) and self.worth(node) and self.dynamic_rows(node):
+            b = ins[1] if isinstance(ins[1], Sub) else self.on_chip(ins[1], edges[1])
+            return dynamic_rows(self, node, ins[0], b, fn)
         if self.feasible(node) and self.worth(node) \
                 and not all(isinstance(v, Sub) for v in ins):
-            ins = [v if isinstance(v, Sub) else self.on_chip(v, e) for v, e in
-                   zip(ins, self.typed.program.in_edges(node.name), strict=True)]
+            whole = self.whole_dims(node)
+            ins = [v if isinstance(v, Sub) else self.on_chip(v, e, keep) for v, e, keep in
+                   zip(ins, edges, whole, strict=True)]
         if fspec is None or not ins or not all(isinstance(v, Sub) for v in ins):
-            if any(isinstance(v, Sub) for v in ins):
+            if any(isinstance(v, Sub) for v in ins) and fspec is not None and fspec.split:
+                self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
+            elif any(isinstance(v, Sub) for v in ins):
                 self.note(node, "kept", "reads logical tiles: its inputs are packed back")
-            elif fspec is not None and fspec.split and self._would_split(node):
+            elif fspec is not None and fspec.split in (ELEMENTWISE, CONTRACTION) \
+                    and self._would_split(node):
                 self.note(node, "kept", self.why_not(node))
             return None
         if fspec.split == ELEMENTWISE and spec.fn_use == "map":
             return self.elementwise(node, ins)
         if fspec.split == CONTRACTION and len(ins) == 2:
-            return self.contraction(node, ins, fn)
-        self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
+            return contraction(self, node, ins, fn)
+        if fspec.split == GROUP and node.attrs.get("rank") is not None:
+            attrs = {**plain_attrs(node), "rank": node.attrs["rank"] + 2}
+            out = copy(self, node, [v.ref for v in ins], self.read, attrs,
+                       note=f"{origin(node)}: each group with its sub-tiles")
+            self.note(node, "rewritten", "its groups take the sub-tile dims too", out)
+            return out
+        if fspec.split == ELEMENTWISE:
+            self.note(node, "kept", f"{self.why_not(node)}; its inputs are packed back")
+        else:
+            self.note(node, "kept", f"`{fn.name}` in {node.op} does not split into sub-tiles")
         return None
 
     def feasible(self, node) -> bool:
         """A compute operator that can work on sub-tiles: an element-wise Map whose inputs
-        have one tile shape, or a product of two statically sized tiles; every input's
-        tile splits and no input's innermost dim is ragged."""
+        have one tile shape, or a product whose right operand has static tiles (the left
+        one too, or a dynamic row count in a Map); every input's tile splits."""
         fn = node.attrs.get("fn")
         fspec = FUNCTIONS.get(getattr(fn, "name", "")) if OPS[node.op].fn_use else None
         if fspec is None or not fspec.split:
@@ -269,26 +307,57 @@ class Downtile(Rewrite):
         tiles = [st.elem for st in streams]
         if not tiles or not all(isinstance(t, Tile) and self.split(t) for t in tiles):
             return False
-        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
-            return False  # splitting on chip would reshape a ragged dim
-        if any((e.src, e.port) in self.padded for e in self.typed.program.in_edges(node.name)):
-            return False
         if fspec.split == ELEMENTWISE:
             return OPS[node.op].fn_use == "map" and \
                 len({(str(t.rows), str(t.cols)) for t in tiles}) == 1
-        return len(tiles) == 2 and all(_static_tile(t) for t in tiles)
+        if len(tiles) != 2 or not _static_tile(tiles[1]):
+            return False
+        return _static_tile(tiles[0]) or self.dynamic_rows(node)
+
+    def dynamic_rows(self, node) -> bool:
+        """A product (a Map) whose left operand has a dynamic row count and static columns."""
+        fspec = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+        edges = self.typed.program.in_edges(node.name)
+        if fspec is None or fspec.split != CONTRACTION or len(edges) != 2:
+            return False
+        a = self.typed.types[(edges[0].src, edges[0].port)].elem
+        return OPS[node.op].fn_use == "map" and isinstance(a, Tile) and \
+            not sympy.sympify(a.rows).is_Integer and sympy.sympify(a.cols).is_Integer
+
+    def whole_dims(self, node) -> list[tuple[bool, bool]]:
+        """Per input, whether its rows and its columns stay whole when split on chip: a
+        product reducing a dynamic dim keeps its output's rows and columns whole (each
+        output tile is then one sum over the reduced dims and the inner sub-tiles, read in
+        stream order; re-reading the operands per output sub-tile would need a view of a
+        dynamically sized buffer)."""
+        edges = self.typed.program.in_edges(node.name)
+        fn = node.attrs.get("fn")
+        fspec = FUNCTIONS.get(getattr(fn, "name", ""))
+        if fspec is None or fspec.split != CONTRACTION or OPS[node.op].fn_use == "map" \
+                or len(edges) != 2:
+            return [(False, False)] * len(edges)
+        st = self.typed.types[(edges[0].src, edges[0].port)]
+        if all(sympy.sympify(d).is_Integer for d in st.shape[len(st.shape) - node.attrs["rank"]:]):
+            return [(False, False)] * 2
+        transpose = bool(fn.get("transpose", False))
+        return [(True, False), (True, False) if transpose else (False, True)]
 
     def why_not(self, node) -> str:
         """Why an operator whose tiles exceed the physical tile keeps them."""
         edges = self.typed.program.in_edges(node.name)
         streams = [self.typed.types[(e.src, e.port)] for e in edges]
-        if any((e.src, e.port) in self.padded for e in edges):
-            return "its tiles may carry a valid-row count (padding), which sub-tiles lose"
-        if any(self.typed.symbols.is_ragged(st.shape[-1]) for st in streams):
-            return "an input's innermost dim is ragged: it cannot be reshaped into sub-tiles"
+        fspec = FUNCTIONS.get(getattr(node.attrs.get("fn"), "name", ""))
+        if fspec is not None and fspec.split == ELEMENTWISE and OPS[node.op].fn_use != "map":
+            return "an element-wise reduction: each output sub-tile sums one sub-tile of " \
+                   "every reduced element, and those arrive interleaved with the others " \
+                   "(regrouping them needs a buffer view over the reduced dims; downtile " \
+                   "does not regroup them)"
         if not all(_static_tile(st.elem) for st in streams if isinstance(st.elem, Tile)):
-            return "a product of dynamically sized tiles: Bufferize needs static tiles"
-        return "its inputs' tiles differ (broadcasting) or cannot be split"
+            return "a product whose right operand, or a reduction whose left operand, has " \
+                   "dynamically sized tiles: re-reading them per output sub-tile needs a " \
+                   "buffer, and Bufferize takes only static tiles"
+        return "its inputs' tiles differ and do not broadcast by columns or scalars, or " \
+               "cannot be split"
 
     def worth(self, node) -> bool:
         """Some tile of the operator's inputs or outputs exceeds the physical tile."""
@@ -296,17 +365,30 @@ class Downtile(Rewrite):
         streams += [(node.name, p) for p in range(len(node.outputs))]
         return any(self.splits(self.typed.types[k].elem) for k in streams)
 
-    def on_chip(self, ref: str, edge) -> Sub:
-        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once."""
+    def on_chip(self, ref: str, edge, keep: tuple[bool, bool] = (False, False)) -> Sub:
+        """The logical stream `ref` (of `edge`) split into sub-tiles on chip, once; `keep`:
+        whether its rows, its columns are kept whole."""
         if ref not in self.unpacked:
             tile = self.typed.types[(edge.src, edge.port)].elem
             src = self.typed.program.nodes[edge.src]
-            self.unpacked[ref] = unpack(self.draft, ref, tile, self.split(tile), _from(src))
+            down, across = self.split(tile, (edge.src, edge.port) in self.padded)
+            parts = (1 if keep[0] else down, 1 if keep[1] else across)
+            sub = self.unpacked[ref] = unpack(self.draft, ref, tile, parts, origin(src))
+            self.draft.changes.append(Change(
+                ref, "logical tiles", "converted", f"split into {parts[0]} x {parts[1]} "
+                "sub-tiles on chip for an operator that computes on sub-tiles", [sub.ref],
+                on_chip_delta=memory.unpacked(tile, *parts)))
         return self.unpacked[ref]
 
     def _would_split(self, node) -> bool:
         return any(self.splits(self.typed.types[(e.src, e.port)].elem)
                    for e in self.typed.program.in_edges(node.name))
+
+    def _broadcasts(self, node) -> bool:
+        tiles = {(str(t.rows), str(t.cols)) for t in (
+            self.typed.types[(e.src, e.port)].elem for e in self.typed.program.in_edges(node.name))
+            if isinstance(t, Tile)}
+        return len(tiles) > 1
 
     def elementwise(self, node, ins: list[Sub]):
         first = ins[0]
@@ -316,129 +398,9 @@ class Downtile(Rewrite):
             return None
         out_tile = self.out_type(node).elem
         out = copy(self, node, [v.ref for v in ins], self.read,
-                   note=f"{_from(node)}: on each {_dims(first)} sub-tile")
+                   note=f"{origin(node)}: on each {_dims(first)} sub-tile")
         self.note(node, "rewritten", f"applies `{node.attrs['fn']}` to each sub-tile", out)
         return [Sub(out[0], out_tile, first.down, first.across)]
-
-    def contraction(self, node, ins: list[Sub], fn):
-        a, b = ins
-        transpose = bool(fn.get("transpose", False))
-        am, ak = a.down, a.across
-        bk, bn = (b.across, b.down) if transpose else (b.down, b.across)
-        b_k_rows = b.cols if transpose else b.rows
-        if ak != bk or sympy.simplify(a.cols - b_k_rows) != 0 or not _static(a, b):
-            self.note(node, "kept", "its operands' sub-tiles do not line up along the inner "
-                                    "dim: packed back")
-            return None
-        spec = OPS[node.op]
-        a_type = self.typed.types[_source(self.typed.program, node.name, 0)]
-        reduced = [] if spec.fn_use == "map" else list(a_type.shape[len(a_type.shape)
-                                                                    - node.attrs["rank"]:])
-        if any(not sympy.sympify(d).is_Integer for d in reduced):
-            self.note(node, "kept", "it reduces a dynamic dim, which an on-chip buffer view "
-                                    "cannot reorder: packed back")
-            return None
-        if node.attrs.get("init") is not None:
-            self.note(node, "kept", "it starts from its own initialiser: packed back")
-            return None
-        reduced = [int(d) for d in reduced]
-        draft, name = self.draft, node.name
-        says = _from(node)
-        added: list[str] = []
-        streamed = all(d == 1 for d in reduced)  # nothing to reorder: the figure's way
-        if streamed:  # the appendix's figure: Bufferize -> Repeat -> Streamify
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": 1}, f"{says}: left operand, "
-                               "one sub-tile row buffered", base=f"{name}_abuf")[0]
-            rep_a = draft.emit(REPEAT, [buf_a], {"count": bn}, f"{says}: once per output "
-                               "sub-tile column", base=f"{name}_arep")[0]
-            str_a = draft.emit(STREAMIFY, [rep_a, None], {}, f"{says}: left operand streamed",
-                               base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": 2}, f"{says}: right operand "
-                               "buffered", base=f"{name}_bbuf")[0]
-            rep_b = draft.emit(REPEAT, [buf_b], {"count": am}, f"{says}: once per output "
-                               "sub-tile row", base=f"{name}_brep")[0]
-            view = {} if transpose else {"stride": [1, bn], "shape": [bn, bk]}
-            str_b = draft.emit(STREAMIFY, [rep_b, None], view, f"{says}: right operand "
-                               "streamed" + ("" if transpose else ", column by column"),
-                               base=f"{name}_b")[0]
-            added += [buf_a, rep_a, str_a, buf_b, rep_b, str_b]
-        else:  # the reduced dims move inside the output sub-tiles: affine views
-            rank = len(reduced) + 2
-            buf_a = draft.emit(BUFFERIZE, [a.ref], {"rank": rank}, f"{says}: left operand "
-                               "buffered over the reduced dims", base=f"{name}_abuf")[0]
-            w_a = weights(reduced + [am, ak])
-            str_a = draft.emit(STREAMIFY, [buf_a, None], {
-                "stride": [w_a[-2], 0] + w_a[:-2] + [1],
-                "shape": [am, bn] + reduced + [ak]}, f"{says}: left operand, reduced dims "
-                "inside each output sub-tile", base=f"{name}_a")[0]
-            buf_b = draft.emit(BUFFERIZE, [b.ref], {"rank": rank}, f"{says}: right operand "
-                               "buffered over the reduced dims", base=f"{name}_bbuf")[0]
-            grid = [bn, bk] if transpose else [bk, bn]
-            w_b = weights(reduced + grid)
-            step_n, step_k = (w_b[-2], 1) if transpose else (1, w_b[-2])
-            str_b = draft.emit(STREAMIFY, [buf_b, None], {
-                "stride": [0, step_n] + w_b[:-2] + [step_k],
-                "shape": [am, bn] + reduced + [bk]}, f"{says}: right operand, reduced dims "
-                "inside each output sub-tile", base=f"{name}_b")[0]
-            added += [buf_a, str_a, buf_b, str_b]
-        carried = {k: v for k, v in plain_attrs(node).items() if k in _COMPUTE_ATTRS}
-        prod = draft.emit(MAP, [[str_a, str_b]], {"fn": fn, **carried},
-                          f"{says}: sub-tile products", base=f"{name}_part")[0]
-        acc_attrs = {"fn": fn_value(PARTIAL_SUM), "rank": 1 if streamed else len(reduced) + 1,
-                     **carried}
-        if node.attrs.get("write_back"):
-            acc_attrs["write_back"] = True
-        last = f"{name}_sum" if streamed and reduced else name
-        acc = draft.emit(ACCUM, [[prod]], acc_attrs, f"{says}: sums the partial products",
-                         base=last)[0]
-        added += [prod, acc]
-        if streamed and reduced:  # the reduced size-1 dims go with the sub-tile rows
-            acc = draft.emit(FLATTEN, [acc], {"min": 1, "max": 1 + len(reduced)},
-                             f"{says}: drops the reduced dims of size 1", base=name)[0]
-            added.append(acc)
-        out = self.out_type(node)
-        m_n = sympy.sympify(out.elem.rows) * sympy.sympify(out.elem.cols)
-        flops = out.card * m_n * bk * math.prod(reduced)
-        self.note(node, "rewritten", f"{am} x {bn} output sub-tiles, each the sum of "
-                                     f"{bk * math.prod(reduced)} sub-tile products", added,
-                  flops)
-        return [Sub(acc, out.elem, am, bn)]
-
-    # ---------------------------------------------------------------- structure
-    def pass_through(self, node, ins):
-        spec = OPS[node.op]
-        subs = [v for v in ins if isinstance(v, Sub)]
-        first = subs[0]
-        if any((v.down, v.across) != (first.down, first.across) for v in subs):
-            return None
-        for port in range(len(node.outputs)):
-            t = self.out_type(node, port)
-            if not isinstance(t.elem, Tile) and (node.name, port) in self.read:
-                return None  # a side output (a padding mask) would change shape
-        attrs = plain_attrs(node)
-        for key in spec.inner_dims:
-            if node.attrs.get(key) is not None:
-                attrs[key] = node.attrs[key] + 2
-        if _reshapes_dynamic(self.typed, node, attrs):
-            return None
-        refs = [v.ref if isinstance(v, Sub) else v for v in ins]
-        if any(not isinstance(v, Sub) and _is_tile_stream(self.typed, e)
-               for v, e in zip(ins, self.typed.program.in_edges(node.name), strict=True)):
-            return None
-        outs = copy(self, node, refs, self.read, attrs,
-                    note=f"{_from(node)}: passes {first.down} x {first.across} sub-tiles "
-                         "through")
-        self.note(node, "rewritten", "passes the sub-tile dims through", outs[:1])
-        result = []
-        for port, ref in enumerate(outs):
-            t = self.out_type(node, port)
-            result.append(Sub(ref, t.elem, first.down, first.across)
-                          if isinstance(t.elem, Tile) else ref)
-        return result
-
-
-def _from(node) -> str:
-    return f"{node.name} ({node.op})"
 
 
 def _dims(v: Sub) -> str:
@@ -456,27 +418,9 @@ def _static_tile(t: Tile) -> bool:
     return sympy.sympify(t.rows).is_Integer and sympy.sympify(t.cols).is_Integer
 
 
-def _static(*subs: Sub) -> bool:
-    return all(sympy.sympify(s.tile.rows).is_Integer and sympy.sympify(s.tile.cols).is_Integer
-               for s in subs)
-
-
-def _source(prog, node: str, slot: int) -> tuple[str, int]:
-    e = prog.in_edges(node)[slot]
-    return (e.src, e.port)
-
-
-def _is_tile_stream(typed, edge) -> bool:
-    return isinstance(typed.types[(edge.src, edge.port)].elem, Tile)
-
-
-def _reshapes_dynamic(typed, node, attrs) -> bool:
-    """A Reshape-like split of a dim that is not static: the innermost-dim rules would no
-    longer apply once the sub-tile dims follow it."""
-    spec = OPS[node.op]
-    if "chunk" not in {p.name for p in spec.params}:
-        return False
-    t = typed.types[_source(typed.program, node.name, 0)]
-    rank = node.attrs.get("rank") or 0
-    dim = sympy.sympify(t.shape[len(t.shape) - 1 - rank])
-    return not dim.is_Integer or int(dim) % node.attrs["chunk"] != 0
+def _holds_tiles(elem) -> bool:
+    """An element that is or holds tiles (a tile, a buffer of tiles, a tuple with a tile)."""
+    if isinstance(elem, Tile):
+        return True
+    parts = getattr(elem, "elems", None) or [getattr(elem, "tile", None)]
+    return any(isinstance(p, Tile) for p in parts)

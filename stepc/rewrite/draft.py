@@ -49,10 +49,11 @@ class Change:
 
     node: str
     op: str
-    action: str  # "rewritten" | "kept"
+    action: str  # "rewritten" | "kept" | "converted" (its stream packed back or split)
     detail: str
     added: list[str] = field(default_factory=list)  # operators of the new program
     flops_delta: Any = 0  # the FLOPs this change adds, by the rewrite's own rule
+    on_chip_delta: Any = 0  # the on-chip bytes it adds, by the rewrite's own rule
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 
@@ -23,12 +24,15 @@ PACK_COLS, PACK_ROWS = "retile_col", "retile_row"  # sub-tiles back into a logic
 class Sub:
     """A stream of physical sub-tiles standing for a stream of logical tiles: `ref` has the
     logical stream's shape followed by [down, across]; each logical `tile` is `down` x
-    `across` sub-tiles of `rows` x `cols`."""
+    `across` sub-tiles of `rows` x `cols`. `logical`: a stream of the logical shape made on
+    the way (the logical tiles before an on-chip split, a repeat's buffer references), for
+    operators that read only a reference's shape."""
 
     ref: str
     tile: Tile
     down: int
     across: int
+    logical: str | None = None
 
     @property
     def rows(self):
@@ -37,6 +41,22 @@ class Sub:
     @property
     def cols(self):
         return sympy.sympify(self.tile.cols) / self.across
+
+
+@dataclass(frozen=True)
+class Zipped:
+    """A Zip of sub-tiled streams split alike: `ref` has their shape and holds pairs of
+    sub-tiles; `node` is the original Zip and `parts` the values of its inputs (zipped
+    again, logical, when a consumer needs logical tiles)."""
+
+    ref: str
+    node: Any
+    parts: tuple
+    down: int
+    across: int
+
+
+SPLIT = (Sub, Zipped)  # the values whose streams carry the two sub-tile dims
 
 
 def split_dim(d, p: int) -> int | None:
@@ -49,13 +69,16 @@ def split_dim(d, p: int) -> int | None:
 
 
 def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str) -> Sub:
-    """A stream of logical tiles split into sub-tiles by operators: rows (FlatMap into
-    rows, Reshape, Accum with retile_row), then columns (the same by columns), then
-    Reshape twice to give each logical tile its [down, across] dims."""
+    """A stream of logical tiles split into sub-tiles by operators: each tile given a dim
+    of its own (Promote), its rows (FlatMap into rows, Reshape, Accum with retile_row),
+    then its columns (the same by columns), then Reshape (or Promote) into its [down,
+    across] dims. No dim of the stream itself is reshaped, so a ragged one is fine."""
     down, across = parts
     rows = int(tile.rows) // down if down > 1 else tile.rows
     cols = int(tile.cols) // across if across > 1 else tile.cols
     emit, says, base = draft.emit, f"{says}: split on chip", ref
+    ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: one dim per logical tile",
+               base=f"{base}_each")[0]
     if down > 1:
         ref = emit(FLATMAP, [[ref]], {"fn": fn_value(UNPACK)}, f"{says}, into rows",
                    base=f"{base}_rows")[0]
@@ -70,16 +93,12 @@ def unpack(draft: Draft, ref: str, tile: Tile, parts: tuple[int, int], says: str
                    base=f"{base}_colgroups")[0]
         ref = emit(ACCUM, [[ref]], {"fn": fn_value(PACK_COLS), "rank": 1},
                    f"{says}, into {rows} x {cols} tiles", base=f"{base}_tiles")[0]
-    ref = emit(RESHAPE, [ref], {"chunk": down * across}, f"{says}: per logical tile",
-               base=f"{base}_each")[0]
-    if across > 1:
         ref = emit(RESHAPE, [ref], {"chunk": across}, f"{says}: {down} x {across}",
                    base=f"{base}_sub")[0]
     else:
         ref = emit(PROMOTE, [ref], {"rank": 0}, f"{says}: {down} x 1",
                    base=f"{base}_sub")[0]
-    return Sub(ref, tile, down, across)
-
+    return Sub(ref, tile, down, across, logical=base)
 
 
 def pack(draft: Draft, value: Sub) -> str:
@@ -92,6 +111,11 @@ def pack(draft: Draft, value: Sub) -> str:
                          base=f"{value.ref}_cols")[0]
     return draft.emit(ACCUM, [[ref]], {"fn": fn_value(PACK_ROWS), "rank": 1}, note,
                       base=f"{value.ref}_whole")[0]
+
+
+def origin(node) -> str:
+    """How a comment names an operator of the original program."""
+    return f"{node.name} ({node.op})"
 
 
 def fn_value(name: str, **kwargs):
