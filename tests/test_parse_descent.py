@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_robustness import (
-    VOCAB, _settings, mutated_program, statement_soup, token_soup,
-)
+from test_robustness import VOCAB, _settings, mutated_program, statement_soup, token_soup
 
 from stepc.diagnostics import StepError
 from stepc.grammar.descent import parse_fast
