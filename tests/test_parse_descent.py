@@ -35,6 +35,7 @@ TRICKY = [
     "stream s : Strm<Buffer<Tile<f32, [1, 1]>, [2]>>[]", "stream s : Strm<Tile, 1>",
     "assume a <= b", "assume a = b", "return", "return 1, 2;", "x[1], y = f()", "f(x=1, 2)",
     "x = [1, ]", "x = f(1,)", "x = é", "é = 1", "x = ١", "x = 1" + "0" * 40,
+    "stream s : Strm<f32, 1" + "0" * 40 + ">",
     "x = " + "(" * 30 + "1" + ")" * 30, "x = " + "f(" * 40 + ")" * 40,
 ]
 

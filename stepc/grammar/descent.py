@@ -66,6 +66,7 @@ class _Parser:
     def __init__(self, src: SourceFile):
         self.src = src
         self.text = src.text
+        self.end = len(src.text)
         self.pos = 0
         self.depth = 0
 
@@ -73,7 +74,7 @@ class _Parser:
     def skip(self) -> int:
         """Skip whitespace and comments; the offset of the next token."""
         pos = self.pos
-        if pos < len(self.text) and self.text[pos] in " \t\n\r#":
+        if pos < self.end and self.text[pos] in " \t\n\r#":
             pos = _SKIP.match(self.text, pos).end()
         return pos
 
@@ -396,10 +397,7 @@ class _Parser:
             value = self.regex(_STRING)[1:-1].replace('\\"', '"').replace("\\'", "'")
             return ast.StrLit(value, self.span(start))
         if "0" <= c <= "9":
-            digits = self.regex(_INT)
-            if len(digits) > _MAX_DIGITS:
-                raise _Decline
-            return ast.IntLit(int(digits), self.span(start))
+            return ast.IntLit(self.integer(), self.span(start))
         saved = self.pos
         try:
             return self.call(start)
@@ -444,7 +442,14 @@ class _Parser:
 
     def rank(self) -> int:
         self.expect(",")
-        return int(self.regex(_INT))
+        return self.integer()
+
+    def integer(self) -> int:
+        """An IntLit's value (a long one is left to the textX path and its diagnostics)."""
+        digits = self.regex(_INT)
+        if len(digits) > _MAX_DIGITS:
+            raise _Decline
+        return int(digits)
 
     def dims(self) -> tuple:
         """`'[' DimExpr*[','] ']'`."""
