@@ -11,158 +11,34 @@ from __future__ import annotations
 import re
 
 from stepc.grammar import ast
+from stepc.grammar.scanner import Decline, NoMatch, Scanner, find_word, join
 from stepc.source import SourceFile
 
-_SKIP = re.compile(r"[\t\n\r ]*(?:#[^\n]*[\t\n\r ]*)*")  # Arpeggio's ws, then Comment
-_ID = re.compile(r"[^\d\W]\w*")
 _INT = re.compile(r"[0-9]+(?![0-9A-Za-z_])")
 _BOOL = re.compile(r"(true|false)(?![0-9A-Za-z_])")
 _SELECT = re.compile(r"(MultiHot|Index)(?![0-9A-Za-z_])")
 _STRING = re.compile(r'("(\\"|[^"])*")|(\'(\\\'|[^\'])*\')')
 _CMP_OPS = ("==", "!=", "<=", ">=", "<", ">")
 _PROD_OPS = ("//", "*", "%", "/")
-_MAX_DEPTH = 20  # textX runs out of stack near 37 nested calls; leave it the deep cases
 _MAX_DIGITS = 30  # longer integer literals are an error the textX path reports
-
-
-class _NoMatch(Exception):
-    """A grammar alternative does not match here (the caller backtracks)."""
-
-
-class _Decline(Exception):
-    """The fast parser leaves this input to textX."""
 
 
 def parse_fast(src: SourceFile) -> ast.Module | None:
     """The AST of `src`, or None when textX should parse it (errors, unusual input)."""
     try:
         return _Parser(src).module()
-    except (_NoMatch, _Decline, RecursionError):
+    except (NoMatch, Decline, RecursionError):
         return None
 
 
-def find_word(text: str, word: str) -> int:
-    """Index of `word` as a whole identifier in text, or -1."""
-    start = 0
-    while True:
-        i = text.find(word, start)
-        if i < 0:
-            return -1
-        before = text[i - 1] if i > 0 else " "
-        after = text[i + len(word)] if i + len(word) < len(text) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return i
-        start = i + 1
-
-
-def join(a: ast.Span, b: ast.Span) -> ast.Span:
-    """The span from the start of `a` to the end of `b`."""
-    return ast.Span(a.file, a.line, a.col, b.end_line, b.end_col)
-
-
-class _Parser:
-    """Scannerless PEG parser; `pos` is always just after the last token consumed."""
-
-    def __init__(self, src: SourceFile):
-        self.src = src
-        self.text = src.text
-        self.end = len(src.text)
-        self.pos = 0
-        self.depth = 0
-
-    # ------------------------------------------------------------ tokens
-    def skip(self) -> int:
-        """Skip whitespace and comments; the offset of the next token."""
-        pos = self.pos
-        if pos < self.end and self.text[pos] in " \t\n\r#":
-            pos = _SKIP.match(self.text, pos).end()
-        return pos
-
-    def eat(self, literal: str) -> bool:
-        start = self.skip()
-        if self.text.startswith(literal, start):
-            self.pos = start + len(literal)
-            return True
-        return False
-
-    def expect(self, literal: str) -> None:
-        if not self.eat(literal):
-            raise _NoMatch
-
-    def regex(self, pattern: re.Pattern) -> str:
-        m = pattern.match(self.text, self.skip())
-        if m is None:
-            raise _NoMatch
-        self.pos = m.end()
-        return m.group()
-
-    def ident(self) -> str:
-        return self.regex(_ID)
-
-    def peek_word(self) -> str | None:
-        m = _ID.match(self.text, self.skip())
-        return m.group() if m else None
-
-    def keyword(self, word: str) -> None:
-        """`word` as a whole word (textX's autokwd), like `word\\b`."""
-        if self.peek_word() != word:
-            raise _NoMatch
-        self.pos = self.skip() + len(word)
-
-    def not_eq(self) -> None:
-        """The grammar's `!'='`."""
-        if self.text.startswith("=", self.skip()):
-            raise _NoMatch
-
-    def span(self, start: int, end: int | None = None) -> ast.Span:
-        return self.src.span(start, self.pos if end is None else end)
-
-    def name_span(self, start: int, name: str) -> ast.Span:
-        """Span of the first whole-word `name` in [start, pos) (as the textX path finds it)."""
-        i = find_word(self.text[start:self.pos], name)
-        return self.span(start + i, start + i + len(name)) if i >= 0 else self.span(start)
-
-    def nested(self, rule, *args):
-        """Run `rule`, declining when brackets and bodies nest too deeply."""
-        self.depth += 1
-        try:
-            if self.depth > _MAX_DEPTH:
-                raise _Decline
-            return rule(*args)
-        finally:
-            self.depth -= 1
-
-    def attempt(self, rule, *args):
-        """PEG `rule?`: its result, or None with the position restored."""
-        saved = self.pos
-        try:
-            return rule(*args)
-        except _NoMatch:
-            self.pos = saved
-            return None
-
-    def separated(self, rule) -> list:
-        """PEG `rule*[',']`."""
-        saved = self.pos
-        try:
-            items = [rule()]
-        except _NoMatch:
-            self.pos = saved
-            return []
-        while True:
-            saved = self.pos
-            try:
-                self.expect(",")
-                items.append(rule())
-            except _NoMatch:
-                self.pos = saved
-                return items
+class _Parser(Scanner):
+    """The grammar's rules, in step.tx's order."""
 
     # ------------------------------------------------------------ statements
     def module(self) -> ast.Module:
         statements = self.statements()
         if self.skip() != len(self.text):
-            raise _NoMatch
+            raise NoMatch
         return ast.Module(self.src.name, tuple(statements))
 
     def statements(self) -> list:
@@ -171,7 +47,7 @@ class _Parser:
             saved = self.pos
             try:
                 out.append(self.statement())
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
                 return out
 
@@ -183,13 +59,13 @@ class _Parser:
             saved = self.pos
             try:
                 return rule(self, start)
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
         if word is not None:
             saved = self.pos
             try:
                 return self.binding(start)
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
         call = self.call(start)
         self.eat(";")
@@ -255,7 +131,7 @@ class _Parser:
         at = self.skip()
         op = next((o for o in _CMP_OPS if self.text.startswith(o, at)), None)
         if op is None:
-            raise _NoMatch
+            raise NoMatch
         self.pos = at + len(op)
         rhs = self.expr()
         self.eat(";")
@@ -307,7 +183,7 @@ class _Parser:
     def binding(self, start: int):
         targets = self.separated(self.target)
         if not targets:
-            raise _NoMatch
+            raise NoMatch
         stype = self.attempt(self.typed)
         self.expect("=")
         self.not_eq()
@@ -331,7 +207,7 @@ class _Parser:
                 self.expect("[")
                 value = self.expr()
                 self.expect("]")
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
                 return out
             out.append((value, self.span(start)))
@@ -351,7 +227,7 @@ class _Parser:
             self.pos = at + 1
             try:
                 rhs = self.product()
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
                 return out
             out = ast.BinOp(op, out, rhs, join(out.span, rhs.span))
@@ -367,7 +243,7 @@ class _Parser:
             self.pos = at + len(op)
             try:
                 rhs = self.unary()
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
                 return out
             out = ast.BinOp(op, out, rhs, join(out.span, rhs.span))
@@ -401,7 +277,7 @@ class _Parser:
         saved = self.pos
         try:
             return self.call(start)
-        except _NoMatch:
+        except NoMatch:
             self.pos = saved
         m = _BOOL.match(self.text, start)
         if m:
@@ -448,7 +324,7 @@ class _Parser:
         """An IntLit's value (a long one is left to the textX path and its diagnostics)."""
         digits = self.regex(_INT)
         if len(digits) > _MAX_DIGITS:
-            raise _Decline
+            raise Decline
         return int(digits)
 
     def dims(self) -> tuple:
@@ -474,7 +350,7 @@ class _Parser:
             saved = self.pos
             try:
                 return rule(start)
-            except _NoMatch:
+            except NoMatch:
                 self.pos = saved
         return ast.ScalarTypeAst(self.ident(), self.span(start))
 
@@ -511,7 +387,7 @@ class _Parser:
         self.expect("(")
         elems = self.separated(self.elem_type)
         if not elems:
-            raise _NoMatch
+            raise NoMatch
         self.expect(")")
         return ast.TupleTypeAst(tuple(elems), self.span(start))
 

@@ -11,7 +11,8 @@ from textx import metamodel_from_str
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
-from stepc.grammar.descent import find_word, join, parse_fast
+from stepc.grammar.descent import parse_fast
+from stepc.grammar.scanner import find_word, join
 from stepc.source import SourceFile
 
 
