@@ -12,6 +12,8 @@ from textx import metamodel_from_str
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
+from stepc.grammar.descent import parse_fast
+from stepc.grammar.scanner import find_word, join
 from stepc.source import SourceFile
 
 
@@ -179,6 +181,14 @@ def parse(src: SourceFile) -> ast.Module:
 
 
 def _parse(src: SourceFile) -> ast.Module:
+    """The fast hand-written parser answers first; whatever it declines, textX parses and
+    reports."""
+    module = parse_fast(src)
+    return module if module is not None else _parse_textx(src)
+
+
+def _parse_textx(src: SourceFile) -> ast.Module:
+    """Parse with the textX grammar itself (the language's definition and its diagnostics)."""
     try:
         model = metamodel().model_from_str(src.text)
     except textx.TextXSyntaxError as e:
@@ -204,7 +214,7 @@ class _Lower:
         """Span of the first occurrence of `name` inside obj's text (for named declarations)."""
         start = obj._tx_position
         text = self.src.text[start: obj._tx_position_end]
-        i = _find_word(text, name)
+        i = find_word(text, name)
         return self.src.span(start + i, start + i + len(name)) if i >= 0 else self.span(obj)
 
     # ------------------------------------------------------------ statements
@@ -217,9 +227,9 @@ class _Lower:
             return ast.Param(s.name, self.expr(s.value), sp, self.name_span(s, s.name))
         if kind == "TensorDecl":
             after_colon = s._tx_position + self.src.text[s._tx_position:].find(":")
-            dtype_start = after_colon + 1 + _find_word(self.src.text[after_colon + 1:], s.dtype)
+            dtype_start = after_colon + 1 + find_word(self.src.text[after_colon + 1:], s.dtype)
             role_start = s.dims[-1]._tx_position_end if s.dims else dtype_start
-            rel = _find_word(self.src.text[role_start:s._tx_position_end], s.role)
+            rel = find_word(self.src.text[role_start:s._tx_position_end], s.role)
             return ast.TensorDecl(
                 s.name, s.dtype, tuple(self.expr(d) for d in s.dims), s.role,
                 self.expr(s.source) if s.source is not None else None, sp,
@@ -262,7 +272,7 @@ class _Lower:
             out = self.expr(e.first)
             for tail in e.rest:
                 rhs = self.expr(tail.operand)
-                out = ast.BinOp(tail.op, out, rhs, _join(out.span, rhs.span))
+                out = ast.BinOp(tail.op, out, rhs, join(out.span, rhs.span))
             return out
         if kind == "Unary":
             v = self.expr(e.value)
@@ -270,7 +280,7 @@ class _Lower:
         if kind == "Postfix":
             out = self.expr(e.base)
             for ix in e.indices:
-                out = ast.Index(out, self.expr(ix.value), _join(out.span, self.span(ix)))
+                out = ast.Index(out, self.expr(ix.value), join(out.span, self.span(ix)))
             return out
         if kind == "Call":
             args = tuple(ast.Arg(a.name or None, self.expr(a.value), self.span(a))
@@ -319,21 +329,3 @@ class _Lower:
         if kind == "TupleType":
             return ast.TupleTypeAst(tuple(self.etype(x) for x in t.elems), sp)
         return ast.ScalarTypeAst(t.dtype, sp)
-
-
-def _find_word(text: str, word: str) -> int:
-    """Index of `word` as a whole identifier in text, or -1."""
-    start = 0
-    while True:
-        i = text.find(word, start)
-        if i < 0:
-            return -1
-        before = text[i - 1] if i > 0 else " "
-        after = text[i + len(word)] if i + len(word) < len(text) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return i
-        start = i + 1
-
-
-def _join(a: ast.Span, b: ast.Span) -> ast.Span:
-    return ast.Span(a.file, a.line, a.col, b.end_line, b.end_col)

@@ -1,0 +1,106 @@
+"""The fast recursive-descent parser agrees with the textX grammar: on every input it either
+declines or returns the very AST (spans included) that the textX path builds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_robustness import VOCAB, _settings, mutated_program, statement_soup, token_soup
+
+from stepc.diagnostics import StepError
+from stepc.grammar.descent import parse_fast
+from stepc.grammar.parse import _parse_textx, parse
+from stepc.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP_FILES = sorted(p for pattern in ("programs/**/*.step", "stepc/**/*.step", "tests/**/*.step")
+                    for p in ROOT.glob(pattern))
+_DOC_BLOCK = re.compile(r"```step\n(.*?)```", re.DOTALL)
+DOC_BLOCKS = [m.group(1) for p in sorted(ROOT.glob("docs/*.md"))
+              for m in _DOC_BLOCK.finditer(p.read_text(encoding="utf-8"))]
+
+TRICKY = [
+    "", "# only a comment", "for = 3", "in = 1\nfor i in 0..in { x = i }", "x = a\n-1",
+    "x = (a)[1] + (b)", "x = a - -b", "x = a---b", "x = - (1)", "import 'a\\'b\\\\' ;",
+    'import "a\\"b"', 'import "a\\" b', "x == 3", "x = = 3", "f(a==1)", "f(a = = 1)",
+    "x = 1 # c\n;", "x\t=\r1", "x =\f1", "x = 1\u00a0", "x = trueish", "x = true(1)",
+    "x = 12abc", "x = 0..1", "for i in 0..N{}", "forx = 1", "for i in0..1 {}",
+    "tensor t : bf16 [1, 2] weight = f(1)", "tensor t # c:\n : bf16[] input",
+    "tensor input : input[input] input", "param param = 1", "graph g(a: Strm<f32>, b = 1) {}",
+    "s : Strm<Tile<Tile, [1, ?]>, 1>[?, 2] = f()", "stream s : Strm<(Index<3>, MultiHot<2>)>",
+    "stream s : Strm<Buffer<Tile<f32, [1, 1]>, [2]>>[]", "stream s : Strm<Tile, 1>",
+    "assume a <= b", "assume a = b", "return", "return 1, 2;", "x[1], y = f()", "f(x=1, 2)",
+    "x = [1, ]", "x = f(1,)", "x = é", "é = 1", "x = ١", "x = 1" + "0" * 40,
+    "stream s : Strm<f32, 1" + "0" * 40 + ">",
+    "x = " + "(" * 30 + "1" + ")" * 30, "x = " + "f(" * 40 + ")" * 40,
+]
+
+
+def assert_agrees(text: str) -> None:
+    src = SourceFile("t.step", text)
+    fast = parse_fast(src)
+    try:
+        slow = _parse_textx(src)
+    except StepError:
+        assert fast is None, text
+        return
+    assert fast is None or fast == slow, text
+
+
+@pytest.mark.parametrize("path", STEP_FILES, ids=[str(p.relative_to(ROOT)) for p in STEP_FILES])
+def test_repository_programs(path):
+    data = path.read_bytes()
+    text = data.decode("utf-8", "replace")
+    assert_agrees(text)
+    if b"\x00" not in data and "syntax" not in path.name:  # valid programs take the fast path
+        assert parse_fast(SourceFile(path.name, text)) is not None
+
+
+@pytest.mark.parametrize("text", DOC_BLOCKS)
+def test_doc_blocks(text):
+    assert_agrees(text)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_tricky_inputs(text):
+    assert_agrees(text)
+
+
+def test_parse_uses_the_fast_path_and_keeps_textx_errors():
+    src = SourceFile("t.step", "x = f(1\n")
+    with pytest.raises(StepError) as fast_path:
+        parse(src)
+    with pytest.raises(StepError) as textx_path:
+        _parse_textx(src)
+    assert fast_path.value.diagnostics == textx_path.value.diagnostics
+
+
+CHARS = st.sampled_from(list("abxz_019 \t\n\r\f#\"'\\()[]{}<>=!,:;.?+-*/%é\u00a0") + VOCAB)
+
+
+@_settings(300)
+@given(st.lists(CHARS, max_size=40).map("".join))
+def test_character_soup(text):
+    assert_agrees(text)
+
+
+@_settings(150)
+@given(token_soup())
+def test_token_soup(data):
+    assert_agrees(data.decode("utf-8", "replace"))
+
+
+@_settings(150)
+@given(statement_soup())
+def test_statement_soup(data):
+    assert_agrees(data.decode("utf-8", "replace"))
+
+
+@_settings(150)
+@given(mutated_program())
+def test_mutated_programs(data):
+    assert_agrees(data.decode("utf-8", "replace"))
