@@ -82,25 +82,16 @@ def test_parse_uses_the_fast_path_and_keeps_textx_errors():
 CHARS = st.sampled_from(list("abxz_019 \t\n\r\f#\"'\\()[]{}<>=!,:;.?+-*/%é\u00a0") + VOCAB)
 
 
-@_settings(300)
-@given(st.lists(CHARS, max_size=40).map("".join))
-def test_character_soup(text):
-    assert_agrees(text)
+SOUPS = {  # generator -> examples in the default run (ten times as many under `-m slow`)
+    "characters": (st.lists(CHARS, max_size=40).map("".join), 150),
+    "tokens": (token_soup().map(lambda b: b.decode("utf-8", "replace")), 60),
+    "statements": (statement_soup().map(lambda b: b.decode("utf-8", "replace")), 40),
+    "mutations": (mutated_program().map(lambda b: b.decode("utf-8", "replace")), 40),
+}
 
 
-@_settings(150)
-@given(token_soup())
-def test_token_soup(data):
-    assert_agrees(data.decode("utf-8", "replace"))
-
-
-@_settings(150)
-@given(statement_soup())
-def test_statement_soup(data):
-    assert_agrees(data.decode("utf-8", "replace"))
-
-
-@_settings(150)
-@given(mutated_program())
-def test_mutated_programs(data):
-    assert_agrees(data.decode("utf-8", "replace"))
+@pytest.mark.parametrize("scale", [1, pytest.param(10, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("soup", list(SOUPS))
+def test_generated_inputs(soup, scale):
+    strategy, examples = SOUPS[soup]
+    _settings(examples * scale)(given(strategy)(assert_agrees))()
