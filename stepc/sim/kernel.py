@@ -10,9 +10,9 @@ the i-th send into a FIFO of capacity C waits for the credit of element i - C.
 
 Scheduling is data-driven: contexts run whenever they can, in any order, because their
 outputs depend only on input values and times. Only arrival-order-sensitive decisions
-(`SELECT`, `FIRST`, the memory models) wait in a time-ordered heap and run when nothing else can:
-at that point every token still to come is stamped after the decision's time, so the
-decision sees exactly what it would at that cycle. There is no global cycle stepping.
+(`SELECT`, `FIRST`, the memory models) wait in a time-ordered heap and run when nothing
+else can: at that point every token still to come is stamped after the decision's time, so
+the decision sees exactly what it would at that cycle. There is no global cycle stepping.
 """
 
 from __future__ import annotations
@@ -366,7 +366,10 @@ class Kernel:
     def watched(self, ctx: Ctx) -> None:
         """A burst that `ctx` waits on in a `FIRST` is done."""
         if ctx.blocked is not None and ctx.blocked[0] == FIRST:
-            ctx.blocked[2].watcher = None
+            ch, b = ctx.blocked[1], ctx.blocked[2]
+            b.watcher = None
+            if ch.recv_waiter is ctx:  # woken once
+                ch.recv_waiter = None
             self._wake(ctx)
 
     # ------------------------------------------------------------ diagnosis
