@@ -4,7 +4,6 @@ that no depth helps and why."""
 from __future__ import annotations
 
 from stepc.fifo.static import analyze_fifos
-from stepc.ops import OPS
 
 STARVING = ("empty input", "empty inputs")  # waits of an operator that needs a token
 MAX_NAMED = 3  # FIFOs a hint names before "and N more"
@@ -25,14 +24,6 @@ def deadlock_hint(typed, hw, result) -> str | None:
 
     cycle = _wait_cycle(blocked)
     if cycle and all(blocked[n].waiting in STARVING for n in cycle):
-        held = [n for n in cycle if _loads(blocked[n].op)]
-        if hw.hbm.tile_buffers > 1 and held:
-            return (f"hint: every operator on the wait-for cycle waits for input, so no FIFO "
-                    f"on it is full and no depth helps: with hbm.tile_buffers="
-                    f"{hw.hbm.tile_buffers} the memory operator `{held[0]}` "
-                    f"({prog.nodes[held[0]].span}) waits for its next input before it sends "
-                    "the tile it has in flight, and that input comes round the cycle only "
-                    "after the tile is sent; with hbm.tile_buffers=1 it sends each tile first")
         return None  # the simulator's own hint names the feedback stream
 
     def depth_of(key) -> int:
@@ -83,9 +74,4 @@ def _wait_cycle(blocked: dict) -> list[str]:
 
 def _label(prog, key) -> str:
     return prog.nodes[key[0]].port_label(key[1])
-
-
-def _loads(op: str) -> bool:
-    memory = OPS[op].memory
-    return memory is not None and memory.off_chip
 

@@ -2,7 +2,7 @@
 
 Each operator instance is a Python generator (a *context*) with its own integer clock. It
 yields small tuples to the kernel (`PEEK`, `POP`, `SEND`, `SELECT`, `MEM`, `ISSUE`,
-`AWAIT`, ...); delays
+`AWAIT`, `FIRST`, ...); delays
 are plain additions to `ctx.t`. A FIFO holds `(visible_time, payload, stop)` entries and a
 deque of credit (slot-free) times, following the DAM channel rules: an element sent at
 clock c is visible at `max(stamp, c + 1)`; a dequeue at clock c frees its slot at c + 1;
@@ -10,9 +10,9 @@ the i-th send into a FIFO of capacity C waits for the credit of element i - C.
 
 Scheduling is data-driven: contexts run whenever they can, in any order, because their
 outputs depend only on input values and times. Only arrival-order-sensitive decisions
-(`SELECT`, the memory models) wait in a time-ordered heap and run when nothing else can:
-at that point every token still to come is stamped after the decision's time, so the
-decision sees exactly what it would at that cycle. There is no global cycle stepping.
+(`SELECT`, `FIRST`, the memory models) wait in a time-ordered heap and run when nothing
+else can: at that point every token still to come is stamped after the decision's time, so
+the decision sees exactly what it would at that cycle. There is no global cycle stepping.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from stepc.sim.tokens import TileVal
 
-PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE, ISSUE, AWAIT = range(10)
+PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE, ISSUE, AWAIT, FIRST = range(11)
 
 
 class SimError(Exception):
@@ -146,7 +146,7 @@ class Kernel:
 
     def at(self, t: int, kind: int, obj, value=None) -> None:
         """Schedule a time-ordered event: 0 = resume a select, 1 = wake (memory done),
-        2 = memory-model activation."""
+        2 = memory-model activation, 3 = decide a `FIRST` (after the memory at that cycle)."""
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, obj, value))
 
@@ -170,6 +170,10 @@ class Kernel:
             elif kind == 1:
                 obj.t = max(obj.t, value)
                 obj.value = None
+                obj.blocked = None
+                self._step(obj)
+            elif kind == 3:
+                obj.value = self._first(obj, obj.blocked, t)
                 obj.blocked = None
                 self._step(obj)
             else:
@@ -280,6 +284,12 @@ class Kernel:
                     if b.completion > ctx.t:
                         ctx.t = b.completion
                     value, op = None, None
+                elif code == FIRST:  # whichever comes first: a channel's head or a burst
+                    value = self._first(ctx, op, None)
+                    if value is None:
+                        ctx.blocked = op
+                        return
+                    op = None
                 else:  # pragma: no cover - a behavior bug
                     raise SimError(f"unknown kernel operation {op!r}", ctx.name)
         except SimError as e:  # located at the operator that raised it
@@ -334,6 +344,40 @@ class Kernel:
         ctx.value = idx
         self._step(ctx)
 
+    # ------------------------------------------------------------ first of two
+    def _first(self, ctx: Ctx, op: tuple, now: int | None) -> int | None:
+        """`(FIRST, ch, burst)`: 0 if `ch`'s head (or its end) comes first, 1 if the burst's
+        last response does (ties go to the burst). Decided at once when both times are
+        known; else in the heap at the earlier known time (`now`), when every burst ending
+        by then is done and every token still to come is stamped later; else it waits for
+        either. None: not decided yet."""
+        ch, b = op[1], op[2]
+        if not ch.q and ch.closed:
+            b.watcher = None
+            return 0
+        head = max(ch.q[0][0], ctx.t) if ch.q else None
+        done = max(b.completion, ctx.t) if b.done else None
+        if now is not None or head is not None and done is not None or done == ctx.t:
+            return 1 if done is not None and (head is None or done <= head) else 0
+        if ch.recv_waiter is ctx:
+            ch.recv_waiter = None
+        b.watcher = None
+        if head is None and done is None:
+            ch.recv_waiter = ctx
+            b.watcher = ctx
+        else:
+            self.at(head if done is None else done, 3, ctx)
+        return None
+
+    def watched(self, ctx: Ctx) -> None:
+        """A burst that `ctx` waits on in a `FIRST` is done."""
+        if ctx.blocked is not None and ctx.blocked[0] == FIRST:
+            ch, b = ctx.blocked[1], ctx.blocked[2]
+            b.watcher = None
+            if ch.recv_waiter is ctx:  # woken once
+                ch.recv_waiter = None
+            self._wake(ctx)
+
     # ------------------------------------------------------------ diagnosis
     def blocked(self) -> list[Blocked]:
         out = []
@@ -344,7 +388,7 @@ class Kernel:
             if op is None:
                 out.append(Blocked(ctx.name, ctx.op, "never scheduled", "", "", ""))
                 continue
-            if op[0] in (PEEK, RECV):
+            if op[0] in (PEEK, RECV, FIRST):
                 ch = op[1]
                 out.append(Blocked(ctx.name, ctx.op, "empty input", ch.name, ch.src,
                                    f"0/{ch.cap}"))

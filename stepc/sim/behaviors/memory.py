@@ -9,7 +9,7 @@ from collections import deque
 import numpy as np
 
 from stepc.sim.hbm import Addresses, bank_geometry
-from stepc.sim.kernel import AWAIT, ISSUE, PEEK, POP, RECV, SEND, SimError
+from stepc.sim.kernel import AWAIT, FIRST, ISSUE, PEEK, POP, RECV, SEND, SimError
 from stepc.sim.tokens import BufferVal, TileVal, iter_stops, iter_view_indices, with_last
 from stepc.types import DTYPE_BYTES
 
@@ -98,7 +98,8 @@ class InFlight:
 
     With `hbm.tile_buffers = B` an operator may have B tiles in flight: it issues a tile's
     requests as soon as a buffer is free and finishes tiles in order (a load sends the
-    tile on, a store acknowledges it). B = 1 is the reference simulator's loader: issue a
+    tile on, a store acknowledges it) as soon as they are complete, whether or not its next
+    input has arrived. B = 1 is the reference simulator's loader: issue a
     tile, wait for every response, send it, then issue the next. Busy time is the union of
     the intervals during which the operator waits on memory."""
 
@@ -129,6 +130,13 @@ class InFlight:
         ctx.work(start, ctx.t - start, "store" if self.write else "load")
         ctx.last_mem = ctx.t
         yield from finish(b)
+
+    def finish_before(self, ch):
+        """Finish the tiles whose last response comes before `ch`'s next element (or end)."""
+        while self.tiles:
+            if not (yield (FIRST, ch, self.tiles[0][0])):
+                return
+            yield from self.finish_oldest()
 
     def drain(self):
         while self.tiles:
@@ -168,6 +176,7 @@ def linear_load(ctx, node, ins, outs, env, info):
         yield from flight.drain()
         return
     while True:
+        yield from flight.finish_before(ref)
         head = yield (PEEK, ref)
         if head is None:
             yield from flight.drain()
@@ -192,6 +201,7 @@ def linear_store(ctx, node, ins, outs, env, info):
         return finish
 
     while True:
+        yield from flight.finish_before(src)
         head = yield (PEEK, src)
         if head is None:
             yield from flight.drain()
@@ -239,6 +249,7 @@ def random_load(ctx, node, ins, outs, env, info):
         return finish
 
     while True:
+        yield from flight.finish_before(addr)
         head = yield (PEEK, addr)
         if head is None:
             yield from flight.drain()
@@ -273,7 +284,9 @@ def random_store(ctx, node, ins, outs, env, info):
         return finish
 
     while True:
+        yield from flight.finish_before(waddr)
         ha = yield (PEEK, waddr)
+        yield from flight.finish_before(wdata)
         hd = yield (PEEK, wdata)
         if ha is None or hd is None:
             if (ha is None) != (hd is None):

@@ -53,6 +53,7 @@ class Burst:
     completion: int = 0  # cycle its last response is visible (once done)
     first: int | None = None  # cycle its first response is visible
     done: bool = False
+    watcher: object = None  # a context waiting on it or on a channel, whichever first
 
 
 @dataclass
@@ -102,6 +103,8 @@ class MemoryModel:
         b.done, b.completion = True, cycle
         if b.waiter is not None:
             self.kernel.at(cycle, 1, b.waiter, cycle)
+        if b.watcher is not None:
+            self.kernel.watched(b.watcher)
 
     def _schedule(self, cycle: int) -> None:
         if self.pending_at is None or cycle < self.pending_at:
