@@ -19,7 +19,8 @@ _BOOL = re.compile(r"(true|false)(?![0-9A-Za-z_])")
 _SELECT = re.compile(r"(MultiHot|Index)(?![0-9A-Za-z_])")
 _STRING = re.compile(r'("(\\"|[^"])*")|(\'(\\\'|[^\'])*\')')
 _CMP_OPS = ("==", "!=", "<=", ">=", "<", ">")
-_PROD_OPS = ("//", "*", "%", "/")
+_SUM_OPS = ("+", "-")
+_PROD_OPS = ("//", "*", "%", "/")  # in the grammar's order: `//` before `/`
 _MAX_DIGITS = 30  # longer integer literals are an error the textX path reports
 
 
@@ -217,32 +218,24 @@ class _Parser(Scanner):
         return self.nested(self.sum)
 
     def sum(self):
-        out = self.product()
-        while True:
-            at = self.skip()
-            op = self.text[at:at + 1]
-            if op not in ("+", "-"):
-                return out
-            saved = self.pos
-            self.pos = at + 1
-            try:
-                rhs = self.product()
-            except NoMatch:
-                self.pos = saved
-                return out
-            out = ast.BinOp(op, out, rhs, join(out.span, rhs.span))
+        return self.chain(self.product, _SUM_OPS)
 
     def product(self):
-        out = self.unary()
+        return self.chain(self.unary, _PROD_OPS)
+
+    def chain(self, operand, ops: tuple[str, ...]):
+        """`operand (op operand)*`, left-associative; a trailing operator without its
+        operand is left unread (the grammar's repetition stops before it)."""
+        out = operand()
         while True:
             at = self.skip()
-            op = next((o for o in _PROD_OPS if self.text.startswith(o, at)), None)
+            op = next((o for o in ops if self.text.startswith(o, at)), None)
             if op is None:
                 return out
             saved = self.pos
             self.pos = at + len(op)
             try:
-                rhs = self.unary()
+                rhs = operand()
             except NoMatch:
                 self.pos = saved
                 return out
