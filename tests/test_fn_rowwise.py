@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from stepc.analyze import analyze
 from stepc.frontend import compile_source
@@ -37,4 +38,20 @@ def test_rowwise_functions_compute_what_they_say():
     bf16 = (x.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # round to nearest
     np.testing.assert_allclose(out["C"], bf16, rtol=2 ** -8)
     flops = int(analyze(r.typed, "artifact").totals["flops"])
-    assert flops == 8 * 16 * (1 + 2 + 4 + 0)  # row_mean 1, affine 2, pow 4, cast 0 per element
+    assert flops == 8 * 16 * (1 + 2 + 2 + 0)  # row_mean 1, affine 2, pow 3: 2, cast 0 per element
+
+
+POW_FLOPS = [("2", 1), ("2.0", 1), ("2e0", 1), ("0", 0), ("1", 0), ("3", 2), ("4", 2),
+             ("8", 3), ("-1", 1), ("-2", 2), ("0.5", 4), ("2.5", 4)]
+
+
+@pytest.mark.parametrize(("exponent", "per_elem"), POW_FLOPS)
+def test_pow_is_costed_by_the_exponents_value(exponent, per_elem):
+    """`pow` by value: the lowered norms' "2.0" costs what "2" does (one multiply);
+    integers by square-and-multiply, negatives one division more, others 4."""
+    src = ("tensor X : f32[8, 16] input = random(seed=1)\ntensor P : f32[8, 16] output\n"
+           "x = LinearOffChipLoad(X, tile=[4, 16], shape=[2])\n"
+           f'LinearOffChipStore(Map(x, fn=pow(exponent="{exponent}")), P)\n')
+    r = compile_source(SourceFile("pow.step", src))
+    assert r.ok, [str(d) for d in r.diagnostics.items]
+    assert int(analyze(r.typed, "artifact").totals["flops"]) == 8 * 16 * per_elem

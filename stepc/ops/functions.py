@@ -198,6 +198,24 @@ def _affine_apply(elems, fn, ctx):
     return _tile(elems[0], fn.name)
 
 
+NONINTEGER_POW_FLOPS = 4  # x ** e = exp(e * log x): a logarithm, a product, an exponential
+
+
+def _pow_per_elem(fn) -> int:
+    """FLOPs of one `x ** exponent`, decided by the exponent's value ("2", "2.0" and "2e0"
+    cost the same): square-and-multiply for an integer, one division more for a negative
+    one; a text that is not a finite number costs as a non-integer (checking reports it)."""
+    try:
+        value = float(fn.get("exponent", "2"))
+    except (TypeError, ValueError):
+        return NONINTEGER_POW_FLOPS
+    if not math.isfinite(value) or value != int(value) or abs(value) > 2 ** 53:
+        return NONINTEGER_POW_FLOPS
+    n = abs(int(value))
+    multiplies = 0 if n <= 1 else n.bit_length() - 1 + bin(n).count("1") - 1
+    return multiplies + (1 if value < 0 else 0)
+
+
 def _pow_apply(elems, fn, ctx):
     _decimal(fn, "exponent", "2")
     return _tile(elems[0], fn.name)
@@ -370,9 +388,11 @@ _register(
            attrs=(Param("scale", "str", "1", "multiplier, a decimal number"),
                   Param("shift", "str", "0", "added after scaling, a decimal number")),
            example="v = Map(ms, fn=affine(shift=\"1e-6\"))"),
-    FnSpec("pow", {"map": 1}, "`x ** exponent` per element. FLOPs: 1 per element for "
-           "exponent 2, else 4.", lambda elems, fn: (1 if fn.get("exponent", "2") == "2"
-                                                      else 4) * elems[0].rows * elems[0].cols,
+    FnSpec("pow", {"map": 1}, "`x ** exponent` per element. FLOPs per element, by the "
+           "exponent's value: an integer n takes the multiplications of square-and-multiply "
+           "(0 for n = 0 or 1, 1 for 2, 2 for 3 or 4, ...) and one division more when n < 0; "
+           "any other exponent 4 (a logarithm, a product and an exponential).",
+           lambda elems, fn: _pow_per_elem(fn) * elems[0].rows * elems[0].cols,
            apply=_pow_apply,
            attrs=(Param("exponent", "str", "2", "the power, a decimal number"),),
            example="sq = Map(x, fn=pow(exponent=\"2\"))"),
