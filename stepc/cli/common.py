@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from stepc.frontend import Compiled
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_DEADLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 70
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
 
 
 quick_exit_requested = False  # set by a command that may end the process without tearing it down

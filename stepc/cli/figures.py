@@ -13,8 +13,8 @@ import sys
 import click
 
 from stepc.api.arguments import MAX_JOBS
-from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, check_output_path, pairs
-from stepc.cli.sweep import EXIT_INTERRUPTED, sweep_progress
+from stepc.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROGRAM, check_output_path, pairs
+from stepc.cli.sweep import sweep_progress
 
 PLOT_EXAMPLE = """\b
 Examples:

@@ -1,7 +1,8 @@
 """The `stepc` command group and its entry point.
 
 Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
-3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it).
+3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it), 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 
 from stepc import __version__
 from stepc.cli import common
-from stepc.cli.common import EXIT_INTERNAL
+from stepc.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED
 
 # Each command lives in the module of its family, imported only when the command line names
 # it or help lists it: `stepc check` does not load the simulator's or the sweeps' modules.
@@ -61,10 +62,31 @@ class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_ELSEWHERE})
 
+    def invoke(self, ctx: click.Context):
+        """Run the command; Ctrl-C ends every command the same way: one line, exit 130
+        (click would print an empty line and "Aborted!" and exit 1, the code for program
+        errors). Commands that keep partial results catch it first and say where."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+
+
+class _Interrupted(click.ClickException):
+    """A command stopped by Ctrl-C."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+    def show(self, file=None) -> None:
+        click.echo("stepc: interrupted (Ctrl-C): nothing more was done", err=True)
+
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 ok, 1 program errors, 2 usage errors, 3 simulation "
-             "deadlock, 70 internal error.")
+             "deadlock, 70 internal error, 130 interrupted (Ctrl-C).")
 @click.version_option(__version__, prog_name="stepc")
 @click.option("--debug", is_flag=True, hidden=True, help="Show Python tracebacks of "
               "internal errors.")
@@ -95,9 +117,9 @@ def run() -> None:
             sys.stderr.flush()
             os._exit(code)
         raise
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt:  # before or after a command ran (while importing, exiting)
+        click.echo("stepc: interrupted (Ctrl-C)", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
         click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
         if "--debug" in sys.argv:

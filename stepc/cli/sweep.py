@@ -17,6 +17,7 @@ import click
 from stepc.api.arguments import MAX_JOBS
 from stepc.cli.common import (
     EXIT_DEADLOCK,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PROGRAM,
     check_output_path,
@@ -27,7 +28,6 @@ from stepc.cli.common import (
 )
 from stepc.diagnostics import render_text
 
-EXIT_INTERRUPTED = 130
 MAX_POINTS = 10_000  # values of one --grid range
 _RANGE = re.compile(r"(-?\w+)\.\.(-?\w+)(?::(\w+))?")
 
@@ -130,10 +130,10 @@ def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timin
               pareto, baselines, backend, scheduler):
     """Run every combination of params x hardware x traces of .step programs, in parallel,
     and compare the points."""
-    if os.path.lexists(out) and not resume:  # before anything is imported or compiled
+    check_output_path("--out", out)  # a directory or an unwritable place first: --resume
+    if os.path.lexists(out) and not resume:  # cannot help those (before anything is compiled)
         raise click.UsageError(f"--out {out} exists: add --resume to continue that sweep, or "
                                "choose another file")
-    check_output_path("--out", out)
     try:
         _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
                pareto, baselines, backend, scheduler)

@@ -8,8 +8,15 @@ import sys
 
 import click
 
-from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, check_output_path, pairs, parse_defines
-from stepc.cli.sweep import EXIT_INTERRUPTED, MAX_JOBS, _dask_client, grid_values
+from stepc.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROGRAM,
+    check_output_path,
+    pairs,
+    parse_defines,
+)
+from stepc.cli.sweep import MAX_JOBS, _dask_client, grid_values
 
 TUNE_EXAMPLE = """\b
 Examples:
