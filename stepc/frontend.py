@@ -72,7 +72,7 @@ def import_graph_file(path: str, out_dir: str | None = None):
 def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
     """A `.pb` graph imported and compiled once (again only to apply overrides)."""
     try:
-        from stepc.interop import InteropError
+        from stepc.interop import GraphFileError, InteropError
     except ImportError:
         raise StepError([Diagnostic(UNREADABLE_GRAPH,
                                     Severity.ERROR, f"{path}: reading STeP IR graphs "
@@ -80,6 +80,8 @@ def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
             from None
     try:
         imported = import_graph_file(path)
+    except GraphFileError as e:  # the file, not its contents: a usage error like a .step's
+        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, str(e), None)]) from None
     except InteropError as e:
         raise StepError([Diagnostic(UNREADABLE_GRAPH, Severity.ERROR, str(e), None)]) from None
     if not overrides:

@@ -4,6 +4,7 @@ whatever its kind, and advice followed leads somewhere."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -64,3 +65,88 @@ def test_sweep_out_on_a_directory_says_so_first(tmp_path):
 
 def test_help_names_the_interrupt_code():
     assert "130 interrupted" in run("--help").output
+
+
+@pytest.mark.parametrize("args", [["check", "nope.pb"], ["analyze", "nope.pb"],
+                                  ["sim", "nope.pb"], ["import", "nope.pb"]])
+def test_a_missing_graph_file_is_a_usage_error(args, tmp_path, monkeypatch):
+    pytest.importorskip("google.protobuf")
+    monkeypatch.chdir(tmp_path)
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert "nope.pb: cannot read" in res.output
+
+
+def test_a_graph_file_that_is_not_a_graph_is_a_program_error(tmp_path):
+    pytest.importorskip("google.protobuf")
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"\xff\xff\xff\xff not a graph")
+    for command in ("check", "import"):
+        res = run(command, str(bad))
+        assert res.exit_code == 1, res.output
+
+
+@pytest.fixture(scope="module")
+def swiglu_sweep(tmp_path_factory):
+    """The README's SwiGLU sweep, on a smaller grid (TB and TI of 16 and 32)."""
+    out = tmp_path_factory.mktemp("sweep") / "results.jsonl"
+    res = run("sweep", SWIGLU, "--grid", "TB=16,32", "--grid", "TI=16,32", "--hw",
+              "hdl-validation", "--timing-only", "-j", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _help_examples(command: str) -> list[list[str]]:
+    """The `stepc COMMAND` lines of a command's help, continuation lines joined."""
+    text = run(command, "--help").output.replace("\\\n", " ")
+    return [line.split()[1:] for line in text.splitlines()
+            if line.strip().startswith(f"stepc {command} ")]
+
+
+def test_every_plot_help_example_runs_on_the_readmes_sweep(swiglu_sweep, tmp_path):
+    pytest.importorskip("matplotlib")
+    examples = _help_examples("plot")
+    assert len(examples) == 2
+    for i, args in enumerate(examples):
+        args = [str(swiglu_sweep) if a == "results.jsonl" else a for a in args]
+        at = args.index("-o") + 1
+        args[at] = str(tmp_path / f"{i}_{args[at]}")
+        res = run(*args)
+        assert res.exit_code == 0, (args, res.output)
+        assert os.path.getsize(args[at]) > 1000
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["-o", "x.jpg"], "unknown format"),
+    (["--x", "on_chip", "-o", "x.png"], "did you mean `on_chip_bytes`?"),
+    (["--bar", "cycle", "-o", "x.png"], "did you mean `cycles`?"),
+])
+def test_plot_mistakes_are_usage_errors(swiglu_sweep, tmp_path, monkeypatch, args, said):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    res = run("plot", str(swiglu_sweep), *args)
+    assert res.exit_code == 2, res.output
+    assert said in res.output, res.output
+
+
+def test_plot_of_results_without_a_finished_point_is_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    empty = tmp_path / "r.jsonl"
+    empty.write_text("")
+    res = run("plot", str(empty), "-o", str(tmp_path / "p.png"))
+    assert res.exit_code == 2, res.output
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_without_matplotlib_is_a_usage_error(swiglu_sweep, tmp_path, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_matplotlib(name, *a, **k):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    res = run("plot", str(swiglu_sweep), "-o", str(tmp_path / "p.png"))
+    assert res.exit_code == 2, res.output
+    assert "pip install 'stepc[plot]'" in res.output

@@ -193,7 +193,7 @@ def _write(tmp_path, data: bytes) -> str:
 
 def test_import_refuses_an_unreadable_graph_without_a_traceback(tmp_path):
     r = _runner().invoke(main, ["import", str(tmp_path / "absent.pb")])
-    assert r.exit_code == 1 and "cannot read" in r.stderr
+    assert r.exit_code == 2 and "cannot read" in r.stderr  # the file: a usage error
     with pytest.raises(InteropError):
         import_graph(str(tmp_path / "absent.pb"))
 

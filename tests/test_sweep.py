@@ -125,7 +125,7 @@ def test_plots(tmp_path):
     mine = tmp_path / "mine.png"
     mine.write_bytes(b"\x89PNG someone else's picture")
     r = CliRunner().invoke(main, ["plot", str(out), "-o", str(mine)])
-    assert r.exit_code == 1 and "--force" in r.stderr
+    assert r.exit_code == 2 and "--force" in r.stderr
 
 
 @pytest.mark.slow  # an experiment check: Figure 8 through the sweep runner
@@ -361,7 +361,7 @@ def test_plot_says_where_it_wrote_and_honours_or_refuses_every_option(tmp_path):
     r = CliRunner().invoke(main, bar + ["--logy", "--group", "TB", "--label", "TI"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, bar + ["--label", "NOPE"])
-    assert r.exit_code == 1 and "--label NOPE" in r.stderr
+    assert r.exit_code == 2 and "--label NOPE" in r.stderr
     r = CliRunner().invoke(main, ["plot", str(out), "--relative-to", "TB=32", "-o",
                                   str(png)])
     assert r.exit_code == 2 and "needs --bar" in r.stderr

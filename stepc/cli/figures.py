@@ -18,8 +18,9 @@ from stepc.cli.sweep import sweep_progress
 
 PLOT_EXAMPLE = """\b
 Examples:
-  stepc plot results.jsonl --x on_chip_bytes --y cycles --label TILE_N --logx -o pareto.png
-  stepc plot results.jsonl --bar cycles --relative-to TB=16 --group TB --label TI -o speedup.svg"""
+  stepc plot results.jsonl --x on_chip_bytes --y cycles --label TI --group TB -o pareto.png
+  stepc plot results.jsonl --bar cycles --relative-to TB=16 --relative-to TI=16 --group TB \
+    -o speedup.svg"""
 
 
 @click.command("plot", epilog=PLOT_EXAMPLE)
@@ -51,7 +52,6 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
     from stepc.api.sweep_results import (
         PlotError,
         ResultsFileError,
-        SelectionError,
         bars,
         latest_records,
         read_results,
@@ -81,11 +81,8 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
                  logy, label, group)
         else:
             scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
-    except SelectionError as e:
+    except PlotError as e:  # a format, metric, selector or missing extra: usage errors
         raise click.UsageError(str(e)) from None
-    except PlotError as e:
-        click.echo(f"stepc: error: {e}", err=True)
-        sys.exit(EXIT_PROGRAM)
     shown = sum(r.get("status") == "ok" for r in records)
     click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})", err=True)
     sys.exit(EXIT_OK)

@@ -9,7 +9,7 @@ import sys
 import click
 
 from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
-from stepc.codes import UNREADABLE_GRAPH
+from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -35,13 +35,16 @@ def import_cmd(graph, out, force):
         check_new_output("-o", out, force)
     try:
         from stepc.api.program import import_graph
-        from stepc.interop import InteropError
+        from stepc.interop import GraphFileError, InteropError
     except ImportError:
         click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
         sys.exit(EXIT_USAGE)
     try:
         imported = import_graph(graph, os.path.dirname(out) if out else None)
+    except GraphFileError as e:
+        click.echo(f"stepc: error[{UNREADABLE_FILE}]: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     except InteropError as e:
         click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)

@@ -108,6 +108,30 @@ def _scale(axis, log: bool) -> None:
     _log_axis(axis) if log else _linear_axis(axis)
 
 
+def _points(records: list[dict]) -> list[dict]:
+    """The finished points; a PlotError when there is none (a blank picture helps nobody)."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    if not ok:
+        failed = f" ({len(records)} failed)" if records else ""
+        raise PlotError(f"the results hold no finished point to plot{failed}")
+    return ok
+
+
+def _check_metric(ok: list[dict], metric: str) -> None:
+    """A PlotError naming the numeric metrics every point has (and the closest one) when
+    `metric` is not among them."""
+    if all(isinstance(r.get(metric), (int, float)) and not isinstance(r.get(metric), bool)
+           for r in ok):
+        return
+    import difflib
+    names = sorted(k for k in ok[0] if all(
+        isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in ok))
+    close = difflib.get_close_matches(metric, names, n=1)
+    hint = f" (did you mean `{close[0]}`?)" if close else ""
+    raise PlotError(f"`{metric}` is not a numeric metric of every point{hint}; they have: "
+                    f"{', '.join(names)}")
+
+
 def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = None,
             group: str = "program", logx: bool = False, logy: bool = False,
             front: bool = True, force: bool = False, xlabel: str | None = None,
@@ -117,10 +141,9 @@ def scatter(records: list[dict], x: str, y: str, out: str, label: str | None = N
     without `front`, each series' points joined in x order)."""
     path = _check_out(out, force)
     plt = _pyplot()
-    ok = [r for r in records if r.get("status") == "ok"]
+    ok = _points(records)
     for m in (x, y):
-        if any(not isinstance(r.get(m), (int, float)) for r in ok):
-            raise PlotError(f"`{m}` is not a numeric metric of every point")
+        _check_metric(ok, m)
     fig, ax = plt.subplots(figsize=(6, 4.2))
     series: dict[str, list[dict]] = {}
     for r in ok:
@@ -203,13 +226,12 @@ def bars(records: list[dict], metric: str, out: str, relative_to: dict | None = 
     logarithmic."""
     path = _check_out(out, force)
     plt = _pyplot()
-    ok = sorted((r for r in records if r.get("status") == "ok"),
+    ok = sorted(_points(records),
                 key=lambda r: (natural_key(_series_name(r, group)) if group else (),
                                point_order(r)))
     if label and any(label not in r["params"] and label not in r for r in ok):
         raise PlotError(f"--label {label}: not a param or field of every point")
-    if any(not isinstance(r.get(metric), (int, float)) for r in ok):
-        raise PlotError(f"`{metric}` is not a numeric metric of every point")
+    _check_metric(ok, metric)
     values = [r[metric] for r in ok]
     ylabel = metric_label(metric)
     if relative_to:

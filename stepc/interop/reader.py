@@ -27,6 +27,11 @@ class InteropError(Exception):
         self.path, self.op = path, op
 
 
+class GraphFileError(InteropError):
+    """The graph file itself cannot be read (missing, a directory, no permission): a usage
+    error (exit 2), as for a `.step` file."""
+
+
 # op kind -> its stream inputs: (id field, output-index field) pairs, in port order
 INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
     "binarymap": (("input_id1", "stream_idx1"), ("input_id2", "stream_idx2")),
@@ -80,7 +85,7 @@ def read_graph(path: str) -> tuple[str, list[Op]]:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise InteropError(path, f"cannot read: {e.strerror}") from None
+        raise GraphFileError(path, f"cannot read: {e.strerror}") from None
     return parse_graph(data, path)
 
 
