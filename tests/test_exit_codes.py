@@ -97,8 +97,8 @@ def swiglu_sweep(tmp_path_factory):
 
 
 def _help_examples(command: str) -> list[list[str]]:
-    """The `stepc COMMAND` lines of a command's help, continuation lines joined."""
-    text = run(command, "--help").output.replace("\\\n", " ")
+    """The `stepc COMMAND` lines of a command's help."""
+    text = run(command, "--help").output
     return [line.split()[1:] for line in text.splitlines()
             if line.strip().startswith(f"stepc {command} ")]
 

@@ -19,8 +19,7 @@ from stepc.cli.sweep import sweep_progress
 PLOT_EXAMPLE = """\b
 Examples:
   stepc plot results.jsonl --x on_chip_bytes --y cycles --label TI --group TB -o pareto.png
-  stepc plot results.jsonl --bar cycles --relative-to TB=16 --relative-to TI=16 --group TB \
-    -o speedup.svg"""
+  stepc plot results.jsonl --bar cycles --relative-to TB=16 --relative-to TI=16 -o up.svg"""
 
 
 @click.command("plot", epilog=PLOT_EXAMPLE)
