@@ -152,3 +152,17 @@ def test_tasks():
                    "--seed", "2")
     assert_family(doc, "tasks-check")
     assert doc["status"] == "pass" and isinstance(doc["candidate"]["cycles"], int)
+
+
+def test_the_docs_name_only_current_schema_versions():
+    """A document that quotes `stepc-sim/1` after the shape moved to /2 misleads whoever
+    checks a version: every `stepc-NAME/N` in docs/ and the README is current."""
+    from stepc.schemas import schema
+
+    texts = [p.read_text(encoding="utf-8") for p in (REPO / "docs").glob("*.md")]
+    texts.append((REPO / "README.md").read_text(encoding="utf-8"))
+    quoted = {m for t in texts for m in re.findall(r"stepc-([a-z-]+)/(\d+)", t)}
+    assert quoted
+    stale = sorted(f"stepc-{name}/{n}" for name, n in quoted
+                   if name in VERSIONS and schema(name) != f"stepc-{name}/{n}")
+    assert not stale
