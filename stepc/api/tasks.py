@@ -55,6 +55,12 @@ def task_resources(name: str) -> dict:
             "knobs": knob_rules(load_config(record.preset))}
 
 
+def resource_labels() -> dict[str, str]:
+    """Each resource's label in reports (`compute_units` -> "compute units"), in order."""
+    from stepc.tasks.resources import RESOURCES
+    return {r: label for r, (label, _) in RESOURCES.items()}
+
+
 def check_task(name: str, path: str | os.PathLike, seed: int | None = None,
                time_limit: float | None = None) -> CheckResult:
     """Check the solution at `path` for task `name` on inputs drawn from `seed` (None: a

@@ -94,8 +94,7 @@ def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
 
 def _resources(name: str) -> str:
     """The statement's section on the hardware a solution may allocate."""
-    from stepc.api.tasks import task_resources
-    from stepc.tasks.resources import RESOURCES
+    from stepc.api.tasks import resource_labels, task_resources
     doc = task_resources(name)
     lines = ["## Resources", "", textwrap.fill(
              f"The task's hardware is what the reference solution allocates, with "
@@ -104,7 +103,7 @@ def _resources(name: str) -> str:
              "the reward counts cycles.", 90), "",
              "| resource | reference | budget | counts |", "|---|---|---|---|"]
     lines += [f"| {label} | {doc['reference'][r]:,} | {doc['budget'][r]:,} | "
-              f"{doc['meaning'][r]} |" for r, (label, _) in RESOURCES.items()]
+              f"{doc['meaning'][r]} |" for r, label in resource_labels().items()]
     lines += ["", "No operator may run faster than the preset; slowing one is allowed:"]
     lines += [f"- {rule}" for rule in doc["knobs"]]
     return "\n".join(lines) + "\n"
@@ -112,7 +111,8 @@ def _resources(name: str) -> str:
 
 def _report(r) -> str:
     """The text report of a check."""
-    from stepc.tasks.resources import RESOURCES
+    from stepc.api.tasks import resource_labels
+    labels = resource_labels()
     lines = [f"task {r.task}: {'PASS' if r.passed else 'FAIL'} (seed {r.seed}, "
              f"--hw {r.preset}, {r.seconds:.2f} s)"]
     if not r.passed:
@@ -125,9 +125,9 @@ def _report(r) -> str:
             lines.append(f"  {label}: {run.cycles:,} cycles, {run.on_chip_bytes:,} B on chip, "
                          f"{run.off_chip_bytes:,} B off chip")
             lines.append("    allocates: " + ", ".join(
-                f"{RESOURCES[k][0]} {v:,}" for k, v in run.resources.items()))
+                f"{labels[k]} {v:,}" for k, v in run.resources.items()))
     if r.budget:
-        lines.append("  budget: " + ", ".join(f"{RESOURCES[k][0]} {v:,}"
+        lines.append("  budget: " + ", ".join(f"{labels[k]} {v:,}"
                                               for k, v in r.budget.items()))
     lines.append(f"  reward: {r.reward:.4f}" + (" (reference cycles / candidate cycles)"
                                                  if r.passed else " (the check failed)"))

@@ -198,7 +198,9 @@ def reference_allocation(task: Task, seed: int) -> dict[str, int]:
                       draw(task, seed)[1])
 
 
+@functools.lru_cache(maxsize=16)
 def _reference_program(task: Task) -> Compiled:
+    """The task's reference solution, compiled (once per process)."""
     from stepc.frontend import compile_file
 
     reference = compile_file(str(task.solution))
