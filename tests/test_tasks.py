@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.api import InputError
-from stepc.api.tasks import check_task, task, task_names
+from stepc.api.tasks import check_task, task, task_names, task_resources
 from stepc.cli import main
 from stepc.tasks import TaskError, records
 from stepc.tasks.checker import CYCLE_FACTOR, draw
@@ -316,6 +316,9 @@ def test_the_allocation_is_counted_from_the_program():
                                           "on_chip_bytes": 4096 + 512 + 4096}
     assert result.budget == {"operators": 10, "compute_units": 4, "memory_ports": 4,
                              "fifo_slots": 21, "on_chip_bytes": 13056}  # 1.5x, rounded down
+    stated = task_resources("rmsnorm")  # what `stepc tasks show` lists
+    assert stated["reference"] == result.candidate.resources
+    assert stated["budget"] == result.budget
 
 
 @pytest.mark.parametrize("name,old,new,says", [
@@ -330,6 +333,17 @@ def test_more_hardware_than_the_budget_is_refused(tmp_path, name, old, new, says
     result = check_task(name, candidate(tmp_path, "big", edited(name, old, new)), seed=4)
     assert result.stage == "guardrail" and result.candidate is None
     assert says in result.reason and "1.5x the reference solution's" in result.reason
+
+
+def test_on_chip_bytes_the_run_decides_are_counted_after_it(tmp_path):
+    """Buffering the rows a filtering FlatMap keeps: the count is data's, so the on-chip
+    bytes (9,216 + 1,024 per kept row) are known only after the run, and checked then."""
+    extra = ("rows = FlatMap(x, fn=retile_streamify(filter=true))\n"
+             "Sink(Bufferize(rows, rank=1))\n")
+    text = edited("rmsnorm", "r = Map(x,", extra + "r = Map(x,")
+    result = check_task("rmsnorm", candidate(tmp_path, "late", text), seed=3)
+    assert result.stage == "run" and result.candidate.resources["on_chip_bytes"] == 17408
+    assert "on-chip bytes 17,408 > 13,056" in result.reason and result.reward == 0
 
 
 def test_a_tiling_within_the_budget_scores_by_its_cycles(tmp_path):
@@ -449,6 +463,10 @@ def test_cli_list_show_and_check_exit_codes(tmp_path):
     doc = json.loads(bad.output)
     assert doc["schema"] == "stepc-tasks-check/1" and doc["status"] == "fail"
     assert doc["reward"] == 0.0 and doc["stage"] == "compare"
+    assert set(doc["budget"]) == set(doc["candidate"]["resources"]) == {
+        "operators", "compute_units", "memory_ports", "fifo_slots", "on_chip_bytes"}
+    lanes = run("tasks", "check", "rmsnorm", str(task("rmsnorm").folder / "wrong_lanes4.step"))
+    assert lanes.exit_code == 1 and "compute units 12 > 4" in lanes.output
     piped = CliRunner().invoke(main, ["tasks", "check", "softmax", "-", "--seed", "5"],
                                input=(folder / "solution.step").read_text())
     assert piped.exit_code == 0 and "PASS" in piped.output

@@ -120,8 +120,7 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
     used = allocation(compiled, hw, traces)
     over = over_budget(used, result.budget)
     if over:
-        result.reason = (f"the program allocates more than the task's hardware "
-                         f"({HEADROOM:g}x the reference solution's): " + ", ".join(over))
+        result.reason = _over_budget(over)
         return done()
     want = REFERENCES[task.reference](values, traces)
 
@@ -139,6 +138,15 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         return done()
     result.candidate = cand_run
     cand_run.resources = used
+    if not isinstance(used["on_chip_bytes"], int):  # dims only the run decided
+        used["on_chip_bytes"] = cand_run.on_chip_bytes
+        if not isinstance(cand_run.on_chip_bytes, int):
+            result.reason = "the program's on-chip bytes depend on dims the run did not bind"
+            return done()
+        over = over_budget(used, result.budget)
+        if over:
+            result.reason = _over_budget(over)
+            return done()
 
     result.stage = "compare"
     outputs = got.result.outputs
@@ -292,6 +300,11 @@ def guardrail(task: Task, compiled: Compiled, hw: HardwareConfig) -> str | None:
                             "supplies the task's streams")
     knob = fast_knob(compiled, hw)
     return _located(*knob) if knob else None
+
+
+def _over_budget(over: list[str]) -> str:
+    return (f"the program allocates more than the task's hardware ({HEADROOM:g}x the "
+            "reference solution's): " + ", ".join(over))
 
 
 def _located(span, message: str) -> str:

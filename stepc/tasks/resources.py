@@ -40,8 +40,10 @@ SPEED_KNOBS = {"compute_bw": +1, "par_dispatch": +1, "switch_cycles": -1}
 
 
 def allocation(compiled: Compiled, hw: HardwareConfig, traces: dict[str, np.ndarray],
-               analysis: Analysis | None = None) -> dict[str, int]:
-    """The resources the program allocates on `hw`, its run-time dims bound by `traces`."""
+               analysis: Analysis | None = None) -> dict[str, int | str]:
+    """The resources the program allocates on `hw`, its run-time dims bound by `traces`
+    (on-chip bytes stay an expression, a string, when they depend on dims only a run
+    decides)."""
     from stepc.measure import measure
     from stepc.ops import OPS
 
@@ -55,7 +57,7 @@ def allocation(compiled: Compiled, hw: HardwareConfig, traces: dict[str, np.ndar
         "memory_ports": sum(bool(OPS[n.op].memory and OPS[n.op].memory.off_chip)
                             for n in nodes),
         "fifo_slots": sum(_depth(prog.nodes[e.dst], e.slot, hw) for e in prog.edges),
-        "on_chip_bytes": int(on_chip),
+        "on_chip_bytes": on_chip,
     }
 
 
@@ -73,10 +75,11 @@ def budget(reference: dict[str, int]) -> dict[str, int]:
     return {r: int(HEADROOM * v) for r, v in reference.items()}
 
 
-def over_budget(used: dict[str, int], limits: dict[str, int]) -> list[str]:
-    """The resources `used` exceeds, each as `name used > limit`."""
-    return [f"{RESOURCES[r][0]} {used[r]:,} > {limits[r]:,}"
-            for r in RESOURCES if used[r] > limits[r]]
+def over_budget(used: dict[str, int | str], limits: dict[str, int]) -> list[str]:
+    """The resources `used` exceeds, each as `name used > limit` (one still an expression
+    is not compared)."""
+    return [f"{RESOURCES[r][0]} {used[r]:,} > {limits[r]:,}" for r in RESOURCES
+            if isinstance(used[r], int) and used[r] > limits[r]]
 
 
 def fast_knob(compiled: Compiled, hw: HardwareConfig) -> tuple[object, str] | None:
