@@ -408,10 +408,13 @@ def test_references_agree_with_transformers():
 
 
 @pytest.mark.slow  # importing transformers takes ~25 s on a loaded machine
-def test_transformers_rmsnorm_lowered_by_from_torch_passes(tmp_path):
+def test_transformers_rmsnorm_lowered_by_from_torch_is_held_to_the_budget(tmp_path):
     """A solution nobody wrote for the suite: `stepc from-torch` of transformers'
     LlamaRMSNorm. Under its own tensor names the guardrail refuses it; renamed to the
-    task's interface it passes (716 cycles against the reference's 553 for seed 1)."""
+    task's interface it computes the right values (it passed with 716 cycles against the
+    reference's 553 before the budget), but it allocates six compute units (pow, mean,
+    the epsilon, rsqrt and two muls, where rms_inv is one) and [16, 128] row tiles: over
+    the budget's 4 units and 13,056 on-chip bytes."""
     pytest.importorskip("transformers")
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
@@ -431,8 +434,8 @@ def test_transformers_rmsnorm_lowered_by_from_torch_passes(tmp_path):
     renamed = text.replace("HIDDEN_STATES", "X").replace("tensor weight ", "tensor G ") \
         .replace("LinearOffChipLoad(weight,", "LinearOffChipLoad(G,")
     result = check_task("rmsnorm", candidate(tmp_path, "renamed", renamed), seed=1)
-    assert result.passed, result.reason
-    assert 0 < result.reward < 1  # one [16, 128] row tile at a time: slower than 8 rows
+    assert result.stage == "guardrail", result.reason
+    assert "compute units 6 > 4, on-chip bytes 16,896 > 13,056" in result.reason
 
 
 # ------------------------------------------------------------------ command line
