@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-    from stepc.analyze import Analysis
     from stepc.frontend import Compiled
     from stepc.hw import HardwareConfig
 
@@ -39,8 +38,8 @@ RESOURCES = {
 SPEED_KNOBS = {"compute_bw": +1, "par_dispatch": +1, "switch_cycles": -1}
 
 
-def allocation(compiled: Compiled, hw: HardwareConfig, traces: dict[str, np.ndarray],
-               analysis: Analysis | None = None) -> dict[str, int | str]:
+def allocation(compiled: Compiled, hw: HardwareConfig,
+               traces: dict[str, np.ndarray]) -> dict[str, int | str]:
     """The resources the program allocates on `hw`, its run-time dims bound by `traces`
     (on-chip bytes stay an expression, a string, when they depend on dims only a run
     decides)."""
@@ -49,8 +48,7 @@ def allocation(compiled: Compiled, hw: HardwareConfig, traces: dict[str, np.ndar
 
     prog = compiled.typed.program
     nodes = list(prog.nodes.values())
-    on_chip = measure(compiled.typed, hw, traces, simulate=False,
-                      analysis=analysis).on_chip_bytes
+    on_chip = measure(compiled.typed, hw, traces, simulate=False).on_chip_bytes
     return {
         "operators": len(nodes),
         "compute_units": sum(OPS[n.op].family == "higher_order" for n in nodes),
