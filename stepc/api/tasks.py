@@ -40,6 +40,27 @@ def task(name: str) -> Task:
         raise InputError(str(e)) from None
 
 
+def task_resources(name: str) -> dict:
+    """The hardware of task `name`: `headroom`, what its reference solution allocates
+    (`reference`, each resource at the dims of seed 0's inputs), the most a candidate may
+    allocate (`budget`), what each resource counts (`meaning`), and the speed knobs' bounds
+    (`knobs`, one line each)."""
+    from stepc.hw import load_config
+    from stepc.tasks.checker import reference_allocation
+    from stepc.tasks.resources import HEADROOM, RESOURCES, budget, knob_rules
+    record = task(name)
+    used = reference_allocation(record, 0)
+    return {"headroom": HEADROOM, "reference": used, "budget": budget(used),
+            "meaning": {r: meaning for r, (_, meaning) in RESOURCES.items()},
+            "knobs": knob_rules(load_config(record.preset))}
+
+
+def resource_labels() -> dict[str, str]:
+    """Each resource's label in reports (`compute_units` -> "compute units"), in order."""
+    from stepc.tasks.resources import RESOURCES
+    return {r: label for r, (label, _) in RESOURCES.items()}
+
+
 def check_task(name: str, path: str | os.PathLike, seed: int | None = None,
                time_limit: float | None = None) -> CheckResult:
     """Check the solution at `path` for task `name` on inputs drawn from `seed` (None: a

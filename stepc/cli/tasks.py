@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 
 import click
 
@@ -53,9 +54,10 @@ def show_cmd(name: str, no_reference: bool) -> None:
         input_error(e)
     click.echo(t.statement.rstrip("\n"))
     click.echo(f"\n## Interface\n\n{t.interface()}\n")
+    click.echo(_resources(name))
     click.echo(f"## Scoring\n\nScored on --hw {t.preset}; the candidate's compile and "
                f"run have {t.time_limit:g} s; reward = reference cycles / candidate cycles "
-               "when the outputs match, else 0.")
+               "when the program fits the resources and its outputs match, else 0.")
     if not no_reference:
         click.echo(f"\n## Reference solution\n\n{t.solution.read_text(encoding='utf-8')}",
                    nl=False)
@@ -90,8 +92,27 @@ def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
     sys.exit(EXIT_OK if result.passed else EXIT_PROGRAM)
 
 
+def _resources(name: str) -> str:
+    """The statement's section on the hardware a solution may allocate."""
+    from stepc.api.tasks import resource_labels, task_resources
+    doc = task_resources(name)
+    lines = ["## Resources", "", textwrap.fill(
+             f"The task's hardware is what the reference solution allocates, with "
+             f"{doc['headroom']:g}x headroom. A candidate allocating more of any resource is "
+             "refused before it runs (the reason names the resource); within the budget, "
+             "the reward counts cycles.", 90), "",
+             "| resource | reference | budget | counts |", "|---|---|---|---|"]
+    lines += [f"| {label} | {doc['reference'][r]:,} | {doc['budget'][r]:,} | "
+              f"{doc['meaning'][r]} |" for r, label in resource_labels().items()]
+    lines += ["", "No operator may run faster than the preset; slowing one is allowed:"]
+    lines += [f"- {rule}" for rule in doc["knobs"]]
+    return "\n".join(lines) + "\n"
+
+
 def _report(r) -> str:
     """The text report of a check."""
+    from stepc.api.tasks import resource_labels
+    labels = resource_labels()
     lines = [f"task {r.task}: {'PASS' if r.passed else 'FAIL'} (seed {r.seed}, "
              f"--hw {r.preset}, {r.seconds:.2f} s)"]
     if not r.passed:
@@ -103,6 +124,11 @@ def _report(r) -> str:
         if run is not None:
             lines.append(f"  {label}: {run.cycles:,} cycles, {run.on_chip_bytes:,} B on chip, "
                          f"{run.off_chip_bytes:,} B off chip")
+            lines.append("    allocates: " + ", ".join(
+                f"{labels[k]} {v:,}" for k, v in run.resources.items()))
+    if r.budget:
+        lines.append("  budget: " + ", ".join(f"{labels[k]} {v:,}"
+                                              for k, v in r.budget.items()))
     lines.append(f"  reward: {r.reward:.4f}" + (" (reference cycles / candidate cycles)"
                                                  if r.passed else " (the check failed)"))
     return "\n".join(lines)

@@ -6,6 +6,11 @@ candidate functionally on the task's preset, compares the candidate's outputs wi
 numpy reference, and scores it against the reference solution's cycles:
 
     reward = 0 when the candidate fails, else reference cycles / candidate cycles.
+
+The guardrails hold the hardware fixed (stepc.tasks.resources): no operator set faster
+than the preset, and no resource (operators, compute units, memory ports, FIFO slots,
+on-chip bytes) over HEADROOM x the reference solution's, so a candidate scores by using
+the same hardware better, not by allocating more of it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from stepc.schemas import schema
 from stepc.tasks.records import INPUT_ROLES, TOLERANCE, Task, TaskError
 from stepc.tasks.references import REFERENCES, draw_external, draw_tensor
+from stepc.tasks.resources import HEADROOM, allocation, budget, fast_knob, over_budget
 
 if TYPE_CHECKING:
     from stepc.frontend import Compiled
@@ -29,9 +35,6 @@ if TYPE_CHECKING:
 
 CONSTANT_SOURCES = ("zeros", "ones", "arange")  # a tensor outside the interface holds one
 CYCLE_FACTOR = 50  # a candidate passing this many times the reference's cycles fails
-# hardware rates an operator may lower but not raise above the preset's (`compute_bw=`,
-# `par_dispatch=`): the task fixes the hardware, so more of it is not a faster solution
-RATE_KEYS = ("fabric.compute_bw", "hbm.par_dispatch")
 
 
 @dataclass
@@ -41,6 +44,7 @@ class SolutionRun:
     on_chip_bytes: int
     off_chip_bytes: int
     seconds: float
+    resources: dict[str, int] = field(default_factory=dict)  # what it allocates
 
 
 @dataclass
@@ -58,6 +62,7 @@ class CheckResult:
     tolerance: dict[str, Any] = field(default_factory=dict)
     candidate: SolutionRun | None = None
     reference: SolutionRun | None = None
+    budget: dict[str, int] = field(default_factory=dict)  # the most of each resource allowed
     reward: float = 0.0
     seconds: float = 0.0
 
@@ -111,6 +116,14 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         return done()
 
     values, traces = draw(task, seed)
+    result.budget = budget(reference_allocation(task, seed))
+    counting = time.monotonic()
+    used = allocation(compiled, hw, traces)
+    compile_seconds += time.monotonic() - counting  # the limit covers the count too
+    over = over_budget(used, result.budget)
+    if over:
+        result.reason = _over_budget(over)
+        return done()
     want = REFERENCES[task.reference](values, traces)
 
     result.stage = "run"
@@ -126,6 +139,16 @@ def check(task: Task, path: str | os.PathLike, seed: int | None = None,
         result.reason = str(e)
         return done()
     result.candidate = cand_run
+    cand_run.resources = used
+    if not isinstance(used["on_chip_bytes"], int):  # dims only the run decided
+        used["on_chip_bytes"] = cand_run.on_chip_bytes
+        if not isinstance(cand_run.on_chip_bytes, int):
+            result.reason = "the program's on-chip bytes depend on dims the run did not bind"
+            return done()
+        over = over_budget(used, result.budget)
+        if over:
+            result.reason = _over_budget(over)
+            return done()
 
     result.stage = "compare"
     outputs = got.result.outputs
@@ -164,17 +187,36 @@ def draw(task: Task, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.nda
 def reference_run(task: Task, seed: int) -> SolutionRun:
     """The reference solution's run on a seed's inputs (kept: checks of several candidates
     on one seed run it once)."""
-    from stepc.frontend import compile_file
     from stepc.hw import load_config
+
+    values, traces = draw(task, seed)
+    try:
+        run = _run(_reference_program(task), load_config(task.preset), values, traces,
+                   None, None)[1]
+    except _Failed as e:
+        raise TaskError(f"task `{task.name}`: its reference solution fails: {e}") from None
+    run.resources = dict(reference_allocation(task, seed))
+    return run
+
+
+@functools.lru_cache(maxsize=64)
+def reference_allocation(task: Task, seed: int) -> dict[str, int]:
+    """What the reference solution allocates on the task's preset, at a seed's dims."""
+    from stepc.hw import load_config
+
+    return allocation(_reference_program(task), load_config(task.preset),
+                      draw(task, seed)[1])
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_program(task: Task) -> Compiled:
+    """The task's reference solution, compiled (once per process)."""
+    from stepc.frontend import compile_file
 
     reference = compile_file(str(task.solution))
     if not reference.ok:
         raise TaskError(f"task `{task.name}`: its reference solution does not compile")
-    values, traces = draw(task, seed)
-    try:
-        return _run(reference, load_config(task.preset), values, traces, None, None)[1]
-    except _Failed as e:
-        raise TaskError(f"task `{task.name}`: its reference solution fails: {e}") from None
+    return reference
 
 
 class _Failed(Exception):
@@ -220,7 +262,6 @@ def guardrail(task: Task, compiled: Compiled, hw: HardwareConfig) -> str | None:
     task states it, no other tensor but constants, no `file()` data, external streams only
     the task's, no operator faster than the preset's hardware."""
     from stepc.ops import OPS
-    from stepc.sim.fabric import hardware_overrides
 
     prog = compiled.typed.program
     tensors = prog.tensors
@@ -259,13 +300,13 @@ def guardrail(task: Task, compiled: Compiled, hw: HardwareConfig) -> str | None:
         if "file" in gen:
             return _located(node.span, f"external stream `{name}` reads a file: the checker "
                             "supplies the task's streams")
-    for o in hardware_overrides(prog.nodes.values(), hw):
-        if o.key in RATE_KEYS and o.value > o.hw_value:
-            node = prog.nodes[o.nodes[0]]
-            return _located(node.span, f"{o.attr}={o.value} exceeds the task's hardware "
-                            f"({o.key} = {o.hw_value} on {task.preset}): a solution may "
-                            "lower it, not raise it")
-    return None
+    knob = fast_knob(compiled, hw)
+    return _located(*knob) if knob else None
+
+
+def _over_budget(over: list[str]) -> str:
+    return (f"the program allocates more than the task's hardware ({HEADROOM:g}x the "
+            "reference solution's): " + ", ".join(over))
 
 
 def _located(span, message: str) -> str:

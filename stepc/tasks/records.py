@@ -14,7 +14,7 @@ LIBRARY = Path(__file__).resolve().parent / "library"
 TOLERANCE = {"f32": (1e-4, 1e-4)}  # dtype -> (rtol, atol relative to the largest |want|)
 
 INPUT_ROLES = ("input", "weight")
-TENSOR_INITS = ("normal", "rotate_half")  # how the checker draws an input tensor
+TENSOR_INITS = ("normal", "wide_rows", "rotate_half")  # how the checker draws an input
 EXTERNAL_KINDS = ("routing", "lengths")  # how the checker draws an external stream
 
 
@@ -63,10 +63,12 @@ class ExternalSpec:
 @dataclass(frozen=True)
 class WrongSolution:
     """A known-wrong solution and how the checker must turn it down: `mismatch` (runs, wrong
-    values) or `rejected` (a guardrail refuses it before it runs)."""
+    values) or `rejected` (a guardrail refuses it before it runs), with `says`, words the
+    checker's reason must hold (the resource or the knob a refusal names)."""
     file: str
     fails: str
     why: str
+    says: str = ""
 
 
 @dataclass(frozen=True)

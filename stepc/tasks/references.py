@@ -10,13 +10,21 @@ from stepc.tasks.records import ExternalSpec, TensorSpec
 
 RMS_EPS = 1e-6  # RMSNorm's epsilon (stepc's rms_inv default)
 LAYERNORM_EPS = 1e-5  # LayerNorm's epsilon (PyTorch's default)
+# `wide_rows`: row r of a standard-normal draw is scaled by ROW_SCALES[r % 3]. Rows of 100
+# overflow exp in f32 (past 88.7) unless a softmax subtracts the row's maximum; rows of
+# 1e-4 have a mean square (1e-8) the norms' epsilon outweighs, so a norm must add it.
+ROW_SCALES = (1.0, 1e-4, 100.0)
 
 
 def draw_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
-    """An input tensor's values: standard normal, or a fixed matrix the task gives."""
+    """An input tensor's values: standard normal (`wide_rows`: with rows scaled by
+    ROW_SCALES in turn), or a fixed matrix the task gives."""
     if spec.init == "rotate_half":
         return rotate_half_matrix(spec.shape[0]).astype(np.float32)
-    return rng.standard_normal(spec.shape).astype(np.float32)
+    values = rng.standard_normal(spec.shape)
+    if spec.init == "wide_rows":
+        values *= np.resize(ROW_SCALES, spec.shape[0])[:, None]
+    return values.astype(np.float32)
 
 
 def draw_external(spec: ExternalSpec, rng: np.random.Generator) -> np.ndarray:
