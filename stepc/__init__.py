@@ -42,9 +42,20 @@ __all__ = ["CheckReport", "Cost", "Deadlock", "Diagnostic", "InputError", "Progr
            "compile", "from_torch", "load", "reproduce", "sweep", "tune"]
 
 
+# public names that need an extra: the extra, and the packages it installs
+_EXTRAS = {"from_torch": ("torch", ("torch", "safetensors", "transformers"))}
+
+
 def __getattr__(name: str):
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as e:
+            if name not in _EXTRAS or e.name not in _EXTRAS[name][1]:
+                raise
+            value = _needs_extra(name, e.name, _EXTRAS[name][0])
+        else:
+            value = getattr(module, name)
         globals()[name] = value
         return value
     if name in _PACKAGES:
@@ -54,3 +65,14 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+def _needs_extra(name: str, package: str, extra: str):
+    """A stand-in for `name` when its extra is not installed: `from stepc import *` and
+    `help(stepc)` work, and a call says what to install."""
+    def missing(*args, **kwargs):
+        raise ImportError(f"stepc.{name} needs {package}, which is not installed: "
+                          f"pip install 'stepc[{extra}]'", name=package)
+    missing.__name__ = missing.__qualname__ = name
+    missing.__doc__ = f"Needs the `{extra}` extra: pip install 'stepc[{extra}]'."
+    return missing

@@ -217,3 +217,17 @@ def test_reproduce_refuses_unknown_figures(tmp_path):
     with pytest.raises(stepc.InputError, match="no experiment spec for figure 99"):
         next(stepc.reproduce("99", out=str(tmp_path)))
     assert not os.listdir(tmp_path)
+
+
+def test_without_the_torch_extra_star_import_and_help_work_and_a_call_says_what_to_install():
+    """`from_torch` is in `__all__`: without torch, `from stepc import *` and `help(stepc)`
+    raised ModuleNotFoundError, and a call a 20-line traceback with no install hint."""
+    import subprocess
+    import sys
+    code = ("import sys\nsys.modules['torch'] = None\nfrom stepc import *\nimport pydoc\n"
+            "import stepc\npydoc.render_doc(stepc)\nfrom_torch('m.py:M')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == ("ImportError: stepc.from_torch needs torch, which is not installed: "
+                    "pip install 'stepc[torch]'"), proc.stderr
