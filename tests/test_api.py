@@ -20,6 +20,7 @@ import stepc
 from stepc.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+SWIGLU = str(REPO / "programs" / "swiglu.step")
 API_DOC = REPO / "docs" / "api.md"
 DATA = REPO.parent / "shared" / "data"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
@@ -231,3 +232,39 @@ def test_without_the_torch_extra_star_import_and_help_work_and_a_call_says_what_
     last = proc.stderr.strip().splitlines()[-1]
     assert last == ("ImportError: stepc.from_torch needs torch, which is not installed: "
                     "pip install 'stepc[torch]'"), proc.stderr
+
+
+def test_api_errors_name_keywords_and_the_command_line_names_flags(tmp_path):
+    """The API said `--hw paper_eval`, `--trace`, `--bind`, `--grid`, `--out`: each
+    message now names the argument as the caller wrote it."""
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+
+    prog = stepc.load(SWIGLU)
+    cases = [(lambda: prog.simulate(hw="paper_eval"), "hw='paper_eval'"),
+             (lambda: prog.simulate(set={"zz.a": 1}), "set['zz.a']"),
+             (lambda: prog.analyze(bind={"D_9": 3}), "bind['D_9']"),
+             (lambda: stepc.sweep([SWIGLU], grid={"TQ": [1]}),
+              "grid['TQ']"),
+             (lambda: stepc.sweep([SWIGLU], grid={"TB": [16]},
+                                  traces={"routing": str(tmp_path / "no.npy")}),
+              "traces['routing']")]
+    for call, named in cases:
+        with pytest.raises(stepc.InputError) as e:
+            call()
+        assert named in str(e.value) and "--" not in str(e.value), str(e.value)
+    res = CliRunner().invoke(main, ["sim", SWIGLU, "--hw", "paper_eval"])
+    assert res.exit_code == 2 and "--hw paper_eval" in res.output, res.output
+    res = CliRunner().invoke(main, ["analyze", SWIGLU, "--bind", "D_9=3"])
+    assert "--bind D_9" in res.output, res.output
+
+
+def test_reprs_say_the_verdict_and_iteration_has_the_flat_records():
+    ok, bad = stepc.check(SWIGLU), stepc.check("no/such.step")
+    assert repr(ok).endswith(": ok, 0 errors, 0 warnings)") and repr(ok) != repr(bad)
+    assert ": has errors, 1 error" in repr(bad)
+    results = stepc.sweep([SWIGLU], grid={"TB": [16, 32]}, jobs=1)
+    assert [r["TB"] for r in results] == [16, 32]
+    assert list(results) == results.to_records()
+    assert repr(results).startswith("SweepResults(2 points: 2 ok, 0 failed")

@@ -188,7 +188,7 @@ def test_resume_reuses_every_simulation(tmp_path):
                 out=str(tmp_path / "t"), jobs=1)
     space = Space([SWIGLU], {"TB": [32, 64], "TI": [128]})
     first = tune(space, **args)
-    with pytest.raises(TuneError, match="--resume"):
+    with pytest.raises(TuneError, match=r"resume=True"):
         tune(space, **args)
     again = tune(space, resume=True, **args)
     assert again.stages["screen_points_simulated"] == 0

@@ -17,6 +17,7 @@ import sympy
 
 from stepc.ops import OPS
 from stepc.ops.base import TraceStep
+from stepc.spelling import given
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import Select, Tile, natural_key
 
@@ -77,7 +78,7 @@ def trace_bindings(typed: TypedProgram, traces: dict[str, np.ndarray]) -> dict[s
         if name not in externals:
             near = difflib.get_close_matches(name, list(externals), n=1)
             hint = f" (did you mean `{near[0]}`?)" if near else ""
-            raise TraceError(f"--trace {name}: the program has no external stream named "
+            raise TraceError(f"{given('traces', name)}: the program has no external stream named "
                              f"`{name}`{hint}")
     traces = {**declared_files(typed, set(traces)), **traces}
     bindings: dict[str, sympy.Expr] = {}

@@ -11,6 +11,7 @@ from stepc.api.arguments import kind, mapping_arg
 from stepc.api.errors import InputError
 from stepc.codes import UNKNOWN_OVERRIDE
 from stepc.diagnostics import Diagnostic, Note, Severity, closest, did_you_mean
+from stepc.spelling import given
 
 if TYPE_CHECKING:
     import numpy as np
@@ -19,12 +20,13 @@ if TYPE_CHECKING:
     from stepc.hw import HardwareConfig
 
 
-def no_such(flag: str, name: str, what: str, options: dict) -> Diagnostic:
-    """E0106: a param or symbol the program does not declare, with the likeliest one."""
+def no_such(arg: str, name: str, what: str, options: dict) -> Diagnostic:
+    """E0106: a param or symbol the program does not declare, with the likeliest one; the
+    entry is named as the user gave it (`--bind D_0` / `bind['D_0']`, stepc.spelling)."""
     notes = tuple(Note(f"`{near}` is declared here", options[near])
                   for near in closest(name, options) if options[near] is not None)
-    return Diagnostic(UNKNOWN_OVERRIDE, Severity.ERROR, f"{flag} {name}: the program has no {what} "
-                      f"`{name}`{did_you_mean(name, options)}", None, notes)
+    return Diagnostic(UNKNOWN_OVERRIDE, Severity.ERROR, f"{given(arg, name)}: the program has "
+                      f"no {what} `{name}`{did_you_mean(name, options)}", None, notes)
 
 
 def hardware(hw: str | HardwareConfig | None = None,

@@ -49,6 +49,13 @@ class CheckReport:
 
     compiled: Compiled = field(repr=False)
 
+    def __repr__(self) -> str:
+        bag = self.compiled.diagnostics
+        errors, warnings = len(bag.errors), len(bag.warnings)
+        verdict = "ok" if self.ok else "has errors"
+        return (f"CheckReport({self.name!r}: {verdict}, {errors} error"
+                f"{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''})")
+
     @property
     def name(self) -> str:
         return self.compiled.name
@@ -69,7 +76,7 @@ class CheckReport:
             return []
         prog = result.typed.program
         params = {p: prog.param_spans.get(p) for p in prog.params}
-        return [no_such("-D", name, "parameter", params) for name in result.unknown_overrides]
+        return [no_such("params", name, "parameter", params) for name in result.unknown_overrides]
 
     @property
     def unreadable(self) -> bool:

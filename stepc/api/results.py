@@ -17,6 +17,7 @@ from stepc.api.inputs import (
     trace_arrays,
     trace_input_error,
 )
+from stepc.spelling import given
 
 if TYPE_CHECKING:
     import numpy as np
@@ -107,7 +108,7 @@ def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None
     known = {n: info.span for n, info in typed.symbols.infos.items()}
     for name, val in mapping_arg("bind", bind, "symbols to sizes").items():
         if name not in known:
-            d = no_such("--bind", name, "symbol", known)
+            d = no_such("bind", name, "symbol", known)
             raise InputError(d.message, [d], compiled.sources)
         values[name] = sympy.Integer(int_arg(f"bind[{name!r}]", val, minimum=0))
     if values:
@@ -241,7 +242,7 @@ def tensor_values(compiled: Compiled, values) -> dict[str, np.ndarray]:
     out = {}
     for name, value in mapping_arg("values", values, "tensor names to arrays").items():
         if name not in tensors:
-            d = no_such("values:", name, "tensor", {t: tensors[t].span for t in tensors})
+            d = no_such("values", name, "tensor", {t: tensors[t].span for t in tensors})
             raise InputError(d.message, [d], compiled.sources)
         out[name] = numeric_array(f"values[{name!r}]", value)
     return out
@@ -264,7 +265,8 @@ def dot_text(compiled: Compiled, collapse: bool, annotate, title: str | None) ->
         if unbound:
             names = ", ".join(unbound[:4]) + (f", ... ({len(unbound)} dims)"
                                               if len(unbound) > 4 else "")
-            default_title += f" (unbound {names} taken as 1; bind with --bind/--trace)"
+            default_title += (f" (unbound {names} taken as 1; bind with {given('bind')}/"
+                              f"{given('traces')})")
     elif isinstance(annotate, Run):
         cycles = annotate.cycles
         heat = {name: Heat(busy / cycles if cycles else 0.0,

@@ -22,6 +22,7 @@ from stepc.api.arguments import (
 from stepc.api.errors import InputError
 from stepc.api.inputs import hardware, settings
 from stepc.api.program import check
+from stepc.spelling import given, label, switch
 
 if TYPE_CHECKING:
     from stepc.explore.runner import Earlier, Sweep
@@ -52,7 +53,15 @@ class SweepResults:
         return len(self.records)
 
     def __iter__(self) -> Iterator[dict]:
-        return iter(self.records)
+        """The flat records of `to_records()` (`r["TILE_N"]`); `records` keeps the
+        results file's own shape (params nested)."""
+        return iter(self.to_records())
+
+    def __repr__(self) -> str:
+        failed = len(self.failed)
+        where = f", out={self.out!r}" if self.out else ""
+        return (f"SweepResults({len(self.records)} points: {len(self.records) - failed} ok, "
+                f"{failed} failed; {self.ran} ran, {self.reused} reused{where})")
 
     @property
     def failed(self) -> list[dict]:
@@ -117,7 +126,8 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
             for k, vs in mapping_arg("grid", grid, "params to lists of values").items()}
     both = sorted(set_(fixed) & set_(grid))
     if both:
-        raise InputError(f"-D {both[0]} and --grid {both[0]}: give the param one or the other")
+        raise InputError(f"{given('params', both[0])} and {given('grid', both[0])}: give the "
+                         "param one or the other")
     grid.update({n: [v] for n, v in fixed.items()})
     trace_sets = {name: paths_arg(f"traces[{name!r}]", paths) for name, paths in
                   mapping_arg("traces", traces, "stream names to trace files").items()}
@@ -128,13 +138,13 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
         jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS)
     if out is not None:
         out = path_arg("out", out)
-        if out_exists(out) and not resume:
-            raise InputError(f"--out {out} exists: add --resume to continue that sweep, or "
-                             "choose another file")
-        try:
-            check_output_path("--out", out)
+        try:  # a directory or an unwritable place first: resuming cannot help those
+            check_output_path(label("out"), out)
         except OutputPathError as e:
             raise InputError(str(e)) from None
+        if out_exists(out) and not resume:
+            raise InputError(f"{given('out', out)} exists: add {switch('resume')} to continue "
+                             "that sweep, or choose another file")
         if resume and out_exists(out):
             results_file(out)
     total = len(files) * len(hws)
@@ -145,12 +155,13 @@ def plan_sweep(programs: Sequence[str | os.PathLike] | str, grid: Mapping | None
     for name, paths in trace_sets.items():
         for path in paths:
             if not os.path.exists(path):
-                raise InputError(f"--trace {name}: no such file {path}")
+                raise InputError(f"{given('traces', name)}: no such file {path}")
     declared = {f: set_(check(f, **fixed).program().params) for f in files}
     unknown = sorted(set_(grid) - set_().union(*declared.values()))
     if unknown:
         which = files[0] if len(files) == 1 else "no program"
-        raise InputError(f"--grid {unknown[0]}: {which} has no parameter `{unknown[0]}`")
+        raise InputError(f"{given('grid', unknown[0])}: {which} has no parameter "
+                         f"`{unknown[0]}`")
     sets = settings(set)
     warnings = [w for h in hws for w in hardware(h, sets)[1]]
     points = grid_points(files, grid, hws, sets, trace_sets, timing_only, declared)
@@ -184,8 +195,8 @@ def results_file(path: str) -> None:
     try:
         read_results(path)
     except ResultsFileError as e:
-        raise InputError(f"--out {e}; give --out a new file, or the results of an earlier "
-                         "sweep to --resume") from None
+        raise InputError(f"{label('out')} {e}; give {label('out')} a new file, or the results "
+                         f"of an earlier sweep to {switch('resume')}") from None
 
 
 def out_exists(path: str) -> bool:
@@ -225,7 +236,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     callback_arg("progress", progress)
     callback_arg("on_figure", on_figure)
     try:
-        check_output_path("--out", out, directory=True)
+        check_output_path(label("out"), out, directory=True)
     except OutputPathError as e:
         raise InputError(str(e)) from None
     return _reproduce(names, data, out, jobs, model, fresh, progress, on_figure)

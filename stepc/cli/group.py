@@ -17,6 +17,7 @@ import click
 from stepc import __version__
 from stepc.cli import common
 from stepc.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED
+from stepc.spelling import command_line
 
 # Each command lives in the module of its family, imported only when the command line names
 # it or help lists it: `stepc check` does not load the simulator's or the sweeps' modules.
@@ -67,7 +68,8 @@ class _Group(click.Group):
         (click would print an empty line and "Aborted!" and exit 1, the code for program
         errors). Commands that keep partial results catch it first and say where."""
         try:
-            return super().invoke(ctx)
+            with command_line():  # messages name arguments as flags (--hw, --trace)
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             raise _Interrupted() from None
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 
+from stepc.spelling import given, label
+
 DEFAULT_PRESET = "paper-eval"
 
 
@@ -204,8 +206,8 @@ def _read(spec: str, kind: str = "presets") -> tuple[str, dict]:
     else:
         path = Path(spec)
         if not path.exists():
-            flag = "--hw" if kind == "presets" else "dram.part"
-            raise ConfigError(f"{flag} {spec}: no such {kind[:-1]} or file ({kind}: "
+            flag = given("hw", spec) if kind == "presets" else f"dram.part {spec}"
+            raise ConfigError(f"{flag}: no such {kind[:-1]} or file ({kind}: "
                               f"{', '.join(names)}){_suggest(spec, names)}")
         try:
             text = path.read_text(encoding="utf-8")
@@ -317,9 +319,10 @@ def _parse_set(item: str) -> tuple[str, str, object]:
     key, sep, raw = item.partition("=")
     section, dot, name = key.strip().partition(".")
     if not sep or not dot or not name:
-        raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. hbm.channels=16")
+        raise ConfigError(f"{given('set', item)}: expected SECTION.KEY=VALUE, e.g. "
+                          "hbm.channels=16")
     if section not in ("fabric", "hbm", "dram"):
-        raise ConfigError(f'--set: unknown section "{section}"'
+        raise ConfigError(f'{given("set", item)}: unknown section "{section}"'
                           f"{_suggest(section, ['fabric', 'hbm', 'dram'])}")
     raw = raw.strip()
     value: object = int(raw) if raw.lstrip("-").isdigit() else raw.strip('"')
@@ -336,7 +339,7 @@ def load_config(spec: str | None = None, sets: tuple[str, ...] = ()) -> Hardware
         section, name, value = _parse_set(item)
         table = data.get(section, {})
         data = {**data, section: {**(table if isinstance(table, dict) else {}), name: value}}
-        cfg = replace(_build("--set", data), name=cfg.name, description=cfg.description)
+        cfg = replace(_build(label("set"), data), name=cfg.name, description=cfg.description)
     return cfg
 
 
@@ -386,5 +389,5 @@ def set_warnings(cfg: HardwareConfig, sets: tuple[str, ...],
     for item in sets:
         key = item.partition("=")[0].strip()
         if key in unused:
-            out.append(f"--set {item}: no effect: {unused[key]}")
+            out.append(f"{given('set', item)}: no effect: {unused[key]}")
     return out

@@ -31,6 +31,7 @@ from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
+from stepc.spelling import given
 from stepc.traces import (
     TraceError,
     external_file,
@@ -199,7 +200,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
 def _static_len(d, name: str) -> int:
     if not d.is_Integer:
         raise TraceError(f"external stream `{name}` has a symbolic length {d}: give it a "
-                         f"trace (--trace {name}=PATH) so the run knows its data")
+                         f"trace ({given('traces', name)}) so the run knows its data")
     return int(d)
 
 
@@ -294,7 +295,8 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     externals = [n for n in prog.nodes.values() if OPS[n.op].external]
     for name in traces:
         if name not in {n.attrs["name"] for n in externals}:
-            raise TraceError(f"--trace {name}: the program has no external stream `{name}`"
+            raise TraceError(f"{given('traces', name)}: the program has no external stream "
+                             f"`{name}`"
                              + did_you_mean(name, {n.attrs["name"] for n in externals}))
     data: dict[str, np.ndarray] = {}
     for node in externals:

@@ -39,6 +39,7 @@ from collections import Counter
 from stepc.explore.runner import ResultsFileError, compile_cached, read_results
 from stepc.measure import METRICS as MEASURED
 from stepc.outputs import OutputPathError, check_output_path
+from stepc.spelling import given, label, switch
 from stepc.tune.evaluate import AnalysisJob, analyze_candidate, hardware, sim_command, sim_points
 from stepc.tune.pruning import Pruning
 from stepc.tune.result import RUNNERS_UP, Scored, TuneResult, kendall_tau, pareto_front
@@ -116,7 +117,7 @@ class Search(Pruning):
                     try:
                         self._arrays[path] = load_array(path)
                     except (OSError, TraceError) as e:
-                        raise TuneError(f"--trace {stream}: {e}") from None
+                        raise TuneError(f"{given('traces', stream)}: {e}") from None
         for values in itertools.product(*(self.space.hw_keys[k]
                                           for k in sorted(self.space.hw_keys))):
             extra = tuple(f"{k}={v}" for k, v in zip(sorted(self.space.hw_keys), values))
@@ -491,15 +492,15 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
     own_dir = tempfile.TemporaryDirectory(prefix="stepc-tune-") if out is None else None
     out = own_dir.name if own_dir else out
     try:
-        check_output_path("--out", out, directory=True)
+        check_output_path(label("out"), out, directory=True)
     except OutputPathError as e:
         raise TuneError(str(e)) from None
     os.makedirs(out, exist_ok=True)
     for name in ("screen.jsonl", "results.jsonl"):
         path = os.path.join(out, name)
         if os.path.exists(path) and not resume:
-            raise TuneError(f"{path} exists: add --resume to continue that search, or choose "
-                            "another --out")
+            raise TuneError(f"{path} exists: add {switch('resume')} to continue that search, "
+                            f"or choose another {label('out')}")
         if os.path.exists(path):
             try:
                 read_results(path)
