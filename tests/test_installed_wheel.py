@@ -21,6 +21,7 @@ pytest.importorskip("mcp")
 import anyio  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from stepc.codes import UNKNOWN_OPERATOR  # noqa: E402
 
@@ -118,9 +119,13 @@ async def session(installed: Path, workspace: Path) -> dict:
             seen["tools"] = {t.name for t in (await client.list_tools()).tools}
             for key, args in calls.items():
                 seen[key] = await client.call_tool(key.split()[0], args)
-            listed = (await client.list_resources()).resources
-            seen["resources"] = {str(r.uri): (await client.read_resource(r.uri)).contents[0].text
-                                 for r in listed}
+            seen["resources"] = {}
+            for listed in (await client.list_resources()).resources:
+                try:
+                    text = (await client.read_resource(listed.uri)).contents[0].text
+                except MCPError as e:  # the comparison names it
+                    text = f"read failed: {e}"
+                seen["resources"][str(listed.uri)] = text
     return seen
 
 
