@@ -172,7 +172,8 @@ def test_estimate_carries_the_measured_errors(served):
 def test_the_tasks(served):
     from stepc.api.tasks import task_names
     assert [t["name"] for t in served["task_list"].structured_content["tasks"]] == task_names()
-    assert served["task_show"].structured_content["name"] == TASK
+    from stepc.mcp.tasks import task_show
+    assert served["task_show"].structured_content == task_show({"name": TASK})
     passed = served["task_check"].structured_content
     assert passed["status"] == "pass" and passed["reward"] == 1.0
     failed = served["task_check wrong"].structured_content
