@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.mcp.limits import MEMORY_LIMIT_MIB, TIME_LIMIT
 from stepc.mcp.schemas import TOOLS
+from stepc.mcp.tasks import task_list, task_show
 from stepc.mcp.worker import WORKER_TOOLS, ToolFailure, Worker
 from stepc.mcp.workspace import Refused, Workspace
 
@@ -64,17 +65,10 @@ def _operator(args: dict) -> dict:
     return reference.operator(args["name"])
 
 
-def _task_tool(name: str):
-    def call(args: dict) -> dict:
-        from stepc.mcp import tasks
-        return getattr(tasks, name)(args)
-    return call
-
-
 # the tools answered in the server from the registries and the package's data (the rest
 # run in the worker)
-SERVER_TOOLS = {"explain": _explain, "operator": _operator,
-                "task_list": _task_tool("task_list"), "task_show": _task_tool("task_show")}
+SERVER_TOOLS = {"explain": _explain, "operator": _operator, "task_list": task_list,
+                "task_show": task_show}
 
 
 def _check_arguments(name: str, args: dict) -> None:
