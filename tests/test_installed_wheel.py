@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -57,9 +58,15 @@ def installed(tmp_path_factory) -> Path:
     # installs with its pip, into itself
     run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
         root / "venv", cwd=root)
+    if sys.prefix != sys.base_prefix:  # this Python is a virtual environment itself: the
+        # new one sees the base interpreter's packages, so name this one's too
+        [site_dir] = (root / "venv" / "lib").glob("python*/site-packages")
+        (site_dir / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     bin_dir = root / "venv" / "bin"
-    run(bin_dir / "python", "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel,
-        cwd=root)
+    # --ignore-installed: a stepc of this version installed beside the dependencies (this
+    # tree's own install) does not stand in for the wheel
+    run(bin_dir / "python", "-m", "pip", "install", "--no-deps", "--no-index",
+        "--ignore-installed", "-q", wheel, cwd=root)
     return bin_dir
 
 
