@@ -321,3 +321,84 @@ def test_the_client_configurations_are_json():
                 (c.get("mcpServers") or c.get("servers")).values()]
     assert len(commands) == 2 and all(s["args"][0] == "mcp" for s in commands)
 
+
+
+def test_every_tool_runs_in_the_server_or_the_worker():
+    from stepc.mcp.schemas import TOOLS
+    from stepc.mcp.server import SERVER_TOOLS
+    from stepc.mcp.worker import WORKER_TOOLS
+    assert not set(SERVER_TOOLS) & set(WORKER_TOOLS)
+    assert set(SERVER_TOOLS) | set(WORKER_TOOLS) == set(TOOLS)
+
+
+def test_the_references_read_the_package_as_the_wheel_lays_it_out():
+    """The package's docs/ and programs/ are the tree's top-level folders (links in the
+    source tree), and the wheel's configuration puts those folders at the links' places:
+    the lookup a checkout makes is the one an installed copy makes
+    (tests/test_installed_wheel.py installs the wheel and reads them through the server)."""
+    import tomllib
+
+    import stepc
+    from stepc.api import reference
+    package = Path(stepc.__file__).resolve().parent
+    assert (reference.DOCS.parent, reference.PROGRAMS.parent) == (package, package)
+    links = sorted(p for p in (REPO / "stepc").iterdir() if p.is_symlink())
+    assert links == [REPO / "stepc" / "docs", REPO / "stepc" / "programs"]
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"]["hatch"]["build"]["targets"]["wheel"]
+    for link in links:
+        target = link.resolve().relative_to(REPO).as_posix()
+        place = link.relative_to(REPO).as_posix()
+        assert wheel["force-include"][target] == place and place in wheel["exclude"]
+    assert reference.programs()["swiglu.step"].read_text(encoding="utf-8") == SWIGLU
+    assert reference.document("dram") == (REPO / "docs" / "dram.md").read_text(encoding="utf-8")
+
+
+def test_a_copy_without_its_data_says_so(tools, tmp_path, monkeypatch, caplog):
+    from stepc.api import reference
+    from stepc.api.errors import InputError
+    from stepc.mcp import server
+    monkeypatch.setattr(reference, "DOCS", tmp_path / "no-docs")
+    monkeypatch.setattr(reference, "PROGRAMS", tmp_path / "no-programs")
+    explained = valid("explain", reference.diagnostic(UNKNOWN_OPERATOR))
+    assert explained["doc"] == "" and explained["meaning"]  # the registry still answers
+    assert "docs/diagnostics.md is missing from this copy of stepc" in explained["missing"]
+    with pytest.raises(InputError, match="docs/language.md is missing"):
+        reference.document("language")
+    estimated = valid("estimate", tools.estimate({"path": "swiglu.step"}))
+    fluid = estimated["estimates"][1]
+    assert fluid["error"] == [] and "the measured errors are missing" in fluid["note"]
+    assert estimated["error_source"].startswith("the measured errors are missing")
+    with pytest.raises(InputError, match="bundled programs are missing"):
+        reference.programs()
+    assert server._program_resources() == {}
+    assert "no program resources" in caplog.text
+
+
+def test_the_task_tools_in_process(tools, tmp_path):
+    from stepc.api.errors import InputError
+    from stepc.api.tasks import task, task_names
+    from stepc.mcp.tasks import task_check, task_list, task_show
+    assert [t["name"] for t in valid("task_list", task_list({}))["tasks"]] == task_names()
+    shown = valid("task_show", task_show({"name": "rmsnorm", "solution": False}))
+    assert "solution" not in shown and shown["preset"] == task("rmsnorm").preset
+    assert {t["name"] for t in shown["tensors"]} == {t.name for t in task("rmsnorm").tensors}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    broken = valid("task_check", task_check(tools, {"task": "rmsnorm", "program": "x = = 1\n",
+                                                    "name": "mine.step"}))
+    assert (broken["status"], broken["stage"], broken["reward"]) == ("fail", "compile", 0)
+    assert broken["file"] == "mine.step" and broken["reason"].count("mine.step:1:") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # the scratch folder went
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "inner" / "ok.step").write_text('import "../../lib.step"\n', encoding="utf-8")
+    for args, refusal in (({"task": "rmsnorm", "program": 'import "../../../lib.step"\n'},
+                           "outside the workspace"),
+                          ({"task": "rmsnorm", "path": "inner/ok.step"}, "outside the workspace"),
+                          ({"task": "rmsnorm", "path": "../x.step"}, "outside the workspace"),
+                          ({"task": "rmsnorm"}, "one of the two")):
+        with pytest.raises(Refused, match=refusal):
+            task_check(tools, args)
+    with pytest.raises(InputError, match="no task `rmsnrm`"):
+        task_check(tools, {"task": "rmsnrm", "path": "swiglu.step"})
+    with pytest.raises(InputError, match="seed"):
+        task_check(tools, {"task": "rmsnorm", "path": "swiglu.step", "seed": -1})

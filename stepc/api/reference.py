@@ -10,10 +10,12 @@ from pathlib import Path
 from stepc.api.errors import InputError
 from stepc.codes import MEANINGS
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (docs/, programs/)
-DOCS = ROOT / "docs"
-PROGRAMS = ROOT / "programs"
-EXAMPLES = Path(__file__).resolve().parents[1] / "ops" / "examples"
+# The package holds what the references serve: docs/ and programs/ are package data (in a
+# source checkout, links to the top-level folders; a wheel holds the folders themselves).
+PACKAGE = Path(__file__).resolve().parents[1]
+DOCS = PACKAGE / "docs"
+PROGRAMS = PACKAGE / "programs"
+EXAMPLES = PACKAGE / "ops" / "examples"
 FIDELITY_SOURCE = ("docs/dram.md, section 'Fidelity: the SwiGLU sweep under every model': "
                    "the paper's Figure 8 sweep, ref and fluid on hdl-validation, dram on "
                    "hdl-validation-dram (written by python -m stepc.reproduction.fidelity "
@@ -22,14 +24,14 @@ _GENERATED = "<!-- BEGIN GENERATED: {0} -->\n(.*?)<!-- END GENERATED: {0} -->"
 
 
 def document(name: str) -> str:
-    """The text of docs/<name>.md; InputError when it is not there (an installed wheel
-    without the docs)."""
+    """The text of the package's docs/<name>.md; InputError saying what is missing when
+    this copy of stepc lacks it."""
     path = DOCS / f"{name}.md"
     try:
         return path.read_text(encoding="utf-8")
-    except OSError:
-        raise InputError(f"docs/{name}.md is not available: stepc runs from a copy without "
-                         "its docs") from None
+    except OSError as e:
+        raise InputError(f"docs/{name}.md is missing from this copy of stepc ({path}: "
+                         f"{e.strerror or e}); reinstall stepc") from None
 
 
 def generated(name: str, region: str) -> str:
@@ -96,16 +98,23 @@ def _param(p) -> dict:
 
 def diagnostic(code: str) -> dict:
     """A diagnostic code's meaning and its section of docs/diagnostics.md (mistake, message,
-    fix)."""
+    fix); without that section, `missing` says why `doc` is empty."""
     code = code.strip().upper()
     if code not in MEANINGS:
         raise InputError(f"{code!r} is not a stepc diagnostic code (they look like E0343 or "
                          "W0501; docs/diagnostics.md lists them)")
-    found = re.search(rf"^### {code} \((error|warning)\): .*?\n(.*?)(?=^##)",
-                      document("diagnostics") + "\n## ", re.S | re.M)
-    return {"code": code, "meaning": MEANINGS[code],
-            "severity": found.group(1) if found else ("warning" if code[0] == "W" else "error"),
-            "doc": found.group(2).strip() if found else ""}
+    found, missing = None, None
+    try:
+        found = re.search(rf"^### {code} \((error|warning)\): .*?\n(.*?)(?=^##)",
+                          document("diagnostics") + "\n## ", re.S | re.M)
+        if found is None:
+            missing = f"docs/diagnostics.md has no section for {code}"
+    except InputError as e:
+        missing = str(e)
+    doc = {"code": code, "meaning": MEANINGS[code],
+           "severity": found.group(1) if found else ("warning" if code[0] == "W" else "error"),
+           "doc": found.group(2).strip() if found else ""}
+    return {**doc, "missing": missing} if missing else doc
 
 
 def fidelity() -> dict[str, list[dict]]:
@@ -121,9 +130,16 @@ def fidelity() -> dict[str, list[dict]]:
         out.setdefault(model, []).append({
             "against": against, "points": int(points), "mape": float(mape[:-1]) / 100,
             "max_error": float(worst[:-1]) / 100, "pearson": float(pearson)})
+    if not out:
+        raise InputError("docs/dram.md's generated region `fidelity` holds no table rows")
     return out
 
 
 def programs() -> dict[str, Path]:
-    """The bundled example programs and the library they import, by path under programs/."""
-    return {p.relative_to(PROGRAMS).as_posix(): p for p in sorted(PROGRAMS.rglob("*.step"))}
+    """The bundled example programs and the library they import, by path under programs/;
+    InputError when this copy of stepc lacks them."""
+    found = {p.relative_to(PROGRAMS).as_posix(): p for p in sorted(PROGRAMS.rglob("*.step"))}
+    if not found:
+        raise InputError(f"the bundled programs are missing from this copy of stepc (no "
+                         f".step file under {PROGRAMS}); reinstall stepc")
+    return found

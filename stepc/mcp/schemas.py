@@ -6,6 +6,7 @@ from __future__ import annotations
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+NUM = {"type": "number"}
 NUM_OR_NULL = {"type": ["number", "null"]}
 ANY_OBJECT = {"type": "object"}
 LIST = {"type": "array"}
@@ -111,7 +112,9 @@ TOOLS: dict[str, dict] = {
         "description": "A diagnostic code's documentation: meaning, a mistake that "
         "triggers it, the message and the fix.",
         "input": _args({"code": {**STR, "description": "e.g. E0343"}}, ("code",)),
-        "output": _obj({"code": STR, "meaning": STR, "severity": STR, "doc": STR},
+        "output": _obj({"code": STR, "meaning": STR, "severity": STR, "doc": STR,
+                        "missing": {**STR, "description": "Why `doc` is empty (this "
+                                    "copy of stepc lacks its documentation)."}},
                        ("code", "meaning", "severity", "doc")),
     },
     "operator": {
@@ -158,5 +161,47 @@ TOOLS: dict[str, dict] = {
                                             "error": LIST, "note": STR},
                                            ("model", "kind", "cycles", "error"))}},
                        ("program", "estimates")),
+    },
+    "task_list": {
+        "description": "The agent task suite (stepc tasks list): each kernel-writing task's "
+        "name, family, the hardware preset it is scored on, and title.",
+        "input": _args({}),
+        "output": _obj({"schema": STR, "tasks": {"type": "array", "items": _obj(
+            {"name": STR, "family": STR, "preset": STR, "title": STR}, ("name",))}},
+                       ("tasks",)),
+    },
+    "task_show": {
+        "description": "A task (stepc tasks show): its statement, the interface a solution "
+        "must declare (tensors and external streams), how it is scored, and the reference "
+        "solution.",
+        "input": _args({"name": {**STR, "description": "e.g. softmax"},
+                        "solution": {**BOOL, "description": "Include the reference "
+                                     "solution (default true)."}}, ("name",)),
+        "output": _obj({"name": STR, "title": STR, "family": STR, "preset": STR,
+                        "time_limit": NUM, "tensors": LIST, "externals": LIST,
+                        "statement": STR, "interface": STR, "scoring": STR, "solution": STR},
+                       ("name", "statement", "interface")),
+    },
+    "task_check": {
+        "description": "Check and score a solution of a task (stepc tasks check): compile "
+        "it, refuse it if it breaks the task's rules, run it on fresh inputs drawn from "
+        "`seed`, compare its outputs with the task's reference and report its cycles and "
+        "reward (reference cycles / its cycles; 0 when it fails). A failing solution is a "
+        "result with status `fail`, stage and reason, not a tool error.",
+        "input": _args({"task": {**STR, "description": "The task's name, e.g. softmax."},
+                        "program": {**STR, "description": "The solution's .step text (or "
+                                    "give `path`); checked on its own, as `name`."},
+                        "path": {**STR, "description": "A .step solution under the "
+                                 "workspace root (or give `program`)."},
+                        "name": {**STR, "description": "With `program`: the file name its "
+                                 "diagnostics carry (default solution.step)."},
+                        "seed": {**INT, "minimum": 0, "description": "Seed of the inputs "
+                                 "(default: a fresh one, given in the result)."},
+                        **TIME_LIMIT}, ("task",)),
+        "output": _obj({"task": STR, "status": STR, "stage": STR,
+                        "reason": STR, "seed": INT, "reward": NUM,
+                        "candidate": {"type": ["object", "null"]},
+                        "reference": {"type": ["object", "null"]}},
+                       ("task", "status", "reward")),
     },
 }

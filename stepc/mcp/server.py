@@ -1,17 +1,20 @@
 """`stepc mcp`: the Model Context Protocol server over standard input and output.
 
-Program tools run in the worker process (time and memory limits, a cache of checked
-programs); reference tools (`explain`, `operator`) and resources answer in the server.
+Program tools and the task checker run in the worker process (time and memory limits, a
+cache of checked programs); reference tools (`explain`, `operator`, `task_list`,
+`task_show`) and resources answer in the server.
 Every failure reaches the client as a tool error (`isError`), never as a dead server, and
 nothing but protocol messages is written to standard output."""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from stepc.mcp.limits import MEMORY_LIMIT_MIB, TIME_LIMIT
 from stepc.mcp.schemas import TOOLS
+from stepc.mcp.tasks import task_list, task_show
 from stepc.mcp.worker import WORKER_TOOLS, ToolFailure, Worker
 from stepc.mcp.workspace import Refused, Workspace
 
@@ -26,7 +29,8 @@ INSTRUCTIONS = (
     "stepc checks, analyzes, simulates and tunes STeP (.step) programs. Pass a program as "
     "`program` text or a `path` under the workspace. Start with `check` (diagnostics carry "
     "codes; `explain` documents a code, `operator` an operator), then `estimate` or "
-    "`simulate`. The language reference is the resource stepc://docs/language.")
+    "`simulate`. `task_list`, `task_show` and `task_check` are kernel-writing tasks with a "
+    "checker and a reward. The language reference is the resource stepc://docs/language.")
 RESOURCES = {  # uri -> (name, description, reader)
     "stepc://docs/language": ("language", "The .step language reference (docs/language.md)",
                               lambda: _reference().document("language")),
@@ -45,19 +49,26 @@ def _reference():
     return reference
 
 
-def _reference_tool(name: str, args: dict) -> dict:
-    """`explain` and `operator`, answered from the registry and the docs."""
+def _explain(args: dict) -> dict:
+    if not isinstance(args.get("code"), str):
+        raise Refused("code: expected a diagnostic code such as E0343")
+    return _reference().diagnostic(args["code"])
+
+
+def _operator(args: dict) -> dict:
     reference = _reference()
-    if name == "explain":
-        if not isinstance(args.get("code"), str):
-            raise Refused("code: expected a diagnostic code such as E0343")
-        return reference.diagnostic(args["code"])
     if args.get("name") is None:
         return {"operators": [{"name": n, "signature": reference.operator(n)["signature"]}
                               for n in reference.operator_names()]}
     if not isinstance(args["name"], str):
         raise Refused("name: expected an operator name such as Reshape")
     return reference.operator(args["name"])
+
+
+# the tools answered in the server from the registries and the package's data (the rest
+# run in the worker)
+SERVER_TOOLS = {"explain": _explain, "operator": _operator, "task_list": task_list,
+                "task_show": task_show}
 
 
 def _check_arguments(name: str, args: dict) -> None:
@@ -77,9 +88,17 @@ def _error(message: str) -> types.CallToolResult:
 
 
 def _program_resources() -> dict[str, tuple]:
+    """The bundled programs as resources; when this copy of stepc lacks them, none, and
+    the log says so."""
+    from stepc.api.errors import InputError
+    try:
+        found = _reference().programs()
+    except InputError as e:
+        logging.getLogger("stepc.mcp").warning("no program resources: %s", e)
+        return {}
     return {f"stepc://programs/{name}": (name, f"The bundled program programs/{name}",
                                          path.read_text)
-            for name, path in _reference().programs().items()}
+            for name, path in found.items()}
 
 
 def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
@@ -119,7 +138,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
                     worker.cancel(ticket)
                     raise
             else:
-                result = _reference_tool(name, args)
+                result = SERVER_TOOLS[name](args)
         except (Refused, ToolFailure, InputError) as e:
             return _error(str(e))
         except Exception as e:  # noqa: BLE001 - the server keeps answering

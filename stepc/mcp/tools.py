@@ -143,8 +143,8 @@ class Tools:
             return hit[0], hit[1]
         # a file is read by the API (a .pb graph is imported first), text compiled as is;
         # either way an import outside the workspace is refused before it is read
-        report = check_guarded(name, params, self._may_import) if is_file else \
-            check_text_guarded(data, name, params, self._may_import)
+        report = check_guarded(name, params, self.may_import) if is_file else \
+            check_text_guarded(data, name, params, self.may_import)
         outside = [p for p in data_files(report) if not self.workspace.contains(p)]
         if outside:
             raise Refused(f"the program reads the data file {outside[0]!r}, outside the "
@@ -157,7 +157,7 @@ class Tools:
             self.cache.popitem(last=False)
         return report, doc
 
-    def _may_import(self, path: str) -> None:
+    def may_import(self, path: str) -> None:
         if not self.workspace.contains(path):
             raise Refused(f"the program imports {path!r}, outside the workspace")
 
@@ -187,6 +187,23 @@ class Tools:
     def traces(self, args: dict) -> dict[str, str]:
         return {stream: str(self.workspace.file(p, f"traces[{stream!r}]"))
                 for stream, p in _mapping(args, "traces").items()}
+
+    @contextlib.contextmanager
+    def scratch_folder(self, tool: str, what: str):
+        """A temporary folder for `what` a tool writes, in the workspace's hidden scratch
+        directory; both go when the call ends."""
+        try:
+            os.makedirs(self.scratch, exist_ok=True)
+            folder = tempfile.TemporaryDirectory(prefix=f"{tool}-", dir=self.scratch)
+        except OSError as e:
+            raise Refused(f"{tool} keeps {what} in the workspace, which is not writable "
+                          f"({e.strerror or e})") from None
+        try:
+            with folder as path:
+                yield path
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.scratch)  # when empty
 
     # ---- the tools
     def check(self, args: dict) -> dict:
@@ -254,14 +271,8 @@ class Tools:
         traces = {s: [str(self.workspace.file(p, f"traces[{s!r}]"))
                       for p in (ps if isinstance(ps, list) else [ps])]
                   for s, ps in _mapping(args, "traces").items()}
-        try:  # its intermediate results stay in the workspace, and go when it ends
-            os.makedirs(self.scratch, exist_ok=True)
-            scratch = tempfile.TemporaryDirectory(prefix="tune-", dir=self.scratch)
-        except OSError as e:
-            raise Refused(f"tune keeps its intermediate results in the workspace, which is "
-                          f"not writable ({e.strerror or e})") from None
         try:
-            with scratch as out:
+            with self.scratch_folder("tune", "its intermediate results") as out:
                 result = tune(Space(files, {k: list(v) for k, v in space.items()}),
                               objectives=[Objective.parse(o) for o in
                                           args.get("objectives") or ["cycles"]],
@@ -271,9 +282,6 @@ class Tools:
                               model=args.get("model", "ref"), out=out)
         except TuneError as e:
             raise Refused(str(e)) from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.scratch)  # when empty
         return _strip(jsonable(result.to_dict()), str(self.workspace.root) + "/")
 
     def estimate(self, args: dict) -> dict:
@@ -285,9 +293,9 @@ class Tools:
         hw = self.hw(args) or "paper-eval"
         traces = self.traces(args)
         try:
-            errors = fidelity()
-        except InputError:
-            errors = {}
+            errors, missing = fidelity(), None
+        except InputError as e:
+            errors, missing = {}, f"the measured errors are missing: {e}"
         out = []
         for model in sorted(set(wanted), key=LADDER.index):
             if model == "roofline":
@@ -307,9 +315,10 @@ class Tools:
                                 timing_only=True)
             out.append({"model": model, "kind": "simulated", "cycles": run.cycles,
                         "bound": None, "error": errors.get(model, []),
-                        "note": f"the {model} memory model on {run.hw}"})
+                        "note": f"the {model} memory model on {run.hw}"
+                        + (f"; {missing}" if missing else "")})
         return {"program": prog.name, "hw": args.get("hw") or hw, "estimates": out,
-                "error_source": FIDELITY_SOURCE}
+                "error_source": missing or FIDELITY_SOURCE}
 
 
 COSTS = ("off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops")

@@ -6,6 +6,7 @@ an empty cache): isolation costs the cache only when a limit was hit."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import shutil
@@ -17,7 +18,8 @@ import time
 from stepc.mcp.limits import MEMORY_LIMIT_MIB
 from stepc.mcp.workspace import Refused
 
-WORKER_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")
+PROGRAM_TOOLS = ("check", "analyze", "simulate", "format", "tune", "estimate")  # Tools' methods
+WORKER_TOOLS = (*PROGRAM_TOOLS, "task_check")
 
 
 class ToolFailure(Exception):
@@ -36,10 +38,13 @@ def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.chdir(root)
     from stepc.diagnostics import StepError
+    from stepc.mcp.tasks import task_check
     from stepc.mcp.tools import Tools, failure_message
     from stepc.mcp.workspace import Workspace
 
     tools = Tools(Workspace(root), scratch)
+    run = {**{tool: getattr(tools, tool) for tool in PROGRAM_TOOLS},
+           "task_check": functools.partial(task_check, tools)}
     tools.warm()
     while True:
         try:
@@ -47,9 +52,9 @@ def _serve(conn, root: str, memory_bytes: int | None, scratch: str) -> None:
         except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
-            if name not in WORKER_TOOLS:
+            if name not in run:
                 raise Refused(f"the worker has no tool {name!r}")
-            reply = ("ok", getattr(tools, name)(args))
+            reply = ("ok", run[name](args))
         except (Refused, StepError) as e:
             reply = ("error", failure_message(e))
         except MemoryError:
