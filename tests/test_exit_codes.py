@@ -150,3 +150,19 @@ def test_plot_without_matplotlib_is_a_usage_error(swiglu_sweep, tmp_path, monkey
     res = run("plot", str(swiglu_sweep), "-o", str(tmp_path / "p.png"))
     assert res.exit_code == 2, res.output
     assert "pip install 'stepc[plot]'" in res.output
+
+
+def test_no_help_loads_sympy():
+    """`stepc --help` and every `stepc COMMAND --help` load neither sympy nor the checker
+    (they were slower than `stepc check swiglu`)."""
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom stepc.cli import main\n"
+        "names = main.list_commands(None)\n"
+        "for args in [['--help']] + [[n, '--help'] for n in names]:\n"
+        "    r = CliRunner().invoke(main, args)\n"
+        "    assert r.exit_code == 0, (args, r.output)\n"
+        "    assert 'sympy' not in sys.modules, args\n"
+        "print(len(names))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) >= 17

@@ -213,7 +213,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
     under `out`. Yields each figure's summary as it finishes; `on_figure(figure)` is called
     when its points start to be collected, `progress` as for `sweep`."""
     from stepc.outputs import OutputPathError, check_output_path
-    from stepc.reproduction.spec import available_figures
+    from stepc.reproduction.figures import available_figures
 
     have = available_figures()
     if isinstance(figures, (str, int)) and not isinstance(figures, bool):

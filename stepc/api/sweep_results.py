@@ -21,5 +21,5 @@ __all__ = ["Interrupted", "PlotError", "ResultsFileError", "SelectionError",
 def available_figures() -> list[str]:
     """The figures `reproduce` knows, in the paper's order (loads the reproduction only
     when asked)."""
-    from stepc.reproduction.spec import available_figures as figures
+    from stepc.reproduction.figures import available_figures as figures
     return figures()

@@ -88,7 +88,7 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
 
 
 def _figures() -> str:
-    from stepc.api.sweep_results import available_figures
+    from stepc.reproduction.figures import available_figures  # help: loads no sympy
     return ", ".join(available_figures())
 
 

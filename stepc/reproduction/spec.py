@@ -22,7 +22,6 @@ import itertools
 import os
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import stepc
@@ -34,6 +33,7 @@ from stepc.reproduction.claims import (
     expression_problems,
     validate_references,
 )
+from stepc.reproduction.figures import available_figures, specs
 
 SPEC_KEYS = {"figure", "title", "plot", "note", "sets", "sweep", "claim", "measure", "quirks",
              "trace_set", "columns", "reference", "choose", "assumptions"}
@@ -57,10 +57,6 @@ __all__ = ["SpecError", "available_figures", "check_claims", "expand_spec", "loa
            "spec_points"]
 
 
-def _specs():
-    return resources.files("stepc") / "reproduction" / "experiments"
-
-
 def program_root() -> Path:
     """The directory holding `programs/`, which the specs' program paths start with: the
     copy installed with the package, else the source checkout this module belongs to."""
@@ -72,18 +68,12 @@ def program_root() -> Path:
                     f"and {package.parent / 'programs'} (reinstall stepc)")
 
 
-def available_figures() -> list[str]:
-    return sorted((p.name.removeprefix("fig").removesuffix(".toml") for p in _specs().iterdir()
-                   if p.name.startswith("fig") and p.name.endswith(".toml")),
-                  key=lambda s: (len(s), s))
-
-
 def load_spec(figure: str) -> dict:
-    spec_file = _specs() / f"fig{figure}.toml"
+    spec_file = specs() / f"fig{figure}.toml"
     if not spec_file.is_file():
         raise SpecError(f"no experiment spec for figure {figure} (have: "
                         f"{', '.join(available_figures()) or 'none'}; the specs ship in "
-                        f"{_specs()})")
+                        f"{specs()})")
     spec = tomllib.loads(spec_file.read_text(encoding="utf-8"))
     validate_spec(spec, spec_file.name)
     return spec
