@@ -23,7 +23,8 @@ FLOORS = [
     # leaves: the package root (its version; its public names load lazily by name, see
     # below), source text, small shared utilities, hardware configs, trace files
     ("stepc", "stepc.codes", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
-     "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw"),
+     "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw",
+     "stepc.spelling"),
     ("stepc.diagnostics", "stepc.types"),
     ("stepc.ops",),
     ("stepc.grammar",),
@@ -49,6 +50,7 @@ FLOORS = [
 # What the CLI may import besides itself: the API and small leaf utilities. The commands
 # of from-torch, import and export enter through their own packages' front doors.
 CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.codes", "stepc.diagnostics", "stepc.outputs",
+                  "stepc.spelling",
                   "stepc.source", "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop",
                   "stepc.mcp")
 

@@ -60,6 +60,12 @@ def hardware(hw: str | HardwareConfig | None = None,
     return config, set_warnings(config, sets, roofline_unused(config) if roofline else None)
 
 
+def figure_names() -> list[str]:
+    """The figures `reproduce` knows, in the paper's order."""
+    from stepc.reproduction.figures import available_figures
+    return available_figures()
+
+
 def hardware_presets() -> list[str]:
     """The names of the bundled hardware presets."""
     from stepc.hw.config import preset_names

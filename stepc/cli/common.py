@@ -168,8 +168,8 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), de
 
 def presets(default: str | None = None) -> str:
     """The hardware presets, for help texts (read from the package, so new ones show)."""
-    from stepc.hw.config import preset_names  # not through stepc.api: help loads no sympy
-    return ", ".join(f"{n} (default)" if n == default else n for n in preset_names())
+    from stepc.api.inputs import hardware_presets  # light: help loads no sympy
+    return ", ".join(f"{n} (default)" if n == default else n for n in hardware_presets())
 
 
 def pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:

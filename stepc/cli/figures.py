@@ -88,8 +88,8 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
 
 
 def _figures() -> str:
-    from stepc.reproduction.figures import available_figures  # help: loads no sympy
-    return ", ".join(available_figures())
+    from stepc.api.inputs import figure_names  # light: help loads no sympy
+    return ", ".join(figure_names())
 
 
 REPRODUCE_EXAMPLE = """\b
