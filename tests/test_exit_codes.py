@@ -166,3 +166,9 @@ def test_no_help_loads_sympy():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) >= 17
+
+
+@pytest.mark.parametrize("args", [["--hw", "/dev/zero"], ["--set", "dram.part=/dev/zero"]])
+def test_a_device_as_a_hardware_file_is_refused_unread(args):
+    res = run("sim", SWIGLU, *args)
+    assert res.exit_code == 2 and "/dev/zero: not a regular file" in res.output, res.output

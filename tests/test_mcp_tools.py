@@ -402,3 +402,37 @@ def test_the_task_tools_in_process(tools, tmp_path):
         task_check(tools, {"task": "rmsnrm", "path": "swiglu.step"})
     with pytest.raises(InputError, match="seed"):
         task_check(tools, {"task": "rmsnorm", "path": "swiglu.step", "seed": -1})
+
+
+def test_hardware_part_files_outside_the_workspace_are_refused_before_reading(
+        tools, tmp_path, monkeypatch):
+    """`set: {"dram.part": ...}` or a workspace TOML whose `[dram] part` names a file
+    outside was read (a system file's TOML error quoted; `/dev/zero` exhausted the worker)."""
+    from pathlib import Path as _Path
+
+    outside = tmp_path.parent / f"{tmp_path.name}-part.toml"
+    outside.write_text("rows = 1\n", encoding="utf-8")
+    opened: list[str] = []
+    real_read = _Path.read_text
+
+    def spy(self, *a, **k):
+        opened.append(str(self))
+        return real_read(self, *a, **k)
+    monkeypatch.setattr(_Path, "read_text", spy)
+    for part in (str(outside), "/dev/zero", "../" + outside.name):
+        with pytest.raises(Refused, match="outside the workspace"):
+            tools.simulate({"path": "swiglu.step", "set": {"dram.part": part}})
+    (tmp_path / "hw.toml").write_text(f'[hbm]\nmodel = "dram"\n[dram]\npart = "{outside}"\n',
+                                      encoding="utf-8")
+    with pytest.raises(Refused, match="outside the workspace"):
+        tools.simulate({"path": "swiglu.step", "hw": "hw.toml"})
+    with pytest.raises(Refused, match="outside the workspace"):
+        tools.estimate({"path": "swiglu.step", "hw": "hw.toml", "fidelity": ["roofline"]})
+    assert not [p for p in opened if p.endswith("-part.toml") or p == "/dev/zero"]
+    # a part inside the workspace is read as before
+    (tmp_path / "mine.toml").write_text(
+        real_read(_Path(__file__).parents[1] / "stepc" / "hw" / "parts" / "hbm2.toml"),
+        encoding="utf-8")
+    run = tools.simulate({"path": "swiglu.step", "set": {"dram.part": "mine.toml",
+                                                         "hbm.model": "dram"}})
+    assert run["measurement"]["cycles"] > 0

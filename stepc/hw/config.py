@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -198,18 +199,33 @@ def part_names() -> list[str]:
     return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
 
 
-def _read(spec: str, kind: str = "presets") -> tuple[str, dict]:
+MAX_CONFIG_BYTES = 2**20  # a hardware or part file is a few hundred bytes of TOML
+
+# called with a file's path before a configuration reads it (a server's workspace rule);
+# it raises to refuse the read
+MayRead = Callable[[str], None]
+
+
+def _read(spec: str, kind: str = "presets", may_read: MayRead | None = None
+          ) -> tuple[str, dict]:
     names = preset_names() if kind == "presets" else part_names()
     if spec in names:
         text = resources.files("stepc.hw").joinpath(kind, spec + ".toml").read_text()
         where = f"{kind[:-1]} {spec}"
     else:
         path = Path(spec)
+        flag = given("hw", spec) if kind == "presets" else f"dram.part {spec}"
+        if may_read is not None:
+            may_read(spec)
         if not path.exists():
-            flag = given("hw", spec) if kind == "presets" else f"dram.part {spec}"
             raise ConfigError(f"{flag}: no such {kind[:-1]} or file ({kind}: "
                               f"{', '.join(names)}){_suggest(spec, names)}")
         try:
+            if not path.is_file():
+                raise ConfigError(f"{flag}: not a regular file")
+            if path.stat().st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"{flag}: larger than {MAX_CONFIG_BYTES:,} bytes; a "
+                                  "hardware file is a short TOML table")
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{spec}: cannot read the file ({e})") from None
@@ -248,7 +264,7 @@ def _section(cls, data: dict, where: str, section: str):
     return cls(**values)
 
 
-def _build(where: str, data: dict) -> HardwareConfig:
+def _build(where: str, data: dict, may_read: MayRead | None = None) -> HardwareConfig:
     allowed = {"name", "description", "fabric", "hbm", "dram"}
     for key in data:
         if key not in allowed:
@@ -257,7 +273,7 @@ def _build(where: str, data: dict) -> HardwareConfig:
     if hbm.model not in HBM_MODELS:
         raise ConfigError(f'{where}: "hbm.model" must be one of {", ".join(HBM_MODELS)}, '
                           f'found "{hbm.model}"{_suggest(hbm.model, HBM_MODELS)}')
-    dram = _dram(data.get("dram", {}), where)
+    dram = _dram(data.get("dram", {}), where, may_read)
     if hbm.model == "dram" and hbm.channels & (hbm.channels - 1):
         raise ConfigError(f'{where}: "hbm.channels" must be a power of two with the dram '
                           f"model (the address mapping slices bits), found {hbm.channels}")
@@ -265,14 +281,14 @@ def _build(where: str, data: dict) -> HardwareConfig:
                           _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm, dram)
 
 
-def _dram(data: dict, where: str) -> Dram:
+def _dram(data: dict, where: str, may_read: MayRead | None = None) -> Dram:
     """The [dram] table: the named part's values, then the table's own keys."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: [dram] must be a table")
     part = data.get("part", SYSTEM_DEFAULTS["part"])
     if not isinstance(part, str):
         raise ConfigError(f'{where}: "dram.part" must be a string, found {part!r}')
-    part_where, values = _read(part, "parts")
+    part_where, values = _read(part, "parts", may_read)
     part_keys = [f.name for f in fields(Dram) if f.name not in SYSTEM_DEFAULTS]
     missing = [k for k in part_keys if k not in values]
     extra = [k for k in values if k in SYSTEM_DEFAULTS]
@@ -329,17 +345,20 @@ def _parse_set(item: str) -> tuple[str, str, object]:
     return section, name, value
 
 
-def load_config(spec: str | None = None, sets: tuple[str, ...] = ()) -> HardwareConfig:
+def load_config(spec: str | None = None, sets: tuple[str, ...] = (),
+                may_read: MayRead | None = None) -> HardwareConfig:
     """Load a preset by name or a TOML file by path, then apply `--set` overrides. Every
     key the file or a `--set` names keeps its value whatever the order: a `--set
-    dram.part=...` changes the part's values, not the file's own `[dram]` settings."""
-    where, data = _read(spec or DEFAULT_PRESET)
-    cfg = _build(where, data)
+    dram.part=...` changes the part's values, not the file's own `[dram]` settings.
+    `may_read` is asked before any file (not a shipped preset or part) is read."""
+    where, data = _read(spec or DEFAULT_PRESET, may_read=may_read)
+    cfg = _build(where, data, may_read)
     for item in sets:
         section, name, value = _parse_set(item)
         table = data.get(section, {})
         data = {**data, section: {**(table if isinstance(table, dict) else {}), name: value}}
-        cfg = replace(_build(label("set"), data), name=cfg.name, description=cfg.description)
+        cfg = replace(_build(label("set"), data, may_read), name=cfg.name,
+                      description=cfg.description)
     return cfg
 
 

@@ -157,6 +157,14 @@ class Tools:
             self.cache.popitem(last=False)
         return report, doc
 
+    def may_read_config(self, path: str) -> None:
+        """A hardware or part file, named from the server's working directory as the
+        configuration reader opens it, must be a workspace file."""
+        real = os.path.realpath(path)
+        if not self.workspace.contains(real):
+            raise Refused(f"the hardware configuration reads {path!r}, outside the workspace")
+        self.workspace.file(real, "hardware file")
+
     def may_import(self, path: str) -> None:
         if not self.workspace.contains(path):
             raise Refused(f"the program imports {path!r}, outside the workspace")
@@ -177,12 +185,20 @@ class Tools:
         return report.program()
 
     def hw(self, args: dict) -> str | None:
-        """The `hw` argument: a preset's name, or a configuration file in the workspace."""
-        from stepc.api.inputs import hardware_presets
+        """The `hw` argument: a preset's name, or a configuration file in the workspace.
+        The configuration (with `set`) is loaded here once under the workspace rule, so a
+        part file it names (`[dram] part`, `set: {"dram.part": ...}`) outside the workspace
+        is refused before anything reads it; the run then loads the same files."""
+        from stepc.api.inputs import hardware_presets, settings
+        from stepc.hw.config import ConfigError, load_config
         hw = args.get("hw")
-        if hw is None or hw in hardware_presets():
-            return hw
-        return str(self.workspace.file(hw, "hw"))
+        if hw is not None and hw not in hardware_presets():
+            hw = str(self.workspace.file(hw, "hw"))
+        try:
+            load_config(hw, settings(_mapping(args, "set")), may_read=self.may_read_config)
+        except ConfigError:
+            pass  # the call reports it in the API's words
+        return hw
 
     def traces(self, args: dict) -> dict[str, str]:
         return {stream: str(self.workspace.file(p, f"traces[{stream!r}]"))
