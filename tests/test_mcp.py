@@ -260,3 +260,61 @@ def test_a_task_is_listed_shown_and_checked(flow):
     assert failed["file"] == "mine.step" and "differs from the reference" in failed["reason"]
     assert flow["task_unknown"].is_error
     assert "no task `sofmax`" in flow["task_unknown"].content[0].text
+
+
+MALFORMED = [  # (line, the id answered, the error code): each was unanswered before
+    ('{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"check",'
+     '"arguments":{"program":"\\ud800"}}}', 11, -32600),   # a lone surrogate
+    ('{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"check"', None, -32700),
+    ('{"jsonrpc":"2.0","id":13}', 13, -32600),
+    ('{"jsonrpc":"2.0","id":14,"method":"tools/call","params":7}', 14, -32600),
+    ("42", None, -32600),
+    ("null", None, -32600),
+]
+
+
+def test_malformed_lines_get_json_rpc_errors_and_the_server_answers_after(tmp_path):
+    """Raw lines on standard input: each malformed one gets the JSON-RPC error response
+    (with its id when it can be read), a malformed response is dropped, and a valid
+    request still gets its answer."""
+    import json
+    import subprocess
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "stepc", "mcp", "--workspace",
+                             str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")),
+                              daemon=True)
+    reader.start()
+
+    def send(text: str) -> None:
+        proc.stdin.write(text.encode() + b"\n")
+        proc.stdin.flush()
+
+    def answer(count: int) -> dict:
+        end = time.monotonic() + 60
+        while len(lines) < count and time.monotonic() < end:
+            time.sleep(0.02)
+        assert len(lines) >= count, f"no answer (the server said {len(lines)} lines)"
+        return json.loads(lines[count - 1])
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}))
+        assert answer(1)["id"] == 1
+        send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        send('{"jsonrpc":"2.0","id":[1],"result":{}}')  # a response: dropped, no answer
+        for n, (line, rid, code) in enumerate(MALFORMED, start=2):
+            send(line)
+            got = answer(n)
+            assert (got["id"], got["error"]["code"]) == (rid, code), got
+        send(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
+            "name": "explain", "arguments": {"code": "E0343"}}}))
+        last = answer(len(MALFORMED) + 2)
+        assert last["id"] == 99 and "result" in last
+    finally:
+        proc.kill()
+        proc.wait()

@@ -172,6 +172,88 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
     return server, worker
 
 
+async def forward_wellformed(read, send, write) -> None:
+    """Pass the messages of `read` that are JSON-RPC on to `send`; a line that is not gets
+    the error response the JSON-RPC spec gives it on `write` (the SDK only logs it, so a
+    client waited for an answer forever). `send` closes when `read` ends."""
+    async with send:
+        async for item in read:
+            if not isinstance(item, Exception):
+                await send.send(item)
+                continue
+            answer = malformed_answer(item)
+            if answer is not None:
+                await write.send(answer)
+
+
+def malformed_answer(error: Exception):
+    """The JSON-RPC error response for a line the SDK could not read: -32700 for text that
+    is not JSON, -32600 for JSON that is no request, with the request's id when one can be
+    read (a lone UTF-16 surrogate in an argument is valid to Python's JSON reader, not to
+    the SDK's); None for a malformed response from the client (only logged)."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    log = logging.getLogger("stepc.mcp")
+    line = _raw_line(error)
+    try:
+        doc = json.loads(line) if line is not None else None
+    except (ValueError, RecursionError):
+        log.warning("a line that is not JSON: answered with a parse error")
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+            code=types.PARSE_ERROR, message="parse error: the line is not JSON")))
+    if isinstance(doc, dict) and ("result" in doc or "error" in doc) and "method" not in doc:
+        log.warning("a malformed response from the client: dropped")
+        return None
+    rid = doc.get("id") if isinstance(doc, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or \
+            isinstance(rid, int) and abs(rid) >= 2**53:
+        rid = None
+    elif isinstance(rid, str):
+        rid = rid.encode("utf-8", "backslashreplace").decode("utf-8")
+    why = "not a JSON-RPC request or notification"
+    if line is not None and _has_lone_surrogate(doc):
+        why = "a string holds a lone UTF-16 surrogate, which is not text"
+    log.warning("an invalid request: %s", why)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(
+        code=types.INVALID_REQUEST, message=f"invalid request: {why}")))
+
+
+def _raw_line(error: Exception) -> str | None:
+    """The text the SDK failed to read, from its validation error: the line itself when
+    it is no JSON, else the whole message (an error about one field holds only the
+    field's value, so the message is taken from an error about the whole)."""
+    errors = getattr(error, "errors", None)
+    try:
+        found = errors() if callable(errors) else []
+    except Exception:  # noqa: BLE001 - any other exception: no line to read
+        return None
+    whole = [e["input"] for e in found if isinstance(e.get("input"), (str, bytes))
+             or isinstance(e.get("input"), dict) and "jsonrpc" in e["input"]
+             or len(e.get("loc", ())) <= 1]
+    if not whole:
+        return None
+    raw = whole[0]
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return raw if isinstance(raw, str) else json.dumps(raw)
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 def _time_limit(asked: Any, most: float) -> float:
     if asked is None:
         return most
@@ -193,7 +275,11 @@ def serve(root: str, time_limit: float = TIME_LIMIT,
 
         async def main() -> None:
             async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                send, wellformed = anyio.create_memory_object_stream(0)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(forward_wellformed, read, send, write)
+                    await server.run(wellformed, write, server.create_initialization_options())
+                    group.cancel_scope.cancel()
 
         anyio.run(main)
     finally:
