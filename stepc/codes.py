@@ -80,5 +80,6 @@ NOT_INTEGER = _code("E0503", "not integer arithmetic")
 
 UNUSED_STREAM = _code("W0001", "stream never consumed")
 UNUSED_PARAM = _code("W0002", "parameter never used")
+EMPTY_PROGRAM = _code("W0003", "program calls no operator")
 
 UNPROVEN_EQUALITY = _code("W0301", "equality cannot be proved")

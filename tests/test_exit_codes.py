@@ -172,3 +172,37 @@ def test_no_help_loads_sympy():
 def test_a_device_as_a_hardware_file_is_refused_unread(args):
     res = run("sim", SWIGLU, *args)
     assert res.exit_code == 2 and "/dev/zero: not a regular file" in res.output, res.output
+
+
+@pytest.mark.parametrize("text", ["", "tensor X : bf16[64, 256] input\n", "param N = 4\n"])
+def test_a_program_without_operators_warns_in_check_and_sim(text, tmp_path):
+    path = tmp_path / "p.step"
+    path.write_text(text, encoding="utf-8")
+    for command in ("check", "sim"):
+        res = run(command, str(path))
+        assert res.exit_code == 0 and "warning[W0003]" in res.output, res.output
+    assert run("check", "--werror", str(path)).exit_code == 1
+
+
+def test_fmt_of_a_folder_without_programs_says_so(tmp_path):
+    res = run("fmt", "--check", str(tmp_path))
+    assert res.exit_code == 0
+    assert f"{tmp_path} holds no .step file: nothing to format" in res.output
+
+
+@pytest.mark.parametrize("text", ["", "[hbm]\n", 'name = "mine"\n'])
+def test_a_hardware_file_that_sets_nothing_says_so(text, tmp_path):
+    from dataclasses import asdict, replace
+
+    from stepc.hw.config import DEFAULT_PRESET, load_config
+    hw = tmp_path / "hw.toml"
+    hw.write_text(text, encoding="utf-8")
+    res = run("sim", SWIGLU, "--hw", str(hw), "--timing-only")
+    assert res.exit_code == 0
+    assert "sets no key of [fabric], [hbm] or [dram]: every value is the default" in res.output
+    # what the warning claims: the defaults are the default preset's values
+    mine, preset = load_config(str(hw)), load_config(DEFAULT_PRESET)
+    assert asdict(replace(mine, name="", description="")) == \
+        asdict(replace(preset, name="", description=""))
+    hw.write_text("[hbm]\nchannels = 16\n", encoding="utf-8")
+    assert "sets no key" not in run("sim", SWIGLU, "--hw", str(hw), "--timing-only").output

@@ -38,6 +38,7 @@ def hardware(hw: str | HardwareConfig | None = None,
     from stepc.hw.config import (
         ConfigError,
         HardwareConfig,
+        file_warnings,
         load_config,
         roofline_unused,
         set_warnings,
@@ -57,7 +58,8 @@ def hardware(hw: str | HardwareConfig | None = None,
         config = load_config(hw, sets)
     except ConfigError as e:
         raise InputError(str(e)) from None
-    return config, set_warnings(config, sets, roofline_unused(config) if roofline else None)
+    return config, file_warnings(hw) + set_warnings(
+        config, sets, roofline_unused(config) if roofline else None)
 
 
 def figure_names() -> list[str]:

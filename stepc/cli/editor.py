@@ -28,9 +28,13 @@ def _targets(paths: tuple[str, ...]) -> list[str]:
         if path == "-":
             files.append(path)
         elif os.path.isdir(path):
+            found = len(files)
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".step")]
+            if len(files) == found:
+                click.echo(f"stepc: warning: {path} holds no .step file: nothing to format",
+                           err=True)
         elif os.path.exists(path):
             files.append(path)
         else:

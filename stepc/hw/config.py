@@ -265,7 +265,7 @@ def _section(cls, data: dict, where: str, section: str):
 
 
 def _build(where: str, data: dict, may_read: MayRead | None = None) -> HardwareConfig:
-    allowed = {"name", "description", "fabric", "hbm", "dram"}
+    allowed = {"name", "description", *HARDWARE_SECTIONS}
     for key in data:
         if key not in allowed:
             raise ConfigError(f'{where}: unknown key "{key}"{_suggest(key, allowed)}')
@@ -397,6 +397,21 @@ def roofline_unused(cfg: HardwareConfig) -> dict[str, str]:
             "the compute bandwidth (`stepc sim` uses it)"
             for section, cls in (("fabric", Fabric), ("hbm", Hbm), ("dram", Dram))
             for f in fields(cls) if f"{section}.{f.name}" not in read}
+
+
+HARDWARE_SECTIONS = ("fabric", "hbm", "dram")
+
+
+def file_warnings(spec: str | None) -> list[str]:
+    """A warning when a hardware file (not a preset) sets no key of any section: every
+    value is then the built-in default, which equals the default preset's."""
+    if spec is None or spec in preset_names():
+        return []
+    _, data = _read(spec)
+    if any(isinstance(data.get(s), dict) and data[s] for s in HARDWARE_SECTIONS):
+        return []
+    return [f"{given('hw', spec)}: the file sets no key of [fabric], [hbm] or [dram]: every "
+            f"value is the default ({DEFAULT_PRESET}'s)"]
 
 
 def set_warnings(cfg: HardwareConfig, sets: tuple[str, ...],

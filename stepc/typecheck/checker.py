@@ -18,6 +18,7 @@ from stepc.canon import symbols_in
 from stepc.codes import (
     ASSUMPTION_UNKNOWN_SYMBOL,
     CYCLE_WITHOUT_FEEDBACK,
+    EMPTY_PROGRAM,
     FEEDBACK_TYPE_MISMATCH,
     FUNCTION_NOT_USABLE,
     MATMUL_INNER_MISMATCH,
@@ -130,6 +131,12 @@ class Checker(AssumptionSolver):
                                + ", ".join(sorted(self.unknown_symbols(a))), a.span)
         self.check_feedback()
         self.unconsumed()
+        if not self.prog.nodes and not self.bag.errors:
+            self.bag.warning(EMPTY_PROGRAM, "the program calls no operator: there is nothing "
+                             "to analyze or simulate", None,
+                             [Note("a program streams data: load a tensor (LinearOffChipLoad) "
+                                   "and store or sink what it computes; a file of `graph` "
+                                   "definitions is checked by a program that calls them")])
         declared = {}
         for key in self.prog.feedback:
             try:
