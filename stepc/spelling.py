@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 # API keyword -> command-line flag
 FLAGS = {"hw": "--hw", "out": "--out", "traces": "--trace", "set": "--set", "bind": "--bind",
-         "grid": "--grid", "params": "-D", "resume": "--resume"}
+         "grid": "--grid", "params": "-D", "resume": "--resume", "sampler": "--sampler"}
 # mappings, of which a message names one entry (`values` is the API's alone)
 ENTRIES = frozenset({"traces", "set", "bind", "grid", "params", "values"})
 

@@ -206,3 +206,25 @@ def test_a_hardware_file_that_sets_nothing_says_so(text, tmp_path):
         asdict(replace(preset, name="", description=""))
     hw.write_text("[hbm]\nchannels = 16\n", encoding="utf-8")
     assert "sets no key" not in run("sim", SWIGLU, "--hw", str(hw), "--timing-only").output
+
+
+def test_tune_says_screened_as_its_report_does(tmp_path):
+    res = run("tune", SWIGLU, "--space", "TB=16,32", "--out", str(tmp_path / "t"))
+    assert res.exit_code == 0, res.output
+    assert "simulated with the fluid model" in res.output and " screened\n" not in res.output
+
+
+def test_sampler_optuna_without_optuna_says_that_was_asked(tmp_path, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_optuna(name, *a, **k):
+        if name == "optuna":
+            raise ImportError(name)
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_optuna)
+    res = run("tune", SWIGLU, "--space", "TB=16,32", "--sampler", "optuna", "--out",
+              str(tmp_path / "t"))
+    assert res.exit_code == 2, res.output
+    assert "--sampler optuna: the sampler needs Optuna" in res.output
+    assert "too large" not in res.output

@@ -4,17 +4,18 @@ ones are then confirmed as in an exhaustive search."""
 
 from __future__ import annotations
 
+from stepc.spelling import given
 from stepc.tune.space import Candidate, TuneError
 
 
-def sample(search, trials: int, seed: int) -> None:
+def sample(search, trials: int, seed: int, why: str) -> None:
     """Run `trials` candidates chosen by Optuna (in batches of the worker count), then
-    confirm the best screened ones."""
+    confirm the best screened ones; `why` says why the sampler runs (for its error)."""
     try:
         import optuna
     except ImportError:
-        raise TuneError("the space is too large to enumerate and the sampler needs Optuna: "
-                        "pip install 'stepc[tune]' (or --sampler grid)") from None
+        raise TuneError(f"{why}: the sampler needs Optuna: pip install 'stepc[tune]' (or "
+                        f"{given('sampler', 'grid')})") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space, declared = search.space, search.declared
     study = optuna.create_study(directions=["minimize"] * len(search.objectives),

@@ -323,8 +323,8 @@ class Search(Pruning):
             elif s.status == "analyzed":
                 rest.append(s)
         self.screen(rest)
-        self.log(f"roofline and fluid: {sum(s.status == 'pruned' for s in alive)} pruned, "
-                 f"{sum(bool(s.fluid) for s in alive)} screened")
+        self.log(f"roofline and fluid: {sum(s.status == 'pruned' for s in alive)} pruned by the "
+                 f"bound, {sum(bool(s.fluid) for s in alive)} simulated with the fluid model")
         self.confirm_best([s for s in alive if s.status in ("screened", "confirmed")])
 
     def screen_up_to_bound(self, alive: list[Scored]) -> None:
@@ -518,7 +518,9 @@ def tune(space: Space, *, objectives: list[Objective], budgets: list[Budget] = (
         use_sampler = sampler == "optuna" or (sampler == "auto" and size > max_exhaustive)
         if use_sampler:
             from stepc.tune.sampler import sample
-            sample(search, trials or min(size, max(64, size // 10)), seed)
+            why = given("sampler", "optuna") if sampler == "optuna" else \
+                f"the space has {size:,} candidates, more than {max_exhaustive:,} to enumerate"
+            sample(search, trials or min(size, max(64, size // 10)), seed, why)
         else:
             search.run(list(space.candidates(search.declared)))
         return search.result(t0, size)
