@@ -4,7 +4,7 @@ overrides, trace arrays by file or value), checked into what the toolchain takes
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import kind, mapping_arg
@@ -31,10 +31,12 @@ def no_such(arg: str, name: str, what: str, options: dict) -> Diagnostic:
 
 def hardware(hw: str | HardwareConfig | None = None,
              set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
-             roofline: bool = False) -> tuple[HardwareConfig, list[str]]:
+             roofline: bool = False, may_read: Callable[[str], None] | None = None
+             ) -> tuple[HardwareConfig, list[str]]:
     """A hardware configuration (preset name, TOML path or a config) with `set` overrides
     (`{"hbm.model": "fluid"}` or `["hbm.model=fluid"]`), and a warning for each override
-    the run will not read (`roofline`: the analyzer's bound is the reader)."""
+    the run will not read (`roofline`: the analyzer's bound is the reader). `may_read` is
+    asked before each file is read (a hardware or part file; it raises to refuse)."""
     from stepc.hw.config import (
         ConfigError,
         HardwareConfig,
@@ -55,7 +57,7 @@ def hardware(hw: str | HardwareConfig | None = None,
                              "HardwareConfig: give hw by name")
         return hw, []
     try:
-        config = load_config(hw, sets)
+        config = load_config(hw, sets, may_read)
     except ConfigError as e:
         raise InputError(str(e)) from None
     return config, file_warnings(hw) + set_warnings(

@@ -189,15 +189,14 @@ class Tools:
         The configuration (with `set`) is loaded here once under the workspace rule, so a
         part file it names (`[dram] part`, `set: {"dram.part": ...}`) outside the workspace
         is refused before anything reads it; the run then loads the same files."""
-        from stepc.api.inputs import hardware_presets, settings
-        from stepc.hw.config import ConfigError, load_config
+        from stepc.api.inputs import hardware, hardware_presets
         hw = args.get("hw")
         if hw is not None and hw not in hardware_presets():
             hw = str(self.workspace.file(hw, "hw"))
         try:
-            load_config(hw, settings(_mapping(args, "set")), may_read=self.may_read_config)
-        except ConfigError:
-            pass  # the call reports it in the API's words
+            hardware(hw, _mapping(args, "set"), may_read=self.may_read_config)
+        except InputError:
+            pass  # the call reports it
         return hw
 
     def traces(self, args: dict) -> dict[str, str]:
