@@ -388,3 +388,40 @@ def test_plot_legends_sort_by_value_and_coinciding_labels_merge(tmp_path, monkey
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["B=64", "B=256", "B=1024"]
     # two points (T=1, T=2) on the same spot of each series: one label "1, 2" each
     assert sorted(t.get_text() for t in ax.texts) == ["1, 2"] * 3
+
+
+def test_on_demand_charges_the_selected_points_buffers_in_use(tmp_path):
+    out = tmp_path / "r.jsonl"
+    base = ["sweep", "programs/swiglu.step", "--grid", "TB=32,64", "--grid", "TI=256",
+            "--hw", "hdl-validation", "--out", str(out), "-j", "2",
+            "--pareto", "cycles,on_chip_bytes"]
+    r = CliRunner().invoke(main, base + ["--on-demand", "TB=64", "--baseline", "TB=32"])
+    assert r.exit_code == 0, r.output
+    assert "on_chip_bytes of the 1 point(s) with TB=64: on_chip_bytes_on_demand" in r.stdout
+    for extra, said in ((["--on-demand", "TB=8"], "selects no point"),
+                        (["--on-demand", "TB=64", "--pareto", "cycles,off_chip_bytes"],
+                         "give it in --pareto")):
+        r = CliRunner().invoke(main, base + extra + ["--resume"])
+        assert r.exit_code == 2 and said in r.stderr, r.output
+    r = CliRunner().invoke(main, base[:-2] + ["--on-demand", "TB=64", "--resume"])
+    assert r.exit_code == 2 and "needs --pareto" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_help_qwen_example_gives_figure_9s_pid(tmp_path):
+    """The sweep help's MoE example on the paper's Qwen trace: with --on-demand the
+    dynamic point's PID is Figure 9's (2.105, the paper rounds to 2.11; the tolerance of
+    that claim in stepc/reproduction/experiments/fig9.toml); without it, allocated bytes
+    against allocated bytes, it was 1.33 or 1.22 and said nothing."""
+    trace = Path(__file__).resolve().parents[2] / "shared" / "data" / "expert_routing" / \
+        "qwen_b64" / "032_012.npz"
+    if not trace.exists():
+        pytest.skip(f"the paper's Qwen routing trace is not here ({trace.name})")
+    r = CliRunner().invoke(main, [
+        "sweep", "programs/moe_static.step", "programs/moe_dynamic.step", "-D", "B=64",
+        "--grid", "TILE_N=8..64:pow2", "--trace", f"routing={trace}", "--pareto",
+        "cycles,on_chip_bytes", "--on-demand", "program=moe_dynamic.step", "--baseline",
+        "program=moe_static.step", "--out", str(tmp_path / "r.jsonl"), "-j", "2"])
+    assert r.exit_code == 0, r.output
+    pid = float(r.stdout.split("PID ")[-1].split()[0])
+    assert abs(pid - 2.105) <= 0.0005, r.stdout

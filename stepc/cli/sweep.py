@@ -85,7 +85,7 @@ Examples:
   stepc sweep programs/swiglu.step --hw hdl-validation --grid TB=16,32,64 --grid TI=16..256:pow2
   stepc sweep programs/moe_static.step programs/moe_dynamic.step -D B=64 \\
       --grid TILE_N=8..64:pow2 --trace routing=a.npz,b.npz --pareto cycles,on_chip_bytes \\
-      --baseline program=moe_static.step
+      --on-demand program=moe_dynamic.step --baseline program=moe_static.step
 Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage error,
 130 interrupted (finished points are kept: rerun with --resume)."""
 
@@ -121,13 +121,18 @@ Exit codes: 0 every point ran, 1 a point failed (3: only deadlocks), 2 usage err
 @click.option("--baseline", "baselines", multiple=True, metavar="FIELD=VALUE",
               help="Select the baseline points (e.g. program=programs/moe_static.step); "
               "the others get their Pareto Improvement Distance to the baseline front.")
+@click.option("--on-demand", "on_demand", multiple=True, metavar="FIELD=VALUE",
+              help="With --pareto: charge these points (e.g. program=moe_dynamic.step) "
+              "on_chip_bytes_on_demand where a metric is on_chip_bytes: the buffers in use, "
+              "as the paper's Figure 9 charges dynamic tiling against static tiling's "
+              "allocated buffers.")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
               show_default=True, help="Where points run: a local process pool or a Dask "
               "cluster (--scheduler); programs and traces are read here and shipped.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Dask scheduler address for --backend dask.")
 def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
-              pareto, baselines, backend, scheduler):
+              pareto, baselines, on_demand, backend, scheduler):
     """Run every combination of params x hardware x traces of .step programs, in parallel,
     and compare the points."""
     check_output_path("--out", out)  # a directory or an unwritable place first: --resume
@@ -136,7 +141,7 @@ def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timin
                                "choose another file")
     try:
         _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
-               pareto, baselines, backend, scheduler)
+               pareto, baselines, on_demand, backend, scheduler)
     except KeyboardInterrupt:  # before the points ran, or a second Ctrl-C
         if os.path.exists(out):
             click.echo(f"interrupted: finished points are kept in {out}: continue with the "
@@ -148,7 +153,7 @@ def sweep_cmd(files, defines, grids, hws, sets, traces, jobs, out, resume, timin
 
 
 def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_only,
-           pareto, baselines, backend, scheduler) -> None:
+           pareto, baselines, on_demand, backend, scheduler) -> None:
     from rich.console import Console
 
     from stepc.api.errors import InputError
@@ -160,6 +165,10 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         raise click.UsageError("--scheduler needs --backend dask")
     if baselines and not pareto:
         raise click.UsageError("--baseline needs --pareto (the metrics of the front)")
+    if on_demand and not pareto:
+        raise click.UsageError("--on-demand needs --pareto (it changes what a front charges)")
+    if on_demand and pareto and "on_chip_bytes" not in pareto.split(","):
+        raise click.UsageError("--on-demand charges on_chip_bytes: give it in --pareto")
     fixed = parse_defines(defines)
     grid: dict[str, list[int]] = {}
     for name, values in pairs(grids, "--grid"):
@@ -211,7 +220,8 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
         click.echo(f"nothing to run: every point's record is in {out}", err=True)
     print_report(lambda console: _sweep_summary(records, console))
     if pareto:
-        _pareto_report(records, pareto.split(","), pairs(baselines, "--baseline"))
+        _pareto_report(records, pareto.split(","), pairs(baselines, "--baseline"),
+                       pairs(on_demand, "--on-demand"))
     failed = Counter(r["status"] for r in records if r["status"] != "ok")
     if failed:
         kinds = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
@@ -294,18 +304,33 @@ def _matches(rec: dict, field: str, value: str) -> bool:
     return str(rec.get(field)) == value
 
 
-def _pareto_report(records: list[dict], metrics: list[str], baselines) -> None:
+ON_DEMAND = {"on_chip_bytes": "on_chip_bytes_on_demand"}  # what --on-demand charges instead
+
+
+def _pareto_report(records: list[dict], metrics: list[str], baselines,
+                   on_demand: list[tuple[str, str]] = ()) -> None:
     from stepc.api.sweep_results import pareto_front, pid, point_label, point_order
 
     ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
+    charged = [any(_matches(r, f, v) for f, v in on_demand) for r in ok]
+    if on_demand and not any(charged):
+        raise click.UsageError("--on-demand selects no point")
+
+    def metric(i: int, m: str) -> str:
+        return ON_DEMAND.get(m, m) if charged[i] else m
+
     for m in metrics:
-        if any(not isinstance(r.get(m), (int, float)) for r in ok):
+        if any(not isinstance(r.get(metric(i, m)), (int, float)) for i, r in enumerate(ok)):
             raise click.UsageError(f"--pareto {m}: not a numeric metric of every point")
-    vals = [tuple(r[m] for m in metrics) for r in ok]
+    vals = [tuple(r[metric(i, m)] for m in metrics) for i, r in enumerate(ok)]
+    if on_demand:
+        chosen = " or ".join(f"{f}={v}" for f, v in on_demand)
+        click.echo(f"on_chip_bytes of the {sum(charged)} point(s) with {chosen}: "
+                   "on_chip_bytes_on_demand (the buffers in use); the others: allocated")
     click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
     for i in pareto_front(vals):
         click.echo(f"  {point_label(ok[i])}: "
-                   + ", ".join(f"{m}={ok[i][m]:,}" for m in metrics))
+                   + ", ".join(f"{metric(i, m)}={ok[i][metric(i, m)]:,}" for m in metrics))
     if baselines:
         base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
         if not base:
