@@ -228,3 +228,37 @@ def test_sampler_optuna_without_optuna_says_that_was_asked(tmp_path, monkeypatch
     assert res.exit_code == 2, res.output
     assert "--sampler optuna: the sampler needs Optuna" in res.output
     assert "too large" not in res.output
+
+
+def _every_help_example() -> list[tuple[str, list[str]]]:
+    """(command, arguments) of each `stepc ...` example line in every command's help
+    (a continued line joined with the next)."""
+    from stepc.cli.group import _ELSEWHERE
+    found = []
+    for name in sorted(_ELSEWHERE):
+        text = run(name, "--help").output.replace("\\\n", " ")
+        for line in text.splitlines():
+            words = line.split()
+            if len(words) > 1 and words[0] == "stepc" and words[1] == name.split()[0]:
+                found.append((name, words[1:]))
+    return found
+
+
+def test_every_help_example_parses():
+    """Each example in a command's help names that command's real options and arguments
+    (click parses it as it would before running; the plot examples also run, above)."""
+    import click
+
+    from stepc.cli.group import _Commands
+
+    examples = _every_help_example()
+    assert len(examples) >= 20
+    commands = _Commands(main.commands)
+    for name, args in examples:
+        command = commands[name]
+        try:
+            command.make_context(name, list(args[1:]), parent=click.Context(main))
+        except click.exceptions.Exit:
+            pass
+        except click.UsageError as e:
+            pytest.fail(f"stepc {' '.join(args)}: {e.format_message()}")
