@@ -13,6 +13,11 @@ import threading
 import time
 
 
+def frame(body: bytes) -> bytes:
+    """`body` with the Content-Length header an editor puts before it."""
+    return f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+
+
 class LspClient:
     def __init__(self, cwd: str, timeout: float = 60.0):
         self.timeout = timeout
@@ -47,8 +52,7 @@ class LspClient:
             self.messages.put(json.loads(body))
 
     def send(self, message: dict) -> None:
-        data = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
-        self.proc.stdin.write(f"Content-Length: {len(data)}\r\n\r\n".encode("ascii") + data)
+        self.proc.stdin.write(frame(json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")))
         self.proc.stdin.flush()
 
     def send_raw(self, data: bytes) -> None:

@@ -146,7 +146,7 @@ async def document_symbols(ls: StepServer,
 def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
     """The whole document as `stepc fmt` lays it out (nothing when it has a syntax
     error: the error is already shown as a diagnostic)."""
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc = ls.document(params.text_document.uri)
     try:
         new = format_source(doc.source, doc.path or doc.uri)
     except (StepError, FormatError) as e:
