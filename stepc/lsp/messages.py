@@ -136,6 +136,11 @@ def _dispatch(server, value: dict) -> None:
         if value.get("jsonrpc") != "2.0":
             drop(server, f'{method}: a notification without "jsonrpc": "2.0"')
             return
+        params = value.get("params")
+        if method == lsp.CANCEL_REQUEST and not (isinstance(params, dict)
+                                                 and valid_id(params.get("id"))):
+            drop(server, f"{method}: no id of a request in {_show(params)}")
+            return
     else:
         problem = _request_problem(value, msg_id, method)
         if problem is not None:
