@@ -28,6 +28,7 @@ class LspClient:
         self.notifications: list[dict] = []
         self.next_id = 0
         self.stderr: list[str] = []  # what the server wrote there (read, so it never blocks)
+        self.errors: list[dict] = []  # every error the server answered, as it came
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -48,8 +49,10 @@ class LspClient:
                     break
                 key, _, value = line.partition(":")
                 headers[key.lower()] = value.strip()
-            body = out.read(int(headers["content-length"]))
-            self.messages.put(json.loads(body))
+            message = json.loads(out.read(int(headers["content-length"])))
+            if "error" in message:
+                self.errors.append(message["error"])
+            self.messages.put(message)
 
     def send(self, message: dict) -> None:
         self.proc.stdin.write(frame(json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")))

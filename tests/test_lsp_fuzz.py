@@ -158,6 +158,8 @@ def survives(seed: int, count: int) -> None:
         internal = [n["params"]["message"] for n in c.notifications
                     if "internal error" in str(n.get("params"))]
         assert internal == [], (seed, internal)
+        crashed = [e["message"] for e in c.errors if e["code"] == -32603]
+        assert crashed == [], (seed, crashed)  # an exception of stepc's, not an answer
     finally:
         c.close() if c.proc.poll() is None else c.proc.wait()
 

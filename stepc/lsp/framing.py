@@ -41,7 +41,7 @@ class MessageReader:
 
     def __init__(self, stdin, executor):
         self.stdin, self.executor = stdin, executor
-        self.buffer = b""
+        self.buffer = bytearray()  # grown in place: a long body arrives in linear time
         self.ended = False
         self.inflight: asyncio.Future | None = None  # a read that outlived a wait
 
@@ -62,7 +62,8 @@ class MessageReader:
         return bool(chunk)
 
     def _cut(self, n: int) -> bytes:
-        taken, self.buffer = self.buffer[:n], self.buffer[n:]
+        taken = bytes(self.buffer[:n])
+        del self.buffer[:n]
         return taken
 
     async def readline(self) -> bytes | None:
@@ -70,7 +71,7 @@ class MessageReader:
         the end is kept, where a header may begin."""
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_LINE:
-                self.buffer = self.buffer[-_LOOKAHEAD:]
+                del self.buffer[:-_LOOKAHEAD]
             if not await self._take():
                 return self._cut(len(self.buffer)) or None
         return self._cut(self.buffer.index(b"\n") + 1)
@@ -97,7 +98,7 @@ class MessageReader:
 
     def body_start(self) -> bytes:
         """The first bytes of the body already read (up to a header line that follows)."""
-        start = self.buffer[:MAX_LINE]
+        start = bytes(self.buffer[:MAX_LINE])
         found = _HEADER_LINE.search(start)
         return start[:found.start()] if found else start
 
@@ -107,14 +108,14 @@ class MessageReader:
         while True:
             found = _HEADER_LINE.search(self.buffer)
             if found:
-                self.buffer = self.buffer[found.start():]
+                del self.buffer[:found.start()]
                 return
-            self.buffer = self.buffer[-_LOOKAHEAD:]
+            del self.buffer[:-_LOOKAHEAD]
             if not await self._take():
                 return
 
     def unread(self, data: bytes) -> None:
-        self.buffer = data + self.buffer
+        self.buffer[:0] = data
 
 
 def _header_opens(data: bytes, before: int) -> bool:

@@ -54,6 +54,7 @@ class StepServer(LanguageServer):
         self.generation: dict[str, int] = {}
         self.pending: dict[str, asyncio.Task] = {}
         self.published: dict[str, set[str]] = {}  # document uri -> uris given diagnostics
+        # checks and formatting, one at a time: the parser serves one thread at a time
         self.checker = ThreadPoolExecutor(1, thread_name_prefix="stepc-check")
         self.costs = ThreadPoolExecutor(1, thread_name_prefix="stepc-roofline")
 
@@ -141,6 +142,9 @@ class StepServer(LanguageServer):
         except UnicodeDecodeError:
             raise RequestFailed(f"{uri} is not open in the editor and is not UTF-8 "
                                 f"text") from None
+        except ValueError:  # a NUL in the path
+            raise RequestFailed(f"{uri!r} is not open in the editor and is not a file "
+                                f"name") from None
 
     def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Log) -> None:
         """A line in the editor's log of the server (window/logMessage)."""
