@@ -132,12 +132,22 @@ def test_a_message_too_large_is_refused_to_its_id_and_skipped(server):
 def test_an_unreadable_notification_or_response_is_logged(server):
     c, uri = server
     c.send_raw(message({"jsonrpc": "2.0", "id": [1], "result": None}))
+    # a response whose id is that of a request of the editor's still running (a hover
+    # waiting for the first check of a document just opened)
+    other = MOE.with_name("moe_copy.step").as_uri()
+    c.notify("textDocument/didOpen", {"textDocument": {
+        "uri": other, "languageId": "step", "version": 1, "text": MOE.read_text()}})
+    c.send({"id": 850, "method": "textDocument/hover", "params": {
+        "textDocument": {"uri": other}, "position": {"line": 0, "character": 0}}})
+    c.send_raw(message({"jsonrpc": "2.0", "id": 850, "result": None}))
+    assert "result" in c.wait_answer(850)
     c.send_raw(message({"method": "initialized", "params": {}}))
     answered(c, send_valid(c, uri))
     logs = [n["params"]["message"] for n in c.notifications
             if n["method"] == "window/logMessage"]
-    assert any("dropped a message: a response with id list" in m for m in logs), logs
+    assert any("dropped a message: a response with id an array" in m for m in logs), logs
     assert any("initialized: a notification without" in m for m in logs), logs
+    assert any("id 850, which names no request" in m for m in logs), logs
 
 
 def test_a_request_after_shutdown_is_refused_until_exit():

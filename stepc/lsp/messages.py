@@ -106,7 +106,7 @@ def handle_body(server, body: bytes, length: int) -> bytes:
         rest = b""
     if not isinstance(value, dict):
         reply_error(server, None, JsonRpcInvalidRequest,
-                    f"a message is a JSON object, not {type(value).__name__}")
+                    f"a message must be a JSON object, not {_show(value)}")
         return rest
     _dispatch(server, value)
     return rest
@@ -119,6 +119,10 @@ def _dispatch(server, value: dict) -> None:
         if "result" in value or "error" in value:  # a response to a request of ours
             if msg_id is None or value.get("jsonrpc") != "2.0":
                 drop(server, f"a response with id {_show(value.get('id'))}")
+                return
+            if msg_id not in server.protocol._result_types:  # e.g. the id of a request
+                drop(server, f"a response with id {_show(msg_id)}, which names no "
+                             f"request of the server's")
                 return
         elif has_id:
             reply_error(server, msg_id, JsonRpcInvalidRequest,
@@ -183,6 +187,7 @@ def _show(value) -> str:
     """A value of a message, briefly, for an error message."""
     if isinstance(value, LongNumber):
         return str(value)
-    text = json.dumps(value) if isinstance(value, (str, int, float, type(None))) else \
-        type(value).__name__
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
