@@ -13,6 +13,11 @@ import threading
 import time
 
 
+def frame(body: bytes) -> bytes:
+    """`body` with the Content-Length header an editor puts before it."""
+    return f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+
+
 class LspClient:
     def __init__(self, cwd: str, timeout: float = 60.0):
         self.timeout = timeout
@@ -23,6 +28,7 @@ class LspClient:
         self.notifications: list[dict] = []
         self.next_id = 0
         self.stderr: list[str] = []  # what the server wrote there (read, so it never blocks)
+        self.errors: list[dict] = []  # every error the server answered, as it came
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -43,12 +49,13 @@ class LspClient:
                     break
                 key, _, value = line.partition(":")
                 headers[key.lower()] = value.strip()
-            body = out.read(int(headers["content-length"]))
-            self.messages.put(json.loads(body))
+            message = json.loads(out.read(int(headers["content-length"])))
+            if "error" in message:
+                self.errors.append(message["error"])
+            self.messages.put(message)
 
     def send(self, message: dict) -> None:
-        data = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
-        self.proc.stdin.write(f"Content-Length: {len(data)}\r\n\r\n".encode("ascii") + data)
+        self.proc.stdin.write(frame(json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")))
         self.proc.stdin.flush()
 
     def send_raw(self, data: bytes) -> None:

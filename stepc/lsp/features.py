@@ -143,19 +143,23 @@ async def document_symbols(ls: StepServer,
 
 
 @feature(lsp.TEXT_DOCUMENT_FORMATTING)
-def formatting(ls: StepServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
+async def formatting(ls: StepServer,
+                     params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
     """The whole document as `stepc fmt` lays it out (nothing when it has a syntax
-    error: the error is already shown as a diagnostic)."""
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    error: the error is already shown as a diagnostic). Formatted in the checks' worker
+    thread: the parser serves one thread at a time."""
+    doc = ls.document(params.text_document.uri)
+    text = doc.source
     try:
-        new = format_source(doc.source, doc.path or doc.uri)
+        new = await asyncio.get_running_loop().run_in_executor(
+            ls.checker, format_source, text, doc.path or doc.uri)
     except (StepError, FormatError) as e:
         ls.window_show_message(lsp.ShowMessageParams(
             lsp.MessageType.Warning, f"stepc fmt: not formatted: {e}"))
         return []
-    if new == doc.source:
+    if new == text:
         return []
-    end = lsp.Position(len(doc.lines), 0)
+    end = lsp.Position(len(text.splitlines(True)), 0)
     return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), new)]
 
 

@@ -16,8 +16,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
+from pygls.workspace import TextDocument
 
 from stepc import __version__
 from stepc.codes import UNKNOWN_OVERRIDE
@@ -34,6 +36,12 @@ SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error,
             Severity.NOTE: lsp.DiagnosticSeverity.Information}
 
 
+class RequestFailed(JsonRpcException):
+    """LSP's RequestFailed: a request understood but about something that is not there."""
+
+    CODE = -32803
+
+
 class StepServer(LanguageServer):
     """Documents, settings and the latest checks."""
 
@@ -46,6 +54,7 @@ class StepServer(LanguageServer):
         self.generation: dict[str, int] = {}
         self.pending: dict[str, asyncio.Task] = {}
         self.published: dict[str, set[str]] = {}  # document uri -> uris given diagnostics
+        # checks and formatting, one at a time: the parser serves one thread at a time
         self.checker = ThreadPoolExecutor(1, thread_name_prefix="stepc-check")
         self.costs = ThreadPoolExecutor(1, thread_name_prefix="stepc-roofline")
 
@@ -60,13 +69,12 @@ class StepServer(LanguageServer):
 
     async def _check(self, uri: str, gen: int, delay: float) -> None:
         await asyncio.sleep(delay)
-        doc = self.workspace.get_text_document(uri)
+        if self.generation.get(uri) != gen or uri not in self.workspace.text_documents:
+            return  # edited again, or closed
+        doc = self.workspace.text_documents[uri]
         path = to_fs_path(uri) or uri
         text, version = doc.source, doc.version or 0
-        open_texts = {to_fs_path(d.uri) or d.uri: d.source
-                      for d in self.workspace.text_documents.values()}
-        settings = Settings(dict(self.settings.defines), self.settings.hw,
-                            self.settings.inlay_hints)
+        open_texts, settings = self._snapshot()
         loop = asyncio.get_running_loop()
 
         def job():
@@ -89,9 +97,58 @@ class StepServer(LanguageServer):
         self.publish(uri, checked)
         self.log(f"checked {path} (version {version}) in {checked.seconds:.3f} s")
 
-    def log(self, message: str) -> None:
+    def _snapshot(self) -> tuple[dict[str, str], Settings]:
+        """The texts of the open documents by path, and a copy of the settings, for a
+        check in the worker thread."""
+        open_texts = {to_fs_path(d.uri) or d.uri: d.source
+                      for d in self.workspace.text_documents.values()}
+        return open_texts, Settings(dict(self.settings.defines), self.settings.hw,
+                                    self.settings.inlay_hints)
+
+    async def _check_unopened(self, uri: str) -> None:
+        """Check a document the editor has not opened, from the file on disk (again when
+        the file changed since), without publishing diagnostics for it."""
+        doc = self.document(uri)
+        path = to_fs_path(uri)
+        try:
+            stamp = os.stat(path).st_mtime_ns
+        except OSError:
+            stamp = 0
+        last = self.latest.get(uri)
+        if last is not None and last.version == stamp:
+            return
+        open_texts, settings = self._snapshot()
+        checked = await asyncio.get_running_loop().run_in_executor(
+            self.checker, check_document, path, doc.source, stamp, open_texts, settings)
+        self.latest[uri] = checked
+        if checked.compiled.typed is not None:
+            self.good[uri] = checked
+
+    def document(self, uri: str) -> TextDocument:
+        """The editor's text of `uri`, or the file on disk when the editor has not opened
+        it; a request about neither is refused naming the URI."""
+        doc = self.workspace.text_documents.get(uri)
+        if doc is not None:
+            return doc
+        path = to_fs_path(uri)
+        if path is None:
+            raise RequestFailed(f"{uri} is not open in the editor and is not a file: URI")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return TextDocument(uri, f.read())
+        except OSError as e:
+            raise RequestFailed(f"{uri} is not open in the editor and cannot be read: "
+                                f"{e.strerror or 'no such file'}") from None
+        except UnicodeDecodeError:
+            raise RequestFailed(f"{uri} is not open in the editor and is not UTF-8 "
+                                f"text") from None
+        except ValueError:  # a NUL in the path
+            raise RequestFailed(f"{uri!r} is not open in the editor and is not a file "
+                                f"name") from None
+
+    def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Log) -> None:
         """A line in the editor's log of the server (window/logMessage)."""
-        self.window_log_message(lsp.LogMessageParams(lsp.MessageType.Log, f"stepc: {message}"))
+        self.window_log_message(lsp.LogMessageParams(kind, f"stepc: {message}"))
 
     def publish(self, uri: str, checked: Checked) -> None:
         """Diagnostics of the program and of every file it imports, as `stepc check`
@@ -130,7 +187,11 @@ class StepServer(LanguageServer):
     async def current(self, uri: str) -> None:
         """Until the document has been checked once, wait for that check (at most
         CHECK_WAIT seconds); later queries answer at once from the last check, so an edit
-        never makes the editor wait."""
+        never makes the editor wait. A document the editor has not opened is checked from
+        disk."""
+        if uri not in self.workspace.text_documents:
+            await self._check_unopened(uri)
+            return
         deadline = asyncio.get_running_loop().time() + CHECK_WAIT
         while uri not in self.latest:
             task = self.pending.get(uri)
@@ -143,12 +204,12 @@ class StepServer(LanguageServer):
         """(checked, file path, 1-based line, col) for a position, from the last good
         check of the document."""
         checked = self.good.get(uri) or self.latest.get(uri)
-        doc = self.workspace.get_text_document(uri)
+        doc = self.document(uri)
         line = doc.lines[pos.line] if pos.line < len(doc.lines) else ""
         return checked, to_fs_path(uri) or uri, pos.line + 1, from_utf16(line, pos.character) + 1
 
     def text_before(self, uri: str, pos: lsp.Position) -> str:
-        doc = self.workspace.get_text_document(uri)
+        doc = self.document(uri)
         lines = doc.lines[:pos.line]
         current = doc.lines[pos.line] if pos.line < len(doc.lines) else ""
         return "".join(lines) + current[:from_utf16(current, pos.character)]
