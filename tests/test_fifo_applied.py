@@ -112,3 +112,11 @@ def test_moe_static_at_large_batches(tmp_path, batch):
     assert report["uniform_cycles"] == 0
     assert any(f.endswith("moe.step") for f in report["confirmation"]["files"])
     assert "depth=" in (tmp_path / "lib" / "moe.step").read_text()
+
+
+@pytest.mark.slow
+def test_measured_section_is_current():
+    """docs/fifo.md's measured table and lists are what fresh, confirmed searches give."""
+    from stepc.fifo import measured
+    assert measured.main(["--check"]) == 0, \
+        "docs/fifo.md is stale: run `python -m stepc.fifo.measured`"

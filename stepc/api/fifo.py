@@ -334,7 +334,8 @@ def _fan_outs(typed, needs) -> list[dict[str, Any]]:
         span = spans[need.edge]
         stream = prog.nodes[src].port_label(port).rsplit(".", 1)[-1]
         name = stream.split("[")[0]
-        f = out.setdefault(str(span), {"stream": stream, "span": span, "fifos": 0,
+        f = out.setdefault(str(span), {"stream": stream, "location": str(span), "span": span,
+                                       "fifos": 0,
                                        "consumers": need.consumers, "depth": 0})
         f["fifos"] += 1
         f["depth"] = max(f["depth"], need.held)

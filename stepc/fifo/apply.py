@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from stepc.source import Span
 
-DEPTH_ATTR = re.compile(r"depth\s*=\s*(\[[^\]]*\]|\d+)")
+DEPTH_ATTR = re.compile(r"depth\s*=")
 OPENS, CLOSES = "([{", ")]}"
 
 
@@ -38,21 +38,20 @@ def with_depths(text: str, calls: list[CallDepths]) -> str:
         if found is None:
             continue
         close, attr = found
-        edits.append((attr.start(), attr.end(), f"depth={value}") if attr else
-                     (close, close, f", depth={value}"))
+        edits.append((*attr, f"depth={value}") if attr else (close, close, f", depth={value}"))
     for begin, end, new in sorted(edits, reverse=True):
         text = text[:begin] + new + text[end:]
     return text
 
 
-def _own_arguments(text: str, begin: int) -> tuple[int, re.Match | None] | None:
-    """The offset of the closing parenthesis of the call starting at `begin`, and its own
-    `depth=` argument (None when it has none): one at the top level of its arguments, not a
-    nested call's."""
+def _own_arguments(text: str, begin: int) -> tuple[int, tuple[int, int] | None] | None:
+    """The offset of the closing parenthesis of the call starting at `begin`, and where its
+    own `depth=` argument starts and ends (None when it has none): the one at the top level
+    of its arguments, not a nested call's, whatever its value (a number, a list, a dim)."""
     open_at = text.find("(", begin)
     if open_at < 0:
         return None
-    level, i, attr = 0, open_at, None
+    level, i, attr, start = 0, open_at, None, None
     while i < len(text):
         ch = text[i]
         if ch == "#":
@@ -67,12 +66,15 @@ def _own_arguments(text: str, begin: int) -> tuple[int, re.Match | None] | None:
             continue
         if ch in OPENS:
             level += 1
-        elif ch in CLOSES:
-            level -= 1
+        elif ch in CLOSES or (ch == "," and level == 1):
+            if level == 1 and start is not None and attr is None:
+                attr = (start, len(text[:i].rstrip()))
+            level -= ch != ","
             if level == 0:
                 return i, attr
-        elif level == 1 and attr is None and ch == "d" and not (text[i - 1].isalnum() or
-                                                                 text[i - 1] == "_"):
-            attr = DEPTH_ATTR.match(text, i)
+        elif level == 1 and start is None and ch == "d" and not (text[i - 1].isalnum() or
+                                                                  text[i - 1] == "_"):
+            if DEPTH_ATTR.match(text, i):
+                start = i
         i += 1
     return None

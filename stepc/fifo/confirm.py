@@ -47,18 +47,21 @@ def applied_texts(typed, sources: dict, classes: list[FifoClass], preset: int
 
     nodes = typed.program.nodes
     calls: dict[str, dict[str, CallDepths]] = {}  # file -> call location -> its depths
+    changed: set[str] = set()  # the calls whose FIFOs do not all state their depth
     for c in classes:
         if not c.settable:
             continue
         node = nodes[c.edges[0][2]]
         current = input_depths(node, preset)
-        slot = c.key[1]
-        if c.depth == current[slot]:
-            continue
         span = node.span
         call = calls.setdefault(span.file, {}).setdefault(
             str(span), CallDepths(span, len(current), current, {}))
-        call.depths[slot] = c.depth
+        call.depths[c.key[1]] = c.depth  # every input: the search ran every FIFO at it
+        if any(input_depths(nodes[k[2]], preset)[c.key[1]] != c.depth for k in c.edges):
+            changed.add(str(span))
+    calls = {name: {k: v for k, v in edits.items() if k in changed}
+             for name, edits in calls.items()}
+    calls = {name: edits for name, edits in calls.items() if edits}
     texts = {name: format_source(with_depths(sources[name].text, list(edits.values())), name)
              for name, edits in calls.items()}
     return texts, sum(len(edits) for edits in calls.values())
@@ -77,7 +80,8 @@ def confirm(compiled, classes: list[FifoClass], hw, traces=None,
     again = compile_files(files, compiled.name, dict(typed.program.params))
     if not again.ok:
         return Confirmation(texts, calls, 0, None,
-                            [str(d) for d in again.diagnostics.errors] or ["too large"])
+                            [f"{d.span}: {d.message}" for d in again.diagnostics.errors]
+                            or ["too large to check"])
     m = measure(again.typed, hw, traces, functional=False)
     if m.deadlocked:
         return Confirmation(texts, calls, 0, None)
