@@ -10,8 +10,10 @@ most elements it ever held, the depth it needs to change nothing. Every later ru
 as soon as it passes the tolerance (the simulator's `max_cycles`): a run that is too slow
 costs only the cycles up to the bound.
 
+0. Every FIFO at the hardware's depth, the uniform depth the report compares with: whether
+   it deadlocks (the run stops past UNIFORM_LIMIT times the reference cycles).
 1. Every class at its static minimum: when that run is within the tolerance, nothing
-   smaller exists and the search ends (the bundled MoE layers: two runs).
+   smaller exists and the search ends (the bundled MoE layers: three runs in all).
 2. Else every class is capped at one budget of bytes `U` per FIFO (the depth is
    `U / element bytes`, never above the high water, never below the static minimum under
    the depths around it), and `U` is bisected, first over powers of two, then within the
@@ -22,6 +24,10 @@ costs only the cycles up to the bound.
 4. The rows holding the most bytes are lowered back to their minimum, the longest prefix
    of them (heaviest first, found by bisection) whose run stays within the tolerance, in
    two passes (the second skips the row the first could not lower).
+
+When no budget is good, a run at the high water marks ends the search; when that is not
+good either, one run with the fan-outs stepc inserted at what they held with unbounded FIFOs
+tells whether those fixed FIFOs are the reason (`SearchResult.fan_outs`).
 """
 
 from __future__ import annotations
