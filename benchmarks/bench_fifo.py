@@ -2,9 +2,10 @@
 programs under `paper-eval` (target: under 30 s per program on 2 cores).
 
 Compiles each program once, then times `Program.fifo` (static analysis and search) and
-prints per program the median wall and CPU time over repeated runs, the simulations the
-search made, and the FIFO bytes it found against the preset's uniform depth. CPU time is
-the closer measure on a loaded machine (the search runs on one core).
+prints per program the median wall and CPU time over repeated runs (the confirmation run of
+the program with the depths written included), the simulations the search made, and the
+FIFO bytes it found against the preset's uniform depth. CPU time is the closer measure on
+a loaded machine (the search runs on one core).
 
     python benchmarks/bench_fifo.py [--repeat 3] [--program moe_static.step ...]
                                     [-D B=256 -D TILE_N=16]
@@ -45,8 +46,10 @@ def main() -> None:
         print(f"{label}: median {wall:.1f} s wall, {cpu:.1f} s CPU (n={args.repeat}, "
               f"target {TARGET_SECONDS:.0f} s: {'met' if cpu < TARGET_SECONDS else 'MISSED'}); "
               f"{report.runs} simulations; cycles {report.cycles:,} vs "
-              f"{report.unbounded_cycles:,} unbounded; FIFO bytes {report.fifo_bytes:,} vs "
-              f"{report.uniform_bytes:,} at depth {report.preset_depth}")
+              f"{report.unbounded_cycles:,} unbounded (confirmed: {report.confirmation.cycles:,}); "
+              f"FIFO bytes {report.fifo_bytes:,} (confirmed: {report.confirmation.fifo_bytes:,}) "
+              f"vs {report.uniform_bytes:,} at depth {report.preset_depth}"
+              + (" (deadlocks)" if report.uniform_cycles == 0 else ""))
 
 
 if __name__ == "__main__":

@@ -359,3 +359,35 @@ def test_reported_bytes_are_those_of_the_program_with_the_depths_applied(tmp_pat
     applied = load(str(path))._compiled
     assert fifo_capacity_bytes(applied, "paper-eval") == report.fifo_bytes
     assert report.fifo_bytes != report.uniform_bytes
+
+
+def test_a_fan_out_the_program_needs_deeper_is_named_with_the_broadcast_to_write():
+    """The report's advice for a fan-out stepc inserted: the stream, where it is made, and
+    an explicit Broadcast that, written into the program, is a call `depth=` reaches."""
+    import io
+
+    from rich.console import Console
+    from test_fifo_applied import FAN_OUT
+
+    from stepc.api.fifo import FifoReport, _fan_outs
+    from stepc.fifo.search import FanOutNeed
+    text = FAN_OUT.format(n=2, rows=4, width=16, direct="Flatten(x, min=0, max=1)")
+    typed = compile(text)._compiled.typed
+    (edge,) = [(e.src, e.port, e.dst, e.slot) for e in typed.program.edges
+               if e.dst == "t.bcast"]
+    (need,) = _fan_outs(typed, [FanOutNeed(edge, 2, 5)])
+    assert need["stream"] == "t" and need["depth"] == 5 and need["span"].line == 10
+    assert need["suggestion"] == "t_0, t_1 = Broadcast(t, consumers=2, depth=5)"
+    report = FifoReport("fan.step", "paper-eval", 2, 0.01, [], [], unbounded_cycles=100,
+                        cycles=120, fan_outs=[need])
+    out = io.StringIO()
+    report.render(Console(file=out, width=300))
+    assert "`t` feeds 2 uses through a fan-out stepc inserted" in out.getvalue()
+    assert "no depths within the tolerance" in out.getvalue()
+    assert report.to_dict()["fan_outs"][0]["location"]["line"] == 10
+    written = text.replace("a = scale(t)", need["suggestion"] + "\na = scale(t_0)").replace(
+        "FlatMap(t,", "FlatMap(t_1,")
+    program = compile(written)._compiled.typed.program
+    assert not any(n.implicit for n in program.nodes.values() if n.name.startswith("t"))
+    assert any(n.op == "Broadcast" and n.attrs.get("depth") == 5
+               for n in program.nodes.values())

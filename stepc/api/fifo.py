@@ -28,18 +28,31 @@ class FifoRow:
     span: Any  # the consumer call's Span
     slot: int  # the consumer's input slot
     fifos: int  # FIFOs it sets (loop iterations, calls of a function)
-    element: str  # the stream's element type
-    element_bytes: int | None
+    element: str  # the stream's element type (each distinct one, joined by " | ")
+    sizes: list[int | None]  # each FIFO's element bytes (None: a dim left free)
     static_minimum: Any  # depth below which the run must deadlock (int, or an expression)
     data_dependent: bool  # selectors route the FIFO's reconvergence: measured, not derived
     settable: bool  # written in the source (not a fan-out stepc inserted)
     depth: int | None = None  # the searched depth (None: no search)
 
     @property
-    def bytes(self) -> int | None:
-        if self.depth is None or self.element_bytes is None:
+    def element_bytes(self) -> int | list[int] | None:
+        """The bytes of one element: one number when its FIFOs share it, else each
+        distinct one."""
+        if None in self.sizes:
             return None
-        return self.depth * self.element_bytes * self.fifos
+        distinct = sorted(set(self.sizes))
+        return distinct[0] if len(distinct) == 1 else distinct
+
+    def bytes_at(self, depth: int | None) -> int | None:
+        """Bytes of its FIFOs at `depth`, each at its own element's bytes."""
+        if depth is None or None in self.sizes:
+            return None
+        return depth * sum(self.sizes)
+
+    @property
+    def bytes(self) -> int | None:
+        return self.bytes_at(self.depth)
 
     @property
     def notable(self) -> bool:
@@ -64,6 +77,10 @@ class FifoReport:
     runs: int = 0
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
+    uniform_cycles: int | None = None  # every FIFO at the preset depth (0: deadlock)
+    within_tolerance: bool = False
+    fan_outs: list[dict[str, Any]] = field(default_factory=list)  # deeper than they can be
+    confirmation: Any = None  # stepc.fifo.confirm.Confirmation of the searched depths
 
     @property
     def fifo_bytes(self) -> int | None:
@@ -74,10 +91,8 @@ class FifoReport:
     @property
     def uniform_bytes(self) -> int | None:
         """Bytes of every FIFO at the hardware's uniform depth."""
-        sizes = [r.element_bytes for r in self.rows]
-        if None in sizes:
-            return None
-        return sum(self.preset_depth * r.element_bytes * r.fifos for r in self.rows)
+        sizes = [r.bytes_at(self.preset_depth) for r in self.rows]
+        return None if None in sizes else sum(sizes)
 
     @property
     def deadlock_free(self) -> bool:
@@ -91,6 +106,15 @@ class FifoReport:
                 "fifo_bytes": self.fifo_bytes, "uniform_bytes": self.uniform_bytes,
                 "on_chip_bytes": _plain(self.on_chip_bytes)
                 if self.on_chip_bytes is not None else None,
+                "uniform_cycles": self.uniform_cycles,
+                "within_tolerance": self.within_tolerance if self.cycles is not None else None,
+                "confirmation": None if self.confirmation is None else {
+                    "cycles": self.confirmation.cycles,
+                    "fifo_bytes": self.confirmation.fifo_bytes,
+                    "calls": self.confirmation.calls,
+                    "files": sorted(self.confirmation.texts)},
+                "fan_outs": [{k: v for k, v in f.items() if k != "span"} | {
+                    "location": span_json(f["span"])} for f in self.fan_outs],
                 "search_runs": self.runs, "search_seconds": round(self.seconds, 3),
                 "dead_loops": [{"location": span_json(d["span"]), "stream": d["stream"],
                                 "reason": d["reason"]} for d in self.dead_loops],
@@ -125,23 +149,56 @@ class FifoReport:
         else:
             line("  no FIFO on a reconvergent path")
         if self.unbounded_cycles is not None:
-            if self.cycles:
-                line(f"  cycles: {self.cycles:,} with these depths, {self.unbounded_cycles:,} "
-                     f"with unbounded FIFOs (tolerance {100 * self.tolerance:g}%)")
-            else:
-                line("  no depths found that complete within the tolerance: "
-                     + "; ".join(self.log[-1:]))
-            total, uniform = self.fifo_bytes, self.uniform_bytes
-            if total is not None and uniform is not None:
-                line(f"  FIFO bytes: {total:,} with these depths, {uniform:,} at the uniform "
-                     f"depth {self.preset_depth} ({_saved(total, uniform)})")
-            on_chip = _plain(self.on_chip_bytes) if self.on_chip_bytes is not None else None
-            if isinstance(on_chip, int) and total is not None:
-                line(f"  on-chip memory: {on_chip:,} B of the operators, {on_chip + total:,} B "
-                     "with these FIFOs")
-            line(f"  search: {self.runs} simulations in {self.seconds:.1f} s")
+            self._render_search(line)
         if any(not r.settable for r in rows):
             line("  * a fan-out stepc inserted: its FIFOs keep the hardware's depth")
+
+    def _render_search(self, line) -> None:
+        """The search's lines of the text report."""
+        if self.cycles and self.within_tolerance:
+            line(f"  cycles: {self.cycles:,} with these depths, {self.unbounded_cycles:,} "
+                 f"with unbounded FIFOs (tolerance {100 * self.tolerance:g}%)")
+        elif self.cycles:
+            line(f"  no depths within the tolerance: {self.cycles:,} cycles at the most the "
+                 f"FIFOs held, {self.unbounded_cycles:,} with unbounded FIFOs (tolerance "
+                 f"{100 * self.tolerance:g}%)")
+        else:
+            line("  no depths found that complete within the tolerance: "
+                 + "; ".join(self.log[-1:]))
+        line(f"  at the uniform depth {self.preset_depth}: " + _uniform_run(self))
+        total, uniform = self.fifo_bytes, self.uniform_bytes
+        if total is not None and uniform is not None:
+            line(f"  FIFO bytes: {total:,} with these depths, {uniform:,} at the uniform "
+                 f"depth {self.preset_depth} ({_saved(total, uniform)}"
+                 + ("; that depth deadlocks" if self.uniform_cycles == 0 else "") + ")")
+        on_chip = _plain(self.on_chip_bytes) if self.on_chip_bytes is not None else None
+        if isinstance(on_chip, int) and total is not None:
+            line(f"  on-chip memory: {on_chip:,} B of the operators, {on_chip + total:,} B "
+                 "with these FIFOs")
+        done = self.confirmation
+        if done is not None:
+            files = ", ".join(sorted(done.texts)) or "no file changes"
+            line(f"  confirmed: the program with these depths written ({done.calls} "
+                 f"call{'s' if done.calls != 1 else ''}: {files}) compiled from that text runs "
+                 f"{done.cycles:,} cycles with {done.fifo_bytes:,} FIFO bytes "
+                 "(`stepc sim --fifo-bytes`)")
+        for f in self.fan_outs:
+            line(f"  {f['location']}: `{f['stream']}`" + (f" (x{f['fifos']})" if f["fifos"] > 1
+                                                         else "") +
+                 f" feeds {f['consumers']} uses through a fan-out stepc inserted, which no "
+                 f"`depth=` reaches (it keeps depth {self.preset_depth}); the program runs "
+                 f"within the tolerance with it {f['depth']} deep: write the fan-out, "
+                 f"`{f['suggestion']}`, and give each use its own output")
+        line(f"  search: {self.runs} simulations in {self.seconds:.1f} s")
+
+
+def _uniform_run(report: FifoReport) -> str:
+    from stepc.fifo.search import UNIFORM_LIMIT
+    if report.uniform_cycles == 0:
+        return "the program deadlocks"
+    if report.uniform_cycles is None:
+        return f"the run passed {UNIFORM_LIMIT} times the unbounded cycles (stopped)"
+    return f"{report.uniform_cycles:,} cycles"
 
 
 FOLD_INPUTS = 8  # a call with more listed inputs than this shows them as one row
@@ -241,7 +298,51 @@ def size_fifos(compiled: Compiled, hw=None,
         report.unbounded_cycles, report.cycles = outcome.unbounded_cycles, outcome.cycles
         report.runs, report.seconds, report.log = outcome.runs, outcome.seconds, outcome.log
         report.on_chip_bytes = outcome.on_chip_bytes
+        report.uniform_cycles = outcome.uniform_cycles
+        report.within_tolerance = outcome.within_tolerance
+        report.fan_outs = _fan_outs(typed, outcome.fan_outs)
+    if outcome is not None and outcome.cycles:
+        report.confirmation = _confirmed(compiled, report, classes, config, arrays, bindings)
     return report
+
+
+def _confirmed(compiled, report: FifoReport, classes, config, arrays, bindings):
+    """The run of the program with the searched depths written into its text; raises
+    SimulationError when it is not the search's answer."""
+    from stepc.fifo.confirm import confirm
+    from stepc.sim.kernel import SimError
+
+    try:
+        done = confirm(compiled, classes, config, arrays, bindings)
+    except SimError as e:
+        raise SimulationError.of(e, compiled.typed.program.nodes) from None
+    why = done.disagreement(report.cycles, report.fifo_bytes)
+    if why is not None:
+        raise SimulationError(f"{compiled.name}: the searched FIFO depths are not confirmed: "
+                              f"{why}; no depths are reported")
+    return done
+
+
+def _fan_outs(typed, needs) -> list[dict[str, Any]]:
+    """The fan-outs stepc inserted that must be deeper, one per producer call: its stream,
+    location, uses, the depth that suffices and the Broadcast that would say it."""
+    prog = typed.program
+    spans = {(e.src, e.port, e.dst, e.slot): e.span for e in prog.edges}
+    out: dict[str, dict[str, Any]] = {}
+    for need in needs:
+        src, port, _dst, _slot = need.edge
+        span = spans[need.edge]
+        stream = prog.nodes[src].port_label(port).rsplit(".", 1)[-1]
+        name = stream.split("[")[0]
+        f = out.setdefault(str(span), {"stream": stream, "location": str(span), "span": span,
+                                       "fifos": 0,
+                                       "consumers": need.consumers, "depth": 0})
+        f["fifos"] += 1
+        f["depth"] = max(f["depth"], need.held)
+        outputs = ", ".join(f"{name}_{i}" for i in range(need.consumers))
+        f["suggestion"] = (f"{outputs} = Broadcast({name}, consumers={need.consumers}, "
+                           f"depth={f['depth']})")
+    return list(out.values())
 
 
 def _row(typed, c, minima, bindings, searched: bool) -> FifoRow:
@@ -255,12 +356,12 @@ def _row(typed, c, minima, bindings, searched: bool) -> FifoRow:
     for k in c.edges:
         if k in minima:
             bound = sympy.Max(bound, minima[k][0])
-    st = typed.types.get((src, port))
+    elements = dict.fromkeys(str(st.elem) if st is not None else "?"
+                             for st in (typed.types.get((k[0], k[1])) for k in c.edges))
     return FifoRow(prog.nodes[src].port_label(port), dst, c.key[0], prog.nodes[dst].span,
-                   c.key[1], len(c.edges),
-                   str(st.elem) if st is not None else "?",
-                   element_bytes(typed, c.edges[0], bindings), bound, c.data_dependent,
-                   c.settable, c.depth if searched else None)
+                   c.key[1], len(c.edges), " | ".join(elements),
+                   [element_bytes(typed, k, bindings) for k in c.edges], bound,
+                   c.data_dependent, c.settable, c.depth if searched else None)
 
 
 def _loops(analysis: FifoAnalysis) -> list[dict[str, Any]]:
@@ -271,38 +372,24 @@ def _loops(analysis: FifoAnalysis) -> list[dict[str, Any]]:
 
 
 def apply_depths(compiled: Compiled, report: FifoReport) -> tuple[int, list[str]]:
-    """Write the searched depths into the program's own file as `depth=` attributes, in
-    the layout of `stepc fmt`, through a temporary file and a rename. Returns the calls
-    edited and the locations left alone, each with why (a call in an imported file)."""
-    from stepc.fifo.apply import CallDepths, with_depths
-    from stepc.fifo.capacity import input_depths
-    from stepc.grammar.format import format_source
-    from stepc.sim.report import write_atomic
+    """Write the searched depths, as the confirmation run compiled them, into the program's
+    files (imported ones included) as `depth=` attributes in the layout of `stepc fmt`,
+    each through a temporary file and a rename. Returns the calls edited and the files
+    written."""
+    from stepc.fifo.confirm import write_texts
 
     path = compiled.name
-    source = compiled.sources.get(path)
-    if source is None or not os.path.isfile(path):
+    if compiled.sources.get(path) is None or not os.path.isfile(path):
         raise InputError(f"{path}: not a .step file stepc can write depths into")
-    nodes = compiled.typed.program.nodes
-    calls: dict[str, CallDepths] = {}
-    skipped: list[str] = []
-    for r in report.rows:
-        if r.depth is None or not r.settable:
-            continue
-        node = nodes[r.consumer]
-        current = input_depths(node, report.preset_depth)
-        if r.depth == current[r.slot]:
-            continue
-        if r.span.file != path:
-            skipped.append(f"{r.location}: in {r.span.file}, not the program's file "
-                           f"(`{r.producer} -> {r.consumer}` wants depth {r.depth})")
-            continue
-        call = calls.setdefault(str(r.span), CallDepths(r.span, len(current), current, {}))
-        call.depths[r.slot] = r.depth
-    if calls:
-        text = format_source(with_depths(source.text, list(calls.values())), path)
-        write_atomic(path, lambda f: f.write(text.encode("utf-8")))
-    return len(calls), skipped
+    if report.confirmation is None:
+        raise InputError(f"{path}: no confirmed depths to write (the search found none)")
+    texts = report.confirmation.texts
+    try:
+        write_texts(texts)
+    except PermissionError as e:
+        raise InputError(f"{e.args[0]}: cannot write the depths into it; nothing was "
+                         "written") from None
+    return report.confirmation.calls, sorted(texts)
 
 
 def fifo_capacity_bytes(compiled: Compiled, hw=None, bindings: Mapping[str, Any] | None = None):

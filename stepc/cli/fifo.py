@@ -42,8 +42,9 @@ from stepc.cli.common import (
 @click.option("--all", "show_all", is_flag=True,
               help="List every FIFO, not only those on reconvergent paths or deepened.")
 @click.option("--apply", "apply_depths", is_flag=True,
-              help="Write the searched depths into FILE as `depth=` attributes (formatted "
-              "like `stepc fmt`; calls in imported files are listed, not edited).")
+              help="Write the searched depths into FILE and the files it imports as "
+              "`depth=` attributes (formatted like `stepc fmt`), as the confirmation run "
+              "compiled them.")
 @FORMAT
 @quick_exit
 def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, apply_depths,
@@ -53,8 +54,12 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
     depth can start, and the smallest depths at which simulated cycles stay within
     --tolerance of unbounded FIFOs, with the FIFO bytes they cost.
 
-    Exit codes: 0 ok, 1 program errors, 2 usage error, 3 no depth makes the program
-    complete (a dead feedback loop, or a deadlock with unbounded FIFOs).
+    Every answer is confirmed: the program with the depths written into its text is
+    compiled and simulated, and its cycles and FIFO bytes must be the search's.
+
+    Exit codes: 0 ok, 1 program errors or depths the confirmation run does not reproduce,
+    2 usage error, 3 no depth makes the program complete (a dead feedback loop, or a
+    deadlock with unbounded FIFOs).
 
     \b
     Examples:
@@ -93,11 +98,9 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
         sys.exit(EXIT_DEADLOCK)
     if apply_depths:
         try:
-            edited, skipped = apply_to(report.compiled, sized)
+            edited, written = apply_to(report.compiled, sized)
         except InputError as e:
             input_error(e, traces)
-        for note in skipped:
-            click.echo(f"note: not applied: {note}", err=True)
-        click.echo(f"{file}: depth= set on {edited} call{'s' if edited != 1 else ''}",
-                   err=True)
+        click.echo(f"{file}: depth= set on {edited} call{'s' if edited != 1 else ''}"
+                   + (f" in {', '.join(written)}" if written else ""), err=True)
     sys.exit(EXIT_OK)

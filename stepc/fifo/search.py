@@ -3,13 +3,17 @@ a tolerance of its cycles with unbounded FIFOs.
 
 FIFOs are searched by class: the FIFOs into one input of one call in the source (the
 iterations of a loop, the calls of a function share it), as one `depth=` would set them.
+The FIFOs into a fan-out stepc inserted (a stream used twice) are a class of their own that
+no `depth=` reaches: they keep the hardware's depth, as the program states it.
 One run with unbounded FIFOs gives the reference cycles and each FIFO's high water: the
 most elements it ever held, the depth it needs to change nothing. Every later run stops
 as soon as it passes the tolerance (the simulator's `max_cycles`): a run that is too slow
 costs only the cycles up to the bound.
 
+0. Every FIFO at the hardware's depth, the uniform depth the report compares with: whether
+   it deadlocks (the run stops past UNIFORM_LIMIT times the reference cycles).
 1. Every class at its static minimum: when that run is within the tolerance, nothing
-   smaller exists and the search ends (the bundled MoE layers: two runs).
+   smaller exists and the search ends (the bundled MoE layers: three runs in all).
 2. Else every class is capped at one budget of bytes `U` per FIFO (the depth is
    `U / element bytes`, never above the high water, never below the static minimum under
    the depths around it), and `U` is bisected, first over powers of two, then within the
@@ -20,6 +24,10 @@ costs only the cycles up to the bound.
 4. The rows holding the most bytes are lowered back to their minimum, the longest prefix
    of them (heaviest first, found by bisection) whose run stays within the tolerance, in
    two passes (the second skips the row the first could not lower).
+
+When no budget is good, a run at the high water marks ends the search; when that is not
+good either, one run with the fan-outs stepc inserted at what they held with unbounded FIFOs
+tells whether those fixed FIFOs are the reason (`SearchResult.fan_outs`).
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
 from stepc.measure import Measurement, measure
 from stepc.sim.kernel import CycleLimitError
 
+ClassKey = tuple[str, int, bool]  # consumer call's location, input slot, settable
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
+UNIFORM_LIMIT = 10  # the run at the uniform depth stops past this many times the reference
 REFINE_STEPS = 3  # bisections within the last doubling of the byte budget (to 1/8 of it)
 SHRINK_SHARE = 100  # rows holding at least 1/SHRINK_SHARE of the FIFO bytes are lowered
 SHRINK_ROUNDS = 2  # passes over them (each skips the row that could not be lowered)
@@ -44,12 +54,22 @@ SHRINK_ROUNDS = 2  # passes over them (each skips the row that could not be lowe
 class FifoClass:
     """The FIFOs one `depth=` entry sets: one input slot of one call in the source."""
 
-    key: tuple[str, int]  # (consumer call's location, input slot)
+    key: ClassKey
     edges: list[EdgeKey]
     settable: bool  # the consumer is written in the source (not a fan-out stepc inserted)
     static_minimum: int = 1
     data_dependent: bool = False
     depth: int = 1
+
+
+@dataclass
+class FanOutNeed:
+    """A fan-out stepc inserted whose FIFO, at the hardware's depth, keeps the program from
+    running within the tolerance: no `depth=` reaches it; an explicit Broadcast's would."""
+
+    edge: EdgeKey  # the FIFO from the stream's producer into the fan-out
+    consumers: int
+    held: int  # the most it held with unbounded FIFOs: the depth that sufficed
 
 
 @dataclass
@@ -65,16 +85,20 @@ class SearchResult:
     log: list[str] = field(default_factory=list)
     bindings: dict = field(default_factory=dict)  # the dims the reference run determined
     on_chip_bytes: object = None  # the operators' on-chip bytes, bound to the reference run
+    uniform_cycles: int | None = None  # every FIFO at the hardware's depth; 0: deadlock,
+    # None: stopped past UNIFORM_LIMIT times the reference
+    within_tolerance: bool = False  # the run at the searched depths is
+    fan_outs: list[FanOutNeed] = field(default_factory=list)  # deeper, within the tolerance
 
 
 def fifo_classes(analysis: FifoAnalysis, default_depth: int, bindings: dict) -> list[FifoClass]:
     """The program's FIFOs grouped by the `depth=` entry that sets them, each with its
     static minimum under the given default depth."""
     prog = analysis.typed.program
-    by_key: dict[tuple[str, int], FifoClass] = {}
+    by_key: dict[ClassKey, FifoClass] = {}
     for e in prog.edges:
         node = prog.nodes[e.dst]
-        key = (str(node.span), e.slot)
+        key = (str(node.span), e.slot, not node.implicit)
         c = by_key.setdefault(key, FifoClass(key, [], not node.implicit))
         c.edges.append(edge_key(e))
     minima = analysis.minimum_depths(lambda k: default_depth, bindings)
@@ -92,15 +116,18 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     """Per-class depths within `tolerance` of the unbounded-FIFO cycles (see the module)."""
     typed = analysis.typed
     start = time.perf_counter()
-    classes = fifo_classes(analysis, hw.fabric.fifo_depth, bindings or {})
+    preset = hw.fabric.fifo_depth
+    classes = fifo_classes(analysis, preset, bindings or {})
     runs = [0]
     log: list[str] = []
     costs = analyze(typed, "artifact", hw)  # once: every run binds the same analysis
 
-    def run(depths: dict[tuple[str, int], int], limit: int | None = None) -> Measurement | None:
-        """One timing-only run; None when it passed `limit` cycles (it stops there)."""
+    def run(depths: dict[ClassKey, int], limit: int | None = None,
+            edges: dict[EdgeKey, int] | None = None) -> Measurement | None:
+        """One timing-only run (`edges`: single FIFOs at other depths than their class's);
+        None when it passed `limit` cycles (it stops there)."""
         runs[0] += 1
-        per_edge = {k: depths[c.key] for c in classes for k in c.edges}
+        per_edge = {k: depths[c.key] for c in classes for k in c.edges} | (edges or {})
         try:
             return measure(typed, hw, traces, functional=False, analysis=costs,
                            depths=per_edge, max_cycles=limit)
@@ -109,28 +136,45 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
                 raise
             return None
 
+    def done(depths, m: Measurement | None, within: bool) -> SearchResult:
+        for c in classes:
+            c.depth = depths[c.key]
+        return SearchResult(classes, reference.result.cycles if not reference.deadlocked
+                            else 0, 0 if m is None or m.deadlocked else m.result.cycles,
+                            runs[0], time.perf_counter() - start, log,
+                            dict(reference.result.bindings),
+                            reference.analysis_totals.get("on_chip_bytes"), uniform, within,
+                            fan_outs)
+
+    uniform: int | None = None
+    fan_outs: list[FanOutNeed] = []
     reference = run({c.key: UNBOUNDED_DEPTH for c in classes})
     if reference.deadlocked:
         log.append("deadlocks with unbounded FIFOs: no depth helps")
-        return _done(classes, {c.key: UNBOUNDED_DEPTH for c in classes}, reference,
-                     reference, runs[0], start, log)
+        return done({c.key: UNBOUNDED_DEPTH for c in classes}, reference, False)
     limit = int(reference.result.cycles * (1 + tolerance))  # a run past it stops early
+    at_preset = run({c.key: preset for c in classes},
+                    UNIFORM_LIMIT * reference.result.cycles)
+    uniform = None if at_preset is None else 0 if at_preset.deadlocked else \
+        at_preset.result.cycles
+    log.append(f"every FIFO at the uniform depth {preset}: {_outcome(at_preset)}")
     names = _channel_names(typed)
     high = {c.key: max([1] + [reference.result.fifo[names[k]][0] for k in c.edges])
             for c in classes}
-    fixed = {c.key: hw.fabric.fifo_depth for c in classes if not c.settable}
+    fixed = {c.key: preset for c in classes if not c.settable}
 
     known = {**reference.result.bindings, **(bindings or {})}
-    sizes = {c.key: element_bytes(typed, c.edges[0], known) for c in classes}
-    largest = max([b for b in sizes.values() if b] + [1])
-    sizes = {k: b or largest for k, b in sizes.items()}
+    each = {c.key: [element_bytes(typed, k, known) for k in c.edges] for c in classes}
+    largest = max([b for sizes in each.values() for b in sizes if b] + [1])
+    sizes = {k: max(b or largest for b in v) for k, v in each.items()}  # its largest FIFO's
+    totals = {k: sum(b or largest for b in v) for k, v in each.items()}  # all its FIFOs'
     of_edge = {k: c.key for c in classes for k in c.edges}
 
-    def capped(budget: int) -> dict[tuple[str, int], int]:
+    def capped(budget: int) -> dict[ClassKey, int]:
         return floored({c.key: fixed.get(c.key, max(1, min(high[c.key], budget // sizes[c.key])))
                         for c in classes})
 
-    def floored(depths: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    def floored(depths: dict[ClassKey, int]) -> dict[ClassKey, int]:
         """`depths` raised to the static minima under them."""
         depths = dict(depths)
         floors = analysis.minimum_depths(lambda k: depths[of_edge[k]], bindings)
@@ -143,7 +187,7 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     def good(m: Measurement | None) -> bool:
         return m is not None and not m.deadlocked and m.result.cycles <= limit
 
-    def trial(depths: dict[tuple[str, int], int], what: str) -> Measurement | None:
+    def trial(depths: dict[ClassKey, int], what: str) -> Measurement | None:
         m = run(depths, limit)
         log.append(f"{what}: {_outcome(m)}")
         return m
@@ -151,7 +195,7 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     depths = floored({c.key: fixed.get(c.key, 1) for c in classes})
     best = trial(depths, "every FIFO at its minimum")
     if good(best):  # nothing can be smaller
-        return _done(classes, depths, reference, best, runs[0], start, log)
+        return done(depths, best, True)
     top = max(high[k] * sizes[k] for k in high)
     best = None  # the run at the smallest good budget, once one is found
     low = min(sizes.values())
@@ -180,7 +224,14 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
         best = run(depths)
         log.append(f"at the high water marks: {_outcome(best)}")
         if not good(best):
-            return _done(classes, depths, reference, best, runs[0], start, log)
+            def passes(edges: dict[EdgeKey, int]) -> bool:
+                m = run(depths, limit, edges)
+                log.append(f"the fan-outs stepc inserted at the most they held: {_outcome(m)}")
+                return good(m)
+            fan_outs = _fan_outs_needed(classes, names, reference, preset, passes)
+            fan_outs = [FanOutNeed(k, int(typed.program.nodes[k[2]].attrs["consumers"]), d)
+                        for k, d in fan_outs]
+            return done(depths, best, False)
     # Each class down to the most its FIFOs held in the good run: what it used.
     held = {c.key: fixed.get(c.key, max([1] + [best.result.fifo[names[k]][0] for k in c.edges]))
             for c in classes}
@@ -192,8 +243,7 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     # The budget fits the deepest critical FIFOs; lower the rows holding the most bytes
     # back to their minimum, the longest prefix of them (by bytes) that stays good.
     def weight(k):
-        return depths[k] * sizes[k] * members[k]
-    members = {c.key: len(c.edges) for c in classes}
+        return depths[k] * totals[k]
     total = sum(weight(k) for k in depths)
     heavy = sorted((k for k in depths if k not in fixed and depths[k] > 1
                     and weight(k) * SHRINK_SHARE >= total), key=weight, reverse=True)
@@ -215,23 +265,25 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
             else:
                 bad = mid
         heavy = heavy[bad:]  # the row at `bad` must stay: try those after it
-    return _done(classes, depths, reference, best, runs[0], start, log)
+    return done(depths, best, True)
+
+
+def _fan_outs_needed(classes, names, reference, preset, passes) -> list[tuple[EdgeKey, int]]:
+    """The FIFOs into fan-outs stepc inserted that the program needs deeper than the
+    hardware's depth to run within the tolerance, with the depth that suffices: those that
+    held more with unbounded FIFOs, when the run with them at that (`passes(edges)`, the
+    rest as searched) is within it."""
+    deeper = {k: reference.result.fifo[names[k]][0] for c in classes if not c.settable
+              for k in c.edges if reference.result.fifo[names[k]][0] > preset}
+    if not deeper or not passes(deeper):
+        return []
+    return list(deeper.items())
 
 
 def _outcome(m: Measurement | None) -> str:
     if m is None:
         return "over the tolerance (stopped)"
     return "deadlock" if m.deadlocked else f"{m.result.cycles:,} cycles"
-
-
-def _done(classes, depths, reference, m, runs, start, log) -> SearchResult:
-    for c in classes:
-        c.depth = depths[c.key]
-    cycles = 0 if m.deadlocked else m.result.cycles
-    return SearchResult(classes, 0 if reference.deadlocked else reference.result.cycles,
-                        cycles, runs, time.perf_counter() - start, log,
-                        dict(reference.result.bindings),
-                        reference.analysis_totals.get("on_chip_bytes"))
 
 
 def _channel_names(typed) -> dict[EdgeKey, str]:
