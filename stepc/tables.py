@@ -20,7 +20,8 @@ NATURAL_WIDTH = 100_000  # wide enough that no table wraps when measured
 def natural_width(table: Table) -> int:
     """The width of `table` with nothing wrapped."""
     buf = io.StringIO()
-    Console(file=buf, width=NATURAL_WIDTH, color_system=None, highlight=False).print(table)
+    Console(file=buf, width=NATURAL_WIDTH, color_system=None, highlight=False,
+            emoji=False).print(table)
     return max((len(line.rstrip()) for line in buf.getvalue().splitlines()), default=0)
 
 

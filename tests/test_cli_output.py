@@ -197,3 +197,20 @@ def test_large_fractional_values_are_not_in_e_notation():
     from stepc.analyze.report import fmt_value
     assert fmt_value(sympy.Rational(8260609, 2)) == "4,130,304.5"
     assert fmt_value(sympy.Rational(146, 10)) == "14.6"
+
+
+def test_a_location_is_never_an_emoji(monkeypatch, capsys):
+    """rich reads `:100:` in `f.step:100:15` as the emoji code for 💯; a report prints
+    locations as written, to a file and to a terminal."""
+    from rich.table import Table
+
+    from stepc.cli import common
+    from stepc.tables import print_table
+
+    for terminal in (False, True):
+        monkeypatch.setattr(common, "stdout_is_terminal", lambda t=terminal: t)
+        table = Table("where")
+        common.print_report(lambda console, t=table: print_table(console, t,
+                                                                 [["f.step:100:15"]]))
+        out = capsys.readouterr().out
+        assert "f.step:100:15" in out and "\U0001f4af" not in out

@@ -150,11 +150,11 @@ def print_report(render) -> None:
     from rich.console import Console
 
     if stdout_is_terminal():
-        render(Console(file=sys.stdout, highlight=False, soft_wrap=False))
+        render(Console(file=sys.stdout, highlight=False, soft_wrap=False, emoji=False))
         return
     buf = io.StringIO()
     render(Console(file=buf, width=100_000, highlight=False, soft_wrap=False,
-                   color_system=None))
+                   color_system=None, emoji=False))  # `f.step:100:15` is no emoji code
     lines = [line.rstrip() for line in buf.getvalue().splitlines()]
     click.echo("\n".join(lines) + ("\n" if lines else ""), nl=False)
 
