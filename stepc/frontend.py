@@ -176,6 +176,7 @@ def compile_files(files: dict[str, bytes], path: str,
             parsed[key] = out
         return out
 
+    files = {os.path.normpath(name): data for name, data in files.items()}
     path = os.path.normpath(path)
     try:
         src, module = load(path, None)

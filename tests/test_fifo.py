@@ -391,3 +391,13 @@ def test_a_fan_out_the_program_needs_deeper_is_named_with_the_broadcast_to_write
     assert not any(n.implicit for n in program.nodes.values() if n.name.startswith("t"))
     assert any(n.op == "Broadcast" and n.attrs.get("depth") == 5
                for n in program.nodes.values())
+
+
+def test_a_program_named_through_a_parent_directory_is_confirmed(tmp_path):
+    """`load("dir/../fj.step")`: the confirmation run finds the program under the name it was
+    given (it reported 'no such file' for the normalised one, so no depths were reported)."""
+    from stepc.api import load
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "fj.step").write_text(fork_join(3, 6, 1))
+    report = load(str(tmp_path / "dir" / ".." / "fj.step")).fifo(hw="paper-eval", tolerance=0.0)
+    assert report.confirmation.cycles == report.cycles > 0
