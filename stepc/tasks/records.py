@@ -114,9 +114,11 @@ def task_names() -> list[str]:
 @cache
 def load_task(name: str) -> Task:
     """The task `name` of the library; TaskError names the tasks there are otherwise."""
+    names = task_names()
+    if name not in names:
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise TaskError(f"no task `{shown}` (tasks: {', '.join(names)})")
     folder = LIBRARY / name
-    if not name.replace("_", "").isalnum() or not (folder / "task.toml").is_file():
-        raise TaskError(f"no task `{name}` (tasks: {', '.join(task_names())})")
     with open(folder / "task.toml", "rb") as f:
         raw = tomllib.load(f)
     try:
