@@ -425,3 +425,28 @@ def test_the_help_qwen_example_gives_figure_9s_pid(tmp_path):
     assert r.exit_code == 0, r.output
     pid = float(r.stdout.split("PID ")[-1].split()[0])
     assert abs(pid - 2.105) <= 0.0005, r.stdout
+
+
+def test_the_code_a_record_depends_on_is_what_a_worker_loads(tmp_path):
+    """`record_sources` (the files the sweep cache digests) holds every stepc module a
+    worker process loads while running points, timing and functional, on the CPU model and
+    the dram model; front ends and renderers are outside it, so editing them keeps records."""
+    from stepc.explore.points import record_sources
+    script = """
+import json, sys
+from stepc.explore.points import Point
+from stepc.explore.worker import run_point
+for hw, timing in (("paper-eval", True), ("hdl-validation-dram", False)):
+    record = run_point(Point("programs/swiglu.step", (("B", 32),), hw, timing_only=timing))
+    assert record["status"] == "ok", record
+print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items()
+                        if n.startswith("stepc") and getattr(m, "__file__", None))))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = REPO / "stepc"
+    loaded = {Path(f).resolve().relative_to(root).as_posix() for f in json.loads(done.stdout)}
+    derived = record_sources(root)
+    assert loaded <= derived, sorted(loaded - derived)
+    assert not {f for f in derived if f.split("/")[0] in ("cli", "lsp", "mcp", "viz", "api")}

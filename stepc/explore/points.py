@@ -13,6 +13,7 @@ hardware and stepc are what they were.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import itertools
@@ -23,22 +24,80 @@ from pathlib import Path
 
 import stepc
 
-# Files of the package that only present results: editing them leaves records valid.
-PRESENTATION = ("api/", "cli/", "docgen.py", "viz/", "reproduction/", "ops/examples/",
-                "explore/plot.py", "explore/pareto.py", "tune/")
+RECORD_ENTRY = "stepc.explore.worker"  # the module a worker runs a point in
+DATA_SUFFIXES = (".tx", ".toml")  # the grammar, hardware presets and parts
+
 
 @functools.cache
 def code_digest() -> str:
-    """stepc's version and a digest of every package file a record depends on (all code,
-    grammar and hardware files except the presentation modules)."""
+    """stepc's version and a digest of every package file a record depends on: the modules
+    a worker imports (`record_sources`), and the grammar and hardware files. Editing a
+    module only a front end or a renderer imports leaves records valid."""
     root = Path(stepc.__file__).parent
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.suffix in (".py", ".tx", ".toml") and not rel.startswith(PRESENTATION) \
-                and "__pycache__" not in rel:
-            h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    data = {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.suffix in DATA_SUFFIXES and "__pycache__" not in p.parts}
+    for rel in sorted(record_sources(root) | data):
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return f"{stepc.__version__}+{h.hexdigest()[:12]}"
+
+
+def record_sources(root: Path) -> set[str]:
+    """The package's Python files (relative to `root`) a record can depend on: the modules
+    `RECORD_ENTRY` imports, transitively, imports inside functions included. A subpackage
+    that imports modules by computed name (the simulator's behaviours) brings every module
+    beside its `__init__`; the root package's lazy names are the public API's, not a
+    record's."""
+    seen: dict[str, Path] = {}
+    todo = [RECORD_ENTRY]
+    while todo:
+        name = todo.pop()
+        path = _module_file(root, name)
+        if name in seen or path is None:
+            continue
+        seen[name] = path
+        todo += _imported_modules(path, name)
+        todo.append(name.rpartition(".")[0])  # importing a module runs its package's init
+        if path.name == "__init__.py" and path.parent != root and _imports_by_name(path):
+            todo += [".".join(("stepc", *p.relative_to(root).with_suffix("").parts))
+                     for p in path.parent.glob("*.py")]
+    return {p.relative_to(root).as_posix() for p in seen.values()}
+
+
+def _imports_by_name(path: Path) -> bool:
+    """Whether the file calls `import_module` with a name it computes."""
+    return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", ""))
+               == "import_module" and not isinstance(n.args[0], ast.Constant)
+               for n in ast.walk(ast.parse(path.read_bytes())) if isinstance(n, ast.Call)
+               and n.args)
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    """The file of module `name` (a `stepc.` name) under `root`, None outside stepc."""
+    parts = name.split(".")
+    if parts[0] != "stepc":
+        return None
+    base = root.joinpath(*parts[1:])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_modules(path: Path, name: str) -> list[str]:
+    """The modules a file imports by statement (`from a import b` names a and a.b)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out += [base] + [f"{base}.{a.name}" for a in node.names]
+    return out
 
 
 def short_digest(*chunks: bytes) -> str:
