@@ -123,6 +123,8 @@ class Tools:
                           f"program (at most {MAX_FILE_BYTES:,})")
         name = args.get("name") or "program.step"
         self.workspace.resolve(name, "name")  # imports resolve beside it
+        if not os.path.basename(name) or os.path.basename(name) in (".", ".."):
+            raise Refused(f"name {name!r}: expected a file name, such as mine.step")
         return text.encode("utf-8"), name, False
 
     def report(self, args: dict):
