@@ -409,3 +409,10 @@ def test_help_has_examples_and_every_option_explained():
     for param in main.commands["tune"].params:
         if param.param_type_name == "option" and not param.hidden:
             assert param.help, f"tune {param.opts[0]} has no help text"
+
+
+def test_a_stream_given_no_trace_files_is_refused(tmp_path):
+    """`traces={"routing": []}` left no case to run: a KeyError deep in the search."""
+    with pytest.raises(TuneError, match=r"routing.*no trace file given"):
+        tune(Space([SWIGLU], {"TB": [16, 32]}), objectives=[Objective("cycles")],
+             traces={"routing": []}, out=str(tmp_path / "t"), jobs=1)

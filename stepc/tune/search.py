@@ -72,6 +72,7 @@ class Search(Pruning):
         self.probe, self.policy, self.fifo_bytes = probe, policy, fifo_bytes
         self.counts: Counter = Counter()
         self.seconds: Counter = Counter()  # wall time per stage: analyze, screen, confirm
+        self.traces = traces
         self.cases = [tuple(zip(sorted(traces), paths)) for paths in
                       itertools.product(*(traces[n] for n in sorted(traces)))]
         self._arrays: dict[str, object] = {}
@@ -111,6 +112,9 @@ class Search(Pruning):
             unknown = sorted(c.names - every)
             if unknown:
                 raise TuneError(f"--where {c.text}: no program declares `{unknown[0]}`")
+        for stream, paths in self.traces.items():
+            if not paths:
+                raise TuneError(f"{given('traces', stream)}: no trace file given")
         for case in self.cases:
             for stream, path in case:
                 if path not in self._arrays:
