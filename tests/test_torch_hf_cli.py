@@ -209,3 +209,19 @@ def test_weights_out_of_a_bare_transformers_block_are_seeded_values(work, monkey
     sim = run(main, ["sim", "moe.step", "--weights", "w.safetensors", "--trace",
                      "routing=ids.npy", "--format", "json"])
     assert sim.exit_code == 0, sim.output
+
+
+def test_a_config_its_class_rejects_is_a_usage_error(work, monkeypatch):
+    """A config class's own validation (transformers' strict dataclass validators raise
+    their own error type) was an internal error; it is exit 2 naming the field."""
+    pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    if "cohere2" not in CONFIG_MAPPING:
+        pytest.skip("this transformers has no Cohere2")
+    data = {**CONFIG_MAPPING["cohere2"]().to_dict(), "num_hidden_layers": 2}
+    (work / "c2.json").write_text(json.dumps(data, default=str))
+    monkeypatch.chdir(work)
+    r = CliRunner().invoke(main, ["from-torch", "transformers:Cohere2MLP", "--hf-config",
+                                  "c2.json", "--input", "x=f32[4,64]", "-o", "out.step"])
+    assert r.exit_code == 2, r.output
+    assert "num_hidden_layers" in r.output and "layer_types" in r.output, r.output
