@@ -4,6 +4,7 @@ never hang, never succeed with a program `stepc check` rejects."""
 from __future__ import annotations
 
 import signal
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
+from stepc.interop.schema import ProgramGraph
 
 CASE_SECONDS = 30  # one import and its check; the slowest seed takes ~4 s on a quiet core
 
@@ -71,6 +73,41 @@ def test_a_store_into_a_tensor_of_2_31000_tiles_is_a_located_check_error(tmp_pat
     r = _invoke("check", str(prog))
     assert r.exit_code == 1 and "huge.step:3:" in r.output + r.stderr
     assert "(~2^30990 tiles of" in r.output + r.stderr  # (2^31)^1000 / (16 * 64)
+
+
+# ------------------------------------------------------------------ linear time
+def test_folding_a_chain_that_does_not_fold_takes_linear_time():
+    """Each statement reads the one before: no loop. It was tried again from every statement
+    of the run (2,000 statements: 25 s)."""
+    from stepc.interop.fold import Unit, fold
+    units = [Unit(f"b_{i} = Broadcast(b_{i - 1}[0], consumers=1)", f"op {i}")
+             for i in range(1, 10_001)]
+    start = time.perf_counter()
+    folded = fold(units, [])
+    assert time.perf_counter() - start < 5 and len(folded.body) == len(units)
+
+
+def test_ten_thousand_operators_of_one_name_get_short_names():
+    """Each clash added an underscore: names of 10,000 characters, and quadratic time."""
+    from stepc.interop.writer import Writer
+    w = Writer("g.pb", ".")
+    names = [w.unique("same", i) for i in range(10_000)]
+    assert len(set(names)) == 10_000 and names[:3] == ["same", "same_", "same_2"]
+    assert max(map(len, names)) <= len("same_10000")
+
+
+def test_a_ring_of_eager_merges_is_ordered_in_linear_time():
+    """The loop finder searched the graph again from every EagerMerge (2,000: 6 s)."""
+    from stepc.interop.reader import parse_graph
+    g = ProgramGraph(name="ring")
+    n = 10_000
+    for i in range(n):
+        op = g.operators.add(id=i, name=f"m{i}")
+        op.eager_merge.input_id_list[:] = [(i + 1) % n]
+        op.eager_merge.input_stream_idx_list[:] = [1]
+    start = time.perf_counter()
+    _, ops = parse_graph(g.SerializeToString(), "ring.pb")
+    assert len(ops) == n and time.perf_counter() - start < 10
 
 
 # ------------------------------------------------------------------ the export

@@ -8,7 +8,12 @@ import re
 
 import numpy as np
 
-from stepc.interop.pairs import leading_one_flatten, producer, promoting_reshape
+from stepc.interop.pairs import (
+    input_readers,
+    leading_one_flatten,
+    producer,
+    promoting_reshape,
+)
 from stepc.interop.reader import InteropError, Op, Port, relative_to
 from stepc.interop.writer import Writer
 
@@ -184,8 +189,8 @@ def _reshape(w: Writer, op: Op, name: str):
 
 
 def _compute_readers(w: Writer, op: Op) -> list[str]:
-    return [c.name for c in w.all_ops if op.id in {p.src for p in c.inputs}
-            and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
+    return [c.name for c in input_readers(w, op)
+            if c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
 
 
 def _npy_shape(w: Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:

@@ -258,16 +258,16 @@ def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
     for i, ps in preds.items():
         for p in ps:
             succ[p].add(i)
+    component = _components(succ)
     back = []
     for m in stuck:
         op = ops[m]
         if op.kind != "eager_merge":
             continue
-        after = _reach(m, succ)
-        cyclic = [p.src for p in op.inputs if p.src in after]
+        cyclic = [p.src for p in op.inputs if component[p.src] == component[m]]
         if not cyclic or any(src < m for src in cyclic):
             continue
-        for reader in sorted(succ[m] & _reach(m, preds)):  # readers that lead back to it
+        for reader in sorted(r for r in succ[m] if component[r] == component[m]):  # on the loop
             r = ops[reader]
             for p in r.inputs + ([r.control] if r.control else []):
                 if p.src == m and (p.idx or 0) not in op.fed_back:
@@ -276,14 +276,15 @@ def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
     return back
 
 
-def _reach(start: int, nxt: dict[int, set[int]]) -> set[int]:
-    seen, todo = set(), [start]
-    while todo:
-        for j in nxt[todo.pop()]:
-            if j not in seen:
-                seen.add(j)
-                todo.append(j)
-    return seen
+def _components(succ: dict[int, set[int]]) -> dict[int, int]:
+    """Per operator, the index of its strongly connected component (operators on a cycle
+    through both share one)."""
+    import networkx as nx
+    graph = nx.DiGraph()
+    graph.add_nodes_from(succ)
+    graph.add_edges_from((i, j) for i, js in succ.items() for j in js)
+    return {i: k for k, members in enumerate(nx.strongly_connected_components(graph))
+            for i in members}
 
 
 def _a_cycle(stuck: list[int], preds: dict[int, set[int]]) -> list[int]:

@@ -47,7 +47,7 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
     (default: the graph's directory)."""
     gname, ops = read_graph(path)
     w = Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops,
-               by_id={op.id: op for op in ops})
+               by_id={op.id: op for op in ops}, readers=_readers(ops))
     for op in ops:  # a 2-byte store's data is made in its stored type
         if op.kind == "random_off_chip_store" and op.msg.n_byte in N_BYTE_DTYPES:
             w.narrow[op.inputs[1].src] = n_byte_dtype(w, op, op.msg.wdata_dtype)
@@ -89,6 +89,14 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
 
 
 _LOCKSTEP = ("binarymap", "binarymap_accum")
+
+
+def _readers(ops: list[Op]) -> dict[int, list[Op]]:
+    out: dict[int, list[Op]] = {op.id: [] for op in ops}
+    for op in ops:
+        for src in dict.fromkeys(p.src for p in op.inputs + [op.control] if p):
+            out[src].append(op)
+    return out
 
 
 def _sink_unread(w: Writer, ops: list[Op]) -> None:
@@ -199,8 +207,8 @@ def _lockstep_assumes(w: Writer, compiled, text: str,
     for d in compiled.diagnostics.items:
         if d.code != UNPROVEN_EQUALITY or d.span is None:
             continue
-        for line in lines[d.span.line - 1:]:  # the statement's comment ends its last line
-            m = _OP_COMMENT.search(line)
+        for k in range(d.span.line - 1, len(lines)):  # its comment ends its last line
+            m = _OP_COMMENT.search(lines[k])
             if m:
                 first = w.unit_of.get(int(m.group(1)))
                 if first is not None:

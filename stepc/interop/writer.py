@@ -21,10 +21,13 @@ class Writer:
     streams: list[str] = field(default_factory=list)
     body: list[tuple[str, str]] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
+    clashes: dict[str, int] = field(default_factory=dict)  # name -> the suffixes it took
     all_ops: list[Op] = field(default_factory=list)
     lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
     unit_of: dict[int, int] = field(default_factory=dict)  # op id -> its body index
     by_id: dict[int, Op] = field(default_factory=dict)
+    readers: dict[int, list[Op]] = field(default_factory=dict)  # op id -> the ops reading
+    # it (through an input or the selector), each once, in the order of `all_ops`
     feedback: dict[str, tuple[int, str]] = field(default_factory=dict)  # stream -> (its
     # declaration in `streams`, the shape it states when known)
     partition_dims: dict = field(default_factory=dict)  # (selector, consumers) -> dim name
@@ -37,11 +40,15 @@ class Writer:
         return self.unique(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower(), op.id)
 
     def unique(self, base: str, op_id: int) -> str:
-        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet."""
+        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet (a
+        name taken already gets `_`, then `_2`, `_3`, ..)."""
         base = re.sub(r"\W+", "_", base.replace("]", "")).strip("_") or f"op_{op_id}"
-        name = base if base[0].isalpha() else f"op_{base}"
+        first = name = base if base[0].isalpha() else f"op_{base}"
+        k = self.clashes.get(first, 0)
         while name in self.taken:
-            name += "_"
+            k += 1
+            name = f"{first}_" if k == 1 else f"{first}_{k}"
+        self.clashes[first] = k
         self.taken.add(name)
         return name
 
