@@ -1,5 +1,8 @@
-"""Hostile inputs around `stepc import` and `stepc export` (issue 41, item 13): never exit 70,
-never hang, never succeed with a program `stepc check` rejects."""
+"""Hostile graphs given to `stepc import` (issue 41, item 13): it never exits 70, never
+hangs, and never succeeds with a program `stepc check` rejects. Bounds are refused at read
+time naming the operator and the field (exit 2), lists beyond them in linear time, and a
+graph whose written program does not check is refused with the operators its errors are
+on, writing nothing."""
 
 from __future__ import annotations
 
@@ -8,13 +11,21 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import stepc
 from stepc.cli import main
+from stepc.hw import load_config
+from stepc.interop.export import export_program
 from stepc.interop.schema import ProgramGraph
 
+REPO = Path(__file__).resolve().parents[1]
 CASE_SECONDS = 30  # one import and its check; the slowest seed takes ~4 s on a quiet core
+# bundled programs exported at small sizes
+EXPORTED = {"swiglu": {"B": 64, "I": 256, "TB": 16, "TI": 64}, "moe_simple": {},
+            "attention_coarse": {"HEAD_DIM": 16, "TILE_N": 8, "MAXN": 64, "B": 16, "R": 1}}
 
 
 def _invoke(*args: str):
@@ -37,6 +48,23 @@ def _deadline(seconds: float, what: str):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+# ------------------------------------------------------------------ seeds
+def _exported(where: Path, program: str) -> tuple[str, bytes, Path]:
+    prog = stepc.load(REPO / "programs" / f"{program}.step", **EXPORTED[program])
+    data, files = export_program(prog, str(where / "graph.pb"), load_config("paper-eval"))
+    side = where / f"{program}.npy"
+    side.mkdir()
+    for name, arr in files.items():
+        np.save(side / name, arr)
+    return program, data, side
+
+
+@pytest.fixture(scope="module")
+def exported_seeds(tmp_path_factory) -> list[tuple[str, bytes, Path]]:
+    where = tmp_path_factory.mktemp("seeds")
+    return [_exported(where, p) for p in EXPORTED]
 
 
 # ------------------------------------------------------------------ the properties
@@ -65,6 +93,34 @@ def _survives(tmp_path: Path, name: str, data: bytes, side: Path, what: str) -> 
     return 0
 
 
+# ------------------------------------------------------------------ what each fix is for
+def _swiglu(exported_seeds) -> ProgramGraph:
+    g = ProgramGraph()
+    g.ParseFromString(exported_seeds[0][1])
+    return g
+
+
+def _import(tmp_path: Path, g: ProgramGraph, *args: str):
+    pb = tmp_path / "g.pb"
+    pb.write_bytes(g.SerializeToString())
+    return _invoke("import", str(pb), *args)
+
+
+def _op(g: ProgramGraph, name: str):
+    return next(op for op in g.operators if op.name == name)
+
+
+def test_a_thousand_dims_of_2_31_are_refused_naming_the_operator(tmp_path, exported_seeds):
+    """They made the checker print a 9,300-digit count of tiles (exit 70)."""
+    g = _swiglu(exported_seeds)
+    store = next(op for op in g.operators if op.HasField("off_chip_store"))
+    store.off_chip_store.tensor_shape_tiled[:] = [2**31] * 1000
+    r = _import(tmp_path, g)
+    assert r.exit_code == 2, r.output + r.stderr
+    assert f"operator {store.id} (`{store.name}`): tensor_shape_tiled has 1,000 dims; the " \
+        "import takes at most 32" in r.stderr
+
+
 def test_a_store_into_a_tensor_of_2_31000_tiles_is_a_located_check_error(tmp_path):
     dims = ", ".join(["2147483648"] * 1000)
     prog = tmp_path / "huge.step"
@@ -73,6 +129,89 @@ def test_a_store_into_a_tensor_of_2_31000_tiles_is_a_located_check_error(tmp_pat
     r = _invoke("check", str(prog))
     assert r.exit_code == 1 and "huge.step:3:" in r.output + r.stderr
     assert "(~2^30990 tiles of" in r.output + r.stderr  # (2^31)^1000 / (16 * 64)
+
+
+def _a_million(g: ProgramGraph, field: str) -> None:
+    """A million entries in `field` of the load `wu` (1 to 4 MB on the wire)."""
+    op = _op(g, "wu")
+    if field == "stepc_fifo_depth":
+        op.stepc_fifo_depth.extend([1] * 10**6)
+    elif field == "out_stream_shape":
+        op.MergeFromString(b"\x22\x02\x08\x01" * 10**6)  # field 4: {static: 1}
+    else:
+        getattr(op.off_chip_load, field).extend([1] * 10**6)
+
+
+@pytest.mark.parametrize("field", ["stepc_fifo_depth", "out_stream_shape", "tensor_shape_tiled",
+                                   "out_shape_tiled"])
+def test_a_million_entries_are_refused_at_once(tmp_path, exported_seeds, field):
+    """A million FIFO depths took 52 s; a million shape entries did not end in a minute."""
+    g = _swiglu(exported_seeds)
+    _a_million(g, field)
+    start = time.perf_counter()
+    with _deadline(CASE_SECONDS, field):
+        r = _import(tmp_path, g)
+    assert r.exit_code == 2 and "operator 3 (`wu`): " in r.stderr, r.stderr
+    assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda g: setattr(_op(g, "wg").off_chip_load, "tile_col", 0), "tile_col = 0: must be at "
+     "least 1"),
+    (lambda g: setattr(_op(g, "gate").binarymap_accum, "rank", 0), "rank = 0: must be at least 1"),
+    (lambda g: setattr(_op(g, "pr").reshape, "chunk_size", 0), "chunk_size = 0"),
+    (lambda g: setattr(_op(g, "x.bcast").broadcast, "num_consumers", 70000),
+     "num_consumers = 70,000: an operator has at most 65,536 outputs"),
+    (lambda g: setattr(_op(g, "x.bcast"), "stepc_buffer_depth", 4),
+     "stepc_buffer_depth = 4 on a `broadcast`: only a random_off_chip_store has a write buffer"),
+    (lambda g: _op(g, "prod").stepc_fifo_depth.extend([0, 3]), "stepc_fifo_depth[0] = 0"),
+    (lambda g: _op(g, "act").stepc_fifo_depth.extend([2, 3]),
+     "stepc_fifo_depth has 2 entries: one depth for every input (it has 1 input)"),
+    (lambda g: _op(g, "wd").off_chip_load.stride.pop(), "stride has 2 entries but "
+     "out_shape_tiled has 3"),
+    (lambda g: _op(g, "wd").off_chip_load.tensor_shape_tiled.pop(), "tensor_shape_tiled [4] "
+     "needs at least 2 dims"),
+    (lambda g: _op(g, "wd").off_chip_load.out_shape_tiled.__setitem__(0, 0),
+     "out_shape_tiled [0, 1, 4]: every dim must be at least 1"),
+])
+def test_a_value_no_operator_takes_is_refused_where_it_is_read(tmp_path, exported_seeds, change,
+                                                                said):
+    """Each of these imported with exit 0 and wrote a program `stepc check` rejects."""
+    g = _swiglu(exported_seeds)
+    change(g)
+    r = _import(tmp_path, g)
+    assert r.exit_code == 2 and said in r.stderr, r.stderr
+
+
+def test_a_graph_whose_program_does_not_check_is_refused_and_nothing_is_written(
+        tmp_path, exported_seeds):
+    g = _swiglu(exported_seeds)
+    _op(g, "gate").binarymap_accum.rank = 9  # a rank the read cannot judge: the checker does
+    out = tmp_path / "g.step"
+    r = _import(tmp_path, g, "-o", str(out))
+    assert r.exit_code == 2 and not out.exists(), r.output + r.stderr
+    assert "operator 4 (`gate`): the program written for it does not check" in r.stderr
+    assert "found 9" in r.stderr and "gate = Accum(" in r.stderr
+    out.write_text("mine\n")
+    assert _import(tmp_path, g, "-o", str(out), "--force").exit_code == 2
+    assert out.read_text() == "mine\n"
+
+
+def test_a_lone_zero_fifo_depth_is_the_hardwares(tmp_path, exported_seeds):
+    g = _swiglu(exported_seeds)
+    _op(g, "prod").stepc_fifo_depth[:] = [0]
+    r = _import(tmp_path, g)
+    assert r.exit_code == 0 and "depth=" not in r.output, r.output + r.stderr
+
+
+def test_names_cannot_add_lines_to_the_program(tmp_path, exported_seeds):
+    """A graph name with a newline became a statement of the program (exit 70 here)."""
+    g = _swiglu(exported_seeds)
+    g.name = "x\ntensor EVIL : f32[4, 4] input"
+    _op(g, "act").name = "a\nb" * 5000
+    r = _import(tmp_path, g)
+    assert r.exit_code == 0, r.stderr
+    assert "EVIL" not in r.output.split("\n", 1)[1] and max(map(len, r.output.split())) < 100
 
 
 # ------------------------------------------------------------------ linear time

@@ -26,7 +26,8 @@ from stepc.interop.operators import (
     n_byte_dtype,
     with_fifo,
 )
-from stepc.interop.reader import InteropError, Op, Port, read_graph
+from stepc.interop.reader import InteropError, InvalidGraphError, Op, Port, printable, read_graph
+from stepc.interop.verify import refusal
 from stepc.interop.writer import Writer
 
 
@@ -38,6 +39,9 @@ class Imported:
     text: str
     operators: int
     compiled: Any
+    refusal: InvalidGraphError | None = None  # the program does not check: the graph is
+    # invalid (`stepc import` stops with this error; a command given the graph reports the
+    # checker's diagnostics)
 
 
 def import_graph(path: str, compile_text: Callable[[str], Any],
@@ -70,7 +74,7 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
                     not op.msg.partition_rank:
                 w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
     _sink_unread(w, ops)
-    title = f" ({gname})" if gname else ""
+    title = f" ({printable(gname)})" if gname else ""
     header = [(f"Imported from the STeP IR graph {os.path.basename(path)}{title}: {len(ops)} "
                "operators, by `stepc import`."),
               "One statement per operator; each comment names the source operator's id."]
@@ -85,7 +89,7 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
         compiled = compile_text(text)
     if compiled.typed is not None:
         _check_accumulators(w, compiled.typed.types, folded.renamed)
-    return Imported(text, len(ops), compiled)
+    return Imported(text, len(ops), compiled, refusal(w, text, compiled))
 
 
 _LOCKSTEP = ("binarymap", "binarymap_accum")

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from stepc.interop.bounds import MAX_NAME
 from stepc.interop.reader import InteropError, Op, Port, relative_to
 
 
@@ -18,6 +19,7 @@ class Writer:
     dtypes: dict[int, str] = field(default_factory=dict)  # op id -> element type
     outputs: dict[int, int] = field(default_factory=dict)  # op id -> number of outputs
     tensors: list[str] = field(default_factory=list)
+    tensor_ops: dict[str, int] = field(default_factory=dict)  # tensor name -> its op's id
     streams: list[str] = field(default_factory=list)
     body: list[tuple[str, str]] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
@@ -36,7 +38,7 @@ class Writer:
     unled: dict[int, int] = field(default_factory=dict)  # source id -> the Flatten of its 1
 
     def fresh(self, op: Op) -> str:
-        base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
+        base = op.name.split(" ")[0][:MAX_NAME] if op.name else f"{op.kind}_{op.id}"
         return self.unique(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower(), op.id)
 
     def unique(self, base: str, op_id: int) -> str:
