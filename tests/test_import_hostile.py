@@ -2,7 +2,9 @@
 hangs, and never succeeds with a program `stepc check` rejects. Bounds are refused at read
 time naming the operator and the field (exit 2), lists beyond them in linear time, and a
 graph whose written program does not check is refused with the operators its errors are
-on, writing nothing."""
+on, writing nothing. A seeded mutator (tests/graph_mutator.py) damages the reference
+corpus's graphs (when ../shared/data/stepir is present) and graphs `stepc export` writes of
+the bundled programs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from graph_mutator import mutants
+from test_interop import GRAPHS
 
 import stepc
 from stepc.cli import main
@@ -23,9 +27,10 @@ from stepc.interop.schema import ProgramGraph
 
 REPO = Path(__file__).resolve().parents[1]
 CASE_SECONDS = 30  # one import and its check; the slowest seed takes ~4 s on a quiet core
-# bundled programs exported at small sizes
+# bundled programs exported at small sizes: the mutator's seeds without the corpus
 EXPORTED = {"swiglu": {"B": 64, "I": 256, "TB": 16, "TI": 64}, "moe_simple": {},
             "attention_coarse": {"HEAD_DIM": 16, "TILE_N": 8, "MAXN": 64, "B": 16, "R": 1}}
+QUICK_CORPUS = ("swiglu_hdl_b16_i64", "decode_attn_qwen_b16_coarse")  # small and quick
 
 
 def _invoke(*args: str):
@@ -67,6 +72,13 @@ def exported_seeds(tmp_path_factory) -> list[tuple[str, bytes, Path]]:
     return [_exported(where, p) for p in EXPORTED]
 
 
+def _corpus(names=None) -> list[tuple[str, bytes, Path]]:
+    if not GRAPHS.is_dir():
+        return []
+    return [(p.stem, p.read_bytes(), GRAPHS / f"{p.stem}.npy") for p in sorted(GRAPHS.glob("*.pb"))
+            if names is None or p.stem in names]
+
+
 # ------------------------------------------------------------------ the properties
 def _survives(tmp_path: Path, name: str, data: bytes, side: Path, what: str) -> int:
     """Import the graph `data` (side files in `side`) as `stepc import` does; assert it
@@ -91,6 +103,31 @@ def _survives(tmp_path: Path, name: str, data: bytes, side: Path, what: str) -> 
         checked = _invoke("check", str(out))
     assert checked.exit_code == 0, (case, (checked.output + checked.stderr)[-800:])
     return 0
+
+
+def _run_mutants(tmp_path: Path, seeds, seed: int, count: int) -> dict[int, int]:
+    exits: dict[int, int] = {}
+    for k, (name, data, side) in enumerate(seeds):
+        where = tmp_path / name
+        where.mkdir(exist_ok=True)
+        for m in mutants(data, seed * 1000 + k, count):
+            code = _survives(where, name, m.data, side, m.what)
+            exits[code] = exits.get(code, 0) + 1
+    return exits
+
+
+def test_mutated_graphs_never_crash_hang_or_write_a_program_that_does_not_check(
+        tmp_path, exported_seeds):
+    exits = _run_mutants(tmp_path, exported_seeds + _corpus(QUICK_CORPUS), seed=0, count=8)
+    assert sum(exits.values()) >= 24 and exits.get(0) and exits.get(2), exits
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_many_mutated_graphs_never_crash_hang_or_write_a_program_that_does_not_check(
+        tmp_path, exported_seeds, seed):
+    exits = _run_mutants(tmp_path, exported_seeds + _corpus(), seed=seed, count=60)
+    assert exits.get(0) and exits.get(2), exits
 
 
 # ------------------------------------------------------------------ what each fix is for
