@@ -138,6 +138,9 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
                                f"`{printable(ops[m.id].name)}`)")
         op = Op(m.id, m.name, kind, getattr(m, kind), fifo_depth=list(m.stepc_fifo_depth),
                 buffer_depth=m.stepc_buffer_depth)
+        problem = field_problem(kind, op.msg) or shape_problem(len(m.out_stream_shape))
+        if problem:  # before anything is built from a list past its bound
+            raise InvalidGraphError(path, problem, op)
         if all(d.HasField("static") for d in m.out_stream_shape):
             op.out_shape = [d.static for d in m.out_stream_shape]
         if m.parallel_factor > 1:
@@ -150,9 +153,8 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
                                "the schema stepc reads (a newer schema?); refusing rather than "
                                "dropping it", op)
         op.inputs, op.control = _ports(op)
-        problem = field_problem(kind, op.msg) or shape_problem(len(m.out_stream_shape)) or \
-            channel_problem(kind, op.fifo_depth, op.buffer_depth,
-                            len(op.inputs) + (op.control is not None))
+        problem = channel_problem(kind, op.fifo_depth, op.buffer_depth,
+                                  len(op.inputs) + (op.control is not None))
         if problem:
             raise InvalidGraphError(path, problem, op)
         ops[m.id] = op
