@@ -2,7 +2,8 @@
 keep a program's size and arithmetic small (the file, the operators, every shape's rank,
 every list's length) and the values stepc's operators cannot take (a zero tile or dim, a
 rank of 0 where a dim is reduced, an option the operator does not have). Each problem is
-said with the field that has it (docs/interop.md, "Bounds")."""
+said with the field that has it (docs/interop.md, "Graphs past a bound, or with values no
+operator takes")."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ POSITIVE: dict[str, tuple[str, ...]] = {
     "repeat_static": ("repeat_factor",), "reshape": ("chunk_size",),
     "accum": ("rank",), "binarymap_accum": ("rank",), "expand_ref": ("expand_rank",),
 }
-# fields that count dims of a stream, or consumers of a router
+# fields that count dims of a stream
 RANKS = ("rank", "partition_rank", "reassemble_rank", "parallelize_rank", "input_rank",
          "expand_rank", "split_dim", "input_stream_rank", "promote_rank", "bufferized_rank",
          "repeat_rank", "min_rank", "max_rank")
-CONSUMER_COUNTS = ("num_consumers",)
+CONSUMER_COUNTS = ("num_consumers",)  # outputs of a router
 # repeated fields: a shape (each dim at least 1), a list of inputs or of per-consumer values
 SHAPES = ("tensor_shape_tiled", "out_shape_tiled")
 LISTS = {"stride": MAX_RANK, "repeat_factor": MAX_RANK, "switch_cycles": MAX_CONSUMERS,
