@@ -44,7 +44,18 @@ class DimPrinter(StrPrinter):
     def _print_StrictGreaterThan(self, e):
         return f"{self._print(e.lhs)} > {self._print(e.rhs)}"
 
+    def _print_Integer(self, e):
+        return self._print_int(int(e))
 
+    def _print_int(self, n: int) -> str:
+        """An integer in digits, or as its power of two when it is longer than any count
+        (the size of a tensor of a thousand dims): Python refuses to print those."""
+        if n.bit_length() <= PRINTED_BITS:
+            return str(n)
+        return f"{'-' if n < 0 else ''}~2^{abs(n).bit_length() - 1}"
+
+
+PRINTED_BITS = 1024  # integers longer than this print as ~2^k
 _PRINTER = DimPrinter({"order": "none"})
 _PRINTED: dict = {}  # (type, dim) -> its text: a program prints the same dims many times
 PRINTED_SIZE = 65536  # dims kept (then the memo starts over)

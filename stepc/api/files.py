@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from stepc.sim.run import SimResult
 
 __all__ = ["DrawingError", "check_drawing", "heat", "write_array", "write_drawing",
-           "write_trace"]
+           "write_text", "write_trace"]
 
 
 def check_drawing(out: str, force: bool = False) -> None:
@@ -48,3 +48,9 @@ def write_array(path: str, array: np.ndarray) -> None:
 
     from stepc.sim.report import write_atomic
     write_atomic(path, lambda f: np.save(f, array))
+
+
+def write_text(path: str, text: str) -> None:
+    """A text file (a program), written whole or not at all."""
+    from stepc.sim.report import write_atomic
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))

@@ -35,22 +35,27 @@ def import_cmd(graph, out, force):
         check_new_output("-o", out, force)
     try:
         from stepc.api.program import import_graph
-        from stepc.interop import GraphFileError, InteropError
+        from stepc.interop import GraphFileError, InteropError, InvalidGraphError
     except ImportError:
         click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
         sys.exit(EXIT_USAGE)
     try:
         imported = import_graph(graph, os.path.dirname(out) if out else None)
+        if imported.refusal is not None:  # what it wrote does not check: nothing is written
+            raise imported.refusal
     except GraphFileError as e:
         click.echo(f"stepc: error[{UNREADABLE_FILE}]: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    except InvalidGraphError as e:
+        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_USAGE)
     except InteropError as e:
         click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     if out:
-        with open(out, "w") as f:
-            f.write(imported.text)
+        from stepc.api.files import write_text
+        write_text(out, imported.text)
         click.echo(f"wrote {out} ({imported.operators} operators)", err=True)
     else:
         click.echo(imported.text, nl=False)

@@ -53,22 +53,31 @@ def export_program(prog, path: str, hw, traces: dict | None = None,
         exporter = _Exporter(path, typed, node, ins, ids, hw, traces or {}, files, g,
                              spare_ids, computed, ones, [] if notes is None else notes, routed,
                              flats)
-        if exporter.fill(op) is False:  # said by its reader
-            del g.operators[len(g.operators) - 1]
-            continue
-        shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
-        if node.op == "Promote":  # its first half, the Reshape, was added after it
-            reshape = g.operators[-1]
-            reshape.parallel_factor = 1
-            write_shape(reshape, (*next(iter(shapes)), 1), 0)
-        op.parallel_factor = 1  # stepc runs each operator once
-        if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
-            write_shape(op, next(iter(shapes)), 1 if name in dropped else ones[name])
-        if name in dropped:  # its readers read it behind a Flatten of its leading 1
-            exporter.flatten_source(next(iter(shapes)))
+        try:
+            if exporter.fill(op) is False:  # said by its reader
+                del g.operators[len(g.operators) - 1]
+                continue
+            shapes = {typed.types[(name, i)].shape for i in range(len(node.outputs))}
+            if node.op == "Promote":  # its first half, the Reshape, was added after it
+                reshape = g.operators[-1]
+                reshape.parallel_factor = 1
+                write_shape(reshape, (*next(iter(shapes)), 1), 0)
+            op.parallel_factor = 1  # stepc runs each operator once
+            if len(shapes) == 1 and op.WhichOneof("op_type") != "consumer_context":
+                write_shape(op, next(iter(shapes)), 1 if name in dropped else ones[name])
+            if name in dropped:  # its readers read it behind a Flatten of its leading 1
+                exporter.flatten_source(next(iter(shapes)))
+        except ValueError as e:
+            if not str(e).startswith(_OUT_OF_RANGE):
+                raise
+            exporter.fail(f"a number the format cannot hold ({e}): its integer fields are "
+                          "unsigned, of 32 bits (64 for offsets)")
     routed.finish(g, ids)
     g.operators.sort(key=lambda o: o.id)
     return g.SerializeToString(), files
+
+
+_OUT_OF_RANGE = "Value out of range"  # protobuf's error for a number its field cannot hold
 
 
 def _id_order(p, path: str) -> list[str]:

@@ -62,10 +62,11 @@ def fold(units: list[Unit], tensors: list[str]) -> Folded:
     runs: list[tuple[int, int]] = []
     loop: int | None = None  # the range of the loop being written
     bound: set[str] = set()  # the names its body binds so far
+    run_at = _run_lengths(sigs)
     i = 0
     while i < len(units):
-        n = _run_length(sigs, i)
-        m = _blocks(sigs, i, n)
+        n = run_at[i]
+        m = _blocks(sigs, run_at, i, n)
         nest = _nest(units, sigs, i, m, n, ctx) if m >= MIN_RUN else None
         if nest is not None:
             if loop is not None:
@@ -83,21 +84,25 @@ def fold(units: list[Unit], tensors: list[str]) -> Folded:
                 lines.append("}")
                 loop, bound = None, set()
                 body = _loop_body(units, sigs, i, n, ctx, set())
-        if body is None:
-            n = 1
+        if body is None:  # the run stays unrolled (what is left of it is not tried again:
+            # linear time); its last unit may start another run
+            n = max(n - 1, 1)
             if loop is not None:
                 lines.append("}")
                 loop, bound = None, set()
-            lines.append(f"{_rename(units[i].code, renamed)}  # {units[i].comment}")
-        else:
-            if loop != n:
-                if loop is not None:
-                    lines.append("}")
-                lines.append(f"for {LOOP_VAR} in 0..{n} {{")
-                loop, bound = n, set()
-            lines += body[0]
-            bound |= body[1]
-            sizes.update(dict.fromkeys(body[1], n))
+            for k in range(i, i + n):
+                lines.append(f"{_rename(units[k].code, renamed)}  # {units[k].comment}")
+                runs.append((k, 1))
+            i += n
+            continue
+        if loop != n:
+            if loop is not None:
+                lines.append("}")
+            lines.append(f"for {LOOP_VAR} in 0..{n} {{")
+            loop, bound = n, set()
+        lines += body[0]
+        bound |= body[1]
+        sizes.update(dict.fromkeys(body[1], n))
         runs.append((i, n))
         i += n
     if loop is not None:
@@ -117,21 +122,21 @@ def fold(units: list[Unit], tensors: list[str]) -> Folded:
 _NEW_LOOP = ([], set())  # a run that must start a loop of its own
 
 
-def _run_length(sigs, i: int) -> int:
-    sig, first = sigs[i]
-    if i + 1 >= len(sigs) or sigs[i + 1][0] != sig:
-        return 1
-    step = [b - a for a, b in zip(first, sigs[i + 1][1])]
-    if not any(step):
-        return 1
-    n = 2
-    while i + n < len(sigs) and sigs[i + n][0] == sig and all(
-            v == a + n * d for v, a, d in zip(sigs[i + n][1], first, step)):
-        n += 1
-    return n
+def _run_lengths(sigs) -> list[int]:
+    """Per unit, the length of the run of units from it whose numbers step by one nonzero
+    constant (1: none), in one pass from the end."""
+    steps = [[b - a for a, b in zip(sigs[i][1], sigs[i + 1][1])]
+             if sigs[i + 1][0] == sigs[i][0] else None for i in range(len(sigs) - 1)]
+    runs = [1] * len(sigs)
+    for i in range(len(sigs) - 2, -1, -1):
+        step = steps[i]
+        if step is None or not any(step):
+            continue
+        runs[i] = runs[i + 1] + 1 if i + 1 < len(steps) and steps[i + 1] == step else 2
+    return runs
 
 
-def _blocks(sigs, i: int, n: int) -> int:
+def _blocks(sigs, run_at: list[int], i: int, n: int) -> int:
     """How many consecutive blocks of `n` units from `i` repeat the first block's run, each
     block's numbers the first's plus a constant step per block."""
     if n < 2:
@@ -142,7 +147,7 @@ def _blocks(sigs, i: int, n: int) -> int:
     m = 1
     while i + (m + 1) * n <= len(sigs):
         j = i + m * n
-        if sigs[j][0] != sig or _run_length(sigs, j) < n or \
+        if sigs[j][0] != sig or run_at[j] < n or \
                 [b - a for a, b in zip(sigs[j][1], sigs[j + 1][1])] != inner:
             break
         step = [b - a for a, b in zip(first, sigs[j][1])]

@@ -8,7 +8,12 @@ import re
 
 import numpy as np
 
-from stepc.interop.pairs import leading_one_flatten, producer, promoting_reshape
+from stepc.interop.pairs import (
+    input_readers,
+    leading_one_flatten,
+    producer,
+    promoting_reshape,
+)
 from stepc.interop.reader import InteropError, Op, Port, relative_to
 from stepc.interop.writer import Writer
 
@@ -54,14 +59,15 @@ def n_byte_dtype(w: Writer, op: Op, dtype=None) -> str:
     return N_BYTE_DTYPES[m.n_byte]
 
 
-def _tensor(w: Writer, name: str, dtype: str, shape_tiled, row: int, col: int, role: str,
-            source: str = "") -> str:
-    dims = list(shape_tiled)
-    if len(dims) < 2:
-        raise InteropError(w.path, f"tensor of {name}: tensor_shape_tiled {dims} needs 2 dims")
-    full = dims[:-2] + [dims[-2] * row, dims[-1] * col]
+def _tensor(w: Writer, op: Op, name: str, dtype: str, role: str, source: str = "") -> str:
+    """Declare the tensor of the off-chip operator `op` (its `tensor_shape_tiled` tiles of
+    `tile_row` x `tile_col`; at least 2 dims, bounds.py)."""
+    m = op.msg
+    dims = list(m.tensor_shape_tiled)
+    full = dims[:-2] + [dims[-2] * m.tile_row, dims[-1] * m.tile_col]
     tname = name.upper()
     w.tensors.append(f"tensor {tname} : {dtype}[{', '.join(map(str, full))}] {role}{source}")
+    w.tensor_ops[tname] = op.id
     return tname
 
 
@@ -101,7 +107,7 @@ def _off_chip_load(w: Writer, op: Op, name: str):
     m = op.msg
     dtype = n_byte_dtype(w, op)
     src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
-    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    t = _tensor(w, op, name, dtype, "input", src)
     w.dtypes[op.id] = dtype
     stride, shape = list(m.stride), list(m.out_shape_tiled)
     if op.inputs:
@@ -120,7 +126,7 @@ def _off_chip_store(w: Writer, op: Op, name: str):
     dtype = _dtype(w, op, m.dtype, "dtype")
     if w.dtypes.get(op.inputs[0].src) == "bf16" and dtype in ("f16", "f32"):
         dtype = "bf16"  # it writes the 2-byte tiles it is given, as `stepc export` says them
-    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    t = _tensor(w, op, name, dtype, "output")
     if m.HasField("store_path"):
         raise InteropError(w.path, "store_path: stepc writes outputs with `stepc sim --out`",
                            op)
@@ -184,8 +190,8 @@ def _reshape(w: Writer, op: Op, name: str):
 
 
 def _compute_readers(w: Writer, op: Op) -> list[str]:
-    return [c.name for c in w.all_ops if op.id in {p.src for p in c.inputs}
-            and c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
+    return [c.name for c in input_readers(w, op)
+            if c.kind in ("binarymap", "unarymap", "binarymap_accum", "accum")]
 
 
 def _npy_shape(w: Writer, op: Op, npy: str) -> tuple[str, tuple[int, ...]]:
@@ -385,7 +391,7 @@ def _random_off_chip_load(w: Writer, op: Op, name: str):
                            "a tensor from its first tile (give each region its own tensor)", op)
     dtype = n_byte_dtype(w, op)
     src = f" = file(path=\"{w.side_file(m.npy_path)}\")" if m.HasField("npy_path") else ""
-    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "input", src)
+    t = _tensor(w, op, name, dtype, "input", src)
     w.dtypes[op.id] = dtype
     return (f"{name} = RandomOffChipLoad({w.ref(op, op.inputs[0])}, {t}, " + _attrs(
         tile=[m.tile_row, m.tile_col], par_dispatch=m.par_dispatch or None) + ")", "")
@@ -401,7 +407,7 @@ def _cache_read_addr_gen(w: Writer, op: Op, name: str):
 def with_fifo(call: str, op: Op) -> str:
     """`call` with the depths stepc's extension fields of `op` give (see
     schema.STEPC_OPERATION_FIELDS)."""
-    depth = op.fifo_depth[0] if len(op.fifo_depth) == 1 else op.fifo_depth or None
+    depth = (op.fifo_depth[0] or None) if len(op.fifo_depth) == 1 else op.fifo_depth or None
     extra = _attrs(depth=depth, buffer_depth=op.buffer_depth or None)
     return f"{call[:-1]}, {extra})" if extra else call
 
@@ -412,10 +418,7 @@ def _filter_last_tile(w: Writer, op: Op, name: str):
 
 def _expand_ref(w: Writer, op: Op, name: str):
     _pass(w, op)
-    e = op.msg.expand_rank
-    if e < 1:
-        raise InteropError(w.path, "expand_rank = 0: the format needs at least one repeated "
-                           "dim", op)
+    e = op.msg.expand_rank  # at least 1 (bounds.py)
     x, ref = (w.ref(op, p) for p in op.inputs)
     return f"{name} = Expand({x}, ref={ref}" + (f", rank={e - 1})" if e > 1 else ")"), ""
 
@@ -432,7 +435,7 @@ def _random_off_chip_store(w: Writer, op: Op, name: str):
         raise InteropError(w.path, "npy_path on a store: stepc writes outputs with "
                            "`stepc sim --out`", op)
     dtype = _two_byte(n_byte_dtype(w, op, m.wdata_dtype), w.dtypes.get(op.inputs[1].src))
-    t = _tensor(w, name, dtype, m.tensor_shape_tiled, m.tile_row, m.tile_col, "output")
+    t = _tensor(w, op, name, dtype, "output")
     w.dtypes[op.id] = "bool"
     waddr, wdata = (w.ref(op, p) for p in op.inputs)
     return (f"{name} = RandomOffChipStore({waddr}, {wdata}, {t}, " +

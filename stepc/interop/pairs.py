@@ -11,7 +11,12 @@ from stepc.interop.writer import Writer
 
 def producer(w: Writer, op: Op) -> Op:
     """The operation `op`'s first input comes from."""
-    return next(o for o in w.all_ops if o.id == op.inputs[0].src)
+    return w.by_id[op.inputs[0].src]
+
+
+def input_readers(w: Writer, op: Op) -> list[Op]:
+    """The operations reading `op` through an input (not a selector)."""
+    return [c for c in w.readers[op.id] if any(p.src == op.id for p in c.inputs)]
 
 
 def leading_one_flatten(w: Writer, op: Op, dims) -> Op | None:
@@ -19,8 +24,7 @@ def leading_one_flatten(w: Writer, op: Op, dims) -> Op | None:
     dims`), when it is the source's only reader and states the shape it makes (a writer of
     the newer schema, such as `stepc export`, which flattens a source's 1 where it streams
     it): the pair reads back as the source without the 1, one operator, as written."""
-    readers = [c for c in w.all_ops if op.id in {p.src for p in c.inputs} or
-               c.control is not None and c.control.src == op.id]
+    readers = w.readers[op.id]
     dims = list(dims)
     if len(readers) != 1 or readers[0].kind != "flatten" or readers[0].out_shape != dims or \
             (readers[0].msg.min_rank, readers[0].msg.max_rank) != (len(dims) - 1, len(dims)):
@@ -37,7 +41,7 @@ def promoting_reshape(w: Writer, op: Op) -> Op | None:
     if op.kind != "reshape" or not (m.add_outer_dim and m.chunk_size == 1) or m.split_dim \
             or m.input_stream_rank or m.write_back_mu:
         return None
-    readers = [c for c in w.all_ops if op.id in {p.src for p in c.inputs}]
+    readers = input_readers(w, op)
     if len(readers) != 1 or readers[0].kind != "flatten" or \
             (readers[0].msg.min_rank, readers[0].msg.max_rank) != (0, 1):
         return None

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from stepc.interop.schema import OP_TYPES, ProgramGraph
+from stepc.interop.bounds import (
+    MAX_GRAPH_BYTES,
+    MAX_NAME,
+    MAX_OPERATORS,
+    channel_problem,
+    field_problem,
+    shape_problem,
+)
+from stepc.interop.schema import OP_TYPES, ProgramGraph, is_repeated
 
 
 class InteropError(Exception):
@@ -30,6 +38,11 @@ class InteropError(Exception):
 class GraphFileError(InteropError):
     """The graph file itself cannot be read (missing, a directory, no permission): a usage
     error (exit 2), as for a `.step` file."""
+
+
+class InvalidGraphError(InteropError):
+    """The graph is past a bound, has a value no operator takes, or makes a program that
+    does not check: an input error (exit 2 from `stepc import`)."""
 
 
 # op kind -> its stream inputs: (id field, output-index field) pairs, in port order
@@ -76,16 +89,26 @@ class Op:
 
     @property
     def label(self) -> str:
-        return f"{self.id} (`{self.name}`)" if self.name else str(self.id)
+        return f"{self.id} (`{printable(self.name)}`)" if self.name else str(self.id)
+
+
+def printable(name: str, limit: int = MAX_NAME) -> str:
+    """A debug name (or a line) as a message quotes it: one line, at most `limit`
+    characters."""
+    flat = "".join(c if c.isprintable() else "?" for c in name[:limit + 1])
+    return flat if len(flat) <= limit else flat[:limit - 2] + ".."
 
 
 def read_graph(path: str) -> tuple[str, list[Op]]:
     """The graph's name and its operators in dependency order (producers first)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_GRAPH_BYTES + 1)
     except OSError as e:
         raise GraphFileError(path, f"cannot read: {e.strerror}") from None
+    if len(data) > MAX_GRAPH_BYTES:
+        raise InvalidGraphError(path, f"larger than {MAX_GRAPH_BYTES:,} bytes, the most stepc "
+                                "reads as a graph")
     return parse_graph(data, path)
 
 
@@ -97,10 +120,13 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
         raise InteropError(path, f"not a ProgramGraph (truncated or not protobuf): {e}") from None
     if not graph.operators:
         raise InteropError(path, "a ProgramGraph without operators (an empty or foreign file)")
+    if len(graph.operators) > MAX_OPERATORS:
+        raise InvalidGraphError(path, f"{len(graph.operators):,} operators; a program holds at "
+                                f"most {MAX_OPERATORS:,}")
     ops: dict[int, Op] = {}
     for i, m in enumerate(graph.operators):
         kind = m.WhichOneof("op_type")
-        label = f"#{i} (id {m.id}{', `' + m.name + '`' if m.name else ''})"
+        label = f"#{i} (id {m.id}{', `' + printable(m.name) + '`' if m.name else ''})"
         if kind is None:
             numbers = sorted({n for n, _ in _unknown(m)})
             what = (f"unknown op field number{'s' if len(numbers) > 1 else ''} "
@@ -109,9 +135,12 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
             raise InteropError(path, f"operator {label}: {what}")
         if m.id in ops:
             raise InteropError(path, f"operator {label}: id {m.id} is used twice (also by "
-                               f"`{ops[m.id].name}`)")
+                               f"`{printable(ops[m.id].name)}`)")
         op = Op(m.id, m.name, kind, getattr(m, kind), fifo_depth=list(m.stepc_fifo_depth),
                 buffer_depth=m.stepc_buffer_depth)
+        problem = field_problem(kind, op.msg) or shape_problem(len(m.out_stream_shape))
+        if problem:  # before anything is built from a list past its bound
+            raise InvalidGraphError(path, problem, op)
         if all(d.HasField("static") for d in m.out_stream_shape):
             op.out_shape = [d.static for d in m.out_stream_shape]
         if m.parallel_factor > 1:
@@ -124,6 +153,10 @@ def parse_graph(data: bytes, path: str) -> tuple[str, list[Op]]:
                                "the schema stepc reads (a newer schema?); refusing rather than "
                                "dropping it", op)
         op.inputs, op.control = _ports(op)
+        problem = channel_problem(kind, op.fifo_depth, op.buffer_depth,
+                                  len(op.inputs) + (op.control is not None))
+        if problem:
+            raise InvalidGraphError(path, problem, op)
         ops[m.id] = op
     for op in ops.values():
         for p in op.inputs + ([op.control] if op.control else []):
@@ -149,9 +182,7 @@ def _unknown_inside(msg, where: str) -> tuple[str, int] | None:
         return where, fields[0][0]
     for desc, value in msg.ListFields():
         if desc.message_type is not None:
-            repeated = desc.is_repeated if hasattr(desc, "is_repeated") else \
-                desc.label == desc.LABEL_REPEATED  # protobuf < 5
-            for v in (value if repeated else [value]):
+            for v in (value if is_repeated(desc) else [value]):
                 found = _unknown_inside(v, f"{where}.{desc.name}")
                 if found:
                     return found
@@ -258,16 +289,16 @@ def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
     for i, ps in preds.items():
         for p in ps:
             succ[p].add(i)
+    component = _components(succ)
     back = []
     for m in stuck:
         op = ops[m]
         if op.kind != "eager_merge":
             continue
-        after = _reach(m, succ)
-        cyclic = [p.src for p in op.inputs if p.src in after]
+        cyclic = [p.src for p in op.inputs if component[p.src] == component[m]]
         if not cyclic or any(src < m for src in cyclic):
             continue
-        for reader in sorted(succ[m] & _reach(m, preds)):  # readers that lead back to it
+        for reader in sorted(r for r in succ[m] if component[r] == component[m]):  # on the loop
             r = ops[reader]
             for p in r.inputs + ([r.control] if r.control else []):
                 if p.src == m and (p.idx or 0) not in op.fed_back:
@@ -276,14 +307,15 @@ def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
     return back
 
 
-def _reach(start: int, nxt: dict[int, set[int]]) -> set[int]:
-    seen, todo = set(), [start]
-    while todo:
-        for j in nxt[todo.pop()]:
-            if j not in seen:
-                seen.add(j)
-                todo.append(j)
-    return seen
+def _components(succ: dict[int, set[int]]) -> dict[int, int]:
+    """Per operator, the index of its strongly connected component (operators on a cycle
+    through both share one)."""
+    import networkx as nx
+    graph = nx.DiGraph()
+    graph.add_nodes_from(succ)
+    graph.add_edges_from((i, j) for i, js in succ.items() for j in js)
+    return {i: k for k, members in enumerate(nx.strongly_connected_components(graph))
+            for i in members}
 
 
 def _a_cycle(stuck: list[int], preds: dict[int, set[int]]) -> list[int]:

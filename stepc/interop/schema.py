@@ -251,6 +251,12 @@ def _ordered(fields):
     return sorted(fields, key=lambda f: not f[3].startswith("oneof:"))
 
 
+def is_repeated(desc) -> bool:
+    """Whether a field (its descriptor) is repeated, in every protobuf version."""
+    return desc.is_repeated if hasattr(desc, "is_repeated") else \
+        desc.label == desc.LABEL_REPEATED  # protobuf < 5
+
+
 _classes = message_factory.GetMessages([_file()], pool=descriptor_pool.DescriptorPool())
 ProgramGraph = _classes[f"{PACKAGE}.ProgramGraph"]
 Operation = _classes[f"{PACKAGE}.Operation"]

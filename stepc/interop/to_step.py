@@ -26,7 +26,8 @@ from stepc.interop.operators import (
     n_byte_dtype,
     with_fifo,
 )
-from stepc.interop.reader import InteropError, Op, Port, read_graph
+from stepc.interop.reader import InteropError, InvalidGraphError, Op, Port, printable, read_graph
+from stepc.interop.verify import refusal
 from stepc.interop.writer import Writer
 
 
@@ -38,6 +39,9 @@ class Imported:
     text: str
     operators: int
     compiled: Any
+    refusal: InvalidGraphError | None = None  # the program does not check: the graph is
+    # invalid (`stepc import` stops with this error; a command given the graph reports the
+    # checker's diagnostics)
 
 
 def import_graph(path: str, compile_text: Callable[[str], Any],
@@ -47,7 +51,7 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
     (default: the graph's directory)."""
     gname, ops = read_graph(path)
     w = Writer(path, os.path.dirname(path) if out_dir is None else out_dir, all_ops=ops,
-               by_id={op.id: op for op in ops})
+               by_id={op.id: op for op in ops}, readers=_readers(ops))
     for op in ops:  # a 2-byte store's data is made in its stored type
         if op.kind == "random_off_chip_store" and op.msg.n_byte in N_BYTE_DTYPES:
             w.narrow[op.inputs[1].src] = n_byte_dtype(w, op, op.msg.wdata_dtype)
@@ -70,7 +74,7 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
                     not op.msg.partition_rank:
                 w.lockstep[len(w.body) - 1] = [w.ref(op, p) for p in op.inputs]
     _sink_unread(w, ops)
-    title = f" ({gname})" if gname else ""
+    title = f" ({printable(gname)})" if gname else ""
     header = [(f"Imported from the STeP IR graph {os.path.basename(path)}{title}: {len(ops)} "
                "operators, by `stepc import`."),
               "One statement per operator; each comment names the source operator's id."]
@@ -85,10 +89,18 @@ def import_graph(path: str, compile_text: Callable[[str], Any],
         compiled = compile_text(text)
     if compiled.typed is not None:
         _check_accumulators(w, compiled.typed.types, folded.renamed)
-    return Imported(text, len(ops), compiled)
+    return Imported(text, len(ops), compiled, refusal(w, text, compiled))
 
 
 _LOCKSTEP = ("binarymap", "binarymap_accum")
+
+
+def _readers(ops: list[Op]) -> dict[int, list[Op]]:
+    out: dict[int, list[Op]] = {op.id: [] for op in ops}
+    for op in ops:
+        for src in dict.fromkeys(p.src for p in op.inputs + [op.control] if p):
+            out[src].append(op)
+    return out
 
 
 def _sink_unread(w: Writer, ops: list[Op]) -> None:
@@ -199,8 +211,8 @@ def _lockstep_assumes(w: Writer, compiled, text: str,
     for d in compiled.diagnostics.items:
         if d.code != UNPROVEN_EQUALITY or d.span is None:
             continue
-        for line in lines[d.span.line - 1:]:  # the statement's comment ends its last line
-            m = _OP_COMMENT.search(line)
+        for k in range(d.span.line - 1, len(lines)):  # its comment ends its last line
+            m = _OP_COMMENT.search(lines[k])
             if m:
                 first = w.unit_of.get(int(m.group(1)))
                 if first is not None:

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from stepc.interop.bounds import MAX_NAME
 from stepc.interop.reader import InteropError, Op, Port, relative_to
 
 
@@ -18,13 +19,17 @@ class Writer:
     dtypes: dict[int, str] = field(default_factory=dict)  # op id -> element type
     outputs: dict[int, int] = field(default_factory=dict)  # op id -> number of outputs
     tensors: list[str] = field(default_factory=list)
+    tensor_ops: dict[str, int] = field(default_factory=dict)  # tensor name -> its op's id
     streams: list[str] = field(default_factory=list)
     body: list[tuple[str, str]] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
+    clashes: dict[str, int] = field(default_factory=dict)  # name -> the suffixes it took
     all_ops: list[Op] = field(default_factory=list)
     lockstep: dict[int, list[str]] = field(default_factory=dict)  # body index -> inputs
     unit_of: dict[int, int] = field(default_factory=dict)  # op id -> its body index
     by_id: dict[int, Op] = field(default_factory=dict)
+    readers: dict[int, list[Op]] = field(default_factory=dict)  # op id -> the ops reading
+    # it (through an input or the selector), each once, in the order of `all_ops`
     feedback: dict[str, tuple[int, str]] = field(default_factory=dict)  # stream -> (its
     # declaration in `streams`, the shape it states when known)
     partition_dims: dict = field(default_factory=dict)  # (selector, consumers) -> dim name
@@ -33,15 +38,19 @@ class Writer:
     unled: dict[int, int] = field(default_factory=dict)  # source id -> the Flatten of its 1
 
     def fresh(self, op: Op) -> str:
-        base = op.name.split(" ")[0] if op.name else f"{op.kind}_{op.id}"
+        base = op.name.split(" ")[0][:MAX_NAME] if op.name else f"{op.kind}_{op.id}"
         return self.unique(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower(), op.id)
 
     def unique(self, base: str, op_id: int) -> str:
-        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet."""
+        """An identifier from a debug name (`xt[0].up` -> `xt_0_up`), not taken yet (a
+        name taken already gets `_`, then `_2`, `_3`, ..)."""
         base = re.sub(r"\W+", "_", base.replace("]", "")).strip("_") or f"op_{op_id}"
-        name = base if base[0].isalpha() else f"op_{base}"
+        first = name = base if base[0].isalpha() else f"op_{base}"
+        k = self.clashes.get(first, 0)
         while name in self.taken:
-            name += "_"
+            k += 1
+            name = f"{first}_" if k == 1 else f"{first}_{k}"
+        self.clashes[first] = k
         self.taken.add(name)
         return name
 

@@ -29,7 +29,7 @@ from stepc.ops.base import (
     require_tile,
     stream,
 )
-from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_shape
+from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_dim, fmt_shape
 
 
 def tiled_shape(t: TensorRef, tile: list[int], arg: str = "tile") -> tuple[int, ...]:
@@ -97,9 +97,10 @@ def _store(ctx: InferCtx):
     t: TensorRef = ctx.attrs["tensor"]
     _check_tile_dtype(ctx, tile, t, "in")
     tiled = tiled_shape(t, [int(tile.rows), int(tile.cols)], "in")
-    ctx.require_equal(math.prod(tiled), st.card,
+    tiles = math.prod(tiled)
+    ctx.require_equal(tiles, st.card,
                       f"tiles written by {ctx.op} must fill tensor `{t}` {list(t.shape)} "
-                      f"({math.prod(tiled)} tiles of {tile})", "in", code=STORE_NOT_FILLED)
+                      f"({fmt_dim(tiles)} tiles of {tile})", "in", code=STORE_NOT_FILLED)
     return []
 
 
