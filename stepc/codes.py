@@ -18,6 +18,8 @@ UNREADABLE_FILE = _code("E0002", "cannot read a file")
 NOT_TEXT = _code("E0003", "not a text program")
 IMPORT_CYCLE = _code("E0004", "import cycle")
 UNREADABLE_GRAPH = _code("E0005", "a STeP IR graph stepc cannot read")
+# A program file or an import stepc cannot read as a program's text: a usage error (exit 2)
+UNREADABLE_INPUT = frozenset({UNREADABLE_FILE, NOT_TEXT})
 
 UNDEFINED_NAME = _code("E0101", "undefined name")
 UNKNOWN_OPERATOR = _code("E0102", "unknown operator")

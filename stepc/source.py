@@ -1,9 +1,66 @@
-"""Source files and spans: where every AST node, graph node and diagnostic points to."""
+"""Source files and spans (where every AST node, graph node and diagnostic points to), and
+the one rule by which a program file or an import is read."""
 
 from __future__ import annotations
 
 import bisect
+import os
+import stat
+import sys
 from dataclasses import dataclass
+
+MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what reading one may cost
+
+
+class UnreadableSource(OSError):
+    """A path stepc does not read as a program: missing, a directory, a device, a FIFO,
+    too large, or refused by the system; the message says which."""
+
+
+def read_source_bytes(path: str) -> bytes:
+    """The bytes of the program file `path` ('-' is standard input): a regular file of at
+    most MAX_SOURCE_BYTES. Anything else raises UnreadableSource, before it is opened when
+    it is not a regular file (opening a FIFO waits for a writer; a device never ends)."""
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+        if len(data) > MAX_SOURCE_BYTES:
+            raise UnreadableSource(_too_large("standard input"))
+        return data
+    try:
+        _check_regular(path, os.stat(path))
+        with open(path, "rb", opener=_open_nonblocking) as f:
+            _check_regular(path, os.fstat(f.fileno()))  # the file opened is the one checked
+            data = f.read(MAX_SOURCE_BYTES + 1)
+    except FileNotFoundError:
+        raise UnreadableSource(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise UnreadableSource(f"{path} is a directory, not a .step file") from None
+    except UnreadableSource:
+        raise
+    except OSError as e:
+        raise UnreadableSource(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise UnreadableSource(_too_large(path))
+    return data
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """Open without waiting: a FIFO put in the file's place after the check opens at once."""
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def _check_regular(path: str, info: os.stat_result) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError
+    if not stat.S_ISREG(info.st_mode):
+        raise UnreadableSource(f"{path} is not a regular file (a device, a FIFO or a "
+                               "socket), so it is not read as a .step program")
+    if info.st_size > MAX_SOURCE_BYTES:
+        raise UnreadableSource(_too_large(path))
+
+
+def _too_large(what: str) -> str:
+    return f"{what} is larger than {MAX_SOURCE_BYTES:,} bytes, too large for a .step program"
 
 
 @dataclass(frozen=True, order=True)

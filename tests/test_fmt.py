@@ -360,14 +360,14 @@ def test_formatting_keeps_the_files_identity(tmp_path):
 
 
 def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatch):
-    from stepc.cli import editor as cli_editor
+    import stepc.source
     r = run(["/dev/zero"])
     assert r.exit_code == 2 and "not a regular file" in r.stderr
     fifo = tmp_path / "pipe.step"
     os.mkfifo(fifo)
     r = run([str(fifo)])
     assert r.exit_code == 2 and "not a regular file" in r.stderr
-    monkeypatch.setattr(cli_editor, "MAX_SOURCE_BYTES", 10)
+    monkeypatch.setattr(stepc.source, "MAX_SOURCE_BYTES", 10)
     r = run([str(messy(tmp_path))])
     assert r.exit_code == 2 and "too large" in r.stderr
     r = run(["-"], input="param  N=4\n")
