@@ -102,10 +102,24 @@ class SourceFile:
         end_line, end_col = self.linecol(max(end, start))
         return Span(self.name, line, col, end_line, end_col)
 
-    def line_text(self, line: int) -> str:
-        """The text of a 1-based line, without its newline."""
+    @property
+    def line_count(self) -> int:
+        """Lines, counting the empty one after a final newline."""
+        return len(self._line_starts)
+
+    def line_length(self, line: int) -> int:
+        """Characters of a 1-based line, without its newline."""
+        start = self._line_starts[line - 1]
+        if line < len(self._line_starts):
+            return self._line_starts[line] - 1 - start
+        return len(self.text) - start
+
+    def line_text(self, line: int, start: int = 0, stop: int | None = None) -> str:
+        """The text of a 1-based line, without its newline (characters [start, stop) of
+        it when given)."""
         if line < 1 or line > len(self._line_starts):
             return ""
-        start = self._line_starts[line - 1]
-        end = self.text.find("\n", start)
-        return self.text[start : end if end >= 0 else len(self.text)]
+        first = self._line_starts[line - 1]
+        length = self.line_length(line)
+        stop = length if stop is None else min(stop, length)
+        return self.text[first + start: first + max(start, stop)]

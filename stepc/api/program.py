@@ -11,7 +11,7 @@ from stepc.api.arguments import path_arg, text_arg
 from stepc.api.errors import InputError
 from stepc.api.inputs import no_such
 from stepc.codes import UNREADABLE_INPUT
-from stepc.diagnostics import Diagnostic, StepError, diagnostic_json, span_json
+from stepc.diagnostics import Diagnostic, StepError, diagnostic_json, shown, span_json
 from stepc.schemas import schema
 from stepc.types import dim_json
 
@@ -112,7 +112,7 @@ class CheckReport:
         out: dict = {
             "schema": schema("check"),
             "program": result.name,
-            "diagnostics": [diagnostic_json(d) for d in diags],
+            "diagnostics": [diagnostic_json(d) for d in shown(diags)],
             "summary": {"errors": sum(d.severity.value == "error" for d in diags),
                         "warnings": sum(d.severity.value == "warning" for d in diags)},
             "streams": [],
