@@ -5,13 +5,20 @@
 from __future__ import annotations
 
 import json
+import re
+import threading
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from stepc.cli import main
-from stepc.diagnostics import EXCERPT_WIDTH, SHOWN_PER_CODE, render_text
+from stepc.diagnostics import EXCERPT_WIDTH, SHOWN_PER_CODE, StepError, render_text
 from stepc.frontend import compile_source
 from stepc.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = sorted((ROOT / "programs").glob("**/*.step"))
 
 
 def run(*args: str):
@@ -65,3 +72,65 @@ def test_a_name_thousands_of_characters_long_is_quoted_in_part(tmp_path):
     assert res.exit_code == 0
     assert len(res.output) < 3_000, len(res.output)
     assert "characters left out" in res.output
+
+
+# ------------------------------------------------------------------ nesting
+EXTERNAL = 'stream x : Strm<Tile<bf16, [1, 64]>, 1>[10, 1] = external("x")\n'
+DEEP = {  # each nests 300 to 20,000 levels; each ended in RecursionError (exit 70)
+    "param index": "param A = 1" + "[0]" * 1000 + "\n",
+    "stream index": EXTERNAL + "y = Map(x" + "[0]" * 1000 + ", fn=silu)\nSink(y)\n",
+    "target index": EXTERNAL + "y" + "[0]" * 1000 + " = Map(x, fn=silu)\n",
+    "type dim index": "stream s : Strm<Tile<bf16, [1, 64]>, 1>[10" + "[0]" * 1000
+                      + ', 1] = external("s")\nSink(s)\n',
+    "parentheses": "param A = " + "(" * 1000 + "1" + ")" * 1000 + "\n",
+    "sum": "param A = " + "+".join(["1"] * 20_000) + "\nparam B = A + zz\n",
+    "floor division": EXTERNAL + "stream t : Strm<Tile<bf16, [1, 64]>, 1>[N" + "//2" * 300
+                      + ', 1] = external("t")\nSink(t)\nSink(x)\n',
+    "calls": EXTERNAL + "y = " + "Map(" * 1000 + "x" + ", fn=silu)" * 1000 + "\nSink(y)\n",
+    "loops": "for i in 0..1 {\n" * 1000 + "}\n" * 1000,
+}
+
+
+@pytest.mark.parametrize("text", DEEP.values(), ids=DEEP.keys())
+def test_deep_nesting_is_refused_where_it_passes_the_limit(text, tmp_path):
+    path = tmp_path / "deep.step"
+    path.write_text(text, encoding="utf-8")
+    for command in ("check", "analyze"):
+        res = run(command, str(path))
+        assert res.exit_code == 2, (command, res.output[-800:])
+        assert re.search(r"deep\.step:\d+:\d+: error\[E0006\]: ", res.output), res.output
+        assert res.output.count("\n") < 10
+
+
+def test_every_bundled_program_nests_far_below_the_limit(monkeypatch):
+    from stepc.grammar import nesting
+    from stepc.grammar.parse import _parse
+    monkeypatch.setattr(nesting, "MAX_NESTING", nesting.MAX_NESTING // 3)
+    for path in PROGRAMS:
+        src = SourceFile(str(path), path.read_text(encoding="utf-8"))
+        nesting.check_brackets(src)
+        nesting.check_levels(_parse(src), src)
+
+
+@pytest.mark.parametrize("deep", ["calls", "brackets"])
+def test_textx_reports_syntax_errors_at_the_limit_on_a_deep_stack(deep):
+    """What the limit lets through, textX (which recurses ~27 frames a bracket) parses
+    and reports as a syntax error, also from a thread already 300 frames deep."""
+    from stepc.grammar.nesting import MAX_NESTING
+    from stepc.grammar.parse import _parse_textx
+    text = {"calls": "x = " + "f(" * MAX_NESTING + "1" + ")" * MAX_NESTING,
+            "brackets": "x = " + "([" * (MAX_NESTING // 2) + "1" + "])" * (MAX_NESTING // 2)
+            }[deep] + " +\n"  # a syntax error at the end: the fast parser leaves it to textX
+    found = []
+
+    def parse_at(depth: int):
+        if depth:
+            return parse_at(depth - 1)
+        try:
+            _parse_textx(SourceFile("t.step", text))
+        except StepError as e:
+            found.extend(d.message for d in e.diagnostics)
+    thread = threading.Thread(target=parse_at, args=(300,))
+    thread.start()
+    thread.join()
+    assert found and "nested" not in found[0] and found[0].startswith("syntax error"), found

@@ -13,6 +13,7 @@ from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
 from stepc.grammar.descent import parse_fast
+from stepc.grammar.nesting import check_brackets, check_levels
 from stepc.grammar.scanner import find_word, join
 from stepc.source import SourceFile
 
@@ -165,13 +166,16 @@ _PARSED: OrderedDict[tuple[str, str], ast.Module] = OrderedDict()
 
 
 def parse(src: SourceFile) -> ast.Module:
-    """Parse one source file into an AST; a syntax error raises StepError. A file parsed
-    before with the same name and text is not parsed again (the test suite, the language
-    server and a sweep compile the same files many times)."""
+    """Parse one source file into an AST; a syntax error, or nesting beyond the limit of
+    stepc.grammar.nesting, raises StepError. A file parsed before with the same name and
+    text is not parsed again (the test suite, the language server and a sweep compile the
+    same files many times)."""
     key = (src.name, src.text)
     module = _PARSED.get(key)
     if module is None:
+        check_brackets(src)
         module = _parse(src)
+        check_levels(module, src)
         _PARSED[key] = module
         if len(_PARSED) > PARSED_FILES:
             _PARSED.popitem(last=False)
