@@ -134,3 +134,43 @@ def test_textx_reports_syntax_errors_at_the_limit_on_a_deep_stack(deep):
     thread.start()
     thread.join()
     assert found and "nested" not in found[0] and found[0].startswith("syntax error"), found
+
+
+# ------------------------------------------------------------------ threads
+def test_two_threads_parse_different_programs_at_once():
+    """The language server parses on more than one thread: two threads building textX's
+    metamodel at once broke each other (IndexError), and the cache of parsed files is
+    shared. Each round starts both threads together on a fresh metamodel; texts with a
+    syntax error take the textX path, and more distinct texts than the cache holds churn
+    it."""
+    from stepc.grammar import parse as parsing
+    texts = [p.read_text(encoding="utf-8") for p in PROGRAMS[:4]]
+    failures: list[str] = []
+
+    def work(k: int, start: threading.Barrier) -> None:
+        start.wait()
+        for i in range(12):
+            text = "" if i % 3 == 0 else texts[(i + k) % len(texts)]
+            text += f"\nparam Z{k}_{i} = 1\n" + ("x = = 1\n" if i % 3 == 0 else "")
+            src = SourceFile(f"t{k}.step", text)
+            try:
+                module = parsing.parse(src)
+            except StepError as e:
+                if e.diagnostics[0].code != "E0001" or i % 3:
+                    failures.append(f"{e.diagnostics[0]}")
+                continue
+            except Exception as e:  # noqa: BLE001 - what the test looks for
+                failures.append(f"{type(e).__name__}: {e}")
+                continue
+            if module.statements[-1].name != f"Z{k}_{i}":
+                failures.append(f"thread {k} got another program's tree")
+
+    for _ in range(4):
+        parsing.metamodel.cache_clear()
+        start = threading.Barrier(2)
+        threads = [threading.Thread(target=work, args=(k, start)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from importlib import resources
 
@@ -163,6 +164,10 @@ def decode_source(name: str, data: bytes) -> SourceFile:
 
 PARSED_FILES = 64  # syntax trees kept, by file name and text (a tree is immutable)
 _PARSED: OrderedDict[tuple[str, str], ast.Module] = OrderedDict()
+# The language server parses on several threads: the cache is shared, and textX builds its
+# metamodel with module-level state (two threads building it at once break each other).
+_PARSED_LOCK = threading.Lock()
+_TEXTX_LOCK = threading.Lock()
 
 
 def parse(src: SourceFile) -> ast.Module:
@@ -171,16 +176,18 @@ def parse(src: SourceFile) -> ast.Module:
     text is not parsed again (the test suite, the language server and a sweep compile the
     same files many times)."""
     key = (src.name, src.text)
-    module = _PARSED.get(key)
-    if module is None:
-        check_brackets(src)
-        module = _parse(src)
-        check_levels(module, src)
+    with _PARSED_LOCK:
+        module = _PARSED.get(key)
+        if module is not None:
+            _PARSED.move_to_end(key)
+            return module
+    check_brackets(src)
+    module = _parse(src)
+    check_levels(module, src)
+    with _PARSED_LOCK:
         _PARSED[key] = module
         if len(_PARSED) > PARSED_FILES:
             _PARSED.popitem(last=False)
-    else:
-        _PARSED.move_to_end(key)
     return module
 
 
@@ -194,7 +201,8 @@ def _parse(src: SourceFile) -> ast.Module:
 def _parse_textx(src: SourceFile) -> ast.Module:
     """Parse with the textX grammar itself (the language's definition and its diagnostics)."""
     try:
-        model = metamodel().model_from_str(src.text)
+        with _TEXTX_LOCK:
+            model = metamodel().model_from_str(src.text)
     except textx.TextXSyntaxError as e:
         raise StepError([_syntax_error(src, e.line or 1, e.col or 1, e.message or "")]) from None
     except (textx.TextXError, RecursionError) as e:  # pragma: no cover - defensive
