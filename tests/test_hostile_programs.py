@@ -5,12 +5,25 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hostile_corpus import (
+    BUNDLED,
+    COMMANDS,
+    FOUND,
+    MUTATIONS,
+    Mutant,
+    fmt_problems,
+    mutants,
+    problems,
+    time_limit,
+)
 
 from stepc.cli import main
 from stepc.diagnostics import EXCERPT_WIDTH, SHOWN_PER_CODE, StepError, render_text
@@ -174,3 +187,84 @@ def test_two_threads_parse_different_programs_at_once():
         for t in threads:
             t.join()
     assert not failures, failures[:3]
+
+
+# ------------------------------------------------------------------ the fuzzer
+SMALL = ("swiglu", "moe_simple", "attention_coarse")  # whose every command takes < 1 s
+SIMULATED = ("sim", "fifo", "rewrite")  # run on mutants of SMALL programs only (a decoder's
+LATER = [c for c in COMMANDS if c != "check"]  # rewrite alone takes 40 s)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A folder for mutants, with the bundled programs' lib/ (which they import)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    shutil.copytree(BUNDLED / "lib", folder / "lib")
+    return folder
+
+
+def fuzz(cases: list[Mutant], workdir: Path, seconds: int) -> list[str]:
+    """Every case through `check` and `fmt`; one that checks clean through every other
+    command too (SIMULATED ones for mutants of SMALL programs), one that does not through
+    one of them in turn (they compile it the same way). The problems found, each named by
+    its case."""
+    found = []
+    for i, case in enumerate(cases):
+        path = workdir / f"{case.name}.step"
+        path.write_bytes(case.data)
+        code, bad = problems("check", path, seconds)
+        bad += fmt_problems(case.data, seconds)
+        small = case.name.split("-")[0] in SMALL
+        later = [c for c in LATER if small or c not in SIMULATED]
+        for command in later if code == 0 else [later[i % len(later)]]:
+            bad += problems(command, path, seconds)[1]
+        found += [f"{case.name}: {b}" for b in bad]
+    return found
+
+
+def test_mutants_of_small_bundled_programs(workdir):
+    """A few dozen seeded mutants (every mutation of hostile_corpus) of the small
+    programs: no internal error, hang or traceback, exit 0 only with valid output."""
+    cases = mutants(0, 36, [BUNDLED / f"{name}.step" for name in SMALL])
+    assert {c.name.split("-")[1] for c in cases} == set(MUTATIONS)
+    assert not fuzz(cases, workdir, 60)
+
+
+@pytest.mark.parametrize(("data", "commands"), FOUND.values(), ids=FOUND.keys())
+def test_what_the_fuzzer_found(data, commands, workdir):
+    path = workdir / "found.step"
+    path.write_bytes(data)
+    found = fmt_problems(data, 120) if "fmt" in commands else []
+    for command in commands:
+        if command != "fmt":
+            found += problems(command, path, 120)[1]
+    assert not found
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="devices and FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "device", "npz", "empty", "header"])
+def test_a_tensor_file_that_is_no_array_of_its_shape_is_refused(kind, tmp_path):
+    """`file(path=...)` names a path in the program text: a FIFO was waited on forever, an
+    .npz ended in AttributeError, an empty file in click's "Aborted!", and a header that
+    claims 10**12 elements in MemoryError."""
+    import numpy as np
+    names = {"fifo": "pipe.npy", "device": "/dev/zero", "npz": "x.npz", "empty": "e.npy",
+             "header": "h.npy"}
+    os.mkfifo(tmp_path / "pipe.npy")
+    np.savez(tmp_path / "x.npz", data=np.zeros((4, 64)))
+    (tmp_path / "e.npy").write_bytes(b"")
+    with open(tmp_path / "h.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)})
+    path = tmp_path / "p.step"
+    path.write_text(f'tensor X : bf16[4, 64] input = file(path="{names[kind]}")\n'
+                    "tensor Y : bf16[4, 64] output\nx = LinearOffChipLoad(X, tile=[4, 64])\n"
+                    "LinearOffChipStore(x, Y)\n", encoding="utf-8")
+    with time_limit(60):
+        res = run("sim", str(path))
+    assert res.exit_code == 1, res.output
+    said = {"fifo": "pipe.npy is not a regular file", "device": "/dev/zero is not a regular "
+            "file", "npz": "x.npz is an .npz archive", "empty": "e.npy: No data left",
+            "header": "h.npy: mmap length is greater than file size"}[kind]
+    assert "p.step:1:32: error[E0002]: tensor `X`: " in res.output and said in res.output, \
+        res.output

@@ -21,7 +21,7 @@ _STRING = re.compile(r'("(\\"|[^"])*")|(\'(\\\'|[^\'])*\')')
 _CMP_OPS = ("==", "!=", "<=", ">=", "<", ">")
 _SUM_OPS = ("+", "-")
 _PROD_OPS = ("//", "*", "%", "/")  # in the grammar's order: `//` before `/`
-_MAX_DIGITS = 30  # longer integer literals are an error the textX path reports
+MAX_DIGITS = 30  # longer integer literals are an error the textX path reports
 
 
 def parse_fast(src: SourceFile) -> ast.Module | None:
@@ -316,7 +316,7 @@ class _Parser(Scanner):
     def integer(self) -> int:
         """An IntLit's value (a long one is left to the textX path and its diagnostics)."""
         digits = self.regex(_INT)
-        if len(digits) > _MAX_DIGITS:
+        if len(digits) > MAX_DIGITS:
             raise Decline
         return int(digits)
 

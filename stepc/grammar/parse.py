@@ -13,7 +13,7 @@ from textx import metamodel_from_str
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
-from stepc.grammar.descent import parse_fast
+from stepc.grammar.descent import MAX_DIGITS, parse_fast
 from stepc.grammar.nesting import check_brackets, check_levels
 from stepc.grammar.scanner import find_word, join
 from stepc.source import SourceFile
@@ -213,6 +213,14 @@ def _parse_textx(src: SourceFile) -> ast.Module:
     return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
 
 
+def _integer(digits: str, span: ast.Span) -> int:
+    """An integer literal's value; one of more than MAX_DIGITS digits is a syntax error."""
+    if len(digits) > MAX_DIGITS:
+        raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
+                                    f"literal of {len(digits):,} digits is too large", span)])
+    return int(digits)
+
+
 class _Lower:
     """Converts textX model objects to AST dataclasses."""
 
@@ -304,11 +312,7 @@ class _Lower:
         if kind == "Paren":
             return self.expr(e.value)
         if kind == "IntLit":
-            if len(e.value) > 30:
-                raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
-                                            f"literal of {len(e.value)} digits is too large",
-                                            sp)])
-            return ast.IntLit(int(e.value), sp)
+            return ast.IntLit(_integer(e.value, sp), sp)
         if kind == "StrLit":
             return ast.StrLit(e.value, sp)
         if kind == "BoolLit":
@@ -325,7 +329,7 @@ class _Lower:
 
     def stype(self, t) -> ast.StreamTypeAst:
         dims = tuple(self.dim(d) for d in t.dims) if t.dims else None
-        rank = int(t.rank.value) if t.rank is not None else None
+        rank = _integer(t.rank.value, self.span(t.rank)) if t.rank is not None else None
         return ast.StreamTypeAst(self.etype(t.elem), rank, dims, self.span(t))
 
     def etype(self, t) -> ast.ElemTypeAst:
