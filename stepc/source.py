@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass
 
 MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what reading one may cost
+_NEWLINE = re.compile("\n")
 
 
 class UnreadableSource(OSError):
@@ -85,10 +87,7 @@ class SourceFile:
     text: str
 
     def __post_init__(self) -> None:
-        self._line_starts = [0]
-        for i, ch in enumerate(self.text):
-            if ch == "\n":
-                self._line_starts.append(i + 1)
+        self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(self.text)]
 
     def linecol(self, offset: int) -> tuple[int, int]:
         """1-based line and column of a character offset."""

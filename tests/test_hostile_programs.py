@@ -230,6 +230,13 @@ def test_mutants_of_small_bundled_programs(workdir):
     assert not fuzz(cases, workdir, 60)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 11))
+def test_mutants_of_every_bundled_program(seed, workdir):
+    """36 mutants a seed of every bundled program (a decoder's commands take a minute)."""
+    assert not fuzz(mutants(seed, 36, sorted(BUNDLED.glob("*.step"))), workdir, 600)
+
+
 @pytest.mark.parametrize(("data", "commands"), FOUND.values(), ids=FOUND.keys())
 def test_what_the_fuzzer_found(data, commands, workdir):
     path = workdir / "found.step"
@@ -268,3 +275,41 @@ def test_a_tensor_file_that_is_no_array_of_its_shape_is_refused(kind, tmp_path):
             "header": "h.npy: mmap length is greater than file size"}[kind]
     assert "p.step:1:32: error[E0002]: tensor `X`: " in res.output and said in res.output, \
         res.output
+
+
+# ------------------------------------------------------------------ size
+def test_a_chain_of_200000_indices_is_refused_before_it_is_built(monkeypatch):
+    """A 600 KB chain `x[0][0]...`: the tree was built whole before the nesting check (4 MB
+    took 96 s and 1 GB); the fast parser stops at the first index past the limit."""
+    from stepc.grammar import ast
+    from stepc.grammar.nesting import MAX_NESTING
+    from stepc.grammar.parse import parse
+    read, real = [], ast.IntLit
+    monkeypatch.setattr(ast, "IntLit", lambda *a: read.append(1) or real(*a))
+    with pytest.raises(StepError) as e:
+        parse(SourceFile("t.step", "param A = x" + "[0]" * 200_000 + "\n"))
+    assert e.value.diagnostics[0].code == "E0006"
+    assert len(read) == MAX_NESTING + 1  # the indices read before the refusal
+
+
+def test_textx_reports_a_syntax_error_from_the_statement_before_it(monkeypatch):
+    """2,000 statements then a syntax error: textX (~100 times the fast parser's time and
+    memory: 16 MiB took minutes and gigabytes) parses from the statement before the one
+    in error, the rest blanked out; the report is the same."""
+    from stepc.grammar import parse as parsing
+    text = "".join(f"param P{i} = {i}\n" for i in range(2000)) + "x = = 1\n"
+    with pytest.raises(StepError) as whole:
+        parsing._parse_textx(SourceFile("t.step", text))
+    parsed: list[str] = []
+    real = parsing.metamodel()
+
+    class Spy:
+        def model_from_str(self, given: str):
+            parsed.append(given)
+            return real.model_from_str(given)
+    monkeypatch.setattr(parsing, "metamodel", Spy)
+    with pytest.raises(StepError) as e:
+        parsing.parse(SourceFile("t.step", text))
+    assert e.value.diagnostics == whole.value.diagnostics
+    assert str(e.value.diagnostics[0].span) == "t.step:2001:4"
+    assert len(parsed) == 1 and parsed[0].strip() == "param P1999 = 1999\nx = = 1"

@@ -32,8 +32,8 @@ def check_brackets(src: SourceFile) -> None:
         if c in "([{":
             depth += 1
             if depth > MAX_NESTING:
-                _refuse(src.span(m.start(), m.end()),
-                        f"brackets nest more than {MAX_NESTING} deep here")
+                raise _refusal(src.span(m.start(), m.end()),
+                               f"brackets nest more than {MAX_NESTING} deep here")
         elif c in ")]}":
             depth = max(0, depth - 1)
 
@@ -56,11 +56,15 @@ def check_levels(module: ast.Module, src: SourceFile) -> None:
         elif isinstance(node, ast.Target):
             level += len(node.indices)
         if level > MAX_NESTING:
-            span = node.span
-            _refuse(Span(span.file, span.line, span.col, span.line, span.col + 1),
+            raise too_deep(node.span)
+        todo.extend((getattr(node, f), level) for f in fields)
+
+
+def too_deep(span: Span) -> StepError:
+    """The error for syntax nested past MAX_NESTING levels, at the start of `span`."""
+    return _refusal(Span(span.file, span.line, span.col, span.line, span.col + 1),
                     f"this nests more than {MAX_NESTING} levels deep (each operator, index, "
                     "call, list, loop and graph counts one; brackets alone do not)")
-        todo.extend((getattr(node, f), level) for f in fields)
 
 
 @functools.cache
@@ -72,7 +76,7 @@ def _children(kind: type) -> tuple[str, ...]:
                  and info.type not in ("str", "int", "bool", "str | None", "int | None"))
 
 
-def _refuse(span: Span, what: str) -> None:
-    raise StepError([Diagnostic(NESTED_TOO_DEEPLY, Severity.ERROR,
-                                f"{what}: name some inner parts (`t = ...`) to nest less",
-                                span)])
+def _refusal(span: Span, what: str) -> StepError:
+    return StepError([Diagnostic(NESTED_TOO_DEEPLY, Severity.ERROR,
+                                 f"{what}: name some inner parts (`t = ...`) to nest less",
+                                 span)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections import OrderedDict
 from importlib import resources
@@ -13,9 +14,9 @@ from textx import metamodel_from_str
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
-from stepc.grammar.descent import MAX_DIGITS, parse_fast
+from stepc.grammar.descent import parse_or_resume
 from stepc.grammar.nesting import check_brackets, check_levels
-from stepc.grammar.scanner import find_word, join
+from stepc.grammar.scanner import find_word, integer_value, join
 from stepc.source import SourceFile
 
 
@@ -32,6 +33,7 @@ _FRIENDLY = {
     "'(MultiHot|Index)(?![0-9A-Za-z_])'": "MultiHot/Index", "'-'": "'-'",
 }
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_BLANKED = re.compile(r"[^\n]")  # what blanking out text replaces with spaces
 
 
 def _expected(message: str) -> str:
@@ -193,16 +195,23 @@ def parse(src: SourceFile) -> ast.Module:
 
 def _parse(src: SourceFile) -> ast.Module:
     """The fast hand-written parser answers first; whatever it declines, textX parses and
-    reports."""
-    module = parse_fast(src)
-    return module if module is not None else _parse_textx(src)
+    reports, from the statement the fast parser says (textX takes ~100 times as long and as
+    much memory: a syntax error at the end of 16 MiB of statements would cost minutes)."""
+    module, resume = parse_or_resume(src)
+    if module is not None:
+        return module
+    if resume:
+        _parse_textx(src, resume)  # raises the syntax error the fast parser met
+    return _parse_textx(src)  # (from the start, should textX find none after all)
 
 
-def _parse_textx(src: SourceFile) -> ast.Module:
-    """Parse with the textX grammar itself (the language's definition and its diagnostics)."""
+def _parse_textx(src: SourceFile, start: int = 0) -> ast.Module:
+    """Parse with the textX grammar itself (the language's definition and its diagnostics);
+    the text before offset `start` blanked out (every line kept, so positions stay)."""
+    text = src.text if not start else _BLANKED.sub(" ", src.text[:start]) + src.text[start:]
     try:
         with _TEXTX_LOCK:
-            model = metamodel().model_from_str(src.text)
+            model = metamodel().model_from_str(text)
     except textx.TextXSyntaxError as e:
         raise StepError([_syntax_error(src, e.line or 1, e.col or 1, e.message or "")]) from None
     except (textx.TextXError, RecursionError) as e:  # pragma: no cover - defensive
@@ -211,14 +220,6 @@ def _parse_textx(src: SourceFile) -> ast.Module:
                                     ast.Span(src.name, 1, 1, 1, 2))]) from None
     statements = getattr(model, "statements", None) or []  # an empty file parses to ""
     return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
-
-
-def _integer(digits: str, span: ast.Span) -> int:
-    """An integer literal's value; one of more than MAX_DIGITS digits is a syntax error."""
-    if len(digits) > MAX_DIGITS:
-        raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
-                                    f"literal of {len(digits):,} digits is too large", span)])
-    return int(digits)
 
 
 class _Lower:
@@ -312,7 +313,7 @@ class _Lower:
         if kind == "Paren":
             return self.expr(e.value)
         if kind == "IntLit":
-            return ast.IntLit(_integer(e.value, sp), sp)
+            return ast.IntLit(integer_value(e.value, sp), sp)
         if kind == "StrLit":
             return ast.StrLit(e.value, sp)
         if kind == "BoolLit":
@@ -329,7 +330,7 @@ class _Lower:
 
     def stype(self, t) -> ast.StreamTypeAst:
         dims = tuple(self.dim(d) for d in t.dims) if t.dims else None
-        rank = _integer(t.rank.value, self.span(t.rank)) if t.rank is not None else None
+        rank = integer_value(t.rank.value, self.span(t.rank)) if t.rank is not None else None
         return ast.StreamTypeAst(self.etype(t.elem), rank, dims, self.span(t))
 
     def etype(self, t) -> ast.ElemTypeAst:
