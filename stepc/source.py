@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import sys
+from array import array
 from dataclasses import dataclass
 
 MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what reading one may cost
@@ -87,7 +88,8 @@ class SourceFile:
     text: str
 
     def __post_init__(self) -> None:
-        self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(self.text)]
+        self._line_starts = array("q", [0])  # 8 bytes a line: a file may be all newlines
+        self._line_starts.extend(m.end() for m in _NEWLINE.finditer(self.text))
 
     def linecol(self, offset: int) -> tuple[int, int]:
         """1-based line and column of a character offset."""

@@ -43,12 +43,13 @@ def parse_or_resume(src: SourceFile) -> tuple[ast.Module | None, int]:
     """The AST of `src`; or None and the offset from which textX needs to parse to report
     the syntax error found: the start of the statement before the first top-level one that
     does not parse (what comes before was parsed, and one statement of context keeps
-    textX's message as it would be). 0 when the parser declined for another reason."""
+    textX's message as it would be), or of that one when it is the first. 0 when the
+    parser declined for another reason."""
     parser = _Parser(src)
     try:
         return parser.module(), 0
     except NoMatch:
-        return None, parser.starts[-2] if len(parser.starts) > 1 else 0
+        return None, parser.starts[-2] if len(parser.starts) > 1 else parser.starts[0]
     except (Decline, RecursionError):
         return None, 0
 

@@ -20,7 +20,7 @@ MAX_NESTING = 24  # levels; the textX parser copes with this many brackets on an
 
 # a bracket, or a comment or string (skipped whole: brackets in them do not count); a
 # string runs to its closing quote as the grammar's STRING does, or to the end of the text
-_BRACKET = re.compile(r"""[(\[{]|[)\]}]|\#[^\n]*|"(?:\\"|[^"])*(?:"|$)|'(?:\\'|[^'])*(?:'|$)""")
+_BRACKET = re.compile(r"""[(\[{]|[)\]}]|\#[^\n]*|"(?:\\"|[^"])*+(?:"|$)|'(?:\\'|[^'])*+(?:'|$)""")
 _LEVELS = (ast.BinOp, ast.Index, ast.Neg, ast.Call, ast.ListLit, ast.ForLoop, ast.GraphDef)
 
 

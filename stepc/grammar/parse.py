@@ -33,7 +33,10 @@ _FRIENDLY = {
     "'(MultiHot|Index)(?![0-9A-Za-z_])'": "MultiHot/Index", "'-'": "'-'",
 }
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
-_BLANKED = re.compile(r"[^\n]")  # what blanking out text replaces with spaces
+# a comment; a string to its closing quote, or unterminated at a line's end (an escape
+# skips the character after it); a bracket
+_SCANNED = re.compile(r"""\#[^\n]*|(?P<quote>["'])(?:\\.|(?!(?P=quote))[^\\\n])*+"""
+                      r"""(?P<closed>(?P=quote))?|[(\[{)\]}]""", re.DOTALL)
 
 
 def _expected(message: str) -> str:
@@ -58,26 +61,16 @@ def _scan(text: str, stop: int):
     """Open brackets before `stop` (outside strings and comments), and any unterminated
     string: returns (stack of (char, offset), offset of an unterminated quote or None)."""
     stack: list[tuple[str, int]] = []
-    i = 0
-    while i < stop:
-        c = text[i]
-        if c == "#":
-            nl = text.find("\n", i)
-            i = len(text) if nl < 0 else nl
-            continue
-        if c in "\"'":
-            j = i + 1
-            while j < len(text) and text[j] not in (c, "\n"):
-                j += 2 if text[j] == "\\" else 1
-            if j >= len(text) or text[j] == "\n":
-                return stack, i
-            i = j + 1
-            continue
-        if c in "([{":
-            stack.append((c, i))
-        elif c in ")]}" and stack:
+    for m in _SCANNED.finditer(text):
+        i, token = m.start(), m.group()
+        if i >= stop:
+            break
+        if m.group("quote") and not m.group("closed"):
+            return stack, i
+        if token in "([{":
+            stack.append((token, i))
+        elif token in ")]}" and stack:
             stack.pop()
-        i += 1
     return stack, None
 
 
@@ -201,25 +194,33 @@ def _parse(src: SourceFile) -> ast.Module:
     if module is not None:
         return module
     if resume:
-        _parse_textx(src, resume)  # raises the syntax error the fast parser met
-    return _parse_textx(src)  # (from the start, should textX find none after all)
+        _textx_model(src, resume)  # raises the syntax error the fast parser met
+    return _parse_textx(src)  # (all of it, should textX find no error after all)
 
 
-def _parse_textx(src: SourceFile, start: int = 0) -> ast.Module:
-    """Parse with the textX grammar itself (the language's definition and its diagnostics);
-    the text before offset `start` blanked out (every line kept, so positions stay)."""
-    text = src.text if not start else _BLANKED.sub(" ", src.text[:start]) + src.text[start:]
+def _parse_textx(src: SourceFile) -> ast.Module:
+    """Parse with the textX grammar itself (the language's definition and its diagnostics)."""
+    model = _textx_model(src)
+    statements = getattr(model, "statements", None) or []  # an empty file parses to ""
+    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
+
+
+def _textx_model(src: SourceFile, start: int = 0):
+    """textX's model of the text from offset `start` (where a statement starts) on; a
+    syntax error raises StepError, located in the whole text."""
     try:
         with _TEXTX_LOCK:
-            model = metamodel().model_from_str(text)
+            return metamodel().model_from_str(src.text[start:])
     except textx.TextXSyntaxError as e:
-        raise StepError([_syntax_error(src, e.line or 1, e.col or 1, e.message or "")]) from None
+        line, col = e.line or 1, e.col or 1
+        if start:  # the line and column of the whole text
+            first_line, first_col = src.linecol(start)
+            line, col = line + first_line - 1, col + (first_col - 1 if line == 1 else 0)
+        raise StepError([_syntax_error(src, line, col, e.message or "")]) from None
     except (textx.TextXError, RecursionError) as e:  # pragma: no cover - defensive
         msg = getattr(e, "message", None) or "input is too deeply nested"
         raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, f"syntax error: {msg}",
                                     ast.Span(src.name, 1, 1, 1, 2))]) from None
-    statements = getattr(model, "statements", None) or []  # an empty file parses to ""
-    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
 
 
 class _Lower:
