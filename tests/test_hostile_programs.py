@@ -125,6 +125,30 @@ def test_every_bundled_program_nests_far_below_the_limit(monkeypatch):
         nesting.check_levels(_parse(src), src)
 
 
+N = 24  # MAX_NESTING, spelled out for the cases below
+AT_THE_LIMIT = {
+    "calls": "x = " + "f(" * N + "1" + ")" * N,
+    "lists": "param A = " + "[" * N + "1" + "]" * N,
+    "loops": "for i in 0..1 {\n" * N + "}\n" * N,
+    "calls in loops": "for i in 0..1 {\n" * (N - 2) + "x = f((1))\n" + "}\n" * (N - 2),
+    "tuple types": "stream s : Strm<" + "(" * (N - 1) + "MultiHot<(1)>" + ", f32)" * (N - 1)
+                   + ">",
+    "indices in a dim": "stream s : Strm<f32, 1>[" + "a[" * (N - 1) + "0" + "]" * (N - 1) + "]",
+}
+
+
+@pytest.mark.parametrize("text", AT_THE_LIMIT.values(), ids=AT_THE_LIMIT.keys())
+def test_what_nests_to_the_limit_takes_the_fast_path(text):
+    """The fast parser declines only past what parse() refuses: textX (which would parse
+    all that follows, with none of the fast parser's early refusals) never sees it."""
+    from stepc.grammar.descent import parse_fast
+    from stepc.grammar.nesting import MAX_NESTING, check_brackets
+    assert N == MAX_NESTING
+    src = SourceFile("t.step", text)
+    check_brackets(src)
+    assert parse_fast(src) is not None
+
+
 @pytest.mark.parametrize("deep", ["calls", "brackets"])
 def test_textx_reports_syntax_errors_at_the_limit_on_a_deep_stack(deep):
     """What the limit lets through, textX (which recurses ~27 frames a bracket) parses

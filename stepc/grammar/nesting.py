@@ -16,7 +16,7 @@ from stepc.diagnostics import Diagnostic, Severity, StepError
 from stepc.grammar import ast
 from stepc.source import SourceFile, Span
 
-MAX_NESTING = 24  # levels; the textX parser copes with this many brackets on any stack
+MAX_NESTING = 24  # levels; textX parses this many brackets from a stack 300 frames deep
 
 # a bracket, or a comment or string (skipped whole: brackets in them do not count); a
 # string runs to its closing quote as the grammar's STRING does, or to the end of the text
