@@ -126,40 +126,85 @@ class StepError(Exception):
         return super().__str__()
 
 
+EXCERPT_WIDTH = 120  # characters of a source line quoted under a diagnostic, at most
+MESSAGE_WIDTH = 400  # characters of a message or note shown, at most (names can be long)
+SHOWN_PER_CODE = 20  # diagnostics of one code a report lists; the others are counted
+ELLIPSIS = "…"
+
+
 def _excerpt(span: Span, sources: dict[str, SourceFile]) -> list[str]:
+    """The source line of `span` and a caret line under it: at most EXCERPT_WIDTH
+    characters around the span's start, with an ellipsis where the line goes on."""
     src = sources.get(span.file)
-    if src is None:
+    if src is None or not 1 <= span.line <= src.line_count:
         return []
-    raw = src.line_text(span.line).rstrip("\r")
-    if not raw and span.line > len(src.text.splitlines()) + 1:
-        return []
-    gutter = f"{span.line:>5} | "
-    end = span.end_col if span.end_line == span.line else len(raw) + 1
+    length = src.line_length(span.line)
+    start = 0
+    if length > EXCERPT_WIDTH:  # the span's start a third of the way in
+        start = max(0, min(span.col - 1 - EXCERPT_WIDTH // 3, length - EXCERPT_WIDTH))
+    stop = min(length, start + EXCERPT_WIDTH)
+    raw = src.line_text(span.line, start, stop).rstrip("\r")
+    end = span.end_col if span.end_line == span.line else length + 1
+    col, end = span.col - 1 - start, min(max(end, span.col + 1) - 1 - start, len(raw) + 1)
     # tabs are expanded the same way in the source line and under it
-    lead = len(raw[: span.col - 1].expandtabs(4))
-    width = max(1, len(raw[: max(end, span.col + 1) - 1].expandtabs(4)) - lead)
-    caret = " " * (len(gutter) - 2) + "| " + " " * lead + "^" * width
-    return [gutter + raw.expandtabs(4), caret]
+    lead = len(raw[:col].expandtabs(4))
+    width = max(1, len(raw[:end].expandtabs(4)) - lead)
+    before, after = ELLIPSIS if start else "", ELLIPSIS if stop < length else ""
+    gutter = f"{span.line:>5} | "
+    caret = " " * (len(gutter) - 2) + "| " + " " * (len(before) + lead) + "^" * width
+    return [gutter + before + raw.expandtabs(4) + after, caret]
+
+
+def bounded(message: str) -> str:
+    """A message or note of at most about MESSAGE_WIDTH characters: the middle of a longer
+    one (a name thousands of characters long) left out."""
+    if len(message) <= MESSAGE_WIDTH:
+        return message
+    keep = MESSAGE_WIDTH // 2
+    return (f"{message[:keep]}{ELLIPSIS} ({len(message) - 2 * keep:,} characters left out) "
+            f"{ELLIPSIS}{message[-keep:]}")
+
+
+def shown(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """The diagnostics a report lists: the first SHOWN_PER_CODE of each code, the last of
+    them with a note that counts the others (10,000 unused params are not 10,000 lines)."""
+    counts: dict[str, int] = {}
+    for d in diags:
+        counts[d.code] = counts.get(d.code, 0) + 1
+    out, seen = [], dict.fromkeys(counts, 0)
+    for d in diags:
+        seen[d.code] += 1
+        n = seen[d.code]
+        if n > SHOWN_PER_CODE:
+            continue
+        if n == SHOWN_PER_CODE and counts[d.code] > n:
+            more = counts[d.code] - n
+            d = Diagnostic(d.code, d.severity, d.message, d.span, d.notes + (
+                Note(f"and {more:,} more {d.code} {d.severity.value}"
+                     f"{'s' if more != 1 else ''}, not listed"),))
+        out.append(d)
+    return out
 
 
 def render_text(diags: list[Diagnostic], sources: dict[str, SourceFile],
                 werror: bool = False) -> str:
-    """Render diagnostics the gcc/clang way, followed by a count line (`werror`: which says
-    that the warnings count as errors)."""
+    """Render diagnostics the gcc/clang way (`shown`: at most SHOWN_PER_CODE of a code),
+    followed by a count line of them all (`werror`: which says that the warnings count as
+    errors)."""
     out: list[str] = []
-    for d in diags:
+    for d in shown(diags):
         where = f"{d.span}: " if d.span else "stepc: "
-        out.append(f"{where}{d.severity.value}[{d.code}]: {d.message}")
+        out.append(f"{where}{d.severity.value}[{d.code}]: {bounded(d.message)}")
         if d.span:
             out.extend(_excerpt(d.span, sources))
         for n in d.notes:
             where = f"{n.span}: " if n.span else ""
-            out.append(f"{where}note: {n.message}")
+            out.append(f"{where}note: {bounded(n.message)}")
     n_err = sum(d.severity is Severity.ERROR for d in diags)
     n_warn = sum(d.severity is Severity.WARNING for d in diags)
     if diags:
-        out.append(f"{n_err} error{'s' if n_err != 1 else ''}, "
-                   f"{n_warn} warning{'s' if n_warn != 1 else ''}"
+        out.append(f"{n_err:,} error{'s' if n_err != 1 else ''}, "
+                   f"{n_warn:,} warning{'s' if n_warn != 1 else ''}"
                    + (" (--werror: warnings count as errors)" if werror and n_warn else ""))
     return "\n".join(out) + ("\n" if out else "")
 
@@ -175,6 +220,7 @@ def span_json(span: Span | None) -> dict | None:
 
 def diagnostic_json(d: Diagnostic) -> dict:
     """The JSON form of a diagnostic: code, severity, message, location and notes."""
-    return {"code": d.code, "severity": d.severity.value, "message": d.message,
+    return {"code": d.code, "severity": d.severity.value, "message": bounded(d.message),
             "location": span_json(d.span),
-            "notes": [{"message": n.message, "location": span_json(n.span)} for n in d.notes]}
+            "notes": [{"message": bounded(n.message), "location": span_json(n.span)}
+                      for n in d.notes]}

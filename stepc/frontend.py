@@ -5,17 +5,16 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
-from stepc.diagnostics import Diagnostic, DiagnosticBag, Severity, StepError
+from stepc.diagnostics import Diagnostic, DiagnosticBag, Note, Severity, StepError
 from stepc.grammar import ast
 from stepc.grammar.parse import decode_source, parse
 from stepc.graph.declarations import import_path
 from stepc.graph.elaborate import elaborate
-from stepc.source import SourceFile, Span
+from stepc.source import SourceFile, Span, UnreadableSource, read_source_bytes
 from stepc.typecheck.checker import TypedProgram, check
 
 
@@ -35,23 +34,22 @@ class Compiled:
 
 
 def read_source(path: str, span: Span | None = None) -> SourceFile:
-    """Read a program file ('-' is standard input); problems become located diagnostics."""
-    if path == "-":
-        return decode_source("<stdin>", sys.stdin.buffer.read())
+    """Read a program file ('-' is standard input) by the one rule of
+    `stepc.source.read_source_bytes`; problems become diagnostics located at `span` (the
+    import that names the file), a file that is not UTF-8 text at its first bad byte."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"no such file: {path}",
-                                    span)]) from None
-    except IsADirectoryError:
-        raise StepError([Diagnostic(UNREADABLE_FILE,
-                                    Severity.ERROR, f"{path} is a directory, not a "
-                                    ".step file", span)]) from None
-    except OSError as e:
-        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, f"cannot read {path}: "
-                                    f"{e.strerror}", span)]) from None
-    return decode_source(path, data)
+        data = read_source_bytes(path)
+    except UnreadableSource as e:
+        raise StepError([Diagnostic(UNREADABLE_FILE, Severity.ERROR, str(e), span)]) from None
+    name = "<stdin>" if path == "-" else path
+    try:
+        return decode_source(name, data)
+    except StepError as e:
+        if span is not None:
+            e.diagnostics = [Diagnostic(d.code, d.severity, d.message, d.span,
+                                        d.notes + (Note(f"{name} is imported here", span),))
+                             for d in e.diagnostics]
+        raise
 
 
 GRAPH_SUFFIX = ".pb"  # the reference toolchain's ProgramGraph files
@@ -114,8 +112,7 @@ def program_files(path: str) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
 
     def load_file(name: str, span: Span | None):
-        with open(name, "rb") as f:
-            files[name] = f.read()
+        files[name] = read_source_bytes(name)
         src = decode_source(name, files[name])
         return src, parse(src)
 

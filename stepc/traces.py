@@ -16,6 +16,8 @@ import numpy as np
 
 from stepc.codes import TRACE_MISMATCH
 
+MAX_EXTERNAL_ELEMENTS = 10_000_000  # elements of one external stream a run holds (a list)
+
 
 class TraceError(Exception):
     """A trace file that cannot be used (error E0404); the message names the file and the

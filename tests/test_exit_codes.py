@@ -262,3 +262,48 @@ def test_every_help_example_parses():
             pass
         except click.UsageError as e:
             pytest.fail(f"stepc {' '.join(args)}: {e.format_message()}")
+
+
+# ------------------------------------------------------------------ imports (issue 41, item 12)
+def _importer(tmp_path, target: str) -> str:
+    prog = tmp_path / "a.step"
+    prog.write_text(f'param N = 4\nimport "{target}"\n', encoding="utf-8")
+    return str(prog)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="devices and FIFOs")
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory", "too large", "missing"])
+def test_an_import_stepc_cannot_read_is_refused_at_the_import(kind, tmp_path, monkeypatch):
+    """Every import goes through the program-file rule: read only a regular file of at most
+    MAX_SOURCE_BYTES, else a usage error located at the import (a device was read forever,
+    a FIFO waited forever)."""
+    import stepc.source
+    target = {"device": "/dev/zero", "fifo": "pipe.step", "directory": "lib",
+              "too large": "big.step", "missing": "none.step"}[kind]
+    os.mkfifo(tmp_path / "pipe.step")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "big.step").write_text("param M = 1\n" * 10, encoding="utf-8")
+    monkeypatch.setattr(stepc.source, "MAX_SOURCE_BYTES", 100)
+    for command in ("check", "analyze", "dot"):
+        res = run(command, _importer(tmp_path, target))
+        assert res.exit_code == 2, (command, res.output)
+        assert "a.step:2:1: error[E0002]: " in res.output and "Traceback" not in res.output
+    said = {"device": "/dev/zero is not a regular file", "fifo": "is not a regular file",
+            "directory": "is a directory", "too large": "is larger than 100 bytes",
+            "missing": "no such file"}[kind]
+    assert said in res.output, res.output
+
+
+def test_an_import_that_is_not_utf8_names_the_byte_and_the_import(tmp_path):
+    (tmp_path / "lib.step").write_bytes(b"param M = 1\nparam \xe9 = 2\n")
+    res = run("check", _importer(tmp_path, "lib.step"))
+    assert res.exit_code == 2, res.output
+    assert "lib.step:2:7: error[E0003]: file is not valid UTF-8 (byte 0xe9)" in res.output
+    assert "a.step:2:1: note: " in res.output, res.output
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="a device file")
+def test_a_program_file_that_is_a_device_is_refused_unread():
+    res = run("check", "/dev/zero")
+    assert res.exit_code == 2, res.output
+    assert "/dev/zero is not a regular file" in res.output

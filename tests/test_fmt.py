@@ -360,23 +360,28 @@ def test_formatting_keeps_the_files_identity(tmp_path):
 
 
 def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatch):
-    from stepc.cli import editor as cli_editor
+    import stepc.source
     r = run(["/dev/zero"])
     assert r.exit_code == 2 and "not a regular file" in r.stderr
     fifo = tmp_path / "pipe.step"
     os.mkfifo(fifo)
     r = run([str(fifo)])
     assert r.exit_code == 2 and "not a regular file" in r.stderr
-    monkeypatch.setattr(cli_editor, "MAX_SOURCE_BYTES", 10)
+    monkeypatch.setattr(stepc.source, "MAX_SOURCE_BYTES", 10)
     r = run([str(messy(tmp_path))])
     assert r.exit_code == 2 and "too large" in r.stderr
     r = run(["-"], input="param  N=4\n")
     assert r.exit_code == 2 and "too large" in r.stderr
 
 
-def test_a_long_sum_formats_without_recursion():
-    src = "param N = " + " + ".join(["1"] * 3000) + "\n"
+def test_a_long_sum_formats_to_the_nesting_limit_and_is_refused_past_it():
+    """A sum of n terms nests n - 1 levels (stepc.grammar.nesting): the longest allowed
+    formats; one of 3,000 terms is refused with E0006, not a RecursionError."""
+    from stepc.grammar.nesting import MAX_NESTING
+    src = "param N = " + " + ".join(["1"] * (MAX_NESTING + 1)) + "\n"
     assert fmt(src.replace(" + ", "+")) == src
+    r = run(["-"], input="param N = " + "+".join(["1"] * 3000) + "\n")
+    assert r.exit_code == 1 and "error[E0006]" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_unicode_names_lex_as_the_parser_reads_them():

@@ -13,7 +13,8 @@ from test_robustness import VOCAB, _settings, mutated_program, statement_soup, t
 
 from stepc.diagnostics import StepError
 from stepc.grammar.descent import parse_fast
-from stepc.grammar.parse import _parse_textx, parse
+from stepc.grammar.nesting import check_levels
+from stepc.grammar.parse import _parse, _parse_textx, parse
 from stepc.source import SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +41,31 @@ TRICKY = [
 ]
 
 
+REFUSED = object()  # what the fast parser refuses itself
+
+
 def assert_agrees(text: str) -> None:
+    """The fast parser returns textX's AST or declines; what it refuses itself (a literal
+    too long to read, a chain nested past the limit), the textX path refuses too; and
+    `_parse`, which has textX parse from the statement the fast parser says, reports
+    textX's syntax error."""
     src = SourceFile("t.step", text)
-    fast = parse_fast(src)
+    try:
+        fast = parse_fast(src)
+    except StepError:
+        fast = REFUSED
     try:
         slow = _parse_textx(src)
-    except StepError:
-        assert fast is None, text
+    except StepError as e:
+        assert fast is None or fast is REFUSED, text
+        if fast is None:
+            with pytest.raises(StepError) as via_parse:
+                _parse(src)
+            assert via_parse.value.diagnostics == e.diagnostics, text
+        return
+    if fast is REFUSED:
+        with pytest.raises(StepError):
+            check_levels(slow, src)
         return
     assert fast is None or fast == slow, text
 

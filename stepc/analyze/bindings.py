@@ -204,7 +204,9 @@ def _stand_in(typed: TypedProgram, name: str, types: list, shape: tuple[int, ...
     `name` (zeros for a selector, ones for integers); None when such a trace does not fit."""
     import numpy as np
 
-    from stepc.traces import TraceError
+    from stepc.traces import MAX_EXTERNAL_ELEMENTS, TraceError
+    if prod(shape) > MAX_EXTERNAL_ELEMENTS:
+        return None  # no run holds a trace that long, and building one would not fit
     fill = np.zeros if isinstance(types[0].elem, Select) else np.ones
     try:
         return set(trace_bindings(typed, {name: fill(shape, dtype=np.int64)}))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from stepc.api.arguments import path_arg, text_arg
 from stepc.api.errors import InputError
 from stepc.api.inputs import no_such
-from stepc.codes import UNREADABLE_FILE
-from stepc.diagnostics import Diagnostic, StepError, diagnostic_json, span_json
+from stepc.codes import UNREADABLE_INPUT
+from stepc.diagnostics import Diagnostic, StepError, diagnostic_json, shown, span_json
 from stepc.schemas import schema
 from stepc.types import dim_json
 
@@ -80,10 +80,10 @@ class CheckReport:
 
     @property
     def unreadable(self) -> bool:
-        """The program file itself could not be read (missing, a directory, no permission):
-        a usage error, not a program with errors."""
-        return self.compiled.typed is None and any(
-            d.code == UNREADABLE_FILE and d.span is None for d in self.compiled.diagnostics.items)
+        """The program file or a file it imports could not be read as a program's text
+        (missing, not a regular file, too large, not UTF-8): a usage error, not a program
+        with errors."""
+        return any(d.code in UNREADABLE_INPUT for d in self.compiled.diagnostics.items)
 
     def program(self) -> Program:
         """The checked program; raises StepError (with the diagnostics) if it has errors,
@@ -112,7 +112,7 @@ class CheckReport:
         out: dict = {
             "schema": schema("check"),
             "program": result.name,
-            "diagnostics": [diagnostic_json(d) for d in diags],
+            "diagnostics": [diagnostic_json(d) for d in shown(diags)],
             "summary": {"errors": sum(d.severity.value == "error" for d in diags),
                         "warnings": sum(d.severity.value == "warning" for d in diags)},
             "streams": [],

@@ -3,22 +3,20 @@
 `fmt` exits 0 when every file is formatted (or, with --check, already was), 1 when a file
 would change under --check or could not be formatted (a syntax error: the file is left as
 it is), and 2 on usage errors (a path that does not exist, a file it cannot write, one
-that is not a regular file or is larger than MAX_SOURCE_BYTES).
+that is not a regular file or is too large: stepc.source.read_source_bytes).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import stat
 import sys
 
 import click
 
 from stepc.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, quick_exit
 from stepc.diagnostics import StepError, render_text
-
-MAX_SOURCE_BYTES = 16 * 2**20  # far beyond any program; bounds what fmt reads
+from stepc.source import read_source_bytes
 
 
 def _targets(paths: tuple[str, ...]) -> list[str]:
@@ -107,7 +105,7 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     for path in files:
         try:
             writing = not (check or show_diff)
-            data = _read_stdin() if path == "-" else _read(path, writing)
+            data = _read(path, writing)
             result = _format_one(path, data)
         except FormatError as e:
             click.echo(f"stepc: internal error: {e}", err=True)
@@ -143,30 +141,17 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
 
 
 def _read(path: str, writing: bool) -> bytes:
-    """A regular file's bytes, refused (usage error) when it is something else (a device,
-    a FIFO), too large to be a program, or read-only when it is to be rewritten."""
+    """A program file's bytes (`read_source_bytes`: a regular file, not too large),
+    refused (usage error) when it cannot be read or is read-only when it is to be
+    rewritten."""
     try:
-        info = os.stat(path)  # before opening: opening a FIFO would wait for a writer
-        if not stat.S_ISREG(info.st_mode):
-            raise click.UsageError(f"{path}: not a regular file; give .step files, or - for "
-                                   "standard input")
-        if info.st_size > MAX_SOURCE_BYTES:
-            raise click.UsageError(f"{path}: {info.st_size:,} bytes is too large for a .step "
-                                   f"program (at most {MAX_SOURCE_BYTES:,})")
-        if writing and (not info.st_mode & 0o222 or not os.access(path, os.W_OK)):
+        data = read_source_bytes(path)
+        if writing and path != "-" and (not os.stat(path).st_mode & 0o222
+                                        or not os.access(path, os.W_OK)):
             raise click.UsageError(f"{path}: the file is read-only, so it is not formatted "
                                    "(--diff shows the changes)")
-        with open(path, "rb") as f:
-            return f.read(MAX_SOURCE_BYTES + 1)
     except OSError as e:
-        raise click.UsageError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
-def _read_stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
-    if len(data) > MAX_SOURCE_BYTES:
-        raise click.UsageError(f"standard input is larger than {MAX_SOURCE_BYTES:,} bytes, "
-                               "too large for a .step program")
+        raise click.UsageError(str(e)) from None
     return data
 
 

@@ -2,8 +2,10 @@
 
 It follows the grammar's PEG semantics (ordered choice with backtracking, textX's
 keyword, ID, STRING and whitespace/comment rules) and builds the same AST, spans
-included, as the textX path. It never reports errors: on any syntax problem, deep
-nesting or an oversized integer it declines (returns None) and textX decides.
+included, as the textX path. It reports no syntax error: on any syntax problem it
+declines (returns None), saying from where textX should parse to report it. What it
+refuses itself, as the textX path would, it refuses before building more: a chain of
+operators or indices nested past MAX_NESTING, and an integer literal too long to read.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from __future__ import annotations
 import re
 
 from stepc.grammar import ast
-from stepc.grammar.scanner import Decline, NoMatch, Scanner, find_word, join
+from stepc.grammar.nesting import MAX_NESTING, too_deep
+from stepc.grammar.scanner import (
+    MAX_DIGITS,
+    Decline,
+    NoMatch,
+    Scanner,
+    find_word,
+    integer_value,
+    join,
+)
 from stepc.source import SourceFile
 
 _INT = re.compile(r"[0-9]+(?![0-9A-Za-z_])")
@@ -21,19 +32,34 @@ _STRING = re.compile(r'("(\\"|[^"])*")|(\'(\\\'|[^\'])*\')')
 _CMP_OPS = ("==", "!=", "<=", ">=", "<", ">")
 _SUM_OPS = ("+", "-")
 _PROD_OPS = ("//", "*", "%", "/")  # in the grammar's order: `//` before `/`
-_MAX_DIGITS = 30  # longer integer literals are an error the textX path reports
 
 
 def parse_fast(src: SourceFile) -> ast.Module | None:
     """The AST of `src`, or None when textX should parse it (errors, unusual input)."""
+    return parse_or_resume(src)[0]
+
+
+def parse_or_resume(src: SourceFile) -> tuple[ast.Module | None, int]:
+    """The AST of `src`; or None and the offset from which textX needs to parse to report
+    the syntax error found: the start of the statement before the first top-level one that
+    does not parse (what comes before was parsed, and one statement of context keeps
+    textX's message as it would be), or of that one when it is the first. 0 when the
+    parser declined for another reason."""
+    parser = _Parser(src)
     try:
-        return _Parser(src).module()
-    except (NoMatch, Decline, RecursionError):
-        return None
+        return parser.module(), 0
+    except NoMatch:
+        return None, parser.starts[-2] if len(parser.starts) > 1 else parser.starts[0]
+    except (Decline, RecursionError):
+        return None, 0
 
 
 class _Parser(Scanner):
     """The grammar's rules, in step.tx's order."""
+
+    def __init__(self, src: SourceFile):
+        super().__init__(src)
+        self.starts: list[int] = []  # where each top-level statement tried starts
 
     # ------------------------------------------------------------ statements
     def module(self) -> ast.Module:
@@ -46,6 +72,8 @@ class _Parser(Scanner):
         out = []
         while True:
             saved = self.pos
+            if not self.depth:
+                self.starts.append(self.skip())
             try:
                 out.append(self.statement())
             except NoMatch:
@@ -195,11 +223,12 @@ class _Parser(Scanner):
     def target(self):
         start = self.skip()
         name = self.ident()
-        indices = self.indices()
+        indices = self.indices(self.span(start))
         return ast.Target(name, tuple(ix for ix, _ in indices), self.span(start))
 
-    def indices(self) -> list:
-        """`Index*`: (index expression, span of `[...]`) pairs."""
+    def indices(self, base: ast.Span) -> list:
+        """`Index*` after `base`: (index expression, span of `[...]`) pairs; refused past
+        MAX_NESTING (each index nests the syntax tree a level deeper)."""
         out = []
         while True:
             saved = self.pos
@@ -212,6 +241,8 @@ class _Parser(Scanner):
                 self.pos = saved
                 return out
             out.append((value, self.span(start)))
+            if len(out) > MAX_NESTING:
+                raise too_deep(base)
 
     # ------------------------------------------------------------ expressions
     def expr(self):
@@ -226,7 +257,7 @@ class _Parser(Scanner):
     def chain(self, operand, ops: tuple[str, ...]):
         """`operand (op operand)*`, left-associative; a trailing operator without its
         operand is left unread (the grammar's repetition stops before it)."""
-        out = operand()
+        out, count = operand(), 0
         while True:
             at = self.skip()
             op = next((o for o in ops if self.text.startswith(o, at)), None)
@@ -239,13 +270,15 @@ class _Parser(Scanner):
             except NoMatch:
                 self.pos = saved
                 return out
-            out = ast.BinOp(op, out, rhs, join(out.span, rhs.span))
+            out, count = ast.BinOp(op, out, rhs, join(out.span, rhs.span)), count + 1
+            if count > MAX_NESTING:  # each operator nests the tree a level deeper
+                raise too_deep(out.span)
 
     def unary(self):
         start = self.skip()
         neg = self.eat("-")
         out = self.primary()
-        for ix, ix_span in self.indices():
+        for ix, ix_span in self.indices(out.span):
             out = ast.Index(out, ix, join(out.span, ix_span))
         return ast.Neg(out, self.span(start)) if neg else out
 
@@ -314,11 +347,11 @@ class _Parser(Scanner):
         return self.integer()
 
     def integer(self) -> int:
-        """An IntLit's value (a long one is left to the textX path and its diagnostics)."""
+        """An IntLit's value (one too long to be read is refused, as the textX path does)."""
+        start = self.skip()
         digits = self.regex(_INT)
-        if len(digits) > _MAX_DIGITS:
-            raise Decline
-        return int(digits)
+        return int(digits) if len(digits) <= MAX_DIGITS else integer_value(digits,
+                                                                           self.span(start))
 
     def dims(self) -> tuple:
         """`'[' DimExpr*[','] ']'`."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import re
+import threading
 from collections import OrderedDict
 from importlib import resources
 
@@ -12,8 +14,9 @@ from textx import metamodel_from_str
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
-from stepc.grammar.descent import parse_fast
-from stepc.grammar.scanner import find_word, join
+from stepc.grammar.descent import parse_or_resume
+from stepc.grammar.nesting import check_brackets, check_levels
+from stepc.grammar.scanner import find_word, integer_value, join
 from stepc.source import SourceFile
 
 
@@ -30,6 +33,10 @@ _FRIENDLY = {
     "'(MultiHot|Index)(?![0-9A-Za-z_])'": "MultiHot/Index", "'-'": "'-'",
 }
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+# a comment; a string to its closing quote, or unterminated at a line's end (an escape
+# skips the character after it); a bracket
+_SCANNED = re.compile(r"""\#[^\n]*|(?P<quote>["'])(?:\\.|(?!(?P=quote))[^\\\n])*+"""
+                      r"""(?P<closed>(?P=quote))?|[(\[{)\]}]""", re.DOTALL)
 
 
 def _expected(message: str) -> str:
@@ -54,26 +61,16 @@ def _scan(text: str, stop: int):
     """Open brackets before `stop` (outside strings and comments), and any unterminated
     string: returns (stack of (char, offset), offset of an unterminated quote or None)."""
     stack: list[tuple[str, int]] = []
-    i = 0
-    while i < stop:
-        c = text[i]
-        if c == "#":
-            nl = text.find("\n", i)
-            i = len(text) if nl < 0 else nl
-            continue
-        if c in "\"'":
-            j = i + 1
-            while j < len(text) and text[j] not in (c, "\n"):
-                j += 2 if text[j] == "\\" else 1
-            if j >= len(text) or text[j] == "\n":
-                return stack, i
-            i = j + 1
-            continue
-        if c in "([{":
-            stack.append((c, i))
-        elif c in ")]}" and stack:
+    for m in _SCANNED.finditer(text):
+        i, token = m.start(), m.group()
+        if i >= stop:
+            break
+        if m.group("quote") and not m.group("closed"):
+            return stack, i
+        if token in "([{":
+            stack.append((token, i))
+        elif token in ")]}" and stack:
             stack.pop()
-        i += 1
     return stack, None
 
 
@@ -162,43 +159,68 @@ def decode_source(name: str, data: bytes) -> SourceFile:
 
 PARSED_FILES = 64  # syntax trees kept, by file name and text (a tree is immutable)
 _PARSED: OrderedDict[tuple[str, str], ast.Module] = OrderedDict()
+# The language server parses on several threads: the cache is shared, and textX builds its
+# metamodel with module-level state (two threads building it at once break each other).
+_PARSED_LOCK = threading.Lock()
+_TEXTX_LOCK = threading.Lock()
 
 
 def parse(src: SourceFile) -> ast.Module:
-    """Parse one source file into an AST; a syntax error raises StepError. A file parsed
-    before with the same name and text is not parsed again (the test suite, the language
-    server and a sweep compile the same files many times)."""
+    """Parse one source file into an AST; a syntax error, or nesting beyond the limit of
+    stepc.grammar.nesting, raises StepError. A file parsed before with the same name and
+    text is not parsed again (the test suite, the language server and a sweep compile the
+    same files many times)."""
     key = (src.name, src.text)
-    module = _PARSED.get(key)
-    if module is None:
-        module = _parse(src)
+    with _PARSED_LOCK:
+        module = _PARSED.get(key)
+        if module is not None:
+            _PARSED.move_to_end(key)
+            return module
+    check_brackets(src)
+    module = _parse(src)
+    check_levels(module, src)
+    with _PARSED_LOCK:
         _PARSED[key] = module
         if len(_PARSED) > PARSED_FILES:
             _PARSED.popitem(last=False)
-    else:
-        _PARSED.move_to_end(key)
     return module
 
 
 def _parse(src: SourceFile) -> ast.Module:
     """The fast hand-written parser answers first; whatever it declines, textX parses and
-    reports."""
-    module = parse_fast(src)
-    return module if module is not None else _parse_textx(src)
+    reports, from the statement the fast parser says (textX takes ~100 times as long and as
+    much memory: a syntax error at the end of 16 MiB of statements would cost minutes)."""
+    module, resume = parse_or_resume(src)
+    if module is not None:
+        return module
+    if resume:
+        _textx_model(src, resume)  # raises the syntax error the fast parser met
+    return _parse_textx(src)  # (all of it, should textX find no error after all)
 
 
 def _parse_textx(src: SourceFile) -> ast.Module:
     """Parse with the textX grammar itself (the language's definition and its diagnostics)."""
+    model = _textx_model(src)
+    statements = getattr(model, "statements", None) or []  # an empty file parses to ""
+    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
+
+
+def _textx_model(src: SourceFile, start: int = 0):
+    """textX's model of the text from offset `start` (where a statement starts) on; a
+    syntax error raises StepError, located in the whole text."""
     try:
-        model = metamodel().model_from_str(src.text)
+        with _TEXTX_LOCK:
+            return metamodel().model_from_str(src.text[start:])
     except textx.TextXSyntaxError as e:
-        raise StepError([_syntax_error(src, e.line or 1, e.col or 1, e.message or "")]) from None
+        line, col = e.line or 1, e.col or 1
+        if start:  # the line and column of the whole text
+            first_line, first_col = src.linecol(start)
+            line, col = line + first_line - 1, col + (first_col - 1 if line == 1 else 0)
+        raise StepError([_syntax_error(src, line, col, e.message or "")]) from None
     except (textx.TextXError, RecursionError) as e:  # pragma: no cover - defensive
         msg = getattr(e, "message", None) or "input is too deeply nested"
         raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, f"syntax error: {msg}",
                                     ast.Span(src.name, 1, 1, 1, 2))]) from None
-    statements = getattr(model, "statements", None) or []  # an empty file parses to ""
-    return ast.Module(src.name, tuple(_Lower(src).stmt(s) for s in statements))
 
 
 class _Lower:
@@ -292,11 +314,7 @@ class _Lower:
         if kind == "Paren":
             return self.expr(e.value)
         if kind == "IntLit":
-            if len(e.value) > 30:
-                raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
-                                            f"literal of {len(e.value)} digits is too large",
-                                            sp)])
-            return ast.IntLit(int(e.value), sp)
+            return ast.IntLit(integer_value(e.value, sp), sp)
         if kind == "StrLit":
             return ast.StrLit(e.value, sp)
         if kind == "BoolLit":
@@ -313,7 +331,7 @@ class _Lower:
 
     def stype(self, t) -> ast.StreamTypeAst:
         dims = tuple(self.dim(d) for d in t.dims) if t.dims else None
-        rank = int(t.rank.value) if t.rank is not None else None
+        rank = integer_value(t.rank.value, self.span(t.rank)) if t.rank is not None else None
         return ast.StreamTypeAst(self.etype(t.elem), rank, dims, self.span(t))
 
     def etype(self, t) -> ast.ElemTypeAst:

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import re
 
+from stepc.codes import SYNTAX_ERROR
+from stepc.diagnostics import Diagnostic, Severity, StepError
 from stepc.grammar import ast
+from stepc.grammar.nesting import MAX_NESTING
 from stepc.source import SourceFile
 
 _SKIP = re.compile(r"[\t\n\r ]*(?:#[^\n]*[\t\n\r ]*)*")  # Arpeggio's ws, then Comment
 _ID = re.compile(r"[^\d\W]\w*")
-_MAX_DEPTH = 20  # textX runs out of stack near 37 nested calls; leave it the deep cases
+# parse() refuses brackets past MAX_NESTING before a parser runs (nesting.py); a rule nests
+# at most a few levels more than its brackets, so only text parse() refuses goes past this
+_MAX_DEPTH = MAX_NESTING + 4
+MAX_DIGITS = 30  # digits of an integer literal, at most
 
 
 class NoMatch(Exception):
@@ -33,6 +39,15 @@ def find_word(text: str, word: str) -> int:
         if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
             return i
         start = i + 1
+
+
+def integer_value(digits: str, span: ast.Span) -> int:
+    """An integer literal's value; one of more than MAX_DIGITS digits is a syntax error
+    (both parse paths: Python would not even read one of 5,000)."""
+    if len(digits) > MAX_DIGITS:
+        raise StepError([Diagnostic(SYNTAX_ERROR, Severity.ERROR, "syntax error: integer "
+                                    f"literal of {len(digits):,} digits is too large", span)])
+    return int(digits)
 
 
 def join(a: ast.Span, b: ast.Span) -> ast.Span:

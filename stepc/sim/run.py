@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy
 
-from stepc.codes import UNREADABLE_FILE
 from stepc.diagnostics import did_you_mean
 from stepc.graph.declarations import MAX_KV_LENGTH
 from stepc.hw import HardwareConfig
@@ -30,9 +29,11 @@ from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Ctx, Kernel, SimError
+from stepc.sim.tensor_files import load_tensor_file
 from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
 from stepc.spelling import given
 from stepc.traces import (
+    MAX_EXTERNAL_ELEMENTS,
     TraceError,
     external_file,
     selector_ids,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 # What one run can hold; checked before the run starts (`check_limits`).
 MAX_VALUE_BYTES = 4 * 2**30  # tensor values a run materialises
 MAX_TILE_ELEMENTS = 2**24  # elements of one tile or buffer (64 MiB of f32)
-MAX_EXTERNAL_ELEMENTS = 10_000_000  # elements of one external stream (held as a list)
 
 
 @dataclass
@@ -121,20 +121,7 @@ def tensor_values(t, functional: bool) -> np.ndarray | None:
     if name == "arange":
         return np.arange(math.prod(t.shape)).reshape(t.shape).astype(dtype)
     if name == "file":
-        path = kw["path"]
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except FileNotFoundError:
-            raise SimError(f"tensor `{t.name}`: no such file: {path} (a `file` path is "
-                           "relative to the program's folder)", span=src.span,
-                           code=UNREADABLE_FILE) from None
-        except (OSError, ValueError) as e:
-            raise SimError(f"tensor `{t.name}`: cannot load {path}: {e}", span=src.span,
-                           code=UNREADABLE_FILE) from None
-        if tuple(arr.shape) != tuple(t.shape):
-            raise SimError(f"tensor `{t.name}` is declared {list(t.shape)} but "
-                           f"{path} holds {list(arr.shape)}", span=src.span, code=UNREADABLE_FILE)
-        return arr.astype(dtype)
+        return load_tensor_file(t, kw["path"], src.span).astype(dtype)
     rng = np.random.default_rng(kw.get("seed", 0))
     if t.dtype in ("i32", "u32", "u64"):
         return rng.integers(0, kw.get("high", 2**15), size=t.shape).astype(dtype)
