@@ -374,11 +374,11 @@ def test_what_is_not_a_regular_file_or_too_large_is_refused(tmp_path, monkeypatc
     assert r.exit_code == 2 and "too large" in r.stderr
 
 
-def test_a_long_sum_formats_to_the_nesting_limit_and_is_refused_past_it():
-    """A sum of n terms nests n - 1 levels (stepc.grammar.nesting): the longest allowed
+def test_a_long_sum_formats_to_the_chain_limit_and_is_refused_past_it():
+    """A sum of n terms chains n - 1 operators (stepc.grammar.nesting): the longest allowed
     formats; one of 3,000 terms is refused with E0006, not a RecursionError."""
-    from stepc.grammar.nesting import MAX_NESTING
-    src = "param N = " + " + ".join(["1"] * (MAX_NESTING + 1)) + "\n"
+    from stepc.grammar.nesting import MAX_CHAIN
+    src = "param N = " + " + ".join(["1"] * (MAX_CHAIN + 1)) + "\n"
     assert fmt(src.replace(" + ", "+")) == src
     r = run(["-"], input="param N = " + "+".join(["1"] * 3000) + "\n")
     assert r.exit_code == 1 and "error[E0006]" in r.stderr and "Traceback" not in r.stderr

@@ -343,3 +343,30 @@ def test_textx_reports_a_syntax_error_from_the_statement_before_it(text, parsed,
     assert e.value.diagnostics == whole.value.diagnostics
     assert str(e.value.diagnostics[0].span) == where
     assert [t.strip() for t in given] == [parsed]
+
+
+def test_the_longest_sum_allowed_runs_every_command_on_a_deep_stack(tmp_path):
+    """A sum of MAX_CHAIN operators (a param written out term by term) passes check,
+    analyze, sim, fmt and dot from a thread already 300 frames deep (the language server
+    checks on a thread); one term more is refused with E0006."""
+    from stepc.grammar.nesting import MAX_CHAIN
+    swiglu = next(p for p in PROGRAMS if p.name == "swiglu.step").read_text(encoding="utf-8")
+    ones = MAX_CHAIN - 1  # with `16 +` and `- ones`: MAX_CHAIN operators
+    path = tmp_path / "sum.step"
+    path.write_text(swiglu.replace("param TB = 16", "param TB = 16 + " + " + ".join(["1"] * ones)
+                                   + f" - {ones}", 1), encoding="utf-8")
+    codes = {}
+
+    def run_at(depth: int):
+        if depth:
+            return run_at(depth - 1)
+        for command in (["check"], ["analyze"], ["sim", "--timing-only"], ["dot"], ["fmt"]):
+            codes[command[0]] = run(*command, str(path)).exit_code
+    thread = threading.Thread(target=run_at, args=(300,))
+    thread.start()
+    thread.join()
+    assert codes == {"check": 0, "analyze": 0, "sim": 0, "dot": 0, "fmt": 0}, codes
+    path.write_text(path.read_text(encoding="utf-8").replace("16 + 1", "16 + 1 + 1", 1),
+                    encoding="utf-8")
+    res = run("check", str(path))
+    assert res.exit_code == 2 and "error[E0006]" in res.output, res.output[-500:]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from stepc.grammar import ast
-from stepc.grammar.nesting import MAX_NESTING, too_deep
+from stepc.grammar.nesting import MAX_CHAIN, MAX_NESTING, too_deep, too_long
 from stepc.grammar.scanner import (
     MAX_DIGITS,
     Decline,
@@ -271,8 +271,8 @@ class _Parser(Scanner):
                 self.pos = saved
                 return out
             out, count = ast.BinOp(op, out, rhs, join(out.span, rhs.span)), count + 1
-            if count > MAX_NESTING:  # each operator nests the tree a level deeper
-                raise too_deep(out.span)
+            if count > MAX_CHAIN:  # each operator nests the tree a level deeper
+                raise too_long(out.span)
 
     def unary(self):
         start = self.skip()

@@ -17,11 +17,14 @@ from stepc.grammar import ast
 from stepc.source import SourceFile, Span
 
 MAX_NESTING = 24  # levels; textX parses this many brackets from a stack 300 frames deep
+# operators in one chain (`a + b + ... `): textX reads a chain without recursing, and every
+# later pass takes a 256-term sum from a thread 300 frames deep (tests/test_hostile_programs.py)
+MAX_CHAIN = 256
 
 # a bracket, or a comment or string (skipped whole: brackets in them do not count); a
 # string runs to its closing quote as the grammar's STRING does, or to the end of the text
 _BRACKET = re.compile(r"""[(\[{]|[)\]}]|\#[^\n]*|"(?:\\"|[^"])*+(?:"|$)|'(?:\\'|[^'])*+(?:'|$)""")
-_LEVELS = (ast.BinOp, ast.Index, ast.Neg, ast.Call, ast.ListLit, ast.ForLoop, ast.GraphDef)
+_LEVELS = (ast.Index, ast.Neg, ast.Call, ast.ListLit, ast.ForLoop, ast.GraphDef)
 
 
 def check_brackets(src: SourceFile) -> None:
@@ -39,32 +42,43 @@ def check_brackets(src: SourceFile) -> None:
 
 
 def check_levels(module: ast.Module, src: SourceFile) -> None:
-    """Refuse a syntax tree nested deeper than MAX_NESTING levels: each operator, index,
-    negation, call, list, loop and graph counts one (and each index of an assignment's
-    target, which builds an array that deep). Iterative: the tree may be deep."""
-    todo: list[tuple[object, int]] = [(s, 0) for s in module.statements]
+    """Refuse a syntax tree nested deeper than MAX_NESTING levels (each index, negation,
+    call, list, loop and graph counts one, and each index of an assignment's target, which
+    builds an array that deep), or with more than MAX_CHAIN operators nested in one
+    expression. Iterative: the tree may be deep."""
+    todo: list[tuple[object, int, int]] = [(s, 0, 0) for s in module.statements]
     while todo:
-        node, level = todo.pop()
+        node, level, chain = todo.pop()
         if isinstance(node, tuple):
-            todo.extend((x, level) for x in node)
+            todo.extend((x, level, chain) for x in node)
             continue
         fields = _children(type(node))
         if not fields:
             continue
-        if isinstance(node, _LEVELS):
+        if isinstance(node, ast.BinOp):
+            chain += 1
+        elif isinstance(node, _LEVELS):
             level += 1
         elif isinstance(node, ast.Target):
             level += len(node.indices)
         if level > MAX_NESTING:
             raise too_deep(node.span)
-        todo.extend((getattr(node, f), level) for f in fields)
+        if chain > MAX_CHAIN:
+            raise too_long(node.span)
+        todo.extend((getattr(node, f), level, chain) for f in fields)
 
 
 def too_deep(span: Span) -> StepError:
     """The error for syntax nested past MAX_NESTING levels, at the start of `span`."""
     return _refusal(Span(span.file, span.line, span.col, span.line, span.col + 1),
-                    f"this nests more than {MAX_NESTING} levels deep (each operator, index, "
-                    "call, list, loop and graph counts one; brackets alone do not)")
+                    f"this nests more than {MAX_NESTING} levels deep (each index, call, "
+                    "list, loop and graph counts one; brackets alone do not)")
+
+
+def too_long(span: Span) -> StepError:
+    """The error for more than MAX_CHAIN operators in one expression, at `span`'s start."""
+    return _refusal(Span(span.file, span.line, span.col, span.line, span.col + 1),
+                    f"this expression chains more than {MAX_CHAIN} operators")
 
 
 @functools.cache
