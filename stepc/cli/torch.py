@@ -174,7 +174,7 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
     try:
         import torch
 
-        from stepc.torch import LoweringError, from_torch
+        from stepc.torch import InputRefused, LoweringError, from_torch
         from stepc.torch.build import (
             BuildError,
             build_module,
@@ -182,6 +182,7 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
             load_target,
             seed_transformers_weights,
         )
+        from stepc.torch.capture import quiet
     except ImportError:
         click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
                    "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
@@ -194,7 +195,7 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
         else:
             target = load_target(spec)
             config = load_hf_config(hf_config, target) if hf_config else None
-            with torch.device("meta"):
+            with torch.device("meta"), quiet(debug):
                 module = build_module(target, config)
                 example = _examples(torch, args)
             prog = from_torch(module, example, schedule=schedule, debug=debug)
@@ -206,7 +207,7 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
             prog = prog.on_module(cpu_module)
             real = prog.seeded_inputs(example, seed)
             traces = prog.traces(*real)
-    except BuildError as e:
+    except (BuildError, InputRefused) as e:
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_USAGE)
     except LoweringError as e:

@@ -7,7 +7,7 @@ Only this package imports torch (the `torch` extra); the rest of stepc never doe
 
 from __future__ import annotations
 
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.lowering import TorchProgram, from_torch, load_module
 
 
@@ -25,5 +25,5 @@ def support_table() -> str:
     return table()
 
 
-__all__ = ["LoweringError", "TorchProgram", "from_hf_config", "from_torch", "load_module",
-           "support_table"]
+__all__ = ["InputRefused", "LoweringError", "TorchProgram", "from_hf_config", "from_torch",
+           "load_module", "support_table"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from stepc.torch import families
+from stepc.torch import families, guards
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
@@ -115,6 +115,10 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     it cannot lower; nothing is emitted then. torch's own logging and printed tracebacks
     are silenced unless `debug`.
     """
+    example_inputs = tuple(example_inputs)
+    guards.refuse_cycles(module)
+    guards.refuse_arguments(module, example_inputs)
+    guards.refuse_empty(module, example_inputs)
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
     module = module.eval()
@@ -127,6 +131,7 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
         with quiet(debug):
             return family.lowering()(module, example_inputs, tiling, sched)
     nodes = capture(module, example_inputs, debug)
+    guards.refuse_empty_nodes(nodes)
     attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
     tiling = tiling or ("interleaved" if attention else "static")
     w = StepWriter()
