@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.lowering import TorchProgram, from_torch, load_module
+from stepc.torch.verify import VerificationError
 
 
 def from_hf_config(config, layers: int = 1, *settings, **named) -> TorchProgram:
@@ -25,5 +26,5 @@ def support_table() -> str:
     return table()
 
 
-__all__ = ["InputRefused", "LoweringError", "TorchProgram", "from_hf_config", "from_torch",
-           "load_module", "support_table"]
+__all__ = ["InputRefused", "LoweringError", "TorchProgram", "VerificationError", "from_hf_config",
+           "from_torch", "load_module", "support_table"]
