@@ -1,7 +1,9 @@
 """`stepc from-torch` checks what it wrote: the program's functional simulation on seeded
 inputs equals the module's forward (a broken lowering is refused with the largest error and
 the first differing element, and nothing is written); the header says what was compared, or
-that nothing was. Skipped when torch or transformers is not installed."""
+that nothing was; a registered block family lowers only the forward it was registered for,
+so a subclass overriding it is captured as written (and refused, naming the override).
+Skipped when torch or transformers is not installed."""
 
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers", reason="--layers builds transformers' decoder layers")
+pytest.importorskip("transformers", reason="the overriding subclasses are transformers'")
 
 from click.testing import CliRunner  # noqa: E402
+from transformers import MistralConfig, OlmoeConfig  # noqa: E402
+from transformers.cache_utils import DynamicCache  # noqa: E402
+from transformers.models.mistral.modeling_mistral import MistralAttention  # noqa: E402
+from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock  # noqa: E402
 
 from stepc.cli import main  # noqa: E402
-from stepc.torch import VerificationError, from_torch, verify  # noqa: E402
+from stepc.torch import LoweringError, VerificationError, from_torch, verify  # noqa: E402
+from stepc.torch.build import seed_transformers_weights  # noqa: E402
 from stepc.torch.emit import StepWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +39,8 @@ import torch
 def make_linear():
     return torch.nn.Linear(16, 8)
 '''
+OLMOE = {"hidden_size": 64, "intermediate_size": 32, "num_experts": 4,
+         "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
 @pytest.fixture
@@ -117,6 +126,69 @@ def test_a_module_too_large_is_written_unverified_with_a_warning(work, monkeypat
     assert r.exit_code == 0, r.output
     assert "warning: Not verified against the module: the module holds 136" in r.output
     assert "# Not verified against the module" in (work / "y.step").read_text()
+
+
+class TwiceTheMoE(OlmoeSparseMoeBlock):
+    """A user's block: the MoE's output doubled, plus a residual."""
+
+    def forward(self, hidden_states):
+        return 2 * super().forward(hidden_states) + hidden_states
+
+
+class HalfTheAttention(MistralAttention):
+    """A user's attention: the output scaled by 0.5."""
+
+    def forward(self, *args, **kwargs):
+        out, weights = super().forward(*args, **kwargs)
+        return 0.5 * out, weights
+
+
+def test_a_family_subclass_overriding_forward_is_captured_as_written():
+    cfg = OlmoeConfig(**OLMOE)
+    torch.manual_seed(0)
+    m = TwiceTheMoE(cfg)
+    seed_transformers_weights(m, cfg)
+    with pytest.raises(LoweringError) as e:
+        from_torch(m, (torch.randn(1, 8, 64),))
+    assert "`TwiceTheMoE.forward` (test_torch_verify.py:" in str(e.value)
+    assert "overrides `OlmoeSparseMoeBlock.forward`" in str(e.value)
+
+
+def test_an_attention_subclass_overriding_forward_is_captured_as_written():
+    cfg = MistralConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, num_hidden_layers=1)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    m = HalfTheAttention(cfg, 0)
+    b, past = 4, 8
+    with torch.device("meta"):
+        cache = DynamicCache()
+        cache.update(torch.empty(b, 2, past, 16), torch.empty(b, 2, past, 16), 0)
+        example = (torch.empty(b, 1, 64), (torch.empty(b, 1, 16),) * 2,
+                   torch.empty(b, 1, 1, past + 1), cache)
+    with pytest.raises(LoweringError, match=r"`HalfTheAttention.forward` \(test_torch_verify"
+                       r".py:\d+\) overrides `MistralAttention.forward`"):
+        from_torch(m, example, schedule={"tiling": "dynamic", "R": 2, "TILE_N": 8})
+
+
+def test_a_part_the_family_reads_must_run_library_code():
+    """Experts whose forward is the user's: the family would read their weights and
+    ignore that forward, so it does not apply."""
+    cfg = OlmoeConfig(**OLMOE)
+    m = OlmoeSparseMoeBlock(cfg)
+    experts = type(m.experts)
+
+    class Halved(experts):
+        def forward(self, *args):
+            return 0.5 * super().forward(*args)
+
+    m.experts.__class__ = Halved
+    with pytest.raises(LoweringError, match="module `experts` .* runs `.*Halved.forward`"):
+        from_torch(m, (torch.randn(1, 8, 64),), verify=False)
+    m.experts.__class__ = experts
+    m.experts.register_forward_hook(lambda mod, args, out: 2 * out)
+    with pytest.raises(LoweringError, match="module `experts` has a forward hook"):
+        from_torch(m, (torch.randn(1, 8, 64),), verify=False)
 
 
 def test_hf_config_layers_are_verified(work):

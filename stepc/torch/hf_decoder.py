@@ -79,10 +79,11 @@ def check_layer(layer: torch.nn.Module, where: str) -> None:
         if not isinstance(getattr(layer, path, None), torch.nn.Module):
             raise LoweringError(f"{where}: a decoder layer lowers from its submodules "
                                 f"{', '.join(PARTS)}; it has no `{path}`")
-    attn = families.find(layer.self_attn)
-    if attn is None or attn.kind != "attention":
+    attn = families.match(layer.self_attn)
+    if attn is None or attn.family.kind != "attention" or attn.override:
+        why = f" ({attn.override})" if attn is not None and attn.override else ""
         raise LoweringError(f"{where}.self_attn ({type(layer.self_attn).__name__}): no "
-                            "registered decode-attention family lowers it")
+                            f"registered decode-attention family lowers it{why}")
     for path in ("input_layernorm", "post_attention_layernorm"):
         norm = getattr(layer, path)
         if not type(norm).__name__.endswith("RMSNorm"):

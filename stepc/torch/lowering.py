@@ -174,15 +174,21 @@ def _lower(module: torch.nn.Module, example_inputs: tuple, schedule: str | dict 
     """A registered family's lowering of `module`, or its captured graph's."""
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
-    family = families.find(module)
-    if family is not None:
+    match = families.match(module)
+    if match is not None and not match.override:
+        family = match.family
         tiling = tiling or family.tilings[0]
         if tiling not in family.tilings:
             raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "
                                 f"{family.kind} block: choose {', '.join(family.tilings)})")
         with quiet(debug):
             return family.lowering()(module, example_inputs, tiling, sched)
-    return _lower_captured(module, example_inputs, tiling, sched, debug)
+    try:
+        return _lower_captured(module, example_inputs, tiling, sched, debug)
+    except LoweringError as e:
+        if match is None:
+            raise
+        raise type(e)(f"{e}\n({match.refusal()})") from None
 
 
 def _lower_captured(module: torch.nn.Module, example_inputs: tuple, tiling: str | None,
