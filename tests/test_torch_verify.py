@@ -30,6 +30,7 @@ from stepc.torch.emit import StepWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "torch"))
+from decode_attention import DecodeAttention  # noqa: E402
 from swiglu_mlp import GeluMLP  # noqa: E402
 
 LINEAR = '''
@@ -118,6 +119,12 @@ def test_too_many_rows_verify_at_fewer(monkeypatch):
     assert prog.verification.verified and "param B = 256" in prog.text
     assert "(reduced rows: B = 64 of the program's 256)" in prog.verification.summary
     assert "# Verified on seeded inputs" in prog.text and "(reduced rows: B = 64" in prog.text
+    monkeypatch.setattr(verify, "MAX_WORK", 16)  # decode attention takes no fewer rows
+    with pytest.warns(UserWarning, match="it takes no fewer rows"):
+        prog = from_torch(DecodeAttention(), (torch.randn(2, 4, 8),) + tuple(
+            torch.randn(s) for s in ((2, 8), (2, 8), (2, 16, 8), (2, 16, 8))) + (
+            torch.tensor([7, 15]),), schedule={"TILE_N": 8, "R": 1})
+    assert "# Not verified against the module: simulating it" in prog.text
 
 
 def test_a_module_too_large_is_written_unverified_with_a_warning(work, monkeypatch):

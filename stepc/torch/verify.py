@@ -30,7 +30,7 @@ from stepc.source import SourceFile
 from stepc.torch.capture import LoweringError, quiet
 
 # the largest |program - module| accepted, as a fraction of max |module| (the output's
-# scale), by the least precise float dtype among the module's weights, inputs and output
+# scale), by the least precise float dtype among the module's weights and inputs
 TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 3e-2}
 ABSOLUTE_FLOOR = 1e-6  # an output that is all zeros still has this much room
 MAX_PARAMETERS = 64 * 10**6  # parameter elements verification builds on the CPU (256 MB in f32)
@@ -45,8 +45,8 @@ class VerificationError(LoweringError):
 
 @dataclass(frozen=True)
 class Verification:
-    """What was compared: `verified` with the largest error and the output's scale, or why
-    nothing was (`reason`); `note` is the header comment it put in the program."""
+    """What was compared (`verified`, the largest error and the output's scale), or why
+    nothing was, in `summary`; `note` is the header comment it put in the program."""
 
     verified: bool
     summary: str
@@ -56,18 +56,24 @@ class Verification:
     note: tuple[str, ...] = ()
 
 
-def check_program(text: str, overrides: dict[str, int] | None = None):
+def check_program(text: str):
     """The typed program of `text`; LoweringError listing its errors when `stepc check`
     rejects it (a lowering bug: what from-torch writes must check)."""
-    r = compile_source(SourceFile("lowered.step", text), overrides or {})
-    errors = [d for d in r.diagnostics.items if d.severity.value == "error"]
-    if r.ok and not errors:
-        return r.typed
+    typed, errors = _compiled(text, {})
+    if typed is not None:
+        return typed
     shown = "\n".join(f"  {d}" for d in errors[:5])
     more = f"\n  and {len(errors) - 5} more" if len(errors) > 5 else ""
     raise LoweringError(f"the lowered program fails `stepc check` ({len(errors)} error"
                         f"{'s' if len(errors) != 1 else ''}; a bug in from-torch, please "
                         f"report it with the module):\n{shown}{more}")
+
+
+def _compiled(text: str, overrides: dict[str, int]) -> tuple:
+    """(the typed program, None) or (None, its errors)."""
+    r = compile_source(SourceFile("lowered.step", text), overrides)
+    errors = [d for d in r.diagnostics.items if d.severity.value == "error"]
+    return (r.typed, None) if r.ok and not errors else (None, errors)
 
 
 def parameter_count(module: torch.nn.Module) -> int:
@@ -101,22 +107,22 @@ def verify(prog, seed: int = 0):
     reason = too_large(module)
     if reason:
         return unverified(prog, reason)
-    overrides, at = {}, ""
+    at, rows, weights = "", _rows(example), max(parameter_count(module), 1)
     budget = MAX_WORK - _elements(example)
-    rows = _rows(example)
-    if rows * max(parameter_count(module), 1) > budget:
-        reduced = _reduced(prog, example, budget // max(parameter_count(module), 1))
-        if reduced is None:
+    if rows * weights > budget:
+        reduced = _reduced(prog, example, budget // weights)
+        typed = _compiled(prog.text, reduced[1])[0] if reduced else None
+        if typed is None:
             return unverified(prog, f"simulating it at these dims would take about "
-                              f"{_count(rows * parameter_count(module))} multiply-adds, more "
-                              f"than the {_count(MAX_WORK)} verification runs")
-        example, overrides = reduced
-        at = f" (reduced rows: B = {overrides['B']} of the program's {rows})"
+                              f"{_count(rows * weights)} multiply-adds, more than the "
+                              f"{_count(MAX_WORK)} verification runs, and it takes no fewer "
+                              "rows")
+        example = reduced[0]
+        at = f" (reduced rows: B = {reduced[1]['B']} of the program's {rows})"
     inputs = prog.seeded_inputs(example, seed)
     values, traces = prog.values(*inputs), prog.traces(*inputs)  # before a forward appends
     expected = _expected(prog, inputs)
-    got = _simulated(check_program(prog.text, overrides) if overrides else typed, traces,
-                     values)
+    got = _simulated(typed, traces, values)
     tol = TOLERANCE[_least_precise(module, inputs)]
     worst, scale = 0.0, 0.0
     for name, want in expected.items():
