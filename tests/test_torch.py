@@ -110,7 +110,7 @@ def test_moe_block_matches_module(tiling, dtype):
     m = MoEBlock(64, 32, 8, 2, dtype=DTYPES[dtype])
     x = torch.randn(16, 64, dtype=DTYPES[dtype])
     sched = {"tiling": tiling, **({"R": 4} if tiling == "timemux" else {})}
-    prog = from_torch(m, (x,), schedule=sched)
+    prog = from_torch(m, (x,), verify=False, schedule=sched)
     r, out = simulated(prog, x)
     assert_matches(out, m(x), dtype)
     if tiling == "dynamic":  # every active expert's weights once: tokens, weights, output
@@ -128,7 +128,7 @@ def test_qwen3_moe_analyzes_like_the_bundled_program(tiling, program):
     with torch.device("meta"):
         m = MoEBlock()  # Qwen3-30B-A3B: D 2048, F 768, E 128, top-8
         x = torch.empty(64, 2048, dtype=torch.bfloat16)
-    prog = from_torch(m, (x,), schedule=tiling)
+    prog = from_torch(m, (x,), schedule=tiling, verify=False)  # on the meta device
     ids = synthetic_routing(64, 128, 8, seed=7)
     mine = compiled(prog)
     ref = compile_file(str(ROOT / "programs" / f"{program}.step"))
@@ -163,10 +163,10 @@ def test_cli_from_torch_then_sim_with_weights(tmp_path):
     again = CliRunner().invoke(main, ["from-torch", spec, "--input", "x=f32[16,256]",
                                       "-o", str(step)])
     assert again.exit_code == 2 and "exists" in again.output  # nothing overwritten silently
-    torch.manual_seed(4)
+    torch.manual_seed(0)  # the module the command verified against, with --seed 0
     m, x = SwiGLUMLP(), torch.randn(16, 256)
     prog = from_torch(m, (x,), schedule={"TB": 8})
-    assert prog.text == step.read_text()
+    assert prog.text == step.read_text() and "# Verified on seeded inputs " in prog.text
     weights = tmp_path / "w.safetensors"
     prog.save_weights(str(weights), x)
     out = tmp_path / "out"

@@ -53,7 +53,8 @@ def small_inputs(dtype: str, b=8, qpk=4, d=16, maxn=64, tile_n=8):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_decode_attention_matches_module(tiling, dtype):
     m, x = DecodeAttention(), small_inputs(dtype)
-    prog = from_torch(m, x, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling]})
+    prog = from_torch(m, x, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling]},
+                      verify=False)  # compared below
     assert "kv_lens" in prog.text and "K_CACHE" in prog.text
     r = compiled(prog.text)
     traces = prog.traces(*x)
@@ -92,7 +93,7 @@ def test_paper_sizes_analyze_like_the_bundled_programs(tiling):
         x = tuple(torch.empty(s, dtype=torch.bfloat16) for s in
                   ((b, qpk, d), (b, d), (b, d), (b, maxn, d), (b, maxn, d))) + (
             torch.empty(b, dtype=torch.int64),)
-    prog = from_torch(DecodeAttention(), x, schedule=tiling)
+    prog = from_torch(DecodeAttention(), x, schedule=tiling, verify=False)  # shapes only
     lens = np.random.default_rng(1).integers(1, 4000, b)
     mine = compiled(prog.text)
     ref = compile_file(str(ROOT / "programs" / f"attention_{tiling}.step"))

@@ -102,7 +102,7 @@ def run_both(m, args, tiling, **sched):
     """The simulated output O and the module's output [B, hidden], and the program; the
     new cache entries the program writes equal those the module appends."""
     prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling],
-                                         **sched})
+                                         **sched}, verify=False)  # compared here
     values, traces = prog.values(*args), prog.traces(*args)  # before the forward appends
     run = simulate(compiled(prog.text).typed, load_config(None, ()), traces, values=values)
     assert run.deadlock is None
@@ -177,7 +177,7 @@ def test_schedule_knobs_move_the_result():
     args = decode_inputs(m, LENS)
 
     def measure(**sched):
-        prog = from_torch(m, args, schedule={"tiling": "interleaved", **sched})
+        prog = from_torch(m, args, verify=False, schedule={"tiling": "interleaved", **sched})
         run = simulate(compiled(prog.text).typed, load_config(None, ()), prog.traces(*args),
                        functional=False)
         return run.cycles, run.useful_bytes
@@ -200,7 +200,7 @@ def test_off_chip_bytes_equal_the_closed_form(tiling, on_chip):
     m = build("qwen3")
     args = decode_inputs(m, LENS)
     prog = from_torch(m, args, schedule={"tiling": tiling, "TILE_N": 8, **SCHEDULES[tiling],
-                                         "WEIGHTS_ON_CHIP": on_chip})
+                                         "WEIGHTS_ON_CHIP": on_chip}, verify=False)
     typed = compiled(prog.text).typed
     run = simulate(typed, load_config(None, ()), prog.traces(*args), functional=False)
     hid, h, kv, d, tn, regions = 64, 4, 2, 16, 8, 2
@@ -223,7 +223,8 @@ def test_weights_on_chip_trade_traffic_for_memory_and_compute_the_same():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     on_chip = []
     for flag in (0, 1):
-        prog = from_torch(m, args, schedule={"TILE_N": 8, "R": 2, "WEIGHTS_ON_CHIP": flag})
+        prog = from_torch(m, args, schedule={"TILE_N": 8, "R": 2, "WEIGHTS_ON_CHIP": flag},
+                          verify=False)
         total = analyze(compiled(prog.text).typed).totals["on_chip_bytes"]
         on_chip.append(total.subs({s: 3 for s in total.free_symbols}))
     assert on_chip[1] > on_chip[0] + 2 * 4 * 4 * 64 * 64  # at least WQ and WO, per region
@@ -255,7 +256,7 @@ def test_refusals_name_the_feature_and_the_forward():
         from_torch(m, args, schedule={"TILE_F": 8})
     with pytest.raises(LoweringError, match="coarse tiling needs B = 8 a multiple of NB = 3"):
         from_torch(m, args, schedule={"tiling": "coarse", "NB": 3})
-    prog = from_torch(m, args, schedule={"TILE_N": 8, "R": 2})
+    prog = from_torch(m, args, verify=False, schedule={"TILE_N": 8, "R": 2})
     hidden = args[2].clone()
     hidden[0, 0, 0, -1] = torch.finfo(torch.float32).min
     with pytest.raises(LoweringError, match="hides a request's new token"):

@@ -100,7 +100,7 @@ SLOW = pytest.mark.slow  # each lowers and simulates a layer: several seconds
     pytest.param("mixtral", "static", marks=SLOW)])
 def test_a_layer_simulates_equal_to_its_forward(kind, tiling):
     m = layer(kind)
-    prog = from_torch(m, meta_example(m), schedule={"tiling": tiling, **SMALL})
+    prog = from_torch(m, meta_example(m), verify=False, schedule={"tiling": tiling, **SMALL})
     args = prog.seeded_inputs(meta_example(m), seed=1)
     got, ref = simulated_and_reference(prog, m, args)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
@@ -111,7 +111,7 @@ def test_a_layer_simulates_equal_to_its_forward(kind, tiling):
 def test_bf16_within_bf16_rounding():
     m = layer("mixtral", torch.bfloat16)
     example = meta_example(m, torch.bfloat16)
-    prog = from_torch(m, example, schedule={"tiling": "static", **SMALL})
+    prog = from_torch(m, example, verify=False, schedule={"tiling": "static", **SMALL})
     got, ref = simulated_and_reference(prog, m, prog.seeded_inputs(example, seed=2))
     np.testing.assert_allclose(got, ref, rtol=3e-2, atol=3e-2 * np.abs(ref).max())
 
@@ -121,7 +121,7 @@ def test_two_layers_from_a_config_with_per_layer_routing():
     trace under its own name, the KV lengths shared."""
     config = {"model_type": "qwen3_moe", **SIZES, **MOE["qwen3_moe"]}
     prog = from_hf_config(config, layers=2, batch=B, past=P,
-                          schedule={"tiling": "dynamic", **SMALL})
+                          schedule={"tiling": "dynamic", **SMALL}, verify=False)
     stack = build_stack(prog.module.config, 2, "cpu", seed=0)
     prog = prog.on_module(stack)
     args = prog.seeded_inputs(example_inputs(stack, B, P, "f32", "cpu"), seed=3)
@@ -143,7 +143,8 @@ def test_part_settings_move_the_result():
 
     def measure(**sched):
         nonlocal args
-        prog = from_torch(m, example, schedule={"tiling": "static", "attn_TILE_N": 8, **sched})
+        prog = from_torch(m, example, schedule={"tiling": "static", "attn_TILE_N": 8, **sched},
+                          verify=False)
         args = args or prog.seeded_inputs(example, seed=4)
         run = simulate(compiled(prog.text).typed, load_config(None, ()), prog.traces(*args),
                        functional=False)
@@ -250,7 +251,7 @@ def test_two_qwen3_moe_layers_at_real_dims_with_the_papers_traces():
         pytest.skip(f"the paper's traces are not in {DATA}")
     lens, routing = load_array(str(kv)), load_routing(str(ids))
     hw = load_config("paper-eval", ())
-    prog = from_hf_config(QWEN3_30B_A3B, layers=2, batch=64, past=6463, dtype="bf16",
+    prog = from_hf_config(QWEN3_30B_A3B, layers=2, verify=False, batch=64, past=6463, dtype="bf16",
                           schedule={"tiling": "dynamic", "attn_TILE_N": 32})
     ours = simulate(compiled(prog.text).typed, hw, {"kv_lens": lens, "routing_0": routing,
                                                     "routing_1": routing}, functional=False)

@@ -81,20 +81,38 @@ def _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype) -> None
         raise click.UsageError("give the forward arguments with --input NAME=DTYPE[SHAPE]")
 
 
-def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug, real_values, seed):
-    """The program of the config's first `layers` decoder layers, and with `real_values`
-    the seeded inputs and traces of a CPU copy with seeded weights."""
+def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug):
+    """The program of the config's first `layers` decoder layers (on the meta device), and
+    a function building them on the CPU with seeded weights."""
     from stepc.torch import hf_model
     config = hf_model.hf_config(hf_config)
-    batch = batch or hf_model.DEFAULT_BATCH
-    past = hf_model.DEFAULT_PAST if past is None else past
-    dtype = dtype or "f32"
-    prog = hf_model.from_hf_config(config, layers, batch, past, schedule, dtype, debug)
+    prog = hf_model.from_hf_config(config, layers, batch or hf_model.DEFAULT_BATCH,
+                                   hf_model.DEFAULT_PAST if past is None else past, schedule,
+                                   dtype or "f32", debug, verify=False)
+    return prog, lambda seed: hf_model.build_stack(config, layers, "cpu", dtype or "f32",
+                                                   seed=seed)
+
+
+def _on_cpu(prog, build, seed: int, verify: bool, real_values: bool, debug: bool):
+    """The program verified on a CPU copy of its module with seeded weights (`build(seed)`),
+    or marked unverified, saying why (--no-verify, a module too large to run); with
+    `real_values`, also that copy's seeded inputs and their traces. A warning says when
+    verification was wanted and could not run."""
+    from stepc.torch.capture import quiet
+    from stepc.torch.verify import too_large
+    reason = too_large(prog.module) if verify else "--no-verify"
+    if reason and not real_values:
+        prog = prog.unverified(reason)
+    else:
+        with quiet(debug):
+            module = build(seed)
+        prog = prog.on_module(module)
+        prog = prog.unverified(reason) if reason else prog.verify(seed)
+    if verify and not prog.verification.verified:
+        click.echo(f"stepc: warning: {prog.verification.summary}", err=True)
     if not real_values:
         return prog, None, None
-    stack = hf_model.build_stack(config, layers, "cpu", dtype, seed=seed)
-    prog = prog.on_module(stack)
-    real = prog.seeded_inputs(hf_model.example_inputs(stack, batch, past, dtype, "cpu"), seed)
+    real = prog.seeded_inputs(prog.example, seed)
     return prog, real, prog.traces(*real)
 
 
@@ -132,11 +150,16 @@ def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug, real_v
               help="Also write the external stream NAME (a MoE block's `routing`, decode "
               "attention's `kv_lens`) for the same inputs, for `stepc sim --trace NAME=FILE`.")
 @click.option("--seed", default=0, show_default=True, type=int,
-              help="Seed of the weights and example inputs of --weights-out / --external-out.")
+              help="Seed of the weights and example inputs the program is verified on, and "
+              "of --weights-out / --external-out.")
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="Do not check the program against the module (by default the module runs "
+              "on the CPU on inputs seeded by --seed and the program's functional simulation "
+              "must equal its forward).")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 @quick_exit
 def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, params, out,
-                   weights_out, externals_out, seed, force):
+                   weights_out, externals_out, seed, no_verify, force):
     """Lower a PyTorch module to a readable, tiled .step program. NAME is a module class or
     a factory function returning a module, in FILE.py or an importable package
     (transformers:LlamaMLP); it is built on the meta device (no weights allocated), with
@@ -174,7 +197,7 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
     try:
         import torch
 
-        from stepc.torch import LoweringError, from_torch
+        from stepc.torch import InputRefused, LoweringError, VerificationError, from_torch
         from stepc.torch.build import (
             BuildError,
             build_module,
@@ -182,35 +205,36 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
             load_target,
             seed_transformers_weights,
         )
+        from stepc.torch.capture import quiet
     except ImportError:
         click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
                    "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
         sys.exit(EXIT_USAGE)
     debug = bool(click.get_current_context().find_root().params.get("debug"))
+    real_values = bool(weights_out or streams)
     try:
         if layers is not None:
-            prog, real, traces = _lower_layers(hf_config, layers, batch, past, dtype, schedule,
-                                               debug, bool(weights_out or streams), seed)
+            prog, build = _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug)
         else:
             target = load_target(spec)
             config = load_hf_config(hf_config, target) if hf_config else None
-            with torch.device("meta"):
+            with torch.device("meta"), quiet(debug):
                 module = build_module(target, config)
                 example = _examples(torch, args)
-            prog = from_torch(module, example, schedule=schedule, debug=debug)
-        if layers is None and (weights_out or streams):
-            torch.manual_seed(seed)
-            # the same module on the CPU, with real weights
-            cpu_module = build_module(target, config)
-            seed_transformers_weights(cpu_module, config)
-            prog = prog.on_module(cpu_module)
-            real = prog.seeded_inputs(example, seed)
-            traces = prog.traces(*real)
-    except BuildError as e:
+            prog = from_torch(module, example, schedule=schedule, debug=debug, verify=False)
+
+            def build(seed):
+                torch.manual_seed(seed)
+                cpu_module = build_module(target, config)  # the same module, real weights
+                seed_transformers_weights(cpu_module, config)
+                return cpu_module
+        prog, real, traces = _on_cpu(prog, build, seed, not no_verify, real_values, debug)
+    except (BuildError, InputRefused) as e:
         click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_USAGE)
     except LoweringError as e:
-        click.echo(f"stepc: error: {e}", err=True)
+        written = "; nothing was written" if isinstance(e, VerificationError) else ""
+        click.echo(f"stepc: error: {e}{written}", err=True)
         sys.exit(EXIT_PROGRAM)
     unknown = sorted(set(streams) - set(traces)) if streams else []
     if unknown:

@@ -7,8 +7,9 @@ Only this package imports torch (the `torch` extra); the rest of stepc never doe
 
 from __future__ import annotations
 
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.lowering import TorchProgram, from_torch, load_module
+from stepc.torch.verify import VerificationError
 
 
 def from_hf_config(config, layers: int = 1, *settings, **named) -> TorchProgram:
@@ -25,5 +26,5 @@ def support_table() -> str:
     return table()
 
 
-__all__ = ["LoweringError", "TorchProgram", "from_hf_config", "from_torch", "load_module",
-           "support_table"]
+__all__ = ["InputRefused", "LoweringError", "TorchProgram", "VerificationError", "from_hf_config",
+           "from_torch", "load_module", "support_table"]

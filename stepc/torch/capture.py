@@ -25,6 +25,12 @@ class LoweringError(Exception):
     """A module stepc cannot lower; the message names the operator, module path and line."""
 
 
+class InputRefused(LoweringError):
+    """The module or its example inputs, as given, are not something a program can hold (a
+    data-dependent size, a zero-size dim, an input the forward does not take): a usage
+    error rather than an operator stepc lacks."""
+
+
 @dataclass
 class Site:
     """Where a node comes from: module path (`experts.up_proj`) and `file:line`."""
@@ -139,9 +145,9 @@ def _from_export(ep) -> list[Node]:
     out: list[Node] = []
     for n in ep.graph.nodes:
         val = n.meta.get("val")
-        shape = tuple(int(d) for d in val.shape) if hasattr(val, "shape") else ()
-        dtype = dtype_name(val.dtype) if hasattr(val, "dtype") else ""
         site = Site(_module_path(n.meta), _user_line(n.meta.get("stack_trace")))
+        shape = _static_shape(val, n, site) if hasattr(val, "shape") else ()
+        dtype = dtype_name(val.dtype) if hasattr(val, "dtype") else ""
         if n.op == "placeholder":
             kind = "param" if n.name in params else "input"
             node = Node(n.name, kind, (), shape, dtype, site, params.get(n.name, n.name))
@@ -163,6 +169,18 @@ def _from_export(ep) -> list[Node]:
         nodes[n.name] = node
         out.append(node)
     return link_users(out)
+
+
+def _static_shape(val, n, site: Site) -> tuple:
+    """The node's shape as integers; a dim known only when the operator runs (`nonzero`,
+    `masked_select`) is refused."""
+    try:
+        return tuple(int(d) for d in val.shape)
+    except RuntimeError:  # torch's GuardOnDataDependentSymNode
+        op = getattr(n.target, "_opname", None) or str(n.target)
+        raise InputRefused(f"aten.{op} in {site}: its result's size depends on the values "
+                           f"of its input ({list(val.shape)}), known only when it runs; a "
+                           "STeP program's shapes are fixed when it is written") from None
 
 
 def _map(a, nodes):

@@ -7,11 +7,19 @@ Each entry is declarative (class names, kind, tilings, the lowering function as 
 `module:function` path), so that the registry can be listed and documented without importing
 torch or transformers. A lowering function takes `(module, example_inputs, tiling, schedule)`
 and returns a `stepc.torch.TorchProgram`; it raises `LoweringError` for what it cannot lower.
+
+A family lowers what transformers' class computes, read from its weights, not the module's
+own code: it applies only when the forward the module runs is the registered class's own,
+and every part it reads (the experts, the projections) runs transformers' or torch's code.
+A subclass overriding forward, a forward hook, or a part of the user's is captured as any
+other module instead (`match` says what displaced the family).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 from dataclasses import dataclass
 
 
@@ -25,6 +33,7 @@ class Family:
     tilings: tuple[str, ...]  # the schedules it supports; the first is the default
     lower: str                # "package.module:function"
     doc: str                  # one line for the support table
+    runs: tuple[str, ...] = ()  # parts it calls, or lowers on their own: their code is theirs
 
     def lowering(self):
         """The lowering function (imported on first use)."""
@@ -45,35 +54,47 @@ FAMILIES: list[Family] = [
 # program, fused SwiGLU experts, optional shared expert
 MOE_TILINGS = ("static", "dynamic", "timemux")
 _HF_MOE = "stepc.torch.hf_moe:lower_hf_moe"
+_ROUTER = ("gate",)  # runs ahead of the program, as the module calls it
 FAMILIES += [
     Family("mixtral-moe", ("MixtralSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
-           "Mixtral sparse MoE: softmax router, top-k renormalised, SwiGLU experts"),
+           "Mixtral sparse MoE: softmax router, top-k renormalised, SwiGLU experts",
+           _ROUTER),
     Family("qwen3-moe", ("Qwen3MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
-           "Qwen3-MoE sparse MoE: softmax router, top-k (norm_topk_prob), SwiGLU experts"),
+           "Qwen3-MoE sparse MoE: softmax router, top-k (norm_topk_prob), SwiGLU experts",
+           _ROUTER),
     Family("qwen2-moe", ("Qwen2MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
            "Qwen2-MoE sparse MoE: softmax router, top-k (norm_topk_prob), SwiGLU experts, "
-           "a shared expert scaled by its sigmoid gate"),
+           "a shared expert scaled by its sigmoid gate",
+           _ROUTER),
     Family("deepseek-v3-moe", ("DeepseekV3MoE",), "moe", MOE_TILINGS, _HF_MOE,
            "DeepSeek-V3 MoE: sigmoid router, group-limited top-k with correction bias, "
-           "norm_topk_prob, routed_scaling_factor, SwiGLU experts, shared experts"),
+           "norm_topk_prob, routed_scaling_factor, SwiGLU experts, shared experts",
+           _ROUTER),
     Family("deepseek-v2-moe", ("DeepseekV2Moe",), "moe", MOE_TILINGS, _HF_MOE,
            "DeepSeek-V2 MoE: softmax router, greedy or group-limited top-k, "
-           "routed_scaling_factor, SwiGLU experts, shared experts"),
+           "routed_scaling_factor, SwiGLU experts, shared experts",
+           _ROUTER),
     Family("olmoe-moe", ("OlmoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
-           "OLMoE sparse MoE: softmax router, top-k, SwiGLU experts"),
+           "OLMoE sparse MoE: softmax router, top-k, SwiGLU experts",
+           _ROUTER),
     Family("minimax-moe", ("MiniMaxSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
-           "MiniMax sparse MoE: softmax router, top-k renormalised, SwiGLU experts"),
+           "MiniMax sparse MoE: softmax router, top-k renormalised, SwiGLU experts",
+           _ROUTER),
     Family("qwen3-next-moe", ("Qwen3NextSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
            "Qwen3-Next sparse MoE: softmax router, top-k, SwiGLU experts, a shared expert "
-           "scaled by its sigmoid gate"),
+           "scaled by its sigmoid gate",
+           _ROUTER),
     Family("glm4-moe", ("Glm4MoeMoE",), "moe", MOE_TILINGS, _HF_MOE,
            "GLM-4-MoE: DeepSeek-V3's sigmoid group-limited router with correction bias, "
-           "SwiGLU experts, shared experts"),
+           "SwiGLU experts, shared experts",
+           _ROUTER),
     Family("ernie4.5-moe", ("Ernie4_5_MoeSparseMoeBlock",), "moe", MOE_TILINGS, _HF_MOE,
            "ERNIE-4.5-MoE: softmax router with correction bias, SwiGLU experts, shared "
-           "experts"),
+           "experts",
+           _ROUTER),
     Family("hunyuan-moe", ("HunYuanMoEV1Moe",), "moe", MOE_TILINGS, _HF_MOE,
-           "HunYuan-MoE-V1: softmax router, top-k, SwiGLU experts, a shared MLP"),
+           "HunYuan-MoE-V1: softmax router, top-k, SwiGLU experts, a shared MLP",
+           _ROUTER),
 ]
 
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,
@@ -87,14 +108,76 @@ FAMILIES += [
            "stepc.torch.hf_decoder:lower_hf_decoder_layer",
            "transformers decoder layer in decode: RMSNorms, decode attention, residual adds, "
            "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
-           "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)"),
+           "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)",
+           ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),
 ]
 
 
-def find(module) -> Family | None:
-    """The family of `module`'s class (or of its nearest base class that has one)."""
+_LIBRARIES = ("torch.", "transformers.")
+
+
+@dataclass(frozen=True)
+class Match:
+    """The family registered for a module's class (or its nearest base class that has one),
+    and what displaces it ("" when the family lowers the module)."""
+
+    family: Family
+    registered: type
+    override: str
+
+    def refusal(self) -> str:
+        """Why the family does not apply, for a message about the module."""
+        return (f"{self.override}, so the {self.family.name} family, which lowers "
+                f"{self.registered.__name__}'s own forward, does not apply (the module is "
+                "captured as written)")
+
+
+def match(module) -> Match | None:
     for cls in type(module).__mro__:
         for fam in FAMILIES:
             if cls.__name__ in fam.classes:
-                return fam
+                return Match(fam, cls, _override(module, cls, fam))
     return None
+
+
+def find(module) -> Family | None:
+    """The family that lowers `module`: its class's (or its nearest base class's) when
+    nothing displaces it (see the module docstring)."""
+    m = match(module)
+    return m.family if m is not None and not m.override else None
+
+
+def _override(module, registered: type, fam: Family) -> str:
+    """What displaces the registered class's forward, or a part's library code ("")."""
+    if not registered.__module__.startswith("transformers."):
+        return (f"`{registered.__qualname__}` ({_source(registered)}) is not transformers' "
+                "class of that name")
+    if type(module).forward is not registered.forward:
+        owner = _owner(type(module))
+        return (f"`{owner.__qualname__}.forward` ({_source(owner.forward)}) overrides "
+                f"`{registered.__name__}.forward`")
+    for path, sub in module.named_modules():
+        if any(path == p or path.startswith(f"{p}.") for p in fam.runs):
+            continue
+        where = f"module `{path}`" if path else "the module"
+        if "forward" in vars(sub):
+            return f"{where} has its own `forward` attribute"
+        if sub._forward_hooks or sub._forward_pre_hooks:
+            return f"{where} has a forward hook"
+        owner = _owner(type(sub))
+        if path and not owner.__module__.startswith(_LIBRARIES):
+            return (f"{where} ({type(sub).__name__}) runs `{owner.__qualname__}.forward` "
+                    f"({_source(owner.forward)}), not transformers' or torch's")
+    return ""
+
+
+def _owner(cls: type) -> type:
+    """The class of `cls`'s MRO that defines the forward it runs."""
+    return next(c for c in cls.__mro__ if "forward" in vars(c))
+
+
+def _source(obj) -> str:
+    try:
+        return f"{os.path.basename(inspect.getsourcefile(obj))}:{inspect.getsourcelines(obj)[1]}"
+    except (TypeError, OSError):
+        return getattr(obj, "__module__", "?")

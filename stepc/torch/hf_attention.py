@@ -33,6 +33,8 @@ chip between the max and the exponentials), and the o projection summed over the
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -104,6 +106,18 @@ class HFAttentionIO:
             w = state[key]
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
+
+    def expected(self, module, args: tuple) -> dict[str, np.ndarray]:
+        """The outputs O (the forward's attention output) and K_NEW, V_NEW (the key and value
+        rows it appends to a copy of the cache)."""
+        s = self.s
+        cache = copy.deepcopy(args[3])
+        with torch.no_grad():
+            out = module(args[0], args[1], args[2], cache)[0]
+        keys, vals = layer_kv(cache, module)
+        return {"O": _np(out).reshape(s.batch, s.hidden),
+                "K_NEW": _np(keys[:, :, -1]).reshape(-1, s.head_dim),
+                "V_NEW": _np(vals[:, :, -1]).reshape(-1, s.head_dim)}
 
     def seeded_inputs(self, module, example: tuple, seed: int) -> tuple:
         """hidden_states, (cos, sin) at each request's position, an additive mask of seeded

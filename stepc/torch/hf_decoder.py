@@ -79,10 +79,11 @@ def check_layer(layer: torch.nn.Module, where: str) -> None:
         if not isinstance(getattr(layer, path, None), torch.nn.Module):
             raise LoweringError(f"{where}: a decoder layer lowers from its submodules "
                                 f"{', '.join(PARTS)}; it has no `{path}`")
-    attn = families.find(layer.self_attn)
-    if attn is None or attn.kind != "attention":
+    attn = families.match(layer.self_attn)
+    if attn is None or attn.family.kind != "attention" or attn.override:
+        why = f" ({attn.override})" if attn is not None and attn.override else ""
         raise LoweringError(f"{where}.self_attn ({type(layer.self_attn).__name__}): no "
-                            "registered decode-attention family lowers it")
+                            f"registered decode-attention family lowers it{why}")
     for path in ("input_layernorm", "post_attention_layernorm"):
         norm = getattr(layer, path)
         if not type(norm).__name__.endswith("RMSNorm"):
@@ -218,7 +219,8 @@ def _captured(sub: torch.nn.Module, rows: torch.Tensor, sched: dict):
                                        for k, v in sub.state_dict().items()),
            tuple(rows.shape), rows.dtype, tuple(sorted(sched.items())))
     if key not in _CAPTURED:
-        _CAPTURED[key] = from_torch(sub, (rows,), schedule=sched)
+        # a part: the whole layer is verified
+        _CAPTURED[key] = from_torch(sub, (rows,), schedule=sched, verify=False)
     return _CAPTURED[key].on_module(sub)
 
 
@@ -383,6 +385,15 @@ class DecoderIO:
 
     def values(self, module, inputs: tuple) -> dict[str, np.ndarray]:
         return self._once(module, inputs)[0]
+
+    def expected(self, module, inputs: tuple) -> dict[str, np.ndarray]:
+        """The output Y: the module's forward (on a copy of the cache), [B, 1, D] as [B, D]."""
+        hs, pe, mask, cache = inputs
+        with torch.no_grad():
+            out = module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
+                         position_embeddings=pe)
+        out = out[0] if isinstance(out, tuple) else out
+        return {"Y": _np(out).reshape(hs.shape[0], -1)}
 
     def traces(self, module, inputs: tuple) -> dict[str, np.ndarray]:
         return self._once(module, inputs)[1]

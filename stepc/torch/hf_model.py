@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import textwrap
+import warnings
+from dataclasses import replace
 
 import torch
 
@@ -21,6 +23,7 @@ from stepc.torch import families
 from stepc.torch.build import BuildError
 from stepc.torch.capture import LoweringError, quiet
 from stepc.torch.hf_decoder import check_layer, compose, ffn_kind, schedule_doc
+from stepc.torch.verify import check_program, too_large
 
 DEFAULT_BATCH = 64   # the paper's decode batch
 DEFAULT_PAST = 1023  # cached positions per request: KV slots of 1024 rows
@@ -144,13 +147,17 @@ def example_inputs(stack: DecoderStack, batch: int, past: int, dtype: str,
 
 def from_hf_config(config, layers: int = 1, batch: int = DEFAULT_BATCH,
                    past: int = DEFAULT_PAST, schedule: str | dict | None = None,
-                   dtype: str = "f32", debug: bool = False):
+                   dtype: str = "f32", debug: bool = False, verify: bool = True,
+                   seed: int = 0):
     """The first `layers` decoder layers of the model `config` describes (a transformers
     config, a dict with `model_type`, or a config.json path), lowered as one program for
     one decode step of `batch` requests over `past` cached positions. `schedule`: a tiling
     (`static`, `dynamic`, `timemux`) or a dict with `"tiling"` and part params (`attn_R`,
     `moe_TILE_N`, ...). Built on the meta device; `program.on_module(build_stack(config,
-    layers, "cpu", seed=0))` gives values, traces and seeded inputs of real weights."""
+    layers, "cpu", seed=0))` gives values, traces and seeded inputs of real weights. With
+    `verify` (the default), the program is verified on such a copy built with `seed`
+    (`TorchProgram.verify`; a warning, and the header, say when the layers are too large
+    to run on the CPU)."""
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None) or "static"
     cfg = hf_config(config)
@@ -167,5 +174,15 @@ def from_hf_config(config, layers: int = 1, batch: int = DEFAULT_BATCH,
              + (" Routing: --trace routing_L=IDS.npy ([B, K] expert ids) for layer L."
                 if moe else ""), 86)]
     with quiet(debug):
-        return compose(list(stack.layers), example, tiling, sched, title, stack,
+        prog = compose(list(stack.layers), example, tiling, sched, title, stack,
                        lambda m: list(m.layers), per_layer_routing=True)
+    prog = replace(prog, example=example)
+    reason = too_large(stack) if verify else "verify=False"
+    if reason:
+        check_program(prog.text)
+        prog = prog.unverified(reason)
+        if verify:
+            warnings.warn(f"stepc.from_hf_config: {prog.verification.summary}", stacklevel=2)
+        return prog
+    real = build_stack(cfg, layers, "cpu", dtype, seed=seed)
+    return prog.on_module(real).verify(seed).on_module(stack)

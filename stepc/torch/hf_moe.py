@@ -151,6 +151,12 @@ class HFRouting:
                                     "build the block inside its model)")
         return {name: by_source[src] for name, src in self.tensors.items() if src in by_source}
 
+    def forward_args(self, inputs: tuple) -> tuple:
+        """The forward arguments whose output the program computes: the tokens as one
+        sequence `[1, B, D]` (transformers' blocks take `[batch, seq, D]`), in the experts'
+        dtype (bf16 tokens into an f32 block, widened as its router takes them)."""
+        return (self._rows(inputs)[None].to(self.module.experts.gate_up_proj.dtype),)
+
     def on_module(self, module: torch.nn.Module) -> HFRouting:
         """The same routing on another module of the same class (e.g. built on the CPU
         after lowering one on the meta device)."""

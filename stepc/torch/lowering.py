@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from stepc.torch import families
+from stepc.torch import families, guards
+from stepc.torch import verify as verify_mod
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
@@ -32,6 +34,8 @@ class TorchProgram:
     layout: AttentionLayout | None = field(default=None, repr=False)
     arg_roles: dict[str, str] = field(default_factory=dict)  # decode attention: role -> argument
     io: object | None = field(default=None, repr=False)  # a family's values/traces/seeded_inputs
+    example: tuple = field(default=(), repr=False)  # the example inputs it was lowered for
+    verification: verify_mod.Verification | None = None  # what its header says was verified
 
     def values(self, *inputs: torch.Tensor) -> dict[str, np.ndarray]:
         """The program's tensor values (float32) for these forward arguments: the module's
@@ -39,7 +43,7 @@ class TorchProgram:
         if self.io is not None:
             return self.io.values(self.module, inputs)
         state = self.module.state_dict()
-        args = dict(zip(self._arg_names(), inputs))
+        args = dict(zip(self.arg_names(), inputs))
         if self.layout is not None:
             return self.layout.values(args, self.arg_roles)
         out = {}
@@ -59,7 +63,7 @@ class TorchProgram:
         if self.io is not None:
             return self.io.traces(self.module, inputs)
         if self.layout is not None:
-            args = dict(zip(self._arg_names(), inputs))
+            args = dict(zip(self.arg_names(), inputs))
             return {"kv_lens": args[self.arg_roles["kv_lens"]].numpy().astype(np.int64)}
         if self.routing is None:
             return {}
@@ -79,7 +83,7 @@ class TorchProgram:
             return self.io.seeded_inputs(self.module, example, seed)
         g = torch.Generator().manual_seed(seed)
         out = []
-        for name, t in zip(self._arg_names(), example):
+        for name, t in zip(self.arg_names(), example):
             if t.is_floating_point():
                 out.append(torch.randn(t.shape, generator=g).to(t.dtype))
             elif self.layout is not None and name == self.arg_roles.get("kv_lens"):
@@ -95,7 +99,36 @@ class TorchProgram:
         routing = self.routing.on_module(module.eval()) if self.routing is not None else None
         return replace(self, module=module.eval(), routing=routing)
 
-    def _arg_names(self) -> list[str]:
+    def expected(self, *inputs) -> dict[str, np.ndarray]:
+        """The module's forward on these arguments, as the program's output tensors hold it
+        (float32, leading dims folded into rows)."""
+        if self.io is not None:
+            return self.io.expected(self.module, inputs)
+        if self.routing is not None:
+            inputs = self.routing.forward_args(inputs)
+        with torch.no_grad():
+            out = self.module(*inputs)
+        if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+            out = out[0]  # a block returning (hidden_states, extras): the program's output
+        if not isinstance(out, torch.Tensor):
+            raise LoweringError(f"the module's forward returned a {type(out).__name__}, not "
+                                "a tensor")
+        name = next(n for n, src in self.tensors.items() if src == "output")
+        return {name: _np(out).reshape(-1, out.shape[-1] if out.dim() else 1)}
+
+    def verify(self, seed: int = 0) -> TorchProgram:
+        """This program checked against its module on inputs seeded by `seed`: a copy whose
+        header and `verification` record the largest error (or why nothing was compared:
+        a module too large, or on the meta device). Raises VerificationError (a
+        LoweringError) when the simulation differs from the forward."""
+        return verify_mod.verify(self, seed)
+
+    def unverified(self, reason: str) -> TorchProgram:
+        """A copy whose header says it was not verified, and why."""
+        return verify_mod.unverified(self, reason)
+
+    def arg_names(self) -> list[str]:
+        """The names of the module's forward arguments, in order."""
         return [p for p in inspect.signature(self.module.forward).parameters]
 
 
@@ -104,7 +137,8 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def from_torch(module: torch.nn.Module, example_inputs: tuple,
-               schedule: str | dict | None = None, debug: bool = False) -> TorchProgram:
+               schedule: str | dict | None = None, debug: bool = False,
+               verify: bool = True, seed: int = 0) -> TorchProgram:
     """Lower `module` (called on `example_inputs`) to a `.step` program.
 
     `schedule` is a tiling or a dict with an optional `"tiling"` and param values. Dense
@@ -114,19 +148,55 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     Raises LoweringError naming the ATen operator, module path and source line of anything
     it cannot lower; nothing is emitted then. torch's own logging and printed tracebacks
     are silenced unless `debug`.
+
+    The program always passes `stepc check`. With `verify` (the default) its functional
+    simulation is compared with the module's forward on inputs seeded by `seed`
+    (`TorchProgram.verify`): VerificationError when they differ; a warning when the
+    module cannot be run (on the meta device, or too large), which the header records too.
     """
+    example_inputs = tuple(example_inputs)
+    guards.refuse_cycles(module)
+    guards.refuse_arguments(module, example_inputs)
+    guards.refuse_empty(module, example_inputs)
+    prog = replace(_lower(module.eval(), example_inputs, schedule, debug),
+                   example=example_inputs)
+    if not verify:
+        verify_mod.check_program(prog.text)
+        return prog.unverified("verify=False")
+    prog = prog.verify(seed)
+    if not prog.verification.verified:
+        warnings.warn(f"stepc.from_torch: {prog.verification.summary}", stacklevel=2)
+    return prog
+
+
+def _lower(module: torch.nn.Module, example_inputs: tuple, schedule: str | dict | None,
+           debug: bool) -> TorchProgram:
+    """A registered family's lowering of `module`, or its captured graph's."""
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
-    module = module.eval()
-    family = families.find(module)
-    if family is not None:
+    match = families.match(module)
+    if match is not None and not match.override:
+        family = match.family
         tiling = tiling or family.tilings[0]
         if tiling not in family.tilings:
             raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "
                                 f"{family.kind} block: choose {', '.join(family.tilings)})")
         with quiet(debug):
             return family.lowering()(module, example_inputs, tiling, sched)
+    try:
+        return _lower_captured(module, example_inputs, tiling, sched, debug)
+    except LoweringError as e:
+        if match is None:
+            raise
+        raise type(e)(f"{e}\n({match.refusal()})") from None
+
+
+def _lower_captured(module: torch.nn.Module, example_inputs: tuple, tiling: str | None,
+                    sched: dict, debug: bool) -> TorchProgram:
+    """The module captured as a graph and lowered node by node (a dense block), or as the
+    MoE or decode attention it computes."""
     nodes = capture(module, example_inputs, debug)
+    guards.refuse_empty_nodes(nodes)
     attention = is_attention(nodes) and not any(n.op == "topk" for n in nodes)
     tiling = tiling or ("interleaved" if attention else "static")
     w = StepWriter()

@@ -75,6 +75,11 @@ class RoutingProbe:
         """The program tensors the router supplies for these inputs: the routing weights."""
         return {self.weights_tensor: self(*inputs)[1]}
 
+    @staticmethod
+    def forward_args(inputs: tuple) -> tuple:
+        """The forward arguments whose output the program computes: these."""
+        return inputs
+
     def on_module(self, module: torch.nn.Module) -> RoutingProbe:
         """The same probe on another module of the same class."""
         return RoutingProbe(module, self.ids_node, self.weights_node)

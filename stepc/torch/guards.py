@@ -1,0 +1,78 @@
+"""What `from_torch` refuses before lowering, as usage errors (`InputRefused`, exit 2 on the
+command line): a module that contains itself, example inputs its forward does not take,
+and zero-size tensors (a parameter, an input, or a captured operator's result), which no
+STeP program can declare."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from stepc.torch.capture import InputRefused, Node
+
+
+def refuse_cycles(module: torch.nn.Module) -> None:
+    """Refuse a module that is its own submodule, or its ancestor's (`self.me = self`):
+    torch itself recurses forever on it (`eval()`, `state_dict()`)."""
+    stack = [("", module, (id(module),))]
+    while stack:
+        path, mod, ancestors = stack.pop()
+        for name, child in mod._modules.items():
+            if child is None:
+                continue
+            where = f"{path}.{name}" if path else name
+            if id(child) in ancestors:
+                what = "the module itself" if child is module else "one of its ancestors"
+                raise InputRefused(f"submodule `{where}` of {type(module).__name__} is {what} "
+                                   f"({type(child).__name__}): a module that contains itself "
+                                   "cannot be called or lowered")
+            stack.append((where, child, ancestors + (id(child),)))
+
+
+def refuse_arguments(module: torch.nn.Module, example_inputs: tuple) -> None:
+    """Refuse example inputs the module's forward cannot take (too many, or a required
+    argument missing), naming the forward's signature."""
+    try:
+        sig = inspect.signature(module.forward)
+    except (TypeError, ValueError):  # a builtin forward: torch reports it when called
+        return
+    try:
+        sig.bind(*example_inputs)
+    except TypeError as e:
+        n = len(example_inputs)
+        raise InputRefused(f"`{type(module).__name__}.forward{sig}` cannot take the {n} "
+                           f"example input{'s' if n != 1 else ''} given ({e}); give one "
+                           "input per forward argument, in order") from None
+
+
+def refuse_empty(module: torch.nn.Module, example_inputs: tuple) -> None:
+    """Refuse a parameter, buffer or example input with a zero-size dim."""
+    for kind, named in (("parameter", module.named_parameters()),
+                        ("buffer", module.named_buffers())):
+        for key, t in named:
+            if 0 in t.shape:
+                raise InputRefused(f"{kind} `{key}` is {list(t.shape)}: a zero-size dim (a "
+                                   "STeP tensor's dims are positive)")
+    for i, t in enumerate(_tensors(example_inputs)):
+        if 0 in t.shape:
+            raise InputRefused(f"example input {i} is {list(t.shape)}: a zero-size dim (a "
+                               "STeP tensor's dims are positive)")
+
+
+def refuse_empty_nodes(nodes: list[Node]) -> None:
+    """Refuse a captured operator whose result has a zero-size dim."""
+    for n in nodes:
+        if 0 in n.shape:
+            what = {"param": f"parameter `{n.target}`", "input": f"input `{n.name}`"}.get(
+                n.op, f"aten.{n.op} in {n.site}")
+            raise InputRefused(f"{what} is {list(n.shape)}: a zero-size dim (a STeP tensor's "
+                               "dims are positive)")
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from _tensors(x)
