@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from stepc.torch import families
+from stepc.torch import families, moe_structure
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
@@ -118,7 +118,7 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
     module = module.eval()
-    family = families.find(module)
+    family = families.find(module) or moe_structure.find(module, example_inputs)
     if family is not None:
         tiling = tiling or family.tilings[0]
         if tiling not in family.tilings:
