@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the transformers MoE blocks need transformers")
 
 from click.testing import CliRunner  # noqa: E402
-from test_torch_hf_moe import TILINGS, assert_forward, rotation, simulated  # noqa: E402
+from test_torch_hf_moe import TILINGS, _hf, assert_forward, rotation, simulated  # noqa: E402
 from transformers import DbrxConfig, GraniteMoeConfig, JambaConfig, PhimoeConfig  # noqa: E402
 from transformers.models.dbrx.modeling_dbrx import DbrxFFN  # noqa: E402
 from transformers.models.granitemoe.modeling_granitemoe import GraniteMoeMoE  # noqa: E402
@@ -204,6 +204,22 @@ def test_transformers_block_simulates_its_forward(name, tiling):
     assert_forward(out, m, x)
 
 
+@pytest.mark.parametrize("make", [
+    # experts whose act_fn is torch's `F.silu` function, not a module
+    lambda: _hf("lfm2_moe", "Lfm2MoeSparseMoeBlock", "Lfm2MoeConfig", hidden_size=H,
+                moe_intermediate_size=FE, num_experts=E, num_experts_per_tok=K),
+    # a router bias held by the block itself (`e_score_correction_bias`), read before the
+    # experts are called
+    lambda: _hf("minimax_m2", "MiniMaxM2SparseMoeBlock", "MiniMaxM2Config", hidden_size=H,
+                intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K),
+], ids=["lfm2_moe", "minimax_m2"])
+def test_more_blocks_by_their_parts(make):
+    m = seeded(make())
+    x = tokens(2, 3, H)
+    _, out = simulated(from_torch(m, (x,), schedule="dynamic"), x)
+    assert_forward(out, m, x)
+
+
 def test_phimoe_routing_is_what_its_sparsemixer_returns():
     """The router runs ahead of the program: PhiMoE's sparsemixer top-2 (unnormalised
     weights of two masked softmaxes) is what the program's routing holds."""
@@ -287,11 +303,19 @@ def _granite_biased():
     return m
 
 
+def _switch():
+    """Switch Transformers: top-1 by argmax, experts a dict of `wi` / `wo` MLPs called
+    with a one-hot [T, 1, E] selection."""
+    return _hf("switch_transformers", "SwitchTransformersSparseMLP", "SwitchTransformersConfig",
+               d_model=H, d_ff=FE, num_experts=E)
+
+
 @pytest.mark.parametrize("make,shape,differs", [
     ("BiasedTopTwo", (6, H), "down_proj(silu(gate_proj(x)) * (up_proj(x) + bias))"),
     ("WithShared", (6, H), "its weights shared.weight are neither its router's nor"),
     (_dbrx_gelu, (2, 3, H), "module `experts.mlp` (DbrxExpertGLU"),
     (_granite_biased, (2, 3, H), "has_bias=True is not lowered"),
+    (_switch, (2, 3, H), "holding expert_0.wi.weight [32, 64], expert_0.wo.weight [64, 32]"),
 ])
 def test_refusals_name_the_class_and_what_differs(hand, make, shape, differs):
     m = seeded(getattr(hand, make)() if isinstance(make, str) else make())

@@ -83,7 +83,8 @@ STRUCTURAL_MOE = Family(
     "any sparse MoE block of a router (the child feeding the top-k or the experts' routing, "
     "run ahead of the program) and SwiGLU experts: fused gate_up_proj / down_proj, DBRX's "
     "stacked mlp.w1 / v1 / w2, or a ModuleList of MLPs (tested: GraniteMoeMoE, "
-    "PhimoeSparseMoeBlock, JambaSparseMoeBlock, DbrxFFN, a hand-written top-k loop)")
+    "PhimoeSparseMoeBlock, JambaSparseMoeBlock, DbrxFFN, Lfm2MoeSparseMoeBlock, "
+    "MiniMaxM2SparseMoeBlock, hand-written top-k loops)")
 FAMILIES += [STRUCTURAL_MOE]
 
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,

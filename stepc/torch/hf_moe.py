@@ -225,9 +225,10 @@ def check_experts(experts: torch.nn.Module, path: str = "experts") -> None:
 
 
 def _check_silu(act, owner: torch.nn.Module, path: str) -> None:
-    if type(act).__name__ not in _SILU:
-        raise LoweringError(f"{where(owner, path)}: activation {type(act).__name__} is not "
-                            "lowered (stepc lowers SwiGLU experts: hidden_act \"silu\")")
+    if type(act).__name__ not in _SILU and act is not torch.nn.functional.silu:
+        name = getattr(act, "__name__", type(act).__name__)
+        raise LoweringError(f"{where(owner, path)}: activation {name} is not lowered (stepc "
+                            "lowers SwiGLU experts: hidden_act \"silu\")")
 
 
 def _implementation(experts: torch.nn.Module) -> str:

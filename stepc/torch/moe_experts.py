@@ -106,7 +106,9 @@ def expert_layout(block: torch.nn.Module, path: str, form: str, hidden: int) -> 
         return _stacked(experts, path, hidden)
     if form == "list":
         return _listed(experts, path, hidden)
-    raise ExpertsDiffer(f"{where(experts, path)} is none of the expert layouts stepc lowers")
+    held = ", ".join(f"{n} {list(t.shape)}" for n, t in list(experts.state_dict().items())[:6])
+    raise ExpertsDiffer(f"{where(experts, path)}, holding {held or 'no weights'}, is none of "
+                        "the expert layouts stepc lowers")
 
 
 def _stacked(experts: torch.nn.Module, path: str, hidden: int) -> ExpertLayout:
@@ -126,6 +128,10 @@ def _stacked(experts: torch.nn.Module, path: str, hidden: int) -> ExpertLayout:
     roles, expr = _swiglu(mlp, (x, *slices), f"{path}.mlp")
     names = {f"input{i}": n for i, n in enumerate(STACKED, 1)}
     roles = {r: (names.get(leaf, leaf), t) for r, (leaf, t) in roles.items()}
+    if {name for name, _ in roles.values()} != set(STACKED):
+        raise ExpertsDiffer(f"{at}: its mlp computes {expr} from "
+                            f"{', '.join(name for name, _ in roles.values())}, not from the "
+                            "expert's slices of w1, v1, w2 it is passed")
     _check_shapes(roles, {n: (f, d) for n in STACKED}, d, f, at, expr)
     return ExpertLayout(path, "stacked", e, d, f, roles,
                         f"Experts: {at}, {e} experts stacked in {path}.mlp.w1 / v1 / w2 "
@@ -141,6 +147,10 @@ def _listed(experts: torch.nn.ModuleList, path: str, hidden: int) -> ExpertLayou
     p = next(first.parameters())
     x = torch.zeros(2, hidden, dtype=p.dtype, device=p.device)
     roles, expr = _swiglu(first, (x,), f"{path}[0]")
+    held = [name for name, _ in roles.values() if name not in shapes]
+    if held:
+        raise ExpertsDiffer(f"{at}: {', '.join(held)} of the SwiGLU {expr} each expert "
+                            "computes are not parameters of the expert")
     extra = sorted(set(shapes) - {name for name, _ in roles.values()})
     if extra:
         raise ExpertsDiffer(f"{at}: expert weights {', '.join(extra)} are not part of the "
@@ -177,8 +187,11 @@ def _swiglu(expert: torch.nn.Module, example: tuple, path: str
     inputs = [n for n in nodes if n.op == "input"]
     names = {n.name: f"input{i}" for i, n in enumerate(inputs)}
     out = next(n for n in nodes if n.op == "output")
+    if not inputs or len(out.args) != 1:
+        raise ExpertsDiffer(f"{where(expert, path)} returns {len(out.args)} values"
+                            + ("" if inputs else " and does not read its tokens"))
     expr = _text(out.args[0], inputs[0])
-    roles = _match(out.args[0], inputs[0]) if len(out.args) == 1 else None
+    roles = _match(out.args[0], inputs[0])
     if roles is None:
         raise ExpertsDiffer(f"{where(expert, path)} computes {expr}; stepc lowers SwiGLU "
                             f"experts, {SWIGLU}")
@@ -188,17 +201,20 @@ def _swiglu(expert: torch.nn.Module, example: tuple, path: str
 def _projection(n) -> tuple[Node, Node, bool] | None:
     """(tokens, weight leaf, transposed) of `x W` read from a linear or matmul without
     bias (a linear's weight is [out, in]: transposed)."""
-    if not isinstance(n, Node):
+    if not isinstance(n, Node) or n.op not in ("linear", "matmul", "mm") or len(n.args) < 2 \
+            or not all(isinstance(a, Node) for a in n.args[:2]):
         return None
-    if n.op == "linear" and (len(n.args) < 3 or n.args[2] is None):
-        x, w = n.args[:2]
-        return (x, w, True) if w.op in ("param", "input") else None
-    if n.op in ("matmul", "mm"):
-        x, w = n.args[:2]
-        if w.op in ("transpose", "numpy_T") and w.args[0].op in ("param", "input"):
-            return x, w.args[0], True
-        return (x, w, False) if w.op in ("param", "input") else None
-    return None
+    x, w = n.args[:2]
+    if n.op == "linear":
+        bias = n.args[2] if len(n.args) > 2 else None
+        return (x, w, True) if bias is None and _leaf(w) else None
+    if w.op in ("transpose", "numpy_T") and _leaf(w.args[0]):
+        return x, w.args[0], True
+    return (x, w, False) if _leaf(w) else None
+
+
+def _leaf(n) -> bool:
+    return isinstance(n, Node) and n.op in ("param", "input")
 
 
 def _match(y, x: Node) -> dict[str, tuple[Node, bool]] | None:

@@ -53,8 +53,8 @@ def lower_structural_moe(module: torch.nn.Module, example_inputs: tuple, tiling:
         layout = expert_layout(module, path, form, d)
     except ExpertsDiffer as e:
         raise _refused(module, str(e)) from None
-    k, router, about = _router(module, example_inputs, layout)
-    _check_parameters(module, layout, router)
+    k, router, read, about = _router(module, example_inputs, layout)
+    _check_parameters(module, layout, router, read)
     spec = MoeSpec(
         B=x.numel() // d, D=d, F=layout.F, E=layout.E, K=k, dtype=dtype_name(x.dtype),
         x=MoeTensor("HIDDEN_STATES", _X_SOURCE,
@@ -91,9 +91,10 @@ def _argument(module: torch.nn.Module) -> str:
 
 
 def _router(module: torch.nn.Module, example_inputs: tuple, layout: ExpertLayout
-            ) -> tuple[int, frozenset[str], str]:
-    """K, the children the routing comes from, and the header's sentence on the router,
-    from a run of the block up to its first expert call."""
+            ) -> tuple[int, frozenset[str], set[int], str]:
+    """K, the children the routing comes from, the ids of the tensors read before the
+    first expert call, and the header's sentence on the router, from a run of the block up
+    to that call."""
     with quiet(False):
         run = probe(module, example_inputs, layout.modules(module))
     if layout.form == "list":
@@ -118,8 +119,8 @@ def _router(module: torch.nn.Module, example_inputs: tuple, layout: ExpertLayout
                                f"between 1 and its {layout.E} experts")
     names = " and ".join(where(getattr(module, n), n) for n in sorted(router)) or \
         "the block's own forward"
-    return k, router, (f"Router: {names}, found as what feeds {feeds}; top-{k} of "
-                       f"{layout.E}; {ROUTER_AHEAD}")
+    return k, router, run.read, (f"Router: {names}, found as what feeds {feeds}; top-{k} "
+                                 f"of {layout.E}; {ROUTER_AHEAD}")
 
 
 def _stopped(error: Exception | None) -> str:
@@ -139,11 +140,14 @@ def _routing_args(module: torch.nn.Module, call: tuple, sources: tuple,
     return call[ids], call[weights], sources[ids] | sources[weights]
 
 
-def _check_parameters(module: torch.nn.Module, layout: ExpertLayout,
-                      router: frozenset[str]) -> None:
-    """Refuse weights the program would ignore: all are the router's or the experts'."""
-    extra = sorted(k for k in module.state_dict() if k not in layout.parameters()
-                   and k.split(".")[0] not in router)
+def _check_parameters(module: torch.nn.Module, layout: ExpertLayout, router: frozenset[str],
+                      read: set[int]) -> None:
+    """Refuse weights the program would ignore: all are the experts', the router's, or
+    the block's own tensors read before it calls the experts (a router's bias the block
+    holds, as MiniMax-M2's `e_score_correction_bias`)."""
+    extra = sorted(k for k, t in module.state_dict(keep_vars=True).items()
+                   if k not in layout.parameters() and k.split(".")[0] not in router
+                   and ("." in k or id(t) not in read))
     if extra:
         raise _refused(module, f"its weights {', '.join(extra)} are neither its router's nor "
                                "its experts' (a shared expert or a bias is not lowered here)")
@@ -165,6 +169,9 @@ class StructuralRouting:
         rows = self._rows(inputs)
         x = inputs[0].detach()
         param = next(self.module.parameters())
+        if param.is_meta or x.is_meta:
+            raise LoweringError("the block or its input is on the meta device; run its router "
+                                "on a real one with `program.on_module(block)`")
         if x.dtype != param.dtype:
             x = x.to(param.dtype)  # bf16 tokens into an f32 block: its router widens them
         experts = self.layout.modules(self.module)
@@ -173,11 +180,7 @@ class StructuralRouting:
             routed = [t for t in topks if t.sources]
             if problem or not routed:
                 raise self._failed(problem or "no top-k fed by its router was computed")
-            ids = routed[-1].ids
-            if ids.shape[-1] != self.k or ids.numel() != rows.shape[0] * self.k:
-                raise self._failed(f"its top-k ids are {list(ids.shape)}, not "
-                                   f"[{rows.shape[0]}, {self.k}] as when it was lowered")
-            ids = ids.reshape(-1, self.k)
+            ids = self._checked(routed[-1].ids, rows.shape[0])
             weights = coef.gather(1, ids)
             if bool(coef.scatter(1, ids, 0.0).any()):
                 raise self._failed("its output combines experts outside each token's top-k")
@@ -186,11 +189,12 @@ class StructuralRouting:
         if not run.call:
             raise self._failed(f"`{self.layout.path}` was not called{_stopped(run.error)}")
         ids, weights, _ = _routing_args(self.module, run.call, run.call_sources, self.layout)
-        tokens = run.call[0].reshape(-1, rows.shape[1])
-        if not torch.equal(tokens, x.reshape(-1, rows.shape[1])):
+        tokens = run.call[0]
+        if tokens.numel() != rows.numel() or not torch.equal(tokens.reshape(rows.shape),
+                                                             x.reshape(rows.shape)):
             raise self._failed(f"`{self.layout.path}` receives other tokens than the block's "
                                "input (the program's experts read the input)")
-        return ids.reshape(-1, self.k), weights.reshape(-1, self.k)
+        return self._checked(ids, rows.shape[0]), weights.reshape(-1, self.k)
 
     def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every program tensor but the output, for these inputs."""
@@ -199,9 +203,6 @@ class StructuralRouting:
         by_source = {ROUTING_WEIGHTS: weights, _X_SOURCE: self._rows(inputs),
                      **{sources[r]: t for r, t in self.layout.weights(self.module).items()}}
         for src, t in by_source.items():
-            if t.is_meta:
-                raise LoweringError(f"{src}: the block is on the meta device; take values "
-                                    "from a real one with `program.on_module(block)`")
             if not bool(torch.isfinite(t).all()):
                 raise LoweringError(f"{src}: holds non-finite values")
         return {name: by_source[src] for name, src in self.tensors.items() if src in by_source}
@@ -220,7 +221,19 @@ class StructuralRouting:
         if len(inputs) != 1:
             raise LoweringError(f"a MoE block takes one input (its tokens), given "
                                 f"{len(inputs)}")
-        return inputs[0].detach().reshape(-1, self.layout.D)
+        x = inputs[0]
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.layout.D:
+            raise LoweringError(f"a MoE block's input is [..., {self.layout.D}] tokens, given "
+                                f"{list(x.shape) if isinstance(x, torch.Tensor) else x!r}")
+        return x.detach().reshape(-1, self.layout.D)
+
+    def _checked(self, ids: torch.Tensor, tokens: int) -> torch.Tensor:
+        """The top-k ids as [tokens, K], refused unless each token has K experts' ids."""
+        if ids.shape[-1] != self.k or ids.numel() != tokens * self.k \
+                or bool((ids < 0).any() or (ids >= self.layout.E).any()):
+            raise self._failed(f"its top-k ids ({list(ids.shape)}) are not [{tokens}, "
+                               f"{self.k}] ids of its {self.layout.E} experts")
+        return ids.reshape(-1, self.k)
 
     def _failed(self, what: str) -> LoweringError:
         return LoweringError(f"{type(self.module).__name__} ({source(type(self.module))}): "

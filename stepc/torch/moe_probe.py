@@ -45,6 +45,7 @@ class Probe:
     topks: list[TopK] = field(default_factory=list)
     call: tuple = ()                 # the first expert call's tensor arguments, in order
     call_sources: tuple = ()         # the children each of them comes from
+    read: set[int] = field(default_factory=set)  # ids of the tensors read before that call
     output: torch.Tensor | None = None  # the block's output, when it ran to its end
     error: Exception | None = None   # what ended the run early, if not an expert call
 
@@ -73,6 +74,9 @@ class _Lineage(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.expert_called:
+            self.probe.read.update(id(t) for t in tree_leaves((args, kwargs))
+                                   if isinstance(t, torch.Tensor))
         out = func(*args, **kwargs)
         names = self.sources(args, kwargs)
         if names:

@@ -21,7 +21,7 @@ STACKED = ("w1", "v1", "w2")  # DBRX's stacked weights, in the order its experts
 def find(module: torch.nn.Module, example_inputs: tuple) -> families.Family | None:
     """The structural MoE family when `module` is a sparse MoE block by its parts: fused or
     stacked experts, or a `ModuleList` (or a child named `experts`) that its forward calls
-    after a top-k or with routing arguments."""
+    after a top-k or with routing arguments (for `experts`, any integer tensor)."""
     found = find_experts(module)
     if found is None:
         return None
@@ -31,7 +31,9 @@ def find(module: torch.nn.Module, example_inputs: tuple) -> families.Family | No
         with quiet(False):
             run = probe(module, example_inputs,
                         list(experts) if form == "list" else [experts])
-        if not any(t.sources for t in run.topks) and routing_index(run.call) is None:
+        routed = routing_index(run.call) is not None or (
+            form == "" and any(not t.is_floating_point() for t in run.call))
+        if not routed and not any(t.sources for t in run.topks):
             return None
     return families.STRUCTURAL_MOE
 
