@@ -73,16 +73,17 @@ def _refused(module: torch.nn.Module, what: str) -> BlockRefused:
     cls = type(module)
     named = ", ".join(f.name for f in families.FAMILIES if f.kind == "moe" and f.classes)
     return BlockRefused(f"{cls.__name__} ({source(cls)}) is a sparse MoE block that stepc "
-                          f"does not lower as it is: {what}. stepc lowers the MoE families "
-                          f"registered by class ({named}) and, by structure, a router with "
-                          f"experts as {FORMS}")
+                        f"does not lower as it is: {what}. stepc lowers the MoE families "
+                        f"registered by class ({named}) and, by structure, a router with "
+                        f"experts as {FORMS}")
 
 
 def _hidden(module: torch.nn.Module, example_inputs: tuple) -> int:
-    x = example_inputs[0] if example_inputs else None
+    x = example_inputs[0] if len(example_inputs) == 1 else None
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        raise LoweringError(f"{type(module).__name__}.forward takes one input, the tokens "
-                            f"[..., hidden]; given {len(example_inputs)} inputs")
+        given = ", ".join(type(a).__name__ for a in example_inputs) or "nothing"
+        raise BlockRefused(f"{type(module).__name__}.forward takes one input, its tokens "
+                           f"[..., hidden]; given {given}")
     return x.shape[-1]
 
 
@@ -107,8 +108,8 @@ def _router(module: torch.nn.Module, example_inputs: tuple, layout: ExpertLayout
         if run.error is not None:
             shapes = ", ".join(str(list(t.shape)) for t in example_inputs)
             raise BlockRefused(f"calling {type(module).__name__} ({source(type(module))}) on "
-                                f"example inputs {shapes} failed before it called its experts: "
-                                f"{failure(run.error)}")
+                               f"example inputs {shapes} failed before it called its experts: "
+                               f"{failure(run.error)}")
         if not run.call:
             raise _refused(module, f"its forward did not call `{layout.path}`")
         ids, _, router = _routing_args(module, run.call, run.call_sources, layout)
