@@ -97,6 +97,17 @@ FAMILIES += [
            _ROUTER),
 ]
 
+# sparse MoE blocks of any class, recognised by their parts (stepc/torch/moe_structure.py:
+# its `find` returns this entry; no class name selects it)
+STRUCTURAL_MOE = Family(
+    "moe-by-structure", (), "moe", MOE_TILINGS, "stepc.torch.moe_parts:lower_structural_moe",
+    "any sparse MoE block of a router (the child feeding the top-k or the experts' routing, "
+    "run ahead of the program) and SwiGLU experts: fused gate_up_proj / down_proj, DBRX's "
+    "stacked mlp.w1 / v1 / w2, or a ModuleList of MLPs (tested: GraniteMoeMoE, "
+    "PhimoeSparseMoeBlock, JambaSparseMoeBlock, DbrxFFN, Lfm2MoeSparseMoeBlock, "
+    "MiniMaxM2SparseMoeBlock, hand-written top-k loops)")
+FAMILIES += [STRUCTURAL_MOE]
+
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,
 # a dense MLP or a sparse MoE, composed as one program; a schedule pairs the attention's
 # tiling with the MoE's, as the bundled decoder programs do

@@ -56,7 +56,7 @@ def lower_hf_moe(module: torch.nn.Module, example_inputs: tuple, tiling: str, sc
     spec, shared_path = hf_moe_spec(module, example_inputs)
     w = StepWriter()
     cls = type(module)
-    title = (f"{cls.__name__} ({_source(cls)}), lowered by `stepc from-torch` "
+    title = (f"{cls.__name__} ({source(cls)}), lowered by `stepc from-torch` "
              f"({tiling} tiling).")
     w.header += [title, *textwrap.wrap(f"{families.find(module).doc}.", 86), ""]
     tensors = emit_moe(w, spec, tiling, sched)
@@ -69,13 +69,13 @@ def hf_moe_spec(module: torch.nn.Module, example_inputs: tuple) -> tuple[MoeSpec
     checking every part is one the program computes."""
     experts = _part(module, "experts")
     gate = _part(module, "gate")
-    e, two_f, d = _fused_shape(experts)
-    x = _input(module, example_inputs, d)
+    e, two_f, d = fused_shape(experts)
+    x = block_input(module, example_inputs, d)
     k = getattr(gate, "top_k", None)
     if not isinstance(k, int) or not 0 < k <= e:
-        raise LoweringError(f"{_where(gate, 'gate')}: expected a router with an integer "
+        raise LoweringError(f"{where(gate, 'gate')}: expected a router with an integer "
                             f"`top_k` between 1 and its {e} experts, found {k!r}")
-    _check_experts(experts)
+    check_experts(experts)
     shared, shared_path = _shared(module, d)
     _check_parameters(module, shared_path)
     settings = ", ".join(f"{s}={getattr(gate, s)}" for s in _ROUTER_SETTINGS
@@ -86,11 +86,11 @@ def hf_moe_spec(module: torch.nn.Module, example_inputs: tuple) -> tuple[MoeSpec
                     f"forward argument `hidden_states` {list(x.shape)} as [B, D]"),
         experts={r: MoeTensor(f"experts_{r}_proj", src, src)
                  for r, src in _EXPERT_SOURCES.items()},
-        about=[f"Router: {_where(gate, 'gate')}, top-{k} of {e}"
+        about=[f"Router: {where(gate, 'gate')}, top-{k} of {e}"
                + (f" ({settings})" if settings else "") + f"; {ROUTER_AHEAD}",
-               (f"Experts: {_where(experts, 'experts')}, {_implementation(experts)} "
+               (f"Experts: {where(experts, 'experts')}, {_implementation(experts)} "
                 "implementation; the fused gate_up_proj split into gate and up.")],
-        combine=_source(type(module).forward), shared=shared)
+        combine=source(type(module).forward), shared=shared)
     return spec, shared_path
 
 
@@ -115,14 +115,14 @@ class HFRouting:
             with torch.no_grad():
                 out = gate(rows)
         except RuntimeError as e:  # e.g. a bf16 input to an f32 router
-            raise LoweringError(f"{_where(gate, 'gate')}: running the router on "
+            raise LoweringError(f"{where(gate, 'gate')}: running the router on "
                                 f"{rows.dtype} hidden_states {list(rows.shape)} failed: "
                                 f"{str(e).splitlines()[0]}") from None
         want = (rows.shape[0], gate.top_k)
         if not (isinstance(out, tuple) and len(out) == 3
                 and all(isinstance(t, torch.Tensor) and tuple(t.shape) == want for t in out[1:])
                 and not out[2].is_floating_point()):
-            raise LoweringError(f"{_where(gate, 'gate')}: expected the router to return "
+            raise LoweringError(f"{where(gate, 'gate')}: expected the router to return "
                                 f"(logits, weights {list(want)}, expert ids {list(want)})")
         return out[2], out[1]
 
@@ -182,56 +182,59 @@ def expert_weights(experts: torch.nn.Module
 def _part(module: torch.nn.Module, name: str) -> torch.nn.Module:
     sub = getattr(module, name, None)
     if not isinstance(sub, torch.nn.Module):
-        raise LoweringError(f"{type(module).__name__} ({_source(type(module))}): a sparse MoE "
+        raise LoweringError(f"{type(module).__name__} ({source(type(module))}): a sparse MoE "
                             f"block lowers from its submodule `{name}`, which it does not have")
     return sub
 
 
-def _fused_shape(experts: torch.nn.Module) -> tuple[int, int, int]:
+def fused_shape(experts: torch.nn.Module, path: str = "experts") -> tuple[int, int, int]:
     """E, 2F, D of the fused expert weights (checked against down_proj)."""
     gate_up, down = (getattr(experts, n, None) for n in ("gate_up_proj", "down_proj"))
     if not isinstance(gate_up, torch.Tensor) or not isinstance(down, torch.Tensor) \
             or gate_up.dim() != 3 or down.dim() != 3:
-        raise LoweringError(f"{_where(experts, 'experts')}: expected fused expert weights "
+        raise LoweringError(f"{where(experts, path)}: expected fused expert weights "
                             "gate_up_proj [E, 2F, D] and down_proj [E, D, F]")
     e, two_f, d = gate_up.shape
     want = (e, d, two_f // 2)
     if getattr(experts, "is_transposed", False):
         (e, d, two_f), want = gate_up.shape, (e, gate_up.shape[2] // 2, gate_up.shape[1])
     if two_f % 2 or tuple(down.shape) != want:
-        raise LoweringError(f"{_where(experts, 'experts')}: gate_up_proj "
+        raise LoweringError(f"{where(experts, path)}: gate_up_proj "
                             f"{list(gate_up.shape)} and down_proj {list(down.shape)} are not "
                             "the fused [E, 2F, D] and [E, D, F] of one SwiGLU per expert")
     return e, two_f, d
 
 
-def _check_experts(experts: torch.nn.Module) -> None:
+def check_experts(experts: torch.nn.Module, path: str = "experts") -> None:
     """Refuse the expert variants the SwiGLU program does not compute."""
-    where = _where(experts, "experts")
+    at = where(experts, path)
     for flag, ok, what in (("has_gate", True, "gated (gate_up_proj) experts"),
                            ("has_bias", False, "experts without biases"),
                            ("has_post_expert_norm", False, "no norm after each expert"),
                            ("is_concatenated", True, "gate and up rows concatenated")):
         if getattr(experts, flag, ok) != ok:
-            raise LoweringError(f"{where}: {flag}={not ok} is not lowered (stepc lowers "
+            raise LoweringError(f"{at}: {flag}={not ok} is not lowered (stepc lowers "
                                 f"{what})")
-    from transformers.integrations.moe import _default_apply_gate
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _default_apply_gate
+    except ImportError:  # not a transformers class: no gate or implementation variants
+        ALL_EXPERTS_FUNCTIONS, _default_apply_gate = {}, None
     apply_gate = getattr(type(experts), "_apply_gate", _default_apply_gate)
     if apply_gate is not _default_apply_gate:
-        raise LoweringError(f"{where}: a custom `_apply_gate` is not lowered (stepc lowers "
+        raise LoweringError(f"{at}: a custom `_apply_gate` is not lowered (stepc lowers "
                             "silu(gate) * up)")
-    _check_silu(getattr(experts, "act_fn", None), experts, "experts")
+    _check_silu(getattr(experts, "act_fn", None), experts, path)
     impl = _implementation(experts)
-    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
     if impl != "eager" and impl not in ALL_EXPERTS_FUNCTIONS:
-        raise LoweringError(f"{where}: unknown config._experts_implementation `{impl}` (eager, "
+        raise LoweringError(f"{at}: unknown config._experts_implementation `{impl}` (eager, "
                             f"{', '.join(ALL_EXPERTS_FUNCTIONS)})")
 
 
 def _check_silu(act, owner: torch.nn.Module, path: str) -> None:
-    if type(act).__name__ not in _SILU:
-        raise LoweringError(f"{_where(owner, path)}: activation {type(act).__name__} is not "
-                            "lowered (stepc lowers SwiGLU experts: hidden_act \"silu\")")
+    if type(act).__name__ not in _SILU and act is not torch.nn.functional.silu:
+        name = getattr(act, "__name__", type(act).__name__)
+        raise LoweringError(f"{where(owner, path)}: activation {name} is not lowered (stepc "
+                            "lowers SwiGLU experts: hidden_act \"silu\")")
 
 
 def _implementation(experts: torch.nn.Module) -> str:
@@ -248,12 +251,12 @@ def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
     mlp = getattr(module, path)
     layers = {r: getattr(mlp, f"{r}_proj", None) for r in ("up", "gate", "down")}
     if not all(isinstance(m, torch.nn.Linear) and m.bias is None for m in layers.values()):
-        raise LoweringError(f"{_where(mlp, path)}: expected a SwiGLU MLP of gate_proj, up_proj "
+        raise LoweringError(f"{where(mlp, path)}: expected a SwiGLU MLP of gate_proj, up_proj "
                             "and down_proj linear layers without bias")
     fs = layers["up"].out_features
     if (layers["gate"].out_features, layers["down"].in_features, layers["up"].in_features,
             layers["down"].out_features) != (fs, fs, d, d):
-        raise LoweringError(f"{_where(mlp, path)}: gate/up/down projections of shapes "
+        raise LoweringError(f"{where(mlp, path)}: gate/up/down projections of shapes "
                             f"{[list(m.weight.shape) for m in layers.values()]} do not form a "
                             f"SwiGLU from {d} to {d}")
     _check_silu(getattr(mlp, "act_fn", None), mlp, path)
@@ -264,11 +267,11 @@ def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
     if gate is not None:
         if not (isinstance(gate, torch.nn.Linear) and gate.bias is None
                 and tuple(gate.weight.shape) == (1, d)):
-            raise LoweringError(f"{_where(gate, _SHARED_GATE)}: expected a linear layer from "
+            raise LoweringError(f"{where(gate, _SHARED_GATE)}: expected a linear layer from "
                                 f"{d} to 1 without bias (the shared expert's sigmoid gate)")
         gate_t = MoeTensor(_SHARED_GATE, _shared_source(_SHARED_GATE),
                            _shared_source(_SHARED_GATE))
-    about = (f"Shared expert: {_where(mlp, path)}, FS = {fs}: every token, on operators of "
+    about = (f"Shared expert: {where(mlp, path)}, FS = {fs}: every token, on operators of "
              "its own, tiled like the routed experts' tokens; its rows "
              + (f"scaled by sigmoid({_SHARED_GATE}(x)) and " if gate_t else "")
              + "added to the routed sum.")
@@ -289,12 +292,12 @@ def _check_parameters(module: torch.nn.Module, shared_path: str) -> None:
         known.add(f"{_SHARED_GATE}.weight")
     extra = sorted(k for k in set(module.state_dict()) - known if not k.startswith("gate."))
     if extra:
-        raise LoweringError(f"{type(module).__name__} ({_source(type(module))}): weights "
+        raise LoweringError(f"{type(module).__name__} ({source(type(module))}): weights "
                             f"{', '.join(extra)} are not part of a routed SwiGLU MoE block "
                             "(router, experts, shared expert); nothing was lowered")
 
 
-def _input(module: torch.nn.Module, example_inputs: tuple, d: int) -> torch.Tensor:
+def block_input(module: torch.nn.Module, example_inputs: tuple, d: int) -> torch.Tensor:
     name = type(module).__name__
     if len(example_inputs) != 1 or not isinstance(example_inputs[0], torch.Tensor):
         raise LoweringError(f"{name}.forward takes one input, hidden_states [batch, seq, {d}] "
@@ -309,11 +312,11 @@ def _input(module: torch.nn.Module, example_inputs: tuple, d: int) -> torch.Tens
     return x
 
 
-def _where(sub: torch.nn.Module, path: str) -> str:
-    return f"module `{path}` ({type(sub).__name__}, {_source(type(sub))})"
+def where(sub: torch.nn.Module, path: str) -> str:
+    return f"module `{path}` ({type(sub).__name__}, {source(type(sub))})"
 
 
-def _source(obj) -> str:
+def source(obj) -> str:
     """`file.py:line` of a class or function definition."""
     try:
         return f"{os.path.basename(inspect.getsourcefile(obj))}:{inspect.getsourcelines(obj)[1]}"

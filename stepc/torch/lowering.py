@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from stepc.torch import families, guards
+from stepc.torch import families, guards, moe_structure
 from stepc.torch import verify as verify_mod
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
@@ -175,8 +175,10 @@ def _lower(module: torch.nn.Module, example_inputs: tuple, schedule: str | dict 
     sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
     tiling = sched.pop("tiling", None)
     match = families.match(module)
-    if match is not None and not match.override:
-        family = match.family
+    family = match.family if match is not None and not match.override else None
+    if match is None:  # an override of a registered forward is traced as written
+        family = moe_structure.find(module, example_inputs)
+    if family is not None:
         tiling = tiling or family.tilings[0]
         if tiling not in family.tilings:
             raise LoweringError(f"unknown tiling `{tiling}` for {type(module).__name__} (a "

@@ -42,14 +42,15 @@ def support_table() -> str:
     """Operator kinds, block families and schedules, as Markdown."""
     kinds = [(k, v) for table in (LAYOUT_KINDS, LINEAR_KINDS, ROWWISE_KINDS, RECOGNISED)
              for k, v in table.items()]
-    fams = [(f.name, ", ".join(f"`{c}`" for c in f.classes), f.kind, ", ".join(f.tilings),
-             f.doc) for f in families.FAMILIES] or [("(none registered)", "", "", "", "")]
+    fams = [(f.name, ", ".join(f"`{c}`" for c in f.classes) or "any, by its parts", f.kind,
+             ", ".join(f.tilings), f.doc) for f in families.FAMILIES] \
+        or [("(none registered)", "", "", "", "")]
     scheds = SCHEDULES + [(t, f"the {f.name} family", "see the family") for f in
                           families.FAMILIES for t in f.tilings]
     lines = ["Operators (aten kinds after capture) and what each becomes:", ""]
     lines += _table(("PyTorch", "emitted"), kinds)
-    lines += ["", "Block families lowered whole, by class, before capture "
-              "(stepc/torch/families.py):", ""]
+    lines += ["", "Block families lowered whole, by class (moe-by-structure: by its parts, "
+              "stepc/torch/moe_structure.py), before capture (stepc/torch/families.py):", ""]
     lines += _table(("family", "classes", "kind", "schedules", "what"), fams)
     lines += ["", "Schedules (`--schedule`) by block:", ""]
     lines += _table(("schedule", "blocks", "params"), scheds)
