@@ -1,9 +1,9 @@
 """`stepc from-torch` on hostile modules and inputs: a data-dependent size, a module that
-contains itself, zero-size dims, more inputs than the forward takes, a lowering that writes a
-program `stepc check` rejects; then torch.nn's building blocks at odd dims with valid and
-invalid `--input` shapes. Never exit 70 or a traceback; every exit 0 writes a program that
-checks and computes the module (its simulation from `--weights-out` equals the forward).
-Skipped when torch is not installed."""
+contains itself or nests 3000 deep, zero-size dims, more inputs than the forward takes, a
+lowering that writes a program `stepc check` rejects; then torch.nn's building blocks at odd
+dims with valid and invalid `--input` shapes. Never exit 70 or a traceback; every exit 0
+writes a program that checks and computes the module (its simulation from `--weights-out`
+equals the forward). Skipped when torch is not installed."""
 
 from __future__ import annotations
 
@@ -51,6 +51,19 @@ class OneArgument(torch.nn.Module):
 
 def no_outputs():
     return torch.nn.Linear(64, 0)
+
+
+class Deep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.chain = torch.nn.Linear(8, 8)
+        for _ in range(3000):
+            outer = torch.nn.Module()
+            outer.inner = self.chain
+            self.chain = outer
+
+    def forward(self, x):
+        return 2 * x
 '''
 
 # torch.nn's building blocks at odd dims (1, 3, 7), each a factory of blocks.py
@@ -185,6 +198,7 @@ def from_torch(*args):
 @pytest.mark.parametrize("target,inputs,words", [
     ("NonZero", ["x=f32[4,8]"], ["aten.nonzero", "hostile.py:7", "size depends on the values"]),
     ("ContainsItself", ["x=f32[4,8]"], ["`me`", "the module itself"]),
+    ("Deep", ["x=f32[4,8]"], ["`chain.inner.inner.", "nested more than 100 modules deep"]),
     ("no_outputs", ["x=f32[4,64]"], ["`weight` is [0, 64]", "zero-size"]),
     ("OneArgument", ["x=f32[4,8]", "y=f32[4,8]"], ["`OneArgument.forward(x)`", "2 example"]),
 ])

@@ -1,7 +1,7 @@
 """What `from_torch` refuses before lowering, as usage errors (`InputRefused`, exit 2 on the
-command line): a module that contains itself, example inputs its forward does not take,
-and zero-size tensors (a parameter, an input, or a captured operator's result), which no
-STeP program can declare."""
+command line): a module that contains itself (or nests too deep for torch to walk), example
+inputs its forward does not take, and zero-size tensors (a parameter, an input, or a
+captured operator's result), which no STeP program can declare."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import torch
 
 from stepc.torch.capture import InputRefused, Node
 
+MAX_DEPTH = 100  # submodules nested deeper than this: torch recurses once per level
 
-def refuse_cycles(module: torch.nn.Module) -> None:
-    """Refuse a module that is its own submodule, or its ancestor's (`self.me = self`):
-    torch itself recurses forever on it (`eval()`, `state_dict()`)."""
+
+def refuse_nesting(module: torch.nn.Module) -> None:
+    """Refuse a module that is its own submodule, or its ancestor's (`self.me = self`), on
+    which torch itself recurses forever (`eval()`, `state_dict()`), and submodules nested
+    deeper than Python's recursion allows torch to walk."""
     stack = [("", module, (id(module),))]
     while stack:
         path, mod, ancestors = stack.pop()
@@ -27,6 +30,10 @@ def refuse_cycles(module: torch.nn.Module) -> None:
                 raise InputRefused(f"submodule `{where}` of {type(module).__name__} is {what} "
                                    f"({type(child).__name__}): a module that contains itself "
                                    "cannot be called or lowered")
+            if len(ancestors) > MAX_DEPTH:
+                raise InputRefused(f"submodule `{where[:80]}...` of {type(module).__name__} is "
+                                   f"nested more than {MAX_DEPTH} modules deep (stepc lowers "
+                                   "modules torch can walk without deep recursion)")
             stack.append((where, child, ancestors + (id(child),)))
 
 

@@ -155,7 +155,7 @@ def from_torch(module: torch.nn.Module, example_inputs: tuple,
     module cannot be run (on the meta device, or too large), which the header records too.
     """
     example_inputs = tuple(example_inputs)
-    guards.refuse_cycles(module)
+    guards.refuse_nesting(module)
     guards.refuse_arguments(module, example_inputs)
     guards.refuse_empty(module, example_inputs)
     prog = replace(_lower(module.eval(), example_inputs, schedule, debug),
