@@ -7,10 +7,11 @@ one that does not records what was compared (inputs, seed, largest error), or wh
 was (`verify=False`, a module too large to run on the CPU, one on the meta device).
 
 Verification runs the module on the CPU and simulates the program element by element, so
-it is bounded: at most `MAX_PARAMETERS` parameter elements, and about `MAX_WORK`
-multiply-adds (rows times parameters). A program whose one input folds its leading dims
-into the `B` rows is verified at fewer rows when the given ones would exceed that (the same
-text with `B` overridden, as `stepc sim -D B=...` runs it), and the header says so.
+it is bounded: at most `MAX_PARAMETERS` parameter elements, about `MAX_WORK`
+multiply-adds (rows times parameters) and `MAX_INPUT_ELEMENTS` input elements. A program
+whose one input folds its leading dims into the `B` rows is verified at fewer rows when the
+given ones would exceed that (the same text with `B` overridden, as `stepc sim -D B=...`
+runs it), and the header says so.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from stepc.torch.capture import LoweringError, quiet
 TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 3e-2}
 ABSOLUTE_FLOOR = 1e-6  # an output that is all zeros still has this much room
 MAX_PARAMETERS = 64 * 10**6  # parameter elements verification builds on the CPU (256 MB in f32)
-MAX_WORK = 2**28  # rows x parameter elements, plus input elements, simulated (about a second)
+MAX_WORK = 2**28  # rows x parameter elements simulated (about a second)
+MAX_INPUT_ELEMENTS = 2**24  # elements of the forward arguments (64 MB in f32)
 _DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _NOTE_WIDTH = 86
 
@@ -108,14 +110,16 @@ def verify(prog, seed: int = 0):
     if reason:
         return unverified(prog, reason)
     at, rows, weights = "", _rows(example), max(parameter_count(module), 1)
-    budget = MAX_WORK - _elements(example)
-    if rows * weights > budget:
-        reduced = _reduced(prog, example, budget // weights)
+    elements = _elements(example)
+    if rows * weights > MAX_WORK or elements > MAX_INPUT_ELEMENTS:
+        rows_max = min(MAX_WORK // weights, MAX_INPUT_ELEMENTS * rows // max(elements, 1))
+        reduced = _reduced(prog, example, rows_max)
         typed = _compiled(prog.text, reduced[1])[0] if reduced else None
         if typed is None:
-            return unverified(prog, f"simulating it at these dims would take about "
-                              f"{_count(rows * weights)} multiply-adds, more than the "
-                              f"{_count(MAX_WORK)} verification runs, and it takes no fewer "
+            return unverified(prog, f"simulating it at these dims ({_count(rows * weights)} "
+                              f"multiply-adds, {_count(elements)} input elements) is more than "
+                              f"verification runs ({_count(MAX_WORK)}, "
+                              f"{_count(MAX_INPUT_ELEMENTS)}), and the program takes no fewer "
                               "rows")
         example = reduced[0]
         at = f" (reduced rows: B = {reduced[1]['B']} of the program's {rows})"
@@ -161,7 +165,8 @@ def _expected(prog, inputs: tuple) -> dict[str, np.ndarray]:
 
 def _simulated(typed, traces: dict, values: dict) -> dict[str, np.ndarray]:
     try:
-        run = simulate(typed, load_config(None, ()), traces, values=values)
+        with np.errstate(all="ignore"):  # the module's own NaNs, if any, are compared
+            run = simulate(typed, load_config(None, ()), traces, values=values)
     except Exception as e:  # a program that does not run is one that fails verification
         raise VerificationError(f"the lowered program does not run on the module's values: "
                                 f"{type(e).__name__}: {e}") from None
@@ -218,8 +223,8 @@ def _reduced(prog, example: tuple, rows_max: int):
     if _param(prog.text, "B") != rows:
         return None
     unit = math.lcm(inner, _param(prog.text, "TB") or 1)
-    keep = max(unit, rows_max // unit * unit)
-    if keep >= rows or rows % unit:
+    keep = rows_max // unit * unit
+    if not 0 < keep < rows or rows % unit:
         return None
     shape = (keep // inner, *x.shape[1:])
     return (torch.empty(shape, dtype=x.dtype, device="meta"),), {"B": keep}
