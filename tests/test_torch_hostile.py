@@ -211,6 +211,16 @@ def test_hostile_modules_are_usage_errors(work, target, inputs, words):
     assert not (work / "out.step").exists()
 
 
+def test_a_non_finite_number_is_refused_by_name(work):
+    """`x * nan` was written as `affine(scale="nan")`, which `stepc check` rejects."""
+    (work / "nan.py").write_text("import torch\n\n\nclass NanScale(torch.nn.Module):\n"
+                                 "    def forward(self, x):\n"
+                                 "        return x * float('nan')\n")
+    r = from_torch("nan.py:NanScale", "--input", "x=f32[2,8]", "-o", "out.step")
+    assert r.exit_code == 1 and "aten.mul" in r.output and "the number nan" in r.output
+    assert not (work / "out.step").exists()
+
+
 def test_a_program_check_rejects_is_never_written(work, monkeypatch):
     """A lowering bug that writes a declaration `stepc check` refuses: exit 1, nothing
     written, with or without verification."""
@@ -225,7 +235,8 @@ def test_a_program_check_rejects_is_never_written(work, monkeypatch):
         r = from_torch("hostile.py:OneArgument", "--input", "x=f32[4,8]", "-o", "out.step",
                        *extra)
         assert r.exit_code == 1 and "fails `stepc check`" in r.output, r.output
-        assert "E0501" in r.output and not (work / "out.step").exists()
+        assert "lowered.step:" in r.output and "error[E0501]: tensor dims must be positive" \
+            in r.output and not (work / "out.step").exists()
 
 
 def _load(path, name):

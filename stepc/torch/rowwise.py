@@ -153,6 +153,8 @@ class RowwiseOps:
         x, c, first = (a, b, True) if isinstance(a, Node) else (b, a, False)
         if not isinstance(c, (int, float)) or isinstance(c, bool):
             raise fail(node, f"operand {c!r} is neither a tensor nor a number")
+        if not math.isfinite(c):
+            raise fail(node, f"the number {c!r} (STeP's affine takes finite numbers)")
         pv = self.param_view(x)
         v = self.val(x, node) if pv is None else Val(
             self._param_rows(pv[0], node), pv[0].shape, pv[0].dtype, per_tile=True)
@@ -198,6 +200,8 @@ class RowwiseOps:
         v, e = self.val(node.args[0], node), node.args[1]
         if isinstance(e, (Node, bool)) or not isinstance(e, (int, float)):
             raise fail(node, "a tensor exponent (stepc raises to a number)")
+        if not math.isfinite(e):
+            raise fail(node, f"the exponent {e!r} (STeP's pow takes finite numbers)")
         self._map(node, [v.stream], f'pow(exponent="{_number(e)}")', v.dtype, v.vector,
                   per_tile=v.per_tile, like=v)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from stepc.diagnostics import render_text
 from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
@@ -61,21 +62,12 @@ class Verification:
 def check_program(text: str):
     """The typed program of `text`; LoweringError listing its errors when `stepc check`
     rejects it (a lowering bug: what from-torch writes must check)."""
-    typed, errors = _compiled(text, {})
-    if typed is not None:
-        return typed
-    shown = "\n".join(f"  {d}" for d in errors[:5])
-    more = f"\n  and {len(errors) - 5} more" if len(errors) > 5 else ""
-    raise LoweringError(f"the lowered program fails `stepc check` ({len(errors)} error"
-                        f"{'s' if len(errors) != 1 else ''}; a bug in from-torch, please "
-                        f"report it with the module):\n{shown}{more}")
-
-
-def _compiled(text: str, overrides: dict[str, int]) -> tuple:
-    """(the typed program, None) or (None, its errors)."""
-    r = compile_source(SourceFile("lowered.step", text), overrides)
-    errors = [d for d in r.diagnostics.items if d.severity.value == "error"]
-    return (r.typed, None) if r.ok and not errors else (None, errors)
+    r = compile_source(SourceFile("lowered.step", text))
+    if r.ok:
+        return r.typed
+    raise LoweringError(f"the lowered program fails `stepc check` (a bug in from-torch, "
+                        f"please report it with the module):\n"
+                        f"{render_text(r.diagnostics.errors, r.sources).rstrip()}")
 
 
 def parameter_count(module: torch.nn.Module) -> int:
@@ -114,14 +106,15 @@ def verify(prog, seed: int = 0):
     if rows * weights > MAX_WORK or elements > MAX_INPUT_ELEMENTS:
         rows_max = min(MAX_WORK // weights, MAX_INPUT_ELEMENTS * rows // max(elements, 1))
         reduced = _reduced(prog, example, rows_max)
-        typed = _compiled(prog.text, reduced[1])[0] if reduced else None
-        if typed is None:
+        at_fewer = compile_source(SourceFile("lowered.step", prog.text), reduced[1]) \
+            if reduced else None
+        if at_fewer is None or not at_fewer.ok:
             return unverified(prog, f"simulating it at these dims ({_count(rows * weights)} "
                               f"multiply-adds, {_count(elements)} input elements) is more than "
                               f"verification runs ({_count(MAX_WORK)}, "
                               f"{_count(MAX_INPUT_ELEMENTS)}), and the program takes no fewer "
                               "rows")
-        example = reduced[0]
+        example, typed = reduced[0], at_fewer.typed
         at = f" (reduced rows: B = {reduced[1]['B']} of the program's {rows})"
     inputs = prog.seeded_inputs(example, seed)
     values, traces = prog.values(*inputs), prog.traces(*inputs)  # before a forward appends
