@@ -1,5 +1,5 @@
 """The row-wise library functions PyTorch lowering uses (`row_mean`, `affine`, `pow`,
-`cast`): a small program simulates each to numpy's result, and their FLOPs are counted."""
+`cast`, `relu`): a small program simulates each to numpy's result, and their FLOPs are counted."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ tensor M : f32[8, 1] output
 tensor A : f32[8, 16] output
 tensor P : f32[8, 16] output
 tensor C : bf16[8, 16] output
+tensor R : f32[8, 16] output
 
 x = LinearOffChipLoad(X, tile=[4, 16], shape=[2])
 LinearOffChipStore(Map(x, fn=row_mean), M)
 LinearOffChipStore(Map(x, fn=affine(scale="-0.5", shift="1e-3")), A)
 LinearOffChipStore(Map(x, fn=pow(exponent="3")), P)
 LinearOffChipStore(Map(x, fn=cast, dtype=bf16), C)
+LinearOffChipStore(Map(x, fn=relu), R)
 """
 
 
@@ -37,8 +39,9 @@ def test_rowwise_functions_compute_what_they_say():
     np.testing.assert_allclose(out["P"], x ** 3, rtol=1e-6)
     bf16 = (x.view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32)  # round to nearest
     np.testing.assert_allclose(out["C"], bf16, rtol=2 ** -8)
+    np.testing.assert_array_equal(out["R"], np.maximum(x, 0))
     flops = int(analyze(r.typed, "artifact").totals["flops"])
-    assert flops == 8 * 16 * (1 + 2 + 2 + 0)  # row_mean 1, affine 2, pow 3: 2, cast 0 per element
+    assert flops == 8 * 16 * (1 + 2 + 2 + 0 + 1)  # row_mean 1, affine 2, pow 3: 2, cast 0, relu 1
 
 
 POW_FLOPS = [("2", 1), ("2.0", 1), ("2e0", 1), ("0", 0), ("1", 0), ("3", 2), ("4", 2),

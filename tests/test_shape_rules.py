@@ -148,6 +148,7 @@ SHAPE_CASES = [
     ("Map-max-outer-product", "y = Map(col, row1, fn=max)", "y", "[4, 4]",
      "Tile<bf16, [16, 64]>"),
     ("Map-silu", "y = Map(x, fn=silu)", "y", "[10, 1]", "Tile<bf16, [1, 64]>"),
+    ("Map-relu", "y = Map(dyn, fn=relu)", "y", "[4, 4]", "Tile<bf16, [N, 64]>"),
     ("Map-exp", "y = Map(ta, fn=exp, dtype=f32)", "y", "[4, 4]", "Tile<f32, [16, 64]>"),
     ("Map-sigmoid", "y = Map(dyn, fn=sigmoid)", "y", "[4, 4]", "Tile<bf16, [N, 64]>"),
     ("Map-tanh", "y = Map(kt, fn=tanh)", "y", "[2, 2, L]", "Tile<bf16, [16, 16]>"),

@@ -173,7 +173,7 @@ SHAPES = ["f32[3,7]", "f32[7,3]", "f32[1,3,7]", "f32[3,1,7]", "f32[7,7,3]", "f32
 QUICK = [("linear", "f32[3,7]", True), ("linear", "f32[7,3]", False),
          ("linear_to_one", "f32[7,7,3]", True), ("layer_norm", "f32[3,1,7]", True),
          ("rms_norm", "f32[1]", False), ("gelu", "bf16[1,7]", True),
-         ("softmax", "f32[2,4,8]", True), ("relu", "f32[3,7]", False),
+         ("softmax", "f32[2,4,8]", True), ("relu", "f32[3,7]", True),
          ("embedding", "i64[3,7]", False), ("attention", "f32[2,4,8]", False),
          ("SelfAttention", "f32[2,4,8]", False), ("BatchedMatMul", "f32[3,1,7]", False),
          ("Transpose", "f32[1,3,7]", True), ("Permute", "f32[1,3,7]", False),

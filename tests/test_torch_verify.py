@@ -210,3 +210,23 @@ def test_hf_config_layers_are_verified(work):
                 "--param", "attn_R=2", "--param", "attn_TILE_N=8", "-o", "m.step")
     assert r.exit_code == 0, r.output
     assert "# Verified on seeded inputs " in Path("m.step").read_text()
+
+
+class _ReluMLP(torch.nn.Module):
+    """Falcon-style relu and Primer-style relu squared: `aten.relu` was unsupported."""
+
+    def __init__(self, squared: bool):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
+        self.squared = squared
+
+    def forward(self, x):
+        h = torch.relu(self.up(x))
+        return self.down(h ** 2 if self.squared else h)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_relu_lowers_and_verifies(squared):
+    torch.manual_seed(1)
+    prog = from_torch(_ReluMLP(squared), (torch.randn(16, 32),), schedule={"TB": 8})
+    assert "fn=relu" in prog.text and prog.verification.verified

@@ -360,6 +360,8 @@ _register(
            init="neg_inf", example="m = Accum(x, fn=max, rank=1)"),
     FnSpec("silu", {"map": 1}, "SiLU `x * sigmoid(x)` per element. FLOPs: 8 per element.",
            _per_elem(8), apply=_same_apply, example="a = Map(g, fn=silu)"),
+    FnSpec("relu", {"map": 1}, "ReLU `max(x, 0)` per element. FLOPs: 1 per element.",
+           _per_elem(1), apply=_same_apply, example="a = Map(h, fn=relu)"),
     FnSpec("exp", {"map": 1}, "Exponential per element. FLOPs: 4 per element.",
            _per_elem(4), apply=_same_apply, example="e = Map(s, fn=exp)"),
     FnSpec("sigmoid", {"map": 1}, "Logistic sigmoid per element. FLOPs: 4 per element.",

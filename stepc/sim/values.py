@@ -175,7 +175,7 @@ MAP = {
     "matmul": _matmul,
     "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
     "div": _binary(np.divide), "max": _binary(np.maximum),
-    "silu": _unary(_silu), "exp": _unary(np.exp),
+    "silu": _unary(_silu), "exp": _unary(np.exp), "relu": _unary(lambda x: np.maximum(x, 0)),
     "sigmoid": _unary(_sigmoid), "tanh": _unary(np.tanh),
     "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
     "gelu": _gelu, "rms_inv": _rms_inv,

@@ -201,10 +201,12 @@ def _flat(args):
 
 # torch-level operations of an fx trace, by the aten name the export path uses
 _FX_FUNCTIONS = {F.linear: "linear", torch.matmul: "matmul", operator.matmul: "matmul",
-                 F.silu: "silu", F.gelu: "gelu", torch.mul: "mul", operator.mul: "mul",
+                 F.silu: "silu", F.gelu: "gelu", F.relu: "relu", torch.relu: "relu",
+                 torch.mul: "mul", operator.mul: "mul",
                  torch.add: "add", operator.add: "add", torch.softmax: "softmax",
                  F.softmax: "softmax", F.rms_norm: "rms_norm"}
 _FX_MODULES = {torch.nn.Linear: "linear", torch.nn.SiLU: "silu", torch.nn.GELU: "gelu",
+               torch.nn.ReLU: "relu",
                torch.nn.RMSNorm: "rms_norm", torch.nn.Softmax: "softmax"}
 
 

@@ -16,7 +16,8 @@ from stepc.torch.canon import rows_cols
 from stepc.torch.capture import LoweringError, Node
 
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
-UNARY = {"silu": "silu", "exp": "exp", "sigmoid": "sigmoid", "tanh": "tanh", "rsqrt": "rsqrt"}
+UNARY = {"silu": "silu", "exp": "exp", "sigmoid": "sigmoid", "tanh": "tanh", "rsqrt": "rsqrt",
+         "relu": "relu"}
 REDUCTIONS = {"mean": "row_mean", "sum": "row_sum", "amax": "row_max"}
 
 # aten operator -> what it becomes, for the support table
@@ -25,7 +26,8 @@ ROWWISE_KINDS = {
     "column or a `[C]` parameter (a norm's scale) broadcasts",
     "the same with a Python number (also of a `[C]` parameter: `1 + weight`), neg, sqrt":
     "`Map(affine(scale=..., shift=...))`, `Map(pow(exponent=...))`",
-    "silu, gelu (exact or tanh), sigmoid, tanh, exp, rsqrt": "`Map(silu)`, `Map(gelu)`, ...",
+    "silu, gelu (exact or tanh), relu, sigmoid, tanh, exp, rsqrt":
+    "`Map(silu)`, `Map(gelu)`, `Map(relu)`, ...",
     "pow (a number exponent)": "`Map(pow(exponent=...))`",
     "mean, sum, amax over the last dim": "`Map(row_mean)`, `Map(row_sum)`, `Map(row_max)`",
     "rms_norm (`nn.RMSNorm`)": "`Map(rms_inv(eps=...))`, `Map(mul)` by it and by the scale",
@@ -188,7 +190,7 @@ class RowwiseOps:
         self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector, per_tile=v.per_tile,
                   like=v)
 
-    op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = _unary
+    op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = op_relu = _unary
 
     def op_gelu(self, node: Node) -> None:
         v = self.val(node.args[0], node)
