@@ -164,7 +164,7 @@ def run_net(op: str, attrs: dict, inputs: dict, *, info_in=None, info_out=None,
     kernel = Kernel()
     hw = hw or load_config()
     kernel.memory = make_memory(kernel, hw)
-    env = SimEnv(hw, True)
+    env = SimEnv(hw, True, kernel.memory)
     env.ports[node.name] = (0, 0)
     ins, in_chans = {}, {}
     for p in spec.stream_params:

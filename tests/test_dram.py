@@ -16,7 +16,9 @@ from stepc.cli import main
 from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.hw.config import SYSTEM_DEFAULTS, ConfigError
-from stepc.sim.hbm import Addresses, DramHbm, RefHbm
+from stepc.sim.hbm import Addresses
+from stepc.sim.hbm.dram import DramHbm
+from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.kernel import MEM, Ctx, Kernel
 from stepc.sim.run import simulate, tensor_values
 

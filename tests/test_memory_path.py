@@ -244,13 +244,12 @@ def test_a_16_byte_mapper_reaches_every_fourth_channel_with_64_byte_requests():
 
 def test_the_blocked_layout_stores_16x16_blocks_row_major():
     from stepc.ops.base import TensorRef
-    from stepc.sim.behaviors.memory import tile_addresses
-    from stepc.sim.fabric import SimEnv
-    env = SimEnv(load_config("hdl-like", ("dram.layout=blocked",)), False)
-    env.layout = {"X": (4096, (128, 64))}
+    from stepc.sim.hbm.dram import DramHbm
+    from stepc.sim.kernel import Kernel
+    memory = DramHbm(Kernel(), load_config("hdl-like", ("dram.layout=blocked",)))
     tref = TensorRef("X", "f32", (128, 64), (), None)
     # tile 1 of [32, 16] tiles in a [128, 64] f32 tensor: tile row 0, tile column 1
-    a = tile_addresses(env, tref, 1, 32, 16)
+    a = memory.addresses({"X": (4096, (128, 64))}, tref, 1, 32, 16)
     block_row = 64 // 16 * 16 * 16 * 4  # one row of blocks: 4 blocks of 1 KiB
     assert (a.base, a.row_stride) == (4096 + 1 * 16 * 16 * 4, block_row)
     assert a.per_row == 16 * 16 * 4 // 64  # one block: 16 requests

@@ -17,7 +17,8 @@ from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
 from stepc.hw.config import Hbm
-from stepc.sim.hbm import FluidHbm, RefHbm
+from stepc.sim.hbm.fluid import FluidHbm
+from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.kernel import MEM, PEEK, POP, SEND, Ctx, Kernel
 from stepc.sim.run import simulate, tensor_values
 
@@ -325,7 +326,8 @@ def test_accum_releases_input_before_sending():
         s.outs, c.outs = [a], [b]
         info = {"in": {}, "out": [StreamType(Tile("f32", 4, 4), ())]}
         k.add(s, src(s))
-        k.add(c, BEHAVIORS[op](c, node, {"ins": [a]}, [b], SimEnv(load_config(), False), info))
+        env = SimEnv(load_config(), False, k.memory)
+        k.add(c, BEHAVIORS[op](c, node, {"ins": [a]}, [b], env, info))
         k.run()
         return sent
     # b (depth 1) is never read: the op can send once, then blocks on its second output

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 
+from stepc.hw.memory import MEMORY_MODELS, mapping_fields, readers
 from stepc.spelling import given, label
 
 DEFAULT_PRESET = "paper-eval"
@@ -48,11 +49,6 @@ class Hbm:
     arbiter_grants: int = 0
     tile_buffers: int = 1
     outstanding: int = 0
-
-    @property
-    def pool_bw(self) -> float:
-        """Bandwidth of the ref/fluid channel pool in bytes/cycle."""
-        return self.channels * self.request_bytes / self.request_interval
 
 
 @dataclass(frozen=True)
@@ -104,18 +100,13 @@ class Dram:
         """Memory clock cycles per accelerator cycle."""
         return 1e6 / self.accel_clock_mhz / self.tck_ps
 
-    def peak_bw(self, channels: int) -> float:
-        """Peak data-bus bandwidth in bytes per accelerator cycle."""
-        return channels * self.pseudo_channels * self.access_bytes / self.nBL * \
-            self.clock_ratio
 
-
-HBM_MODELS = ("ref", "fluid", "dram")
+SECTIONS = {"fabric": Fabric, "hbm": Hbm, "dram": Dram}  # the tables of a hardware file
+MODEL_SECTIONS = {s: cls for s, cls in SECTIONS.items() if s not in ("fabric", "hbm")}
 SYSTEM_DEFAULTS = {"part": "hbm2", "mapping": "RoBaRaCoCh", "layout": "tiled",
                    "accel_clock_mhz": 1000, "queue_depth": 32,
                    "mapper_bytes": 0, "block": 16,
                    "placement": "staggered"}  # [dram] keys not of the part
-MAPPINGS_EXAMPLES = ("RoBaRaCoCh", "RoCoBaRaCh", "ChRaBaRoCo")
 LAYOUTS = ("row-major", "tiled", "blocked", "reference")
 PLACEMENTS = ("packed", "staggered")
 _MIN = {"fifo_depth": 1, "hop_latency": 0, "compute_capacity": 0, "onchip_capacity": 0,
@@ -145,13 +136,10 @@ class HardwareConfig:
 
     @property
     def peak_bw(self) -> float:
-        """Peak off-chip bandwidth in bytes per cycle: the memory's (for `dram`, over the
+        """Peak off-chip bandwidth in bytes per cycle: the memory model's (`dram`: over the
         channels the address mapping can reach with requests of `hbm.request_bytes`), and
         no more than an arbiter passes (`arbiter_grants` x `par_dispatch` requests)."""
-        if self.hbm.model == "dram":
-            bw = self.dram.peak_bw(self.reachable_channels)
-        else:
-            bw = self.hbm.pool_bw
+        bw = MEMORY_MODELS[self.hbm.model].peak_bw(self)
         if self.hbm.arbiter_grants:
             bw = min(bw, self.hbm.arbiter_grants * self.hbm.par_dispatch *
                      self.hbm.request_bytes)
@@ -165,19 +153,14 @@ class HardwareConfig:
 
     @property
     def reachable_channels(self) -> int:
-        """Channels a stream of aligned `request_bytes` requests can reach: with the
-        channel bits lowest and a mapper transaction smaller than a request (Ramulator
-        2.0's HBM2 mapper assumes 16 B), the low channel bits of every request are 0."""
-        ch, step = self.hbm.channels, self.hbm.request_bytes // self.mapper_bytes
-        if self.hbm.model != "dram" or step <= 1 or mapping_fields(self.dram.mapping)[0] != "Ch":
-            return ch
-        return max(1, ch // step)
+        """Channels a stream of aligned `hbm.request_bytes` requests can reach (the memory
+        model's address mapping may leave some out)."""
+        return MEMORY_MODELS[self.hbm.model].reachable_channels(self)
 
     def to_toml(self) -> str:
         """The effective configuration as TOML (for --print-config)."""
         lines = [f'name = "{self.name}"', f'description = "{self.description}"']
-        sections = ("fabric", "hbm", "dram") if self.hbm.model == "dram" else ("fabric", "hbm")
-        for section in sections:
+        for section in ("fabric", "hbm", *MEMORY_MODELS[self.hbm.model].sections):
             lines.append(f"\n[{section}]")
             for k, v in asdict(getattr(self, section)).items():
                 lines.append(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}")
@@ -265,18 +248,18 @@ def _section(cls, data: dict, where: str, section: str):
 
 
 def _build(where: str, data: dict, may_read: MayRead | None = None) -> HardwareConfig:
-    allowed = {"name", "description", *HARDWARE_SECTIONS}
+    allowed = {"name", "description", *SECTIONS}
     for key in data:
         if key not in allowed:
             raise ConfigError(f'{where}: unknown key "{key}"{_suggest(key, allowed)}')
     hbm = _section(Hbm, data.get("hbm", {}), where, "hbm")
-    if hbm.model not in HBM_MODELS:
-        raise ConfigError(f'{where}: "hbm.model" must be one of {", ".join(HBM_MODELS)}, '
-                          f'found "{hbm.model}"{_suggest(hbm.model, HBM_MODELS)}')
+    if hbm.model not in MEMORY_MODELS:
+        raise ConfigError(f'{where}: "hbm.model" must be one of {", ".join(MEMORY_MODELS)}, '
+                          f'found "{hbm.model}"{_suggest(hbm.model, MEMORY_MODELS)}')
     dram = _dram(data.get("dram", {}), where, may_read)
-    if hbm.model == "dram" and hbm.channels & (hbm.channels - 1):
-        raise ConfigError(f'{where}: "hbm.channels" must be a power of two with the dram '
-                          f"model (the address mapping slices bits), found {hbm.channels}")
+    problem = MEMORY_MODELS[hbm.model].check(hbm)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
     return HardwareConfig(str(data.get("name", where)), str(data.get("description", "")),
                           _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm, dram)
 
@@ -315,21 +298,6 @@ def _dram(data: dict, where: str, may_read: MayRead | None = None) -> Dram:
     return dram
 
 
-_MAPPING_FIELDS = ("Ro", "Ba", "Ra", "Co", "Ch")
-
-
-def mapping_fields(mapping: str) -> list[str]:
-    """The fields of an address mapping from least to most significant bit: a permutation
-    of Ro (row), Ba (bank group, then bank), Ra (pseudo-channel), Co (column), Ch
-    (channel), written most significant first as in Ramulator ("RoBaRaCoCh")."""
-    parts = [mapping[i:i + 2] for i in range(0, len(mapping), 2)]
-    if sorted(parts) != sorted(_MAPPING_FIELDS) or len(mapping) != 10:
-        raise ValueError(f"must order the fields Ro, Ba, Ra, Co, Ch from the most "
-                         f'significant bit, e.g. {", ".join(MAPPINGS_EXAMPLES)}; '
-                         f'found "{mapping}"')
-    return parts[::-1]
-
-
 def _parse_set(item: str) -> tuple[str, str, object]:
     """`SECTION.KEY=VALUE` -> (section, key, int or string value)."""
     key, sep, raw = item.partition("=")
@@ -337,9 +305,9 @@ def _parse_set(item: str) -> tuple[str, str, object]:
     if not sep or not dot or not name:
         raise ConfigError(f"{given('set', item)}: expected SECTION.KEY=VALUE, e.g. "
                           "hbm.channels=16")
-    if section not in ("fabric", "hbm", "dram"):
+    if section not in SECTIONS:
         raise ConfigError(f'{given("set", item)}: unknown section "{section}"'
-                          f"{_suggest(section, ['fabric', 'hbm', 'dram'])}")
+                          f"{_suggest(section, SECTIONS)}")
     raw = raw.strip()
     value: object = int(raw) if raw.lstrip("-").isdigit() else raw.strip('"')
     return section, name, value
@@ -366,40 +334,28 @@ def unused_keys(cfg: HardwareConfig) -> dict[str, str]:
     """The keys the configured memory model does not read, each with the reason."""
     model = cfg.hbm.model
     out = {}
-    if model != "dram":
-        out.update({f"dram.{f.name}": f'only hbm.model = "dram" reads [dram]; this '
-                    f'configuration uses "{model}"' for f in fields(Dram)})
-    else:
-        out.update({f"hbm.{k}": "the dram model times each request from the part's timings"
-                    for k in ("request_interval", "latency", "startup")})
-        if cfg.dram.layout != "blocked":
-            out["dram.block"] = f'only dram.layout = "blocked" reads it (layout is ' \
-                f'"{cfg.dram.layout}")'
-    if model == "fluid":
-        out["hbm.outstanding"] = "the fluid model serves whole bursts, not requests"
-    return out
+    for section, cls in MODEL_SECTIONS.items():
+        if section not in MEMORY_MODELS[model].sections:
+            models = " or ".join(f'"{m}"' for m in readers(section))
+            out.update({f"{section}.{f.name}": f"only hbm.model = {models} reads "
+                        f'[{section}]; this configuration uses "{model}"'
+                        for f in fields(cls)})
+    return {**out, **MEMORY_MODELS[model].ignores(cfg)}
 
 
 def roofline_unused(cfg: HardwareConfig) -> dict[str, str]:
     """The keys the roofline bound of `stepc analyze` does not read: it uses only the
     peak off-chip bandwidth (`peak_bw`) and the default compute bandwidth."""
-    read = {"hbm.model", "fabric.compute_bw"}
-    if cfg.hbm.model == "dram":
-        read |= {"hbm.channels", "hbm.request_bytes", "dram.part", "dram.tck_ps",
-                 "dram.accel_clock_mhz", "dram.pseudo_channels", "dram.access_bytes",
-                 "dram.nBL", "dram.mapper_bytes", "dram.mapping"}
-    else:
-        read |= {"hbm.channels", "hbm.request_bytes", "hbm.request_interval"}
+    read = {"hbm.model", "fabric.compute_bw", *MEMORY_MODELS[cfg.hbm.model].peak_keys(cfg)}
     if cfg.hbm.arbiter_grants:
         read |= {"hbm.par_dispatch", "hbm.request_bytes"}
     read.add("hbm.arbiter_grants")
     return {f"{section}.{f.name}": "the roofline bound reads only the peak bandwidth and "
             "the compute bandwidth (`stepc sim` uses it)"
-            for section, cls in (("fabric", Fabric), ("hbm", Hbm), ("dram", Dram))
-            for f in fields(cls) if f"{section}.{f.name}" not in read}
+            for section, cls in SECTIONS.items() for f in fields(cls)
+            if f"{section}.{f.name}" not in read}
 
 
-HARDWARE_SECTIONS = ("fabric", "hbm", "dram")
 
 
 def file_warnings(spec: str | None) -> list[str]:
@@ -408,7 +364,7 @@ def file_warnings(spec: str | None) -> list[str]:
     if spec is None or spec in preset_names():
         return []
     _, data = _read(spec)
-    if any(isinstance(data.get(s), dict) and data[s] for s in HARDWARE_SECTIONS):
+    if any(isinstance(data.get(s), dict) and data[s] for s in SECTIONS):
         return []
     return [f"{given('hw', spec)}: the file sets no key of [fabric], [hbm] or [dram]: every "
             f"value is the default ({DEFAULT_PRESET}'s)"]

@@ -19,6 +19,7 @@ from stepc.graph.program import OpNode
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
 from stepc.ops.functions import FUNCTIONS
+from stepc.sim.hbm.window import MemoryModel
 from stepc.sim.tokens import TileVal, payload_bytes
 
 
@@ -28,6 +29,7 @@ class SimEnv:
 
     hw: HardwareConfig
     functional: bool
+    memory: MemoryModel  # the off-chip memory model: it also lays out tile addresses
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # off-chip contents
     layout: dict[str, tuple] = field(default_factory=dict)  # tensor -> (byte address, shape)
     externals: dict[str, list] = field(default_factory=dict)  # name -> [(payload, stop)]

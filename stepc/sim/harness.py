@@ -34,7 +34,7 @@ def run_operator(op: str, attrs: dict, inputs: dict, *, info_in: dict | None = N
     kernel = Kernel()
     hw = hw or load_config()
     kernel.memory = make_memory(kernel, hw)
-    env = SimEnv(hw, functional)
+    env = SimEnv(hw, functional, kernel.memory)
     env.ports[node.name] = (0, 0)
     ins: dict = {}
     for p in spec.stream_params:

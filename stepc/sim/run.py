@@ -264,12 +264,12 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     prog = typed.program
     traces = traces or {}
     check_limits(typed, functional, traces)
-    env = SimEnv(hw, functional)
     kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
     kernel.memory = make_memory(kernel, hw, ref_strategy)
+    env = SimEnv(hw, functional, kernel.memory)
     bindings: dict[str, int] = {}
 
-    env.layout = tensor_layout(prog.tensors.values(), hw)
+    env.layout = tensor_layout(prog.tensors.values(), kernel.memory.tensor_stagger())
     needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
     for t in prog.tensors.values():
         if t.role == "output":

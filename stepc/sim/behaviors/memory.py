@@ -8,7 +8,7 @@ from collections import deque
 
 import numpy as np
 
-from stepc.sim.hbm import Addresses, bank_geometry
+from stepc.sim.hbm import Addresses, tiled_shape
 from stepc.sim.kernel import AWAIT, FIRST, ISSUE, PEEK, POP, RECV, SEND, SimError
 from stepc.sim.tokens import BufferVal, TileVal, iter_stops, iter_view_indices, with_last
 from stepc.types import DTYPE_BYTES
@@ -16,12 +16,13 @@ from stepc.types import DTYPE_BYTES
 TENSOR_ALIGN = 4096
 
 
-def tensor_layout(tensors, hw=None) -> dict[str, tuple[int, tuple[int, ...]]]:
+def tensor_layout(tensors, stagger: tuple[int, int] = (0, 1)
+                  ) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Byte address and shape of each off-chip tensor, in declaration order, each aligned
-    to 4 KiB. With `dram.placement = "staggered"` tensor k also starts in bank k (mod the
-    banks): tensors streamed side by side then never walk the same banks in step."""
-    span, banks = bank_geometry(hw) if hw is not None and hw.hbm.model == "dram" and \
-        hw.dram.placement == "staggered" else (0, 1)
+    to 4 KiB. With a `stagger` of (bytes between banks, banks) from the memory model,
+    tensor k also starts in bank k (mod the banks): tensors streamed side by side then
+    never walk the same banks in step."""
+    span, banks = stagger
     layout, at = {}, 0
     for k, t in enumerate(tensors):
         if span:
@@ -32,45 +33,14 @@ def tensor_layout(tensors, hw=None) -> dict[str, tuple[int, tuple[int, ...]]]:
 
 
 def tile_addresses(env, tref, tile_index: int, rows: int, cols: int) -> Addresses | None:
-    """Where tile `tile_index` (row-major over the tiled view `tref`) lives, for the `dram`
-    model: in a row-major tensor its rows are a tensor row apart; in the `tiled` layout each
-    tile is stored contiguously, tile after tile."""
-    if env.hw.hbm.model != "dram":
-        return None
-    base, full = env.layout.get(tref.name, (0, tuple(tref.shape)))
-    size = DTYPE_BYTES[tref.dtype]
-    view = tuple(tref.shape)
-    offset = sum(i * math.prod(full[k + 1:]) for k, i in enumerate(tref.index))
-    per_row = -(-cols * size // env.hw.hbm.request_bytes)
-    if env.hw.dram.layout == "tiled":
-        return Addresses(base + (offset + tile_index * rows * cols) * size, cols * size,
-                         per_row)
-    if env.hw.dram.layout == "reference":  # the artifact's formula: every tensor at 0
-        return Addresses((offset + tile_index * rows * cols) * size, view[-1] * size,
-                         per_row)
-    blk = env.hw.dram.block
-    if env.hw.dram.layout == "blocked" and rows % blk == 0 and cols % blk == 0 and \
-            view[-1] % blk == 0:
-        # blk x blk blocks, row-major over blocks: each block row of the tile is one run
-        *lead, r, c = np.unravel_index(tile_index, _tiled(view, [rows, cols]))
-        lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
-        first = offset + lead_elems + (int(r) * rows * view[-1] + int(c) * cols * blk)
-        run = cols * blk * size
-        return Addresses(base + first * size, view[-1] * blk * size,
-                         -(-run // env.hw.hbm.request_bytes))
-    *lead, r, c = np.unravel_index(tile_index, _tiled(view, [rows, cols]))
-    lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
-    elem = offset + lead_elems + int(r) * rows * view[-1] + int(c) * cols
-    return Addresses(base + elem * size, view[-1] * size, per_row)
+    """Where tile `tile_index` (row-major over the tiled view `tref`) lives, for a memory
+    model that reads addresses."""
+    return env.memory.addresses(env.layout, tref, tile_index, rows, cols)
 
 
 def requests_per_tile(rows: int, cols: int, dtype: str, request_bytes: int) -> int:
     """Each tile row costs ceil(row bytes / request size) requests (partial ones count)."""
     return rows * math.ceil(cols * DTYPE_BYTES[dtype] / request_bytes)
-
-
-def _tiled(shape: tuple[int, ...], tile: list[int]) -> tuple[int, ...]:
-    return tuple(shape[:-2]) + (shape[-2] // tile[0], shape[-1] // tile[1])
 
 
 def _tensor_tile(env, tref, tile_index: int, tile: list[int]):
@@ -79,7 +49,7 @@ def _tensor_tile(env, tref, tile_index: int, tile: list[int]):
     if arr is None or not env.functional:
         return None
     view = arr[tuple(tref.index)] if tref.index else arr
-    tiled = _tiled(view.shape, tile)
+    tiled = tiled_shape(view.shape, tile)
     *lead, r, c = np.unravel_index(tile_index, tiled)
     sub = view[tuple(lead)] if lead else view
     return sub[r * tile[0]:(r + 1) * tile[0], c * tile[1]:(c + 1) * tile[1]]
@@ -220,7 +190,7 @@ def linear_store(ctx, node, ins, outs, env, info):
 
 def _write_tile(written: np.ndarray, tref, index: int, t: TileVal) -> None:
     view = written[tuple(tref.index)] if tref.index else written
-    tiled = _tiled(view.shape, [t.rows, t.cols])
+    tiled = tiled_shape(view.shape, [t.rows, t.cols])
     total = math.prod(tiled)
     if index >= total:
         raise SimError(f"LinearOffChipStore writes tile {index} past the end of `{tref}` "
@@ -235,7 +205,7 @@ def random_load(ctx, node, ins, outs, env, info):
     tref, tile = a["tensor"], a["tile"]
     addr = ins["raddr"]
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
-    total = math.prod(_tiled(tref.shape, tile))
+    total = math.prod(tiled_shape(tref.shape, tile))
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
     flight = InFlight(ctx, node, env, False)
@@ -301,7 +271,7 @@ def random_store(ctx, node, ins, outs, env, info):
         if written is not None and t.data is not None and ha[1].data is not None:
             i = ha[1].scalar()
             view = written[tuple(tref.index)] if tref.index else written
-            total = math.prod(_tiled(view.shape, [t.rows, t.cols]))
+            total = math.prod(tiled_shape(view.shape, [t.rows, t.cols]))
             if not 0 <= i < total:
                 raise SimError(f"RandomOffChipStore address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)

@@ -37,8 +37,9 @@ import math
 
 import numpy as np
 
-from stepc.hw.config import mapping_fields
-from stepc.sim.hbm.window import WindowedMemory
+from stepc.hw.memory import mapping_fields
+from stepc.sim.hbm.window import Addresses, WindowedMemory, tiled_shape
+from stepc.types import DTYPE_BYTES
 
 FAR_PAST = -(1 << 40)
 
@@ -63,13 +64,17 @@ def bank_geometry(hw) -> tuple[int, int]:
     return span, sizes["Ba"]
 
 
+def from_config(kernel, hw) -> DramHbm:
+    return DramHbm(kernel, hw)
+
+
 class DramHbm(WindowedMemory):
     """The `dram` memory model."""
 
     def __init__(self, kernel, hw):
         cfg, dram = hw.hbm, hw.dram
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
-        self.cfg, self.d = cfg, dram
+        self.hw, self.cfg, self.d = hw, cfg, dram
         self.ratio = dram.clock_ratio  # memory cycles per accelerator cycle
         self.n_cas = max(1, cfg.request_bytes // dram.access_bytes)
         self.step = max(dram.nBL, dram.nCCDL)  # per access within one bank's row
@@ -95,6 +100,37 @@ class DramHbm(WindowedMemory):
         self.fastest = min(dram.nCL, dram.nCWL) + dram.nBL  # column command -> done
         self.min_latency = 1 + int(self.fastest / self.ratio)
         self.worst_service = self.n_cas * self.step + dram.nRP + max(dram.nRCDRD, dram.nRCDWR)
+
+    def tensor_stagger(self) -> tuple[int, int]:
+        return bank_geometry(self.hw) if self.d.placement == "staggered" else (0, 1)
+
+    def addresses(self, layout, tref, tile_index: int, rows: int, cols: int) -> Addresses:
+        """In a row-major tensor a tile's rows are a tensor row apart; in the `tiled` layout
+        each tile is stored contiguously, tile after tile; `blocked` stores blk x blk
+        blocks row-major over blocks; `reference` is the artifact's formula, every tensor
+        at 0."""
+        base, full = layout.get(tref.name, (0, tuple(tref.shape)))
+        size = DTYPE_BYTES[tref.dtype]
+        view = tuple(tref.shape)
+        offset = sum(i * math.prod(full[k + 1:]) for k, i in enumerate(tref.index))
+        per_row = -(-cols * size // self.cfg.request_bytes)
+        if self.d.layout == "tiled":
+            return Addresses(base + (offset + tile_index * rows * cols) * size, cols * size,
+                             per_row)
+        if self.d.layout == "reference":
+            return Addresses((offset + tile_index * rows * cols) * size, view[-1] * size,
+                             per_row)
+        blk = self.d.block
+        *lead, r, c = np.unravel_index(tile_index, tiled_shape(view, [rows, cols]))
+        lead_elems = sum(int(i) * math.prod(view[k + 1:]) for k, i in enumerate(lead))
+        if self.d.layout == "blocked" and rows % blk == 0 and cols % blk == 0 and \
+                view[-1] % blk == 0:  # each block row of the tile is one run
+            first = offset + lead_elems + (int(r) * rows * view[-1] + int(c) * cols * blk)
+            run = cols * blk * size
+            return Addresses(base + first * size, view[-1] * blk * size,
+                             -(-run // self.cfg.request_bytes))
+        elem = offset + lead_elems + int(r) * rows * view[-1] + int(c) * cols
+        return Addresses(base + elem * size, view[-1] * size, per_row)
 
     def _earliest_done(self, b, cycle: int) -> int:
         """No earlier than the last request's pickup plus the unloaded latency, nor than a

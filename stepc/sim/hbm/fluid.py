@@ -8,6 +8,10 @@ from stepc.hw.config import Hbm
 from stepc.sim.hbm.window import Burst, MemoryModel
 
 
+def from_config(kernel, hw) -> FluidHbm:
+    return FluidHbm(kernel, hw.hbm)
+
+
 class FluidHbm(MemoryModel):
     """A fluid FIFO server: bursts offer `par_dispatch` requests per cycle while they issue;
     the pool drains `channels / request_interval` requests per cycle. The backlog W(t) is

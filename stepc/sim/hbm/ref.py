@@ -46,6 +46,11 @@ STRATEGIES = {
 }
 
 
+def from_config(kernel, hw, strategy: str = "auto") -> RefHbm:
+    """The reference pool, serving its windows the way `strategy` says."""
+    return RefHbm(kernel, hw.hbm, want_first=hw.fabric.stream_tile, strategy=strategy)
+
+
 class RefHbm(WindowedMemory):
     """Exact emulation of the reference simulator's channel-pool HBM node, serving its
     windows the way `strategy` (one of `STRATEGIES`) says."""

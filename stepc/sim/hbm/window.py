@@ -20,6 +20,11 @@ import numpy as np
 from stepc.sim.kernel import SimError
 
 
+def tiled_shape(shape: tuple[int, ...], tile: list[int]) -> tuple[int, ...]:
+    """The shape of a tensor's grid of `tile` (rows, cols) tiles."""
+    return tuple(shape[:-2]) + (shape[-2] // tile[0], shape[-1] // tile[1])
+
+
 @dataclass(frozen=True)
 class Addresses:
     """Byte addresses of a burst's requests: request k of a burst reads or writes
@@ -85,6 +90,18 @@ class MemoryModel:
         self.kernel = kernel
         self.pending_at: int | None = None  # the cycle of the scheduled activation
         self.stats = MemoryStats(per_channel=np.zeros(channels, dtype=np.int64))
+
+    def tensor_stagger(self) -> tuple[int, int]:
+        """(bytes between consecutive banks, banks) when tensor k should start in bank k
+        (mod the banks); (0, 1) when placement does not matter to the model."""
+        return 0, 1
+
+    def addresses(self, layout: dict[str, tuple], tref, tile_index: int, rows: int,
+                  cols: int) -> Addresses | None:
+        """Where tile `tile_index` (row-major over the tiled view `tref`) lives, given each
+        tensor's (byte address, shape) in `layout`; None for a model that reads no
+        addresses."""
+        return None
 
     def _burst(self, ctx, port, requests: int, per_message: int, write: bool,
                addr: Addresses | None, wait: bool) -> Burst:
