@@ -261,12 +261,19 @@ class Roofline:
         return sympy.Max(self.memory_cycles, self.compute_cycles)
 
 
+def roofline_terms(off_chip, flops, peak_bw: float, compute_bw) -> tuple:
+    """The roofline's two lower bounds on cycles: moving `off_chip` bytes at the peak
+    off-chip bandwidth, and computing `flops` at `compute_bw` FLOPs/cycle (0 without
+    one)."""
+    mem = off_chip / sympy.nsimplify(peak_bw)
+    return mem, (flops / compute_bw if compute_bw else sympy.Integer(0))
+
+
 def roofline(a: Analysis, hw: HardwareConfig) -> Roofline:
     """Lower bound on cycles: traffic / off-chip bandwidth vs FLOPs / allocated compute."""
     t = a.totals
-    mem = t["off_chip_bytes"] / sympy.nsimplify(hw.peak_bw)
-    alloc = a.allocated_compute
-    comp = t["flops"] / alloc if alloc else sympy.Integer(0)
+    mem, comp = roofline_terms(t["off_chip_bytes"], t["flops"], hw.peak_bw,
+                               a.allocated_compute)
     if mem.free_symbols or comp.free_symbols:
         bound = "unknown"
     else:

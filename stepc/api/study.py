@@ -22,6 +22,7 @@ from stepc.api.arguments import (
 from stepc.api.errors import InputError
 from stepc.api.inputs import hardware, settings
 from stepc.api.program import check
+from stepc.hw.memory import MEMORY_MODELS
 from stepc.spelling import given, label, switch
 
 if TYPE_CHECKING:
@@ -231,7 +232,7 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
         raise InputError(f"--data {data}: not a directory")
     out = path_arg("out", out)
     jobs = int_arg("jobs", jobs, minimum=1, maximum=MAX_JOBS) if jobs is not None else None
-    choice_arg("model", model, ("ref", "fluid", "dram"))
+    choice_arg("model", model, tuple(MEMORY_MODELS))
     bool_arg("fresh", fresh)
     callback_arg("progress", progress)
     callback_arg("on_figure", on_figure)

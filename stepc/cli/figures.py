@@ -15,6 +15,7 @@ import click
 from stepc.api.arguments import MAX_JOBS
 from stepc.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROGRAM, check_output_path, pairs
 from stepc.cli.sweep import sweep_progress
+from stepc.hw.memory import MEMORY_MODELS
 
 PLOT_EXAMPLE = """\b
 Examples:
@@ -115,7 +116,7 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
 @click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
               metavar="N",
               help="Worker processes (default: the number of cores).")
-@click.option("--model", type=click.Choice(["ref", "fluid", "dram"]), default="ref",
+@click.option("--model", type=click.Choice(list(MEMORY_MODELS)), default="ref",
               show_default=True, help="Off-chip memory model (dram: HBM2 with the preset's "
               "channels, see docs/dram.md).")
 @click.option("--fresh", is_flag=True, help="Simulate every point again instead of reusing "

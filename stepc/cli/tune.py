@@ -17,6 +17,7 @@ from stepc.cli.common import (
     parse_defines,
 )
 from stepc.cli.sweep import MAX_JOBS, _dask_client, grid_values
+from stepc.hw.memory import confirming_models
 
 TUNE_EXAMPLE = """\b
 Examples:
@@ -91,7 +92,7 @@ def _trace_paths(name: str, text: str) -> list[str]:
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a hardware setting for every point (repeatable).")
 @click.option("--model", default="ref", show_default=True,
-              type=click.Choice(["ref", "dram"]),
+              type=click.Choice(confirming_models()),
               help="The memory model that confirms the best candidates.")
 @click.option("--margin", default=0.05, show_default=True, type=float,
               help="Keep candidates the fluid screen puts within this fraction of the best "

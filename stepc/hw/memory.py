@@ -121,6 +121,17 @@ MEMORY_MODELS: dict[str, MemorySpec] = {
 }
 
 
+def confirming_models() -> list[str]:
+    """The models that may confirm a search's best candidates (all but the screens)."""
+    return [name for name, spec in MEMORY_MODELS.items() if not spec.screen]
+
+
+def by_cost() -> list[str]:
+    """The models cheapest first: the screens, then the others in the table's order (the
+    table lists those from the cheapest)."""
+    return [m for m, s in MEMORY_MODELS.items() if s.screen] + confirming_models()
+
+
 def readers(section: str) -> list[str]:
     """The models that read `section`."""
     return [name for name, spec in MEMORY_MODELS.items() if section in spec.sections]

@@ -130,7 +130,7 @@ def operator_text(checked: Checked, call: ast.Call, settings: Settings) -> str:
 def roofline_text(checked: Checked, node: str, hw: str) -> str:
     """Off-chip bytes, FLOPs and roofline cycles of one operator instance and of the
     whole program on hardware `hw` (the analysis is made once per check and preset)."""
-    from stepc.analyze import analyze, roofline
+    from stepc.analyze import analyze, roofline, roofline_terms
     from stepc.hw.config import ConfigError, load_config
 
     if hw not in checked.costs:
@@ -144,9 +144,8 @@ def roofline_text(checked: Checked, node: str, hw: str) -> str:
     cost = next((o for o in a.ops if o.node == node), None)
     lines = [f"roofline on `{hw}`:"]
     if cost is not None:
-        mem = cost.off_chip / sympy.nsimplify(config.peak_bw)
-        bw = cost.compute_bw
-        comp = cost.flops / bw if bw else sympy.Integer(0)
+        mem, comp = roofline_terms(cost.off_chip, cost.flops, config.peak_bw,
+                                   cost.compute_bw)
         bound = sympy.Max(*[t for t in (mem, comp) if t != 0] or [0])
         lines.append(f"- this operator: {fmt_dim(cost.off_chip)} bytes off-chip, "
                      f"{fmt_dim(cost.flops)} FLOPs; at least {fmt_dim(bound)} cycles")

@@ -3,6 +3,8 @@ structured result (clients validate results against it)."""
 
 from __future__ import annotations
 
+from stepc.hw.memory import by_cost, confirming_models
+
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
@@ -10,6 +12,7 @@ NUM = {"type": "number"}
 NUM_OR_NULL = {"type": ["number", "null"]}
 ANY_OBJECT = {"type": "object"}
 LIST = {"type": "array"}
+LADDER = ("roofline", *by_cost())  # the estimate's fidelities, cheapest first
 
 PROGRAM = {
     "program": {**STR, "description": "The program's .step text (or give `path`)."},
@@ -138,7 +141,7 @@ TOOLS: dict[str, dict] = {
                        "objectives": {"type": "array", "items": STR, "maxItems": 2,
                                       "description": "Metrics to minimise (max:METRIC "
                                       "maximises); two give a Pareto front."},
-                       "model": {"enum": ["ref", "dram"]}, **HW, **TIME_LIMIT,
+                       "model": {"enum": confirming_models()}, **HW, **TIME_LIMIT,
                        "traces": {"type": "object", "description": "External stream -> "
                                   "a trace file or a list of them (workspace)."}},
                       ("paths", "space")),
@@ -147,12 +150,13 @@ TOOLS: dict[str, dict] = {
     },
     "estimate": {
         "description": "Cycles at rising fidelity: the roofline lower bound (analysis "
-        "only), then the fluid, ref and dram memory models (simulations). Each answer "
+        f"only), then the {', '.join(LADDER[1:-1])} and {LADDER[-1]} memory models "
+        "(simulations). Each answer "
         "names its model and that model's measured error against the reference simulator "
         "and the HDL on the paper's SwiGLU sweep (docs/dram.md).",
         "input": _args({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
                        "fidelity": {"type": "array",
-                                    "items": {"enum": ["roofline", "fluid", "ref", "dram"]},
+                                    "items": {"enum": list(LADDER)},
                                     "description": "Models to run; default roofline and "
                                     "fluid."}}),
         "output": _obj({"program": STR, "hw": STR, "error_source": STR, "estimates": {

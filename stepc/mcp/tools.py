@@ -16,6 +16,7 @@ from typing import Any
 
 from stepc.api.errors import Deadlock, InputError, SimulationError
 from stepc.diagnostics import StepError, render_text
+from stepc.mcp.schemas import LADDER
 from stepc.mcp.workspace import MAX_FILE_BYTES, Refused, Workspace
 
 CACHED_PROGRAMS = 16  # checked programs kept between calls (the 128-expert MoE: ~10 MB)
@@ -23,7 +24,6 @@ DEFAULT_LIMIT = 100  # list items returned per page
 MAX_LIMIT = 1000
 BUSIEST = 10  # operators listed by a simulation's summary
 MAX_TUNE_POINTS = 64  # a tune space larger than this is refused: `stepc tune` searches those
-LADDER = ("roofline", "fluid", "ref", "dram")  # cheapest first
 MAX_FORMULA = 1000  # characters of a symbolic value shown; a 128-expert total runs to 30,000
 
 

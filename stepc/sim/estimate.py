@@ -23,7 +23,7 @@ def cycles_lower_bound(analysis: Analysis, typed: TypedProgram, hw: HardwareConf
     """At least this many cycles (None when a cost cannot be evaluated exactly)."""
     import sympy
 
-    from stepc.analyze import exact, trace_bindings
+    from stepc.analyze import exact, roofline_terms, trace_bindings
     from stepc.traces import TraceError
     try:
         bound = {k: exact.number(sympy.sympify(v)) for k, v in
@@ -38,9 +38,8 @@ def cycles_lower_bound(analysis: Analysis, typed: TypedProgram, hw: HardwareConf
         if moved is None or computed is None:
             return None
         traffic, flops = traffic + moved, flops + computed
-    alloc = analysis.allocated_compute
-    cycles = max(traffic / hw.peak_bw, flops / alloc if alloc else 0, 0)
-    return math.ceil(cycles)
+    return int(math.ceil(max(*roofline_terms(traffic, flops, hw.peak_bw,
+                                             analysis.allocated_compute), 0)))
 
 
 class _DataOrZero(dict):
