@@ -59,8 +59,7 @@ def fixed_model(tmp_path, monkeypatch):
     """The `fixed` model: its module in a directory on the path, and its registry entry."""
     (tmp_path / "fixed_memory.py").write_text(textwrap.dedent(FIXED))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(MEMORY_MODELS, "fixed", MemorySpec(
-        "one server at the pool's peak bandwidth, a fixed latency", "fixed_memory"))
+    monkeypatch.setitem(MEMORY_MODELS, "fixed", MemorySpec("fixed_memory"))
 
 
 def sim_cycles(*sets: str) -> int:

@@ -36,9 +36,9 @@ def no_check(hbm) -> str | None:
 
 @dataclass(frozen=True)
 class MemorySpec:
-    """One memory model as the configuration layer sees it."""
+    """One memory model as the configuration layer sees it (`hw` is a `HardwareConfig`,
+    which this module lies below)."""
 
-    summary: str  # one line: what it models and how
     simulator: str  # the module under stepc/sim/ whose `from_config(kernel, hw)` builds it
     peak_bw: Callable = pool_bw  # hw -> bytes/cycle before the arbiter
     peak_keys: Callable = lambda hw: POOL_KEYS  # hw -> the dotted keys `peak_bw` reads
@@ -104,17 +104,13 @@ DRAM_PEAK_KEYS = frozenset({
     "dram.mapping"})
 
 MEMORY_MODELS: dict[str, MemorySpec] = {
-    "ref": MemorySpec(
-        "the reference simulator's channel pool, request by request",
-        "stepc.sim.hbm.ref"),
+    "ref": MemorySpec("stepc.sim.hbm.ref"),
     "fluid": MemorySpec(
-        "the channel pool as one bandwidth + latency server, O(1) per burst",
         "stepc.sim.hbm.fluid",
         ignores=lambda hw: {"hbm.outstanding":
                             "the fluid model serves whole bursts, not requests"},
         screen=True),
     "dram": MemorySpec(
-        "HBM2/HBM3 banks, rows and buses under an FR-FCFS controller ([dram])",
         "stepc.sim.hbm.dram", peak_bw=dram_peak_bw, peak_keys=lambda hw: DRAM_PEAK_KEYS,
         sections=("dram",), ignores=dram_ignores,
         reachable_channels=dram_reachable_channels, check=dram_check),
