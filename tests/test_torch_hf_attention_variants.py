@@ -23,7 +23,7 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch import from_torch
+from stepc.torch import InputRefused, from_torch
 
 SIZES = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
          "intermediate_size": 128, "num_hidden_layers": 1}
@@ -40,8 +40,7 @@ def build(kind: str, impl: str = "eager", **extra):
     cfg = AutoConfig.for_model(kind, **{**SIZES, **extra})
     cfg = getattr(cfg, "text_config", cfg)
     cfg._attn_implementation = impl
-    cls = _attention_class(kind)
-    m = cls(cfg, 0)
+    m = ATTENTION[kind](cfg, 0)
     with torch.no_grad():
         for name, p in m.named_parameters():
             if "norm" in name or "bias" in name:
@@ -49,20 +48,26 @@ def build(kind: str, impl: str = "eager", **extra):
     return m.eval()
 
 
-def _attention_class(kind: str):
+def _attention(package: str, name: str):
     import importlib
-    modeling = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    return next(c for n, c in vars(modeling).items()
-                if n.endswith("Attention") and isinstance(c, type)
-                and c.__module__ == modeling.__name__ and "Vision" not in n)
+    return getattr(importlib.import_module(f"transformers.models.{package}.modeling_{package}"),
+                   name)
+
+
+ATTENTION = {"phi3": _attention("phi3", "Phi3Attention"),
+             "gemma": _attention("gemma", "GemmaAttention"),
+             "gemma2": _attention("gemma2", "Gemma2Attention"),
+             "gemma3_text": _attention("gemma3", "Gemma3Attention")}
 
 
 def rotary(m, hs, positions):
-    """(cos, sin) from the model's own rotary embedding class."""
+    """(cos, sin) from the model's own rotary embedding class (Gemma 3's for the layer's
+    type)."""
     modeling = sys.modules[type(m).__module__]
     cls = next(c for n, c in vars(modeling).items() if n.endswith("RotaryEmbedding"))
+    kwargs = {"layer_type": m.layer_type} if "gemma3" in type(m).__module__ else {}
     with torch.no_grad():
-        return cls(m.config)(hs, positions)
+        return cls(m.config)(hs, positions, **kwargs)
 
 
 def decode_inputs(m, lens=LENS, window=None):
@@ -135,3 +140,48 @@ def test_phi3_partial_rotary_matches_the_module(tiling):
     assert args[1][0].shape[-1] == 8
     prog = assert_matches(m, args, tiling)
     assert "Partial rotary: RoPE over the first 8 dims" in prog.text
+
+
+def _capped(m, args, cap):
+    """The module's output with its soft-capping set to `cap`."""
+    m.attn_logit_softcapping = cap
+    with torch.no_grad():
+        return m(*args[:3], copy.deepcopy(args[3]))[0].numpy()
+
+
+@pytest.mark.parametrize("tiling", [
+    "interleaved", pytest.param("coarse", marks=pytest.mark.slow),
+    pytest.param("dynamic", marks=pytest.mark.slow)])
+def test_gemma2_soft_capping_and_query_pre_attn_scalar(tiling):
+    """tanh(s / cap) cap on the scores and the scale query_pre_attn_scalar ** -0.5 (not
+    head_dim's): each moves the module's output, and the program follows."""
+    m = build("gemma2", attn_logit_softcapping=0.05, query_pre_attn_scalar=4)
+    args = decode_inputs(m)
+    capped = _capped(m, args, 0.05)
+    assert np.abs(_capped(m, args, None) - capped).max() > 0.1 * np.abs(capped).max()
+    m.attn_logit_softcapping = 0.05
+    assert m.scaling == 0.5
+    prog = assert_matches(m, args, tiling)
+    assert "tanh(s / 0.05) 0.05" in prog.text and 'affine(scale="20.0")' in prog.text
+
+
+def test_gemma2_sliding_window_layer_through_its_mask():
+    m = build("gemma2", sliding_window=8, layer_types=["sliding_attention"])
+    assert m.sliding_window == 8
+    args = decode_inputs(m, window=8)
+    prog = assert_matches(m, args, "dynamic")
+    np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], np.minimum(LENS, 7))
+
+
+@pytest.mark.parametrize("kind", ["gemma3_text", "gemma"])
+def test_gemma3_one_plus_w_norms_and_gemma(kind):
+    """Gemma 3's q/k norms scale by 1 + w (QN holds it); Gemma's attention is Llama's."""
+    m = build(kind)
+    prog = assert_matches(m, decode_inputs(m), "coarse")
+    assert ("q_norm.weight + 1" in prog.tensors.get("QN", "")) == (kind == "gemma3_text")
+
+
+def test_soft_capping_under_sdpa_is_refused():
+    m = build("gemma2", "sdpa")
+    with pytest.raises(InputRefused, match=r"soft-capping under the `sdpa`.*Gemma2Attention"):
+        from_torch(m, decode_inputs(m))

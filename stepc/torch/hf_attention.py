@@ -148,13 +148,20 @@ class HFAttentionIO:
 
 def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
     """(cos, sin) at `positions` from the model's own rotary embedding (the `*RotaryEmbedding`
-    class of the modeling file of the module's class or its nearest base, from its config)."""
+    class of the modeling file of the module's class or its nearest base, from its config;
+    for the module's layer type where it has one per type, as Gemma 3)."""
+    import inspect
     import sys
     rotary = next(c for cls in type(module).__mro__
                   for n, c in vars(sys.modules[cls.__module__]).items()
                   if n.endswith("RotaryEmbedding") and isinstance(c, type))
+    emb = rotary(module.config)
+    kwargs = {}
+    if "layer_type" in inspect.signature(inspect.unwrap(type(emb).forward)).parameters:
+        kwargs["layer_type"] = getattr(module, "layer_type", None) or \
+            module.config.layer_types[module.layer_idx]
     with torch.no_grad():
-        return rotary(module.config)(hs, positions)
+        return emb(hs, positions, **kwargs)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

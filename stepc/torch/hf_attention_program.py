@@ -81,7 +81,8 @@ class HFDecodeShapes:
         self.bias, self.bias_o = self.form.bias, self.form.bias_o
         if self.form.softcap is not None and impl != "eager":
             raise refuse(module, f"logit soft-capping under the `{impl}` attention "
-                                  "implementation (transformers computes it under eager)")
+                                  "implementation (transformers computes it under eager)",
+                         InputRefused)
         self.past = self.past_length(example, module)
 
     @staticmethod
