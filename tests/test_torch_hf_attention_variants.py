@@ -185,3 +185,81 @@ def test_soft_capping_under_sdpa_is_refused():
     m = build("gemma2", "sdpa")
     with pytest.raises(InputRefused, match=r"soft-capping under the `sdpa`.*Gemma2Attention"):
         from_torch(m, decode_inputs(m))
+
+
+BY_PARTS = {  # no class name registered: recognised by their parts
+    "granite": ("GraniteAttention", {"attention_multiplier": 0.3}),  # scaling 0.3
+    "olmo": ("OlmoAttention", {}),
+    "cohere": ("CohereAttention", {}),         # rotate_half on interleaved pairs
+    "glm": ("GlmAttention", {"partial_rotary_factor": 0.5}),  # interleaved, partial
+    "helium": ("HeliumAttention", {}),         # cos/sin tables repeated pairwise
+}
+
+
+@pytest.mark.parametrize("kind", [
+    "granite", "glm", *(pytest.param(k, marks=pytest.mark.slow) for k in BY_PARTS
+                        if k not in ("granite", "glm"))])
+def test_attention_classes_by_their_parts(kind):
+    from stepc.torch.families import HF_ATTENTION, match
+    name, extra = BY_PARTS[kind]
+    ATTENTION[kind] = _attention(kind, name)
+    m = build(kind, **extra)
+    assert name not in HF_ATTENTION.classes and match(m).family is HF_ATTENTION
+    assert_matches(m, decode_inputs(m), "coarse")
+    if kind == "granite":
+        assert m.scaling == 0.3
+
+
+@pytest.mark.parametrize("kind,name,what", [
+    ("olmo2", "Olmo2Attention", r"q_norm \(Olmo2RMSNorm\) normalises 64 features: a q/k norm "
+                                r"over the whole projection"),
+    ("bitnet", "BitNetAttention", r"submodule attn_sub_norm \(not a projection"),
+    ("hunyuan_v1_dense", "HunYuanDenseV1Attention", r"submodules key_layernorm, "
+                                                   r"query_layernorm"),
+])
+def test_parts_the_family_does_not_lower_are_refused(kind, name, what):
+    ATTENTION[kind] = _attention(kind, name)
+    m = build(kind)
+    with pytest.raises(InputRefused, match=rf"{what}.*{name}\.forward \(modeling_{kind}\.py:"):
+        from_torch(m, decode_inputs(m))
+
+
+def test_a_rotary_embedding_of_another_form_is_refused(monkeypatch):
+    """An apply_rotary_pos_emb that is not x cos + rotate_half(x) sin (here: x (cos + sin),
+    no rotation) is refused naming it, not lowered as the usual form."""
+    m = build("phi3")
+    modeling = sys.modules[type(m).__module__]
+    monkeypatch.setattr(modeling, "apply_rotary_pos_emb", lambda q, k, cos, sin: tuple(
+        x * cos.unsqueeze(1) + x * sin.unsqueeze(1) for x in (q, k)))
+    with pytest.raises(InputRefused, match=r"apply_rotary_pos_emb is not x cos \+ "
+                                           r"rotate_half\(x\) sin.*Phi3Attention"):
+        from_torch(m, decode_inputs(m))
+
+
+def test_cli_refuses_a_mismatched_rotary_width_as_a_usage_error(tmp_path):
+    """GLM's rotary covers half a head; position_embeddings given over the whole head lower,
+    and the verification's seeded inputs say which shape to give (exit 2, no traceback)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from stepc.cli import main
+    config = tmp_path / "glm.json"
+    config.write_text(json.dumps({**SIZES, "partial_rotary_factor": 0.5}))
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import json\nimport transformers\n"
+        "from transformers.models.glm.modeling_glm import GlmAttention\n\n\n"
+        "def make_model():\n"
+        f"    data = json.loads(open({str(config)!r}).read())\n"
+        "    return GlmAttention(transformers.AutoConfig.for_model('glm', **data), 0)\n")
+    args = ["from-torch", f"{factory}:make_model", "--input", "hidden_states=f32[2,1,64]",
+            "--input", "position_embeddings=f32[2,2,1,16]", "--input",
+            "attention_mask=f32[2,1,1,9]", "-o", str(tmp_path / "a.step")]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert "covers 8 dims of a head" in r.output and "[2, B, 1, 8]" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "a.step").exists()
+    args[5] = "position_embeddings=f32[2,2,1,8]"
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output

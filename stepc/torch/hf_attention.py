@@ -39,9 +39,8 @@ import numpy as np
 import torch
 
 from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.emit import StepWriter
-from stepc.torch.hf_attention_forms import full_rotation, pad_rotary
 from stepc.torch.hf_attention_program import HFDecodeShapes, declare, layer_kv, program_body, refuse
 
 
@@ -94,15 +93,14 @@ class HFAttentionIO:
             kc[b, :, :len(rows)] = keys[b][:, rows]
             vc[b, :, :len(rows)] = vals[b][:, rows]
             mask[b, :, :lens[b] + 1] = 0.0  # the cached rows and the new one
-        cos, sin = (_np(t).reshape(s.batch, -1)
-                    for t in HFDecodeShapes.rope_args(args[1], module))
-        if cos.shape[1] != s.rotary_dim:
-            raise refuse(module, f"position_embeddings cover {cos.shape[1]} dims of a head; "
+        cos, sin = HFDecodeShapes.rope_args(args[1], module)
+        if cos.shape[-1] != s.rotary_dim:
+            raise refuse(module, f"position_embeddings cover {cos.shape[-1]} dims of a head; "
                                   f"the program was lowered for {s.rotary_dim}")
-        cos, sin = pad_rotary(cos, sin, s.head_dim)
+        cos, sin = s.form.rope.tables(cos.reshape(s.batch, 1, -1), sin.reshape(s.batch, 1, -1))
         state = module.state_dict()
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
-               "MASK": mask.reshape(-1, tn), "ROT": full_rotation(s.form, s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": s.form.rope.rot,
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
         for name, a in rows.items():
@@ -134,6 +132,11 @@ class HFAttentionIO:
         lens = torch.randint(0, s.past + 1, (s.batch,), generator=g)
         hs = torch.randn(s.batch, 1, s.hidden, generator=g).to(dt)
         pe = _rotary(module, hs, lens[:, None])
+        if pe[0].shape[-1] != s.rotary_dim:
+            raise refuse(module, f"the model's rotary embedding covers {pe[0].shape[-1]} dims "
+                                  f"of a head, the example position_embeddings {s.rotary_dim}: "
+                                  f"give them as [B, 1, {pe[0].shape[-1]}] each (stacked: [2, "
+                                  f"B, 1, {pe[0].shape[-1]}])", InputRefused)
         valid = torch.arange(s.past + 1)[None] < lens[:, None]
         valid[:, -1] = True
         mask = torch.zeros(valid.shape, dtype=dt).masked_fill(~valid, torch.finfo(dt).min)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ class AttentionForm:
     softcap: float | None       # logit soft-capping tanh(s / cap) cap
     norm_eps: float | None      # the q/k RMS norms' epsilon
     norm_offset: float          # their scale: w + offset
-    rot: np.ndarray             # [rotary_dim, rotary_dim]: rotate_half(x) == x @ rot
+    rope: Rope                  # the rotary embedding
     fused: bool                 # q, k and v are rows of one `qkv_proj`
 
 
@@ -178,9 +178,32 @@ def _norm_offset(norm: torch.nn.Module, head_dim: int, eps: float) -> float | No
                  if torch.allclose(y, base * (w + o), rtol=1e-4, atol=1e-5)), None)
 
 
-def _rotation(module, head_dim: int, rotary_dim: int, fail) -> np.ndarray:
-    """R with `rotate_half(x) == x @ R` for the first `rotary_dim` dims, as the module's
-    `apply_rotary_pos_emb` computes; refuses an embedding of another form."""
+@dataclass(frozen=True)
+class Rope:
+    """The rotary embedding as the module's `apply_rotary_pos_emb` computes it: x COS + (x ROT)
+    SIN over a whole head, COS and SIN the tables it makes of the given cos and sin (a gather:
+    the interleaved forms repeat each frequency; partial rotary has COS 1 and SIN 0 over the
+    dims passed through)."""
+
+    apply: object = field(repr=False)  # the modeling file's apply_rotary_pos_emb
+    rot: np.ndarray = field(repr=False)  # [head_dim, head_dim], rotate_half(x) == x @ rot
+
+    def tables(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """COS and SIN [B, head_dim] for cos, sin [B, 1, rotary dims]: the embedding of x = 1
+        with sin 0, and of x = 1 ROT^T (so that x ROT = 1) with cos 0."""
+        b, d = cos.shape[0], self.rot.shape[0]
+        cos, sin = cos.detach().to("cpu", torch.float32), sin.detach().to("cpu", torch.float32)
+        ones = torch.ones(b, 1, 1, d)
+        lifted = ones @ torch.from_numpy(np.ascontiguousarray(self.rot.T))
+        with torch.no_grad():
+            c = self.apply(ones, ones, cos, torch.zeros_like(sin))[0]
+            s = self.apply(lifted, lifted, torch.zeros_like(cos), sin)[0]
+        return c.reshape(b, d).numpy(), s.reshape(b, d).numpy()
+
+
+def _rotation(module, head_dim: int, rotary_dim: int, fail) -> Rope:
+    """The module's rotary embedding for cos/sin over `rotary_dim` dims of a head, probed on
+    seeded values; refuses one of another form."""
     if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
         raise fail(f"rotary embeddings over {rotary_dim} of the {head_dim} dims of a head are "
                    "not lowered")
@@ -190,52 +213,26 @@ def _rotation(module, head_dim: int, rotary_dim: int, fail) -> np.ndarray:
     if apply is None or half is None:
         raise fail(f"{owner.__module__} has no apply_rotary_pos_emb and rotate_half: the "
                    "rotary embedding is not read")
-    with torch.no_grad():
-        rot = half(torch.eye(rotary_dim)).numpy()  # rotate_half is linear: x R, R = its image of I
+    rot = np.zeros((head_dim, head_dim), np.float32)
+    with torch.no_grad():  # rotate_half is linear: x R, R its image of the identity
+        rot[:rotary_dim, :rotary_dim] = half(torch.eye(rotary_dim)).numpy()
+    rope = Rope(apply, rot)
     g = torch.Generator().manual_seed(_PROBE_SEED)
-    q, k = (torch.randn(1, 1, 1, head_dim, generator=g) for _ in range(2))
-    cos, sin = (torch.randn(1, 1, rotary_dim, generator=g) for _ in range(2))
+    q, k = (torch.randn(2, 1, 1, head_dim, generator=g) for _ in range(2))
+    cos, sin = (torch.randn(2, 1, rotary_dim, generator=g) for _ in range(2))
+    partial = f" (partial rotary: {rotary_dim} of {head_dim} dims)" if rotary_dim < head_dim \
+        else ""
     try:
         with torch.no_grad():
             got = apply(q, k, cos, sin)
+        c, s = rope.tables(cos, sin)
     except (RuntimeError, TypeError, ValueError, IndexError):
-        got = None
-    partial = f" (partial rotary: {rotary_dim} of {head_dim} dims)" if rotary_dim < head_dim \
-        else ""
-    if got is None:
         raise fail(f"{owner.__module__}.apply_rotary_pos_emb does not take cos/sin over "
-                   f"{rotary_dim} of the {head_dim} dims of a head{partial}")
-    want = [rope_reference(t.reshape(1, -1).numpy(), cos.reshape(1, -1).numpy(),
-                           sin.reshape(1, -1).numpy(), rot) for t in (q, k)]
-    if not all(np.allclose(g_.reshape(1, -1).numpy(), w, rtol=1e-5, atol=1e-5)
-               for g_, w in zip(got, want)):
-        raise fail(f"{owner.__module__}.apply_rotary_pos_emb is not x cos + rotate_half(x) "
-                   f"sin over the first {rotary_dim} dims{partial}")
-    return rot.astype(np.float32)
-
-
-def rope_reference(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rot: np.ndarray):
-    """x cos + (x R) sin over the first dims cos covers, the rest of x passed through."""
-    r = cos.shape[-1]
-    out = x.copy()
-    out[:, :r] = x[:, :r] * cos + (x[:, :r] @ rot) * sin
-    return out
-
-
-def full_rotation(form: AttentionForm, head_dim: int) -> np.ndarray:
-    """ROT over the whole head: the rotary block, zeros over the dims passed through."""
-    r = form.rot.shape[0]
-    out = np.zeros((head_dim, head_dim), np.float32)
-    out[:r, :r] = form.rot
-    return out
-
-
-def pad_rotary(cos: np.ndarray, sin: np.ndarray, head_dim: int) -> tuple:
-    """cos and sin over the whole head: 1 and 0 over the dims passed through, so that
-    `x cos + (x ROT) sin` leaves them as they are."""
-    n, r = cos.shape
-    c = np.ones((n, head_dim), np.float32)
-    s = np.zeros((n, head_dim), np.float32)
-    c[:, :r], s[:, :r] = cos, sin
-    return c, s
-
+                   f"{rotary_dim} of the {head_dim} dims of a head{partial}") from None
+    for x, y in zip((q, k), got):
+        x = x.reshape(2, head_dim).numpy()
+        if not np.allclose(y.reshape(2, head_dim).numpy(), x * c + (x @ rot) * s,
+                           rtol=1e-5, atol=1e-5):
+            raise fail(f"{owner.__module__}.apply_rotary_pos_emb is not x cos + "
+                       f"rotate_half(x) sin{partial}")
+    return rope
