@@ -1,13 +1,14 @@
-"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`, and the
-same forward in `Qwen2Attention`, `MistralAttention`), lowered whole from the module's
-config and weights (a block family, stepc/torch/families.py).
+"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`,
+`Phi3Attention`, `Gemma2Attention`, ... and other classes by their parts, whose form
+stepc/torch/hf_attention_forms.py reads), lowered whole from the module's config and weights
+(a block family, stepc/torch/families.py).
 
 The forward is `module(hidden_states, position_embeddings, attention_mask, cache)`, one new
 token per request:
 
 - `hidden_states` `[B, 1, hidden]`;
-- `position_embeddings` `(cos, sin)`, each `[B, 1, head_dim]` (from the model's rotary
-  embedding at each request's position; any rope type whose cos/sin cover the whole head);
+- `position_embeddings` `(cos, sin)`, each `[B, 1, head_dim]` or, partial rotary, `[B, 1,
+  rotary dims]` (from the model's rotary embedding at each request's position);
 - `attention_mask` `[B, 1, 1, P + 1]`, bool (True attends) or additive (0 attends, -inf or
   the dtype's minimum masks), as transformers builds it; None attends to every position;
 - `cache` a `DynamicCache` whose layer `layer_idx` holds the requests' past keys and values
@@ -24,9 +25,10 @@ values and traces before calling the module: its forward appends to the cache.
 The emitted program runs the paper's decode-attention schedules (programs/attention_*.step:
 static interleaved, static coarse-grained blocks, dynamic dispatch over R regions). Each
 region, per request: the q/k/v projections head by head (re-reading the weights per
-request), Qwen3's q/k RMS norms, RoPE (`rotate_half` as a product with a signed permutation
-`ROT`), the 1/sqrt(head_dim) scale, then per KV head the append of the new key/value row
-to the request's last KV tile (written back to the cache) and the softmax with the row
+request), the q/k RMS norms, RoPE (`x COS + (x ROT) SIN`, the tables and the signed
+permutation as the module's rotary embedding makes them), the module's scale, then per KV
+head the append of the new key/value row to the request's last KV tile (written back to the
+cache) and the softmax (of the soft-capped scores where the module caps them) with the row
 maximum subtracted over the request's KV tiles (the scores of one request are buffered on
 chip between the max and the exponentials), and the o projection summed over the heads.
 """
@@ -172,7 +174,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
-    """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling` (params R,
+    """Lower a transformers decode attention in decode under `tiling` (params R,
     TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
     from stepc.torch.lowering import TorchProgram
     s = HFDecodeShapes(module, tuple(example_inputs))
