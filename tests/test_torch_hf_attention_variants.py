@@ -216,6 +216,7 @@ def test_attention_classes_by_their_parts(kind):
     ("bitnet", "BitNetAttention", r"submodule attn_sub_norm \(not a projection"),
     ("hunyuan_v1_dense", "HunYuanDenseV1Attention", r"submodules key_layernorm, "
                                                    r"query_layernorm"),
+    ("flint", "FlintAttention", r"the module's own tensor sinks .*attention sinks"),
 ])
 def test_parts_the_family_does_not_lower_are_refused(kind, name, what):
     ATTENTION[kind] = _attention(kind, name)

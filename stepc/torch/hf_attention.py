@@ -157,16 +157,26 @@ def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
     for the module's layer type where it has one per type, as Gemma 3)."""
     import inspect
     import sys
-    rotary = next(c for cls in type(module).__mro__
-                  for n, c in vars(sys.modules[cls.__module__]).items()
-                  if n.endswith("RotaryEmbedding") and isinstance(c, type))
-    emb = rotary(module.config)
-    kwargs = {}
-    if "layer_type" in inspect.signature(inspect.unwrap(type(emb).forward)).parameters:
-        kwargs["layer_type"] = getattr(module, "layer_type", None) or \
-            module.config.layer_types[module.layer_idx]
-    with torch.no_grad():
-        return emb(hs, positions, **kwargs)
+    rotary = next((c for cls in type(module).__mro__
+                   for n, c in vars(sys.modules[cls.__module__]).items()
+                   if n.endswith("RotaryEmbedding") and isinstance(c, type)), None)
+    if rotary is None:
+        raise refuse(module, "no *RotaryEmbedding class beside the module's to draw the "
+                              "verification's position_embeddings from (--no-verify skips it)",
+                     InputRefused)
+    try:
+        emb = rotary(module.config)
+        kwargs = {}
+        if "layer_type" in inspect.signature(inspect.unwrap(type(emb).forward)).parameters:
+            kwargs["layer_type"] = getattr(module, "layer_type", None) or \
+                module.config.layer_types[module.layer_idx]
+        with torch.no_grad():
+            return emb(hs, positions, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a model's own code, any exception
+        raise refuse(module, f"{rotary.__name__}, which draws the verification's "
+                              f"position_embeddings, fails on the module's config "
+                              f"({type(e).__name__}: {e}; --no-verify skips it)",
+                     InputRefused) from None
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -24,6 +24,7 @@ import torch
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 FUSED = "qkv_proj"
 NORMS = ("q_norm", "k_norm")
+CACHE_ARGUMENTS = ("cache", "past_key_values", "past_key_value")
 KNOWN_PARTS = {*PROJECTIONS, FUSED, "o_proj", *NORMS, "rotary_emb"}
 _PROBE_SEED = 0
 
@@ -78,13 +79,14 @@ def looks_like(module: torch.nn.Module) -> bool:
 
 
 def _takes_decode_arguments(module: torch.nn.Module) -> bool:
-    """forward(hidden_states, position_embeddings, attention_mask, ...)."""
+    """forward(hidden_states, position_embeddings, attention_mask, cache, ...)."""
     try:
         sig = inspect.signature(inspect.unwrap(type(module).forward))
     except (TypeError, ValueError):
         return False
-    return list(sig.parameters)[1:4] == ["hidden_states", "position_embeddings",
-                                         "attention_mask"]
+    names = list(sig.parameters)
+    return names[1:4] == ["hidden_states", "position_embeddings", "attention_mask"] and \
+        len(names) > 4 and names[4] in CACHE_ARGUMENTS
 
 
 def read_form(module: torch.nn.Module, rotary_dim: int, fail) -> AttentionForm:
@@ -96,6 +98,12 @@ def read_form(module: torch.nn.Module, rotary_dim: int, fail) -> AttentionForm:
     if extra:
         raise fail(f"submodule{'s' if len(extra) > 1 else ''} {', '.join(extra)} (not a "
                    "projection, q/k norm or rotary embedding) would not be lowered")
+    own = sorted(n for n, _ in [*module.named_parameters(recurse=False),
+                                *module.named_buffers(recurse=False)])
+    if own:
+        raise fail(f"the module's own tensor{'s' if len(own) > 1 else ''} {', '.join(own)} "
+                   "(beside its projections and norms; e.g. attention sinks) would not be "
+                   "lowered")
     fused = isinstance(getattr(module, FUSED, None), torch.nn.Linear)
     weights, biased = {}, []
     if fused:
