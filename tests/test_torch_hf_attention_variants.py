@@ -217,6 +217,8 @@ def test_attention_classes_by_their_parts(kind):
     ("hunyuan_v1_dense", "HunYuanDenseV1Attention", r"submodules key_layernorm, "
                                                    r"query_layernorm"),
     ("flint", "FlintAttention", r"the module's own tensor sinks .*attention sinks"),
+    ("qwen3_next", "Qwen3NextAttention", r"q_proj.weight is \[128, 64\], not \[64, 64\] .*a "
+                                         r"gate in the projection"),
 ])
 def test_parts_the_family_does_not_lower_are_refused(kind, name, what):
     ATTENTION[kind] = _attention(kind, name)

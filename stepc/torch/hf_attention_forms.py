@@ -120,8 +120,12 @@ def read_form(module: torch.nn.Module, rotary_dim: int, fail) -> AttentionForm:
                 weights[f"B{p.upper()}"] = Slice(f"{FUSED}.bias", a, b)
         biased = [proj.bias is not None] * 3
     else:
-        for p in "qkv":
+        for p, n in (("q", heads), ("k", kv), ("v", kv)):
             lin = getattr(module, f"{p}_proj")
+            if tuple(lin.weight.shape) != (n * d, cfg.hidden_size):
+                raise fail(f"{p}_proj.weight is {list(lin.weight.shape)}, not [{n * d}, "
+                           f"{cfg.hidden_size}] ({'H' if p == 'q' else 'KV'} heads of "
+                           f"{d}; e.g. a gate in the projection)")
             weights[f"W{p.upper()}"] = Slice(f"{p}_proj.weight")
             biased.append(lin.bias is not None)
             if lin.bias is not None:
@@ -129,6 +133,9 @@ def read_form(module: torch.nn.Module, rotary_dim: int, fail) -> AttentionForm:
     if len(set(biased)) > 1:
         raise fail("q, k and v projections with and without biases are not lowered (all "
                    "three or none)")
+    if tuple(module.o_proj.weight.shape) != (cfg.hidden_size, heads * d):
+        raise fail(f"o_proj.weight is {list(module.o_proj.weight.shape)}, not "
+                   f"[{cfg.hidden_size}, {heads * d}]")
     weights["WO"] = Slice("o_proj.weight")
     if module.o_proj.bias is not None:
         weights["BO"] = Slice("o_proj.bias")
