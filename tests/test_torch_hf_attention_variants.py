@@ -217,12 +217,14 @@ def test_attention_classes_by_their_parts(kind):
     ("hunyuan_v1_dense", "HunYuanDenseV1Attention", r"submodules key_layernorm, "
                                                    r"query_layernorm"),
     ("flint", "FlintAttention", r"the module's own tensor sinks .*attention sinks"),
+    ("cohere", "CohereAttention", r"q_norm \(CohereLayerNorm\) has a scale \[4, 16\], one per "
+                                  r"head"),
     ("qwen3_next", "Qwen3NextAttention", r"q_proj.weight is \[128, 64\], not \[64, 64\] .*a "
                                          r"gate in the projection"),
 ])
 def test_parts_the_family_does_not_lower_are_refused(kind, name, what):
     ATTENTION[kind] = _attention(kind, name)
-    m = build(kind)
+    m = build(kind, **({"use_qk_norm": True} if kind == "cohere" else {}))
     with pytest.raises(InputRefused, match=rf"{what}.*{name}\.forward \(modeling_{kind}\.py:"):
         from_torch(m, decode_inputs(m))
 

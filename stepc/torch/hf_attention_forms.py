@@ -2,9 +2,9 @@
 its class name (stepc.torch.hf_attention lowers it): the q/k/v projections, separate
 (`q_proj`, `k_proj`, `v_proj`) or fused (`qkv_proj`, Phi-3: the rows of q, then k, then v),
 biases, per-head q/k RMS norms (scale `w`, or `1 + w` as Gemma writes it), the rotary
-embedding (`x cos + rotate_half(x) sin` over the first dims the given cos/sin cover, the
-rest passed through), the score scale (`scaling`) and logit soft-capping
-(`tanh(s / cap) cap`, Gemma 2 and 3).
+embedding (`x COS + (x ROT) SIN`, ROT the modeling file's `rotate_half` and COS, SIN the
+tables its `apply_rotary_pos_emb` makes of the given cos and sin, probed), the score scale
+(`scaling`) and logit soft-capping (`tanh(s / cap) cap`, Gemma 2 and 3).
 
 `looks_like` says whether a module has these parts; `read_form` reads them, refusing what
 differs (a q/k norm over the whole projection, a norm or rotary embedding that is not one of
@@ -166,6 +166,9 @@ def _norms(module, head_dim: int, fail) -> tuple[float | None, float]:
         what = f"{name} ({type(norm).__name__})"
         if not isinstance(w, torch.Tensor) or not isinstance(eps, float):
             raise fail(f"{what} has no weight and epsilon of an RMSNorm")
+        if w.dim() > 1:
+            raise fail(f"{what} has a scale {list(w.shape)}, one per head, not one "
+                       f"[{head_dim}] scale the heads share")
         if w.numel() != head_dim:
             raise fail(f"{what} normalises {w.numel()} features: a q/k norm over the whole "
                        f"projection, not per head of {head_dim}")
@@ -186,7 +189,10 @@ def _norm_offset(norm: torch.nn.Module, head_dim: int, eps: float) -> float | No
     with torch.no_grad():
         probe.weight.copy_(torch.randn(probe.weight.shape, generator=g))
         x = torch.randn(2, head_dim, generator=g)
-        y = probe(x).float()
+        try:
+            y = probe(x).float()
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            return None
         base = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         w = probe.weight.reshape(-1)
     return next((o for o in (0.0, 1.0)
@@ -229,17 +235,16 @@ def _rotation(module, head_dim: int, rotary_dim: int, fail) -> Rope:
         raise fail(f"{owner.__module__} has no apply_rotary_pos_emb and rotate_half: the "
                    "rotary embedding is not read")
     rot = np.zeros((head_dim, head_dim), np.float32)
-    with torch.no_grad():  # rotate_half is linear: x R, R its image of the identity
-        rot[:rotary_dim, :rotary_dim] = half(torch.eye(rotary_dim)).numpy()
-    rope = Rope(apply, rot)
     g = torch.Generator().manual_seed(_PROBE_SEED)
     q, k = (torch.randn(2, 1, 1, head_dim, generator=g) for _ in range(2))
     cos, sin = (torch.randn(2, 1, rotary_dim, generator=g) for _ in range(2))
     partial = f" (partial rotary: {rotary_dim} of {head_dim} dims)" if rotary_dim < head_dim \
         else ""
     try:
-        with torch.no_grad():
+        with torch.no_grad():  # rotate_half is linear: x R, R its image of the identity
+            rot[:rotary_dim, :rotary_dim] = half(torch.eye(rotary_dim)).numpy()
             got = apply(q, k, cos, sin)
+        rope = Rope(apply, rot)
         c, s = rope.tables(cos, sin)
     except (RuntimeError, TypeError, ValueError, IndexError):
         raise fail(f"{owner.__module__}.apply_rotary_pos_emb does not take cos/sin over "
