@@ -1,13 +1,14 @@
-"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`, and the
-same forward in `Qwen2Attention`, `MistralAttention`), lowered whole from the module's
-config and weights (a block family, stepc/torch/families.py).
+"""Decode attention as transformers writes it (`LlamaAttention`, `Qwen3Attention`,
+`Phi3Attention`, `Gemma2Attention`, ... and other classes by their parts, whose form
+stepc/torch/hf_attention_forms.py reads), lowered whole from the module's config and weights
+(a block family, stepc/torch/families.py).
 
 The forward is `module(hidden_states, position_embeddings, attention_mask, cache)`, one new
 token per request:
 
 - `hidden_states` `[B, 1, hidden]`;
-- `position_embeddings` `(cos, sin)`, each `[B, 1, head_dim]` (from the model's rotary
-  embedding at each request's position; any rope type whose cos/sin cover the whole head);
+- `position_embeddings` `(cos, sin)`, each `[B, 1, head_dim]` or, partial rotary, `[B, 1,
+  rotary dims]` (from the model's rotary embedding at each request's position);
 - `attention_mask` `[B, 1, 1, P + 1]`, bool (True attends) or additive (0 attends, -inf or
   the dtype's minimum masks), as transformers builds it; None attends to every position;
 - `cache` a `DynamicCache` whose layer `layer_idx` holds the requests' past keys and values
@@ -24,9 +25,10 @@ values and traces before calling the module: its forward appends to the cache.
 The emitted program runs the paper's decode-attention schedules (programs/attention_*.step:
 static interleaved, static coarse-grained blocks, dynamic dispatch over R regions). Each
 region, per request: the q/k/v projections head by head (re-reading the weights per
-request), Qwen3's q/k RMS norms, RoPE (`rotate_half` as a product with a signed permutation
-`ROT`), the 1/sqrt(head_dim) scale, then per KV head the append of the new key/value row
-to the request's last KV tile (written back to the cache) and the softmax with the row
+request), the q/k RMS norms, RoPE (`x COS + (x ROT) SIN`, the tables and the signed
+permutation as the module's rotary embedding makes them), the module's scale, then per KV
+head the append of the new key/value row to the request's last KV tile (written back to the
+cache) and the softmax (of the soft-capped scores where the module caps them) with the row
 maximum subtracted over the request's KV tiles (the scores of one request are buffered on
 chip between the max and the exponentials), and the o projection summed over the heads.
 """
@@ -39,7 +41,7 @@ import numpy as np
 import torch
 
 from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.emit import StepWriter
 from stepc.torch.hf_attention_program import HFDecodeShapes, declare, layer_kv, program_body, refuse
 
@@ -49,7 +51,7 @@ class HFAttentionIO:
 
     def __init__(self, shapes: HFDecodeShapes, tiling: str, params: dict, weights: dict):
         self.s, self.tiling, self.params = shapes, tiling, params
-        self.weights = weights  # program tensor -> state-dict key
+        self.weights = weights  # program tensor -> its Slice of the state dict
 
     def kv_lens(self, module, args: tuple) -> np.ndarray:
         """Each request's attended cached positions (the mask's first P columns)."""
@@ -93,17 +95,20 @@ class HFAttentionIO:
             kc[b, :, :len(rows)] = keys[b][:, rows]
             vc[b, :, :len(rows)] = vals[b][:, rows]
             mask[b, :, :lens[b] + 1] = 0.0  # the cached rows and the new one
-        cos, sin = (_np(t).reshape(s.batch, s.head_dim)
-                    for t in HFDecodeShapes.rope_args(args[1], module))
-        state = {k: _np(v) for k, v in module.state_dict().items()}
+        cos, sin = HFDecodeShapes.rope_args(args[1], module)
+        if cos.shape[-1] != s.rotary_dim:
+            raise refuse(module, f"position_embeddings cover {cos.shape[-1]} dims of a head; "
+                                  f"the program was lowered for {s.rotary_dim}")
+        cos, sin = s.form.rope.tables(cos.reshape(s.batch, 1, -1), sin.reshape(s.batch, 1, -1))
+        state = module.state_dict()
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
-               "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": s.form.rope.rot,
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
         for name, a in rows.items():
             out[name] = coarse_regions(a, self.params) if self.tiling == "coarse" else a
-        for name, key in self.weights.items():
-            w = state[key]
+        for name, src in self.weights.items():
+            w = src.take(state)
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
 
@@ -129,6 +134,11 @@ class HFAttentionIO:
         lens = torch.randint(0, s.past + 1, (s.batch,), generator=g)
         hs = torch.randn(s.batch, 1, s.hidden, generator=g).to(dt)
         pe = _rotary(module, hs, lens[:, None])
+        if pe[0].shape[-1] != s.rotary_dim:
+            raise refuse(module, f"the model's rotary embedding covers {pe[0].shape[-1]} dims "
+                                  f"of a head, the example position_embeddings {s.rotary_dim}: "
+                                  f"give them as [B, 1, {pe[0].shape[-1]}] each (stacked: [2, "
+                                  f"B, 1, {pe[0].shape[-1]}])", InputRefused)
         valid = torch.arange(s.past + 1)[None] < lens[:, None]
         valid[:, -1] = True
         mask = torch.zeros(valid.shape, dtype=dt).masked_fill(~valid, torch.finfo(dt).min)
@@ -143,23 +153,30 @@ class HFAttentionIO:
 
 def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
     """(cos, sin) at `positions` from the model's own rotary embedding (the `*RotaryEmbedding`
-    class of the modeling file of the module's class or its nearest base, from its config)."""
+    class of the modeling file of the module's class or its nearest base, from its config;
+    for the module's layer type where it has one per type, as Gemma 3)."""
+    import inspect
     import sys
-    rotary = next(c for cls in type(module).__mro__
-                  for n, c in vars(sys.modules[cls.__module__]).items()
-                  if n.endswith("RotaryEmbedding") and isinstance(c, type))
-    with torch.no_grad():
-        return rotary(module.config)(hs, positions)
-
-
-def rotate_half_matrix(d: int) -> np.ndarray:
-    """The signed permutation R with `x @ R == rotate_half(x) == cat(-x2, x1)`."""
-    r = np.zeros((d, d), np.float32)
-    h = d // 2
-    for i in range(h):
-        r[i + h, i] = -1.0
-        r[i, i + h] = 1.0
-    return r
+    rotary = next((c for cls in type(module).__mro__
+                   for n, c in vars(sys.modules[cls.__module__]).items()
+                   if n.endswith("RotaryEmbedding") and isinstance(c, type)), None)
+    if rotary is None:
+        raise refuse(module, "no *RotaryEmbedding class beside the module's to draw the "
+                              "verification's position_embeddings from (--no-verify skips it)",
+                     InputRefused)
+    try:
+        emb = rotary(module.config)
+        kwargs = {}
+        if "layer_type" in inspect.signature(inspect.unwrap(type(emb).forward)).parameters:
+            kwargs["layer_type"] = getattr(module, "layer_type", None) or \
+                module.config.layer_types[module.layer_idx]
+        with torch.no_grad():
+            return emb(hs, positions, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a model's own code, any exception
+        raise refuse(module, f"{rotary.__name__}, which draws the verification's "
+                              f"position_embeddings, fails on the module's config "
+                              f"({type(e).__name__}: {e}; --no-verify skips it)",
+                     InputRefused) from None
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -167,7 +184,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
-    """Lower an `LlamaAttention` / `Qwen3Attention` in decode under `tiling` (params R,
+    """Lower a transformers decode attention in decode under `tiling` (params R,
     TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
     from stepc.torch.lowering import TorchProgram
     s = HFDecodeShapes(module, tuple(example_inputs))
