@@ -45,9 +45,11 @@ FAMILIES: list[Family] = [
     Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
                                    "MistralAttention", "Qwen3MoeAttention", "MixtralAttention"),
            "attention",
-           ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
-           "transformers decode attention (one new token per request, a DynamicCache, GQA, "
-           "RoPE, q/k norms, biases, eager or SDPA); KV lengths from the attention mask"),
+           ("interleaved", "coarse", "dynamic"),
+           "stepc.torch.hf_prefill:lower_hf_decode_or_prefill",
+           "transformers attention over a DynamicCache in decode (one new token per request) "
+           "or prefill (S new tokens, causal; by the shape of hidden_states), GQA, RoPE, q/k "
+           "norms, biases, eager or SDPA; KV lengths from the attention mask"),
 ]
 
 # Hugging Face transformers' sparse MoE blocks (stepc/torch/hf_moe.py): router ahead of the
