@@ -106,6 +106,34 @@ def test_left_padding_with_holes_biases_and_sdpa(kind, impl, tiling):
     np.testing.assert_array_equal(prog.traces(*args)["kv_lens"], want)
 
 
+@pytest.mark.parametrize("tiling,on_chip", [("interleaved", 0), ("dynamic", 1),
+                                             pytest.param("coarse", 0, marks=pytest.mark.slow)])
+def test_off_chip_bytes_equal_the_closed_form(tiling, on_chip):
+    """Per request: its S hidden rows, cos and sin rows and output rows, and (WEIGHTS_ON_CHIP=0)
+    every projection weight, the norm scales and ROT per head and SCALE per query head once,
+    not once per new token; with WEIGHTS_ON_CHIP=1 those constants once per region instead.
+    Per KV head: its ceil(len / TILE_N) + 1 K and V tiles and [QPK S, TILE_N] MASK tiles, the
+    K and V tile of the new rows written back, and the S new K and V rows."""
+    from stepc.analyze import analyze, trace_bindings
+    m = build("qwen3")
+    s, h, tn, regions = 3, 4, 8, 2
+    args = prefill_inputs(m, s)
+    prog = from_torch(m, args, verify=False, schedule={
+        "tiling": tiling, "TILE_N": tn, **SCHEDULES[tiling], "WEIGHTS_ON_CHIP": on_chip})
+    typed = compiled(prog.text).typed
+    run = simulate(typed, load_config(None, ()), prog.traces(*args), functional=False)
+    consts = (h * D * HID + 2 * KV * D * HID + HID * h * D + h * D + KV * D + (h + KV) * D * D
+              + h)
+    per_request = s * (2 * HID + 2 * D) + (0 if on_chip else consts)
+    per_kv = sum(ntiles * (2 * tn * D + (h // KV) * s * tn) + 2 * tn * D + 2 * s * D
+                 for ntiles in (-(-n // tn) + 1 for n in LENS))
+    closed = 4 * (len(LENS) * per_request + KV * per_kv + (regions * consts if on_chip else 0))
+    assert run.useful_bytes == closed
+    if tiling != "dynamic":  # the dynamic dispatch leaves the per-region counts symbolic
+        bound = analyze(typed).bind(trace_bindings(typed, prog.traces(*args)))
+        assert bound.totals["off_chip_bytes"] == closed
+
+
 def test_the_shape_of_hidden_states_chooses_decode_or_prefill():
     """[B, 1, HID] lowers the decode program, [B, 3, HID] the prefill one."""
     from stepc.torch.hf_attention import lower_hf_attention
