@@ -190,6 +190,30 @@ def test_refusals_name_what_differs():
         from_torch(m, args)
 
 
+@pytest.mark.parametrize("kind,tiling,s", [
+    ("llama", "static", 3), pytest.param("qwen3_moe", "dynamic", 8, marks=pytest.mark.slow),
+    pytest.param("mixtral", "timemux", 3, marks=pytest.mark.slow)])
+def test_a_decoder_layer_in_prefill(kind, tiling, s):
+    """The norms, residuals and MLP or MoE over the B S rows, the attention over B requests
+    of S rows: the layer's forward, f32 within 1e-5 of its scale."""
+    from test_torch_hf_decoder import SMALL, layer
+    m = layer(kind)
+    with torch.device("meta"):
+        cache = DynamicCache()
+        cache.update(torch.empty(len(LENS), KV, P, D), torch.empty(len(LENS), KV, P, D), 0)
+        example = (torch.empty(len(LENS), s, HID), (torch.empty(len(LENS), s, D),) * 2,
+                   torch.empty(len(LENS), 1, s, P + s), cache)
+    prog = from_torch(m, example, verify=False, schedule={"tiling": tiling, **SMALL})
+    assert f"param attn_S = {s} " in prog.text and "A decoder layer in prefill" in prog.text
+    args = prog.seeded_inputs(example, seed=1)
+    run = simulate(compiled(prog.text).typed, load_config(None, ()), prog.traces(*args),
+                   values=prog.values(*args))
+    with torch.no_grad():
+        out = m(args[0], attention_mask=args[2], cache=copy.deepcopy(args[3]),
+                position_embeddings=args[1])
+    close(run.outputs["Y"], out.reshape(-1, HID).numpy())
+
+
 SPEC = str(ROOT / "examples/torch/hf_attention.py:SmallQwen3Attention")
 
 

@@ -120,7 +120,7 @@ FAMILIES += [
                                 "MistralDecoderLayer", "Qwen3MoeDecoderLayer",
                                 "MixtralDecoderLayer"), "decoder", DECODER_TILINGS,
            "stepc.torch.hf_decoder:lower_hf_decoder_layer",
-           "transformers decoder layer in decode: RMSNorms, decode attention, residual adds, "
+           "transformers decoder layer in decode or prefill: RMSNorms, attention, residual adds, "
            "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
            "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)",
            ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),
