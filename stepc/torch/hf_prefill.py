@@ -9,8 +9,8 @@ The forward is `module(hidden_states, position_embeddings, attention_mask, cache
 - `position_embeddings` `(cos, sin)`, each `[B, S, head_dim]` (each new token's position);
 - `attention_mask` `[B, 1, S, P + S]`, bool or additive as transformers builds it: over the
   P cached positions the same for every new token (padding on either side, holes), over the
-  S new ones causal (token i attends the new tokens <= i); None attends to every cached
-  position, causally over the new ones;
+  S new ones causal (token i attends the new tokens <= i); None is refused (eager attention
+  would attend to every new token, SDPA causally);
 - `cache` a `DynamicCache` whose layer `layer_idx` holds `[B, KV, P, head_dim]`.
 
 Request b's KV length is the number of cached positions its mask attends to (the external
@@ -39,6 +39,7 @@ from stepc.torch.hf_attention import (
 from stepc.torch.hf_attention_program import layer_kv
 from stepc.torch.hf_prefill_program import (
     HFPrefillShapes,
+    check_mask,
     declare_prefill,
     prefill_body,
     refuse_prefill,
@@ -100,12 +101,10 @@ class HFPrefillIO(HFAttentionIO):
         """Each request's attended cached positions [B, P]; refuses a mask that is not the
         same over the cache for every new token, or not causal over the new ones."""
         s, n, mask = self.s, self.s.new, args[2] if len(args) > 2 else None
-        if mask is None:
-            return np.ones((s.batch, s.past), dtype=bool)
-        want = (s.batch, 1, n, s.past + n)
-        if tuple(mask.shape) != want:
-            raise refuse_prefill(module, f"attention_mask is {list(mask.shape)}, expected "
-                                         f"{list(want)} (bool or additive)")
+        if mask is None:  # eager attends to every new token, SDPA causally
+            raise refuse_prefill(module, "prefill without an attention_mask is not lowered "
+                                         "(pass the causal mask transformers builds)")
+        check_mask(module, s, mask)
         m = mask[:, 0].detach().cpu()
         attend = m.numpy() if m.dtype == torch.bool else (
             m.float() > torch.finfo(m.dtype).min / 2).numpy()

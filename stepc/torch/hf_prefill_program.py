@@ -45,6 +45,19 @@ class HFPrefillShapes(HFDecodeShapes):
                                          f"position_embeddings (cos, sin) are "
                                          f"{list(cos.shape)} and {list(sin.shape)}, expected "
                                          f"{list(want)} each")
+        mask = example[2] if len(example) > 2 else None
+        if mask is not None:
+            check_mask(module, self, mask)
+
+
+def check_mask(module, s: HFPrefillShapes, mask) -> None:
+    """Refuse an attention mask that is not `[B, 1, S, P + S]`."""
+    want = [s.batch, 1, s.new, s.past + s.new]
+    if not isinstance(mask, torch.Tensor) or list(mask.shape) != want:
+        raise refuse_prefill(module, f"prefill of {s.new} new tokens per request: "
+                                     f"attention_mask is {list(getattr(mask, 'shape', []))}, "
+                                     f"expected {want} (bool or additive; transformers' causal "
+                                     "mask over the P cached and S new positions)")
 
 
 def _first_token(example: tuple, new: int) -> tuple:
