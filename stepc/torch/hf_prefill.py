@@ -14,10 +14,11 @@ The forward is `module(hidden_states, position_embeddings, attention_mask, cache
 - `cache` a `DynamicCache` whose layer `layer_idx` holds `[B, KV, P, head_dim]`.
 
 Request b's KV length is the number of cached positions its mask attends to (the external
-stream `kv_lens`). `values` gathers those rows to the front of the request's cache slot; the
-program writes the S new rows into the slot's next tile, from its row 0 (S <= TILE_N), and
-the mask in the program's layout (`MASK`, one `[QPK * S, TILE_N]` tile per KV tile) masks
-the rest. Read the values and traces before calling the module: its forward appends.
+stream `kv_lens`). `values` gathers those rows to the front of the request's cache slot,
+where the program reads them in ceil((len + 1) / TILE_N) tiles (`MASK` masks the rows past
+len, as in decode) and appends the S new rows after them; the scores over the new rows take
+the causal mask `CAUSAL`. Any S: the new rows are one `[S, HEAD_DIM]` tile, not KV tiles.
+Read the values and traces before calling the module: its forward appends.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from stepc.torch.hf_prefill_program import (
     refuse_prefill,
 )
 
+# A masked score: finite, so that a tile whose rows are all masked (the cached part of a
+# request with no cached rows) has a finite row max and weighs exp(MASKED - max) = 0.
+MASKED = float(np.finfo(np.float32).min)
+
 
 def new_tokens(example_inputs: tuple) -> int:
     """S of `hidden_states` `[B, S, hidden]` (1 for anything else: decode refuses it)."""
@@ -61,7 +66,7 @@ def lower_hf_decode_or_prefill(module, example_inputs: tuple, tiling: str, sched
 
 def lower_hf_prefill(module, example_inputs: tuple, tiling: str, sched: dict):
     """Lower a transformers attention in prefill under `tiling` (the decode schedules'
-    params R, TILE_N, BW, NB and WEIGHTS_ON_CHIP; TILE_N at least S)."""
+    params R, TILE_N, BW, NB and WEIGHTS_ON_CHIP)."""
     from stepc.torch.lowering import TorchProgram
     s = HFPrefillShapes(module, tuple(example_inputs))
     params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
@@ -76,14 +81,10 @@ def lower_hf_prefill(module, example_inputs: tuple, tiling: str, sched: dict):
                             "(each region reads them once and keeps them on chip)")
     if r < 1 or tn < 1:
         raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
-    if tn < s.new:
-        raise refuse_prefill(module, f"prefill of S = {s.new} new tokens per request needs "
-                                     f"TILE_N >= S (the new rows fill one KV tile), found "
-                                     f"TILE_N = {tn}: pass TILE_N={s.new} or more")
     check_regions(tiling, b, r, params)
     if tiling == "coarse":
         params["BPR"] = -(-(b // params["NB"]) // r)
-    params["MAXN"] = (-(-s.past // tn) + 1) * tn
+    params["MAXN"] = -(-(s.past + s.new) // tn) * tn  # the cached rows and the new ones
     w, weights, tensors = declare_prefill(module, s, tiling, params)
     body = prefill_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
     for line in body.strip("\n").split("\n"):
@@ -131,24 +132,22 @@ class HFPrefillIO(HFAttentionIO):
         if keys.shape != (s.batch, s.kv_heads, s.past, s.head_dim):
             raise refuse_prefill(module, f"the cache's keys are {list(keys.shape)}, expected "
                                          f"[{s.batch}, {s.kv_heads}, {s.past}, {s.head_dim}]")
-        maxn, tn, qpk = p["MAXN"], p["TILE_N"], s.qpk
+        maxn, tn = p["MAXN"], p["TILE_N"]
         kc = np.zeros((s.batch, s.kv_heads, maxn, s.head_dim), np.float32)
         vc = np.zeros_like(kc)
-        mask = np.full((s.batch, s.kv_heads, maxn // tn, qpk, n, tn), -np.inf, np.float32)
-        causal = np.where(np.tril(np.ones((n, tn), dtype=bool)), 0.0, -np.inf)
+        mask = np.full((s.batch, s.kv_heads, maxn), MASKED, np.float32)
         for b in range(s.batch):
             rows = np.flatnonzero(attend[b])
             kc[b, :, :len(rows)] = keys[b][:, rows]
             vc[b, :, :len(rows)] = vals[b][:, rows]
-            cached = np.where(np.arange(maxn) < len(rows), 0.0, -np.inf).reshape(-1, tn)
-            fresh = -(-len(rows) // tn)  # the tile of the new rows
-            mask[b, :, :fresh] = cached[:fresh, None, None, :]
-            mask[b, :, fresh] = causal
+            mask[b, :, :len(rows)] = 0.0
+        causal = np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, MASKED)
         cos, sin = (_np(t).reshape(s.batch, n, s.head_dim)
                     for t in HFPrefillShapes.rope_args(args[1], module))
         state = {k: _np(v) for k, v in module.state_dict().items()}
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
                "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+               "CAUSAL": np.tile(causal, (s.qpk, 1)).astype(np.float32),
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]), "COS": cos, "SIN": sin}
         for name, a in rows.items():
