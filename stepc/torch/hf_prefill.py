@@ -47,8 +47,9 @@ from stepc.torch.hf_prefill_program import (
 )
 
 # A masked score: finite, so that a tile whose rows are all masked (the cached part of a
-# request with no cached rows) has a finite row max and weighs exp(MASKED - max) = 0.
-MASKED = float(np.finfo(np.float32).min)
+# request with no cached rows) has a finite row max and weighs exp(MASKED - max) = 0; half
+# the f32 minimum, so that it stays finite rounded to bf16 and added to a score.
+MASKED = float(np.finfo(np.float32).min) / 2
 
 
 def new_tokens(example_inputs: tuple) -> int:

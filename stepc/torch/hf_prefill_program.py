@@ -107,7 +107,7 @@ def declare_prefill(module, s: HFPrefillShapes, tiling: str, params: dict):
               "COS": (f"{dt}[{rows}HEAD_DIM] input", "position_embeddings[0] [B, S, HEAD_DIM]"),
               "SIN": (f"{dt}[{rows}HEAD_DIM] input", "position_embeddings[1]"),
               "K_CACHE": (None, "keys: slot b KV + g, cached then new rows"),
-              "MASK": (None, "0 on rows < len, the f32 minimum past them"),
+              "MASK": (None, "0 on rows < len, masked past them"),
               "O": (f"{dt}[B * S, HID] output", "the attention output [B, S, HID]"),
               "K_NEW": (f"{dt}[B * KV * S, HEAD_DIM] output", "the cache's new keys "
                                                               "[B, KV, S, D]")}
