@@ -49,8 +49,9 @@ HF_ATTENTION = Family(
                             "Phi3Attention", "GemmaAttention", "Gemma2Attention",
                             "Gemma3Attention"),
     "attention", ("interleaved", "coarse", "dynamic"),
-    "stepc.torch.hf_attention:lower_hf_attention",
-    "transformers decode attention (one new token per request, a DynamicCache, GQA, RoPE or "
+    "stepc.torch.hf_prefill:lower_hf_decode_or_prefill",
+    "transformers attention over a DynamicCache in decode (one new token per request) or "
+    "prefill (S new tokens, causal; by the shape of hidden_states), GQA, RoPE or "
     "partial rotary, q/k RMS norms (w or 1 + w), biases, fused qkv_proj, logit soft-capping, "
     "eager or SDPA); KV lengths from the attention mask; other transformers classes by their "
     "parts (q/k/v or qkv_proj, o_proj, head_dim, scaling)")
@@ -124,7 +125,7 @@ FAMILIES += [
                                 "MistralDecoderLayer", "Qwen3MoeDecoderLayer",
                                 "MixtralDecoderLayer"), "decoder", DECODER_TILINGS,
            "stepc.torch.hf_decoder:lower_hf_decoder_layer",
-           "transformers decoder layer in decode: RMSNorms, decode attention, residual adds, "
+           "transformers decoder layer in decode or prefill: RMSNorms, attention, residual adds, "
            "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
            "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)",
            ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),

@@ -195,15 +195,17 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     return weights, sources
 
 
-def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool) -> str:
+def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool,
+                 region: str | None = None) -> str:
     """The graphs and statements; `weights_on_chip`: each region reads the weights (and the
-    other constants) once and keeps them on chip, instead of once per request."""
+    other constants) once and keeps them on chip, instead of once per request. `region`: the
+    graph `hf_region` to run (decode's by default; stepc.torch.hf_prefill passes its own)."""
     mean = min(1024, max(1, s.past // 2))
     norm_q = "rms_norm(head_proj(x, WQ, $bq H), QN, H, x)" if s.norm_eps is not None \
         else "head_proj(x, WQ, $bq H)"
     norm_k = "rms_norm(head_proj(x, WK, $bk KV), KN, KV, x)" if s.norm_eps is not None \
         else "head_proj(x, WK, $bk KV)"
-    region = _REGION.replace("$norm_q", norm_q).replace("$norm_k", norm_k)
+    region = (region or _REGION).replace("$norm_q", norm_q).replace("$norm_k", norm_k)
     region = region.replace("$bias_o", _BIAS_O if s.bias_o else "")
     softcap = s.form.softcap
     region = region.replace("$softcap", "" if softcap is None else _SOFTCAP.format(

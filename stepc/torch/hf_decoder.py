@@ -22,7 +22,8 @@ regions). Params go to one part by prefix: `attn_R`, `moe_TILE_N`, `mlp_TB`, `no
 
 The forward arguments are the attention's: `(hidden_states [B, 1, D], position_embeddings,
 attention_mask, cache)`; the layer is called as transformers' model calls it, with them as
-keywords.
+keywords. `hidden_states [B, S, D]` with S > 1 is a prefill (stepc.torch.hf_prefill): the
+norms, residuals and MLP run over the B S rows, the attention over B requests of S rows.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
     """The program of `layers` run one after another (see the module docstring): its writer
     (header, params, tensors) and statements, the tensors' sources, the numeric params used
     and each layer's parts."""
-    from stepc.torch.hf_attention import lower_hf_attention
     from stepc.torch.hf_moe import lower_hf_moe
+    from stepc.torch.hf_prefill import lower_hf_decode_or_prefill, new_tokens
 
     if tiling not in SCHEDULE_PAIRS:
         raise LoweringError(f"unknown tiling `{tiling}` for a decoder layer (choose "
@@ -116,10 +117,11 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
                             "bundled decoder programs)")
     att_tiling, moe_tiling = SCHEDULE_PAIRS[tiling]
     hs = example[0]
-    if not isinstance(hs, torch.Tensor) or hs.dim() != 3 or hs.shape[1] != 1:
-        raise LoweringError("a decoder layer in decode takes hidden_states [B, 1, hidden], "
-                            f"found {list(getattr(hs, 'shape', []))}")
-    b, d = hs.shape[0], hs.shape[2]
+    if not isinstance(hs, torch.Tensor) or hs.dim() != 3:
+        raise LoweringError("a decoder layer takes hidden_states [B, S, hidden] (S = 1: "
+                            f"decode), found {list(getattr(hs, 'shape', []))}")
+    s = new_tokens(example)  # > 1: prefill, the attention's B requests of S rows each
+    b, d = hs.shape[0] * s, hs.shape[2]
     by_role = _split_params(sched, layers)
     kinds = {ffn_kind(layer.mlp) for layer in layers}
     if tiling == "timemux" and "mlp" in kinds:
@@ -137,7 +139,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
         if key not in cache:
             role = _ROLE[path]
             if path == "self_attn":
-                cache[key] = lower_hf_attention(sub, example, att_tiling, by_role["attn"])
+                cache[key] = lower_hf_decode_or_prefill(sub, example, att_tiling,
+                                                        by_role["attn"])
             elif role == "ffn" and ffn_kind(sub) == "moe":
                 cache[key] = lower_hf_moe(sub, (rows,), moe_tiling, by_role["moe"])
             elif role == "ffn":
@@ -148,7 +151,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
 
     w = StepWriter()
     w.header += title
-    w.param("B", b, "tokens, one decode request each")
+    w.param("B", b, "tokens, one decode request each" if s == 1 else
+            f"tokens, S = {s} new ones of each request")
     w.param("D", d, "hidden size")
     params: dict[str, tuple[str, str]] = {}
     body: list[tuple[str, str]] = []
@@ -170,7 +174,8 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
                     ffn_kind(sub) if role == "ffn" else "norm")
             prefix = kind if role == "ffn" else role  # of its params: attn_R, moe_TILE_N
             shared = {k: f"{prefix}_{k}" for k in _declared_params(prog.text)}
-            shared.update({k: v for k, v in _SHARED_PARAMS.items() if k in shared})
+            shared.update({k: v for k, v in _SHARED_PARAMS.items() if k in shared
+                           and not (k == "B" and s > 1 and kind == "attention")})
             frag = Fragment.from_program(prog.text, f"{p}{_NAME[path]}_", shared)
             for name, value, comment in frag.params:
                 if name in params and params[name][0] != value:
@@ -283,7 +288,9 @@ def _layer_body(p: str, li: int, parts: dict, inp: str, out: str, bar: str, dt: 
     # input RMSNorm -> the attention's rows
     n1.bind_input("HIDDEN_STATES", f"{p}x")
     normed = n1.take_output("Y")
-    att.bind_input("X", normed)
+    tokens = att.names.get("S")  # prefill: each request's rows as one [S, D] tile
+    att.bind_input("X", normed if tokens is None else
+                   f"Accum(Reshape({normed}, chunk={tokens}), fn=retile_row, rank=1)")
     att.tensors = [(n, d.replace(" output", " scratch"), c) if n == att.names["O"] else
                    (n, d, c) for n, d, c in att.tensors]
     _collect_acks(att)
@@ -346,7 +353,7 @@ class DecoderIO:
             raise LoweringError("a decoder layer takes (hidden_states, position_embeddings, "
                                 f"attention_mask, cache), given {len(args)} arguments")
         hs, pe, mask, cache = args
-        values = {"HIDDEN_STATES": _np(hs).reshape(hs.shape[0], -1)}
+        values = {"HIDDEN_STATES": _np(hs).reshape(-1, hs.shape[-1])}
         traces: dict[str, np.ndarray] = {}
         hooks = []
         for li, (layer, parts) in enumerate(zip(self.layers_of(module), self.parts)):
@@ -393,7 +400,7 @@ class DecoderIO:
             out = module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
                          position_embeddings=pe)
         out = out[0] if isinstance(out, tuple) else out
-        return {"Y": _np(out).reshape(hs.shape[0], -1)}
+        return {"Y": _np(out).reshape(-1, hs.shape[-1])}
 
     def traces(self, module, inputs: tuple) -> dict[str, np.ndarray]:
         return self._once(module, inputs)[1]
@@ -447,15 +454,18 @@ def lower_hf_decoder_layer(module: torch.nn.Module, example_inputs: tuple, tilin
                            sched: dict):
     """The family lowering of one transformers decoder layer (see the module docstring)."""
     from stepc.torch.hf_attention_program import site
+    from stepc.torch.hf_prefill import new_tokens
     where = site(module)
     check_layer(module, type(module).__name__)
     kind = "sparse MoE" if ffn_kind(module.mlp) == "moe" else "dense SwiGLU MLP"
     how = schedule_doc(tiling or "static", kind == "sparse MoE")
+    s = new_tokens(tuple(example_inputs))
+    phase, tokens = ("decode", "one new token") if s == 1 else ("prefill", f"{s} new tokens")
     title = [*textwrap.wrap(f"{where}, layer {module.self_attn.layer_idx}, lowered by `stepc "
                             f"from-torch` ({how}).", 86), "",
-             *textwrap.wrap(f"A decoder layer in decode: input RMSNorm, decode attention "
+             *textwrap.wrap(f"A decoder layer in {phase}: input RMSNorm, {phase} attention "
                             f"({type(module.self_attn).__name__}), residual add, "
                             f"post-attention RMSNorm, {kind} ({type(module.mlp).__name__}), "
-                            "residual add; one new token per request.", 86)]
+                            f"residual add; {tokens} per request.", 86)]
     return compose([module], tuple(example_inputs), tiling, sched, title, module,
                    lambda m: [m], per_layer_routing=False)
