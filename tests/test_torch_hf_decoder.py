@@ -28,7 +28,7 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch import LoweringError, from_hf_config, from_torch
+from stepc.torch import InputRefused, LoweringError, from_hf_config, from_torch
 from stepc.torch.build import BuildError, seed_transformers_weights
 from stepc.torch.hf_model import build_stack, example_inputs
 
@@ -170,7 +170,7 @@ def test_refusals_name_the_setting(sched, words):
 
 
 def test_model_refusals_name_the_class():
-    with pytest.raises(LoweringError, match="GemmaDecoderLayer.*no registered decoder-layer"):
+    with pytest.raises(InputRefused, match="GemmaDecoderLayer.*`self_attn` .GemmaAttention"):
         from_hf_config({"model_type": "gemma", **SIZES}, layers=1, batch=B, past=P)
     with pytest.raises(BuildError, match="choose 1 to 2"):
         from_hf_config({"model_type": "llama", **SIZES}, layers=3, batch=B, past=P)
@@ -208,7 +208,7 @@ def test_cli_layers_round_trip(tmp_path, monkeypatch):
      ["--input"]),
     (["transformers:LlamaMLP", "--hf-config", "config.json", "--input", "x=f32[8,64]",
       "--batch", "4"], 2, ["--batch", "--layers"]),
-    (["--hf-config", "gemma.json", "--layers", "1"], 1, ["GemmaDecoderLayer"]),
+    (["--hf-config", "gemma.json", "--layers", "1"], 2, ["GemmaDecoderLayer", "self_attn"]),
     (["--hf-config", "config.json", "--layers", "5"], 2, ["choose 1 to 2"]),
     (["transformers:LlamaDecoderLayer", "--hf-config", "config.json", "--input",
       "x=f32[8,1,64]"], 2, ["layer_idx", "--layers N"]),

@@ -43,7 +43,8 @@ class Family:
 
 FAMILIES: list[Family] = [
     Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
-                                   "MistralAttention", "Qwen3MoeAttention", "MixtralAttention"),
+                                   "MistralAttention", "Qwen3MoeAttention", "MixtralAttention",
+                                   "Qwen2MoeAttention"),
            "attention",
            ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
            "transformers decode attention (one new token per request, a DynamicCache, GQA, "
@@ -109,19 +110,31 @@ STRUCTURAL_MOE = Family(
 FAMILIES += [STRUCTURAL_MOE]
 
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,
-# a dense MLP or a sparse MoE, composed as one program; a schedule pairs the attention's
-# tiling with the MoE's, as the bundled decoder programs do
+# a dense MLP or a sparse MoE, composed as one program in the order the layer's forward runs
+# them (stepc/torch/hf_decoder_structure.py); a schedule pairs the attention's tiling with
+# the MoE's, as the bundled decoder programs do
 DECODER_TILINGS = ("static", "dynamic", "timemux")
 FAMILIES += [
     Family("hf-decoder-layer", ("LlamaDecoderLayer", "Qwen3DecoderLayer", "Qwen2DecoderLayer",
                                 "MistralDecoderLayer", "Qwen3MoeDecoderLayer",
-                                "MixtralDecoderLayer"), "decoder", DECODER_TILINGS,
-           "stepc.torch.hf_decoder:lower_hf_decoder_layer",
-           "transformers decoder layer in decode: RMSNorms, decode attention, residual adds, "
-           "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
-           "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)",
-           ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),
+                                "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
+                                "Phi3DecoderLayer", "Gemma2DecoderLayer"), "decoder",
+           DECODER_TILINGS, "stepc.torch.hf_decoder:lower_hf_decoder_layer",
+           "transformers decoder layer in decode: residual blocks read from its forward "
+           "(norms before and after the decode attention and the MLP, dropout as identity), "
+           "a dense MLP or a sparse MoE (static: interleaved attention + static MoE; "
+           "dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)"),
 ]
+# decoder layers of any class, recognised by a child the decode-attention family lowers and
+# lowered as their own forward composes their parts (stepc/torch/hf_decoder_structure.py:
+# its `find` returns this entry, also for a subclass overriding a registered layer's forward)
+STRUCTURAL_DECODER = Family(
+    "decoder-by-structure", (), "decoder", DECODER_TILINGS,
+    "stepc.torch.hf_decoder:lower_hf_decoder_layer",
+    "any module with a decode-attention child whose forward is two residual blocks of norms "
+    "around the attention, then around a dense MLP or a sparse MoE (a subclass overriding a "
+    "registered layer's forward is lowered as written)")
+FAMILIES += [STRUCTURAL_DECODER]
 
 
 _LIBRARIES = ("torch.", "transformers.")
