@@ -41,15 +41,20 @@ class Family:
         return getattr(importlib.import_module(mod), fn)
 
 
-FAMILIES: list[Family] = [
-    Family("hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
-                                   "MistralAttention", "Qwen3MoeAttention", "MixtralAttention",
-                                   "Qwen2MoeAttention"),
-           "attention",
-           ("interleaved", "coarse", "dynamic"), "stepc.torch.hf_attention:lower_hf_attention",
-           "transformers decode attention (one new token per request, a DynamicCache, GQA, "
-           "RoPE, q/k norms, biases, eager or SDPA); KV lengths from the attention mask"),
-]
+# transformers' decode attention (stepc/torch/hf_attention.py): the classes tested by name,
+# and any other of transformers' attention classes with their parts (hf_attention_forms.py)
+HF_ATTENTION = Family(
+    "hf-decode-attention", ("LlamaAttention", "Qwen3Attention", "Qwen2Attention",
+                            "MistralAttention", "Qwen3MoeAttention", "MixtralAttention",
+                            "Phi3Attention", "GemmaAttention", "Gemma2Attention",
+                            "Gemma3Attention"),
+    "attention", ("interleaved", "coarse", "dynamic"),
+    "stepc.torch.hf_attention:lower_hf_attention",
+    "transformers decode attention (one new token per request, a DynamicCache, GQA, RoPE or "
+    "partial rotary, q/k RMS norms (w or 1 + w), biases, fused qkv_proj, logit soft-capping, "
+    "eager or SDPA); KV lengths from the attention mask; other transformers classes by their "
+    "parts (q/k/v or qkv_proj, o_proj, head_dim, scaling)")
+FAMILIES: list[Family] = [HF_ATTENTION]
 
 # Hugging Face transformers' sparse MoE blocks (stepc/torch/hf_moe.py): router ahead of the
 # program, fused SwiGLU experts, optional shared expert
@@ -161,6 +166,11 @@ def match(module) -> Match | None:
         for fam in FAMILIES:
             if cls.__name__ in fam.classes:
                 return Match(fam, cls, _override(module, cls, fam))
+    owner = _owner(type(module))
+    if owner.__module__.startswith("transformers.models."):
+        from stepc.torch.hf_attention_forms import looks_like
+        if looks_like(module):  # an attention of transformers' by its parts
+            return Match(HF_ATTENTION, owner, _override(module, owner, HF_ATTENTION))
     return None
 
 

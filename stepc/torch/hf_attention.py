@@ -41,6 +41,7 @@ import torch
 from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
+from stepc.torch.hf_attention_forms import full_rotation, pad_rotary
 from stepc.torch.hf_attention_program import HFDecodeShapes, declare, layer_kv, program_body, refuse
 
 
@@ -49,7 +50,7 @@ class HFAttentionIO:
 
     def __init__(self, shapes: HFDecodeShapes, tiling: str, params: dict, weights: dict):
         self.s, self.tiling, self.params = shapes, tiling, params
-        self.weights = weights  # program tensor -> state-dict key
+        self.weights = weights  # program tensor -> its Slice of the state dict
 
     def kv_lens(self, module, args: tuple) -> np.ndarray:
         """Each request's attended cached positions (the mask's first P columns)."""
@@ -93,17 +94,21 @@ class HFAttentionIO:
             kc[b, :, :len(rows)] = keys[b][:, rows]
             vc[b, :, :len(rows)] = vals[b][:, rows]
             mask[b, :, :lens[b] + 1] = 0.0  # the cached rows and the new one
-        cos, sin = (_np(t).reshape(s.batch, s.head_dim)
+        cos, sin = (_np(t).reshape(s.batch, -1)
                     for t in HFDecodeShapes.rope_args(args[1], module))
-        state = {k: _np(v) for k, v in module.state_dict().items()}
+        if cos.shape[1] != s.rotary_dim:
+            raise refuse(module, f"position_embeddings cover {cos.shape[1]} dims of a head; "
+                                  f"the program was lowered for {s.rotary_dim}")
+        cos, sin = pad_rotary(cos, sin, s.head_dim)
+        state = module.state_dict()
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
-               "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": full_rotation(s.form, s.head_dim),
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]).reshape(s.batch, s.hidden), "COS": cos, "SIN": sin}
         for name, a in rows.items():
             out[name] = coarse_regions(a, self.params) if self.tiling == "coarse" else a
-        for name, key in self.weights.items():
-            w = state[key]
+        for name, src in self.weights.items():
+            w = src.take(state)
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
 
@@ -143,23 +148,20 @@ class HFAttentionIO:
 
 def _rotary(module, hs: torch.Tensor, positions: torch.Tensor) -> tuple:
     """(cos, sin) at `positions` from the model's own rotary embedding (the `*RotaryEmbedding`
-    class of the modeling file of the module's class or its nearest base, from its config)."""
+    class of the modeling file of the module's class or its nearest base, from its config;
+    for the module's layer type where it has one per type, as Gemma 3)."""
+    import inspect
     import sys
     rotary = next(c for cls in type(module).__mro__
                   for n, c in vars(sys.modules[cls.__module__]).items()
                   if n.endswith("RotaryEmbedding") and isinstance(c, type))
+    emb = rotary(module.config)
+    kwargs = {}
+    if "layer_type" in inspect.signature(inspect.unwrap(type(emb).forward)).parameters:
+        kwargs["layer_type"] = getattr(module, "layer_type", None) or \
+            module.config.layer_types[module.layer_idx]
     with torch.no_grad():
-        return rotary(module.config)(hs, positions)
-
-
-def rotate_half_matrix(d: int) -> np.ndarray:
-    """The signed permutation R with `x @ R == rotate_half(x) == cat(-x2, x1)`."""
-    r = np.zeros((d, d), np.float32)
-    h = d // 2
-    for i in range(h):
-        r[i + h, i] = -1.0
-        r[i, i + h] = 1.0
-    return r
+        return emb(hs, positions, **kwargs)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -13,8 +13,9 @@ from string import Template
 import torch
 
 from stepc.torch.attention import KV_LIB, REGION_IDS
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.emit import StepWriter
+from stepc.torch.hf_attention_forms import read_form
 
 
 def site(module) -> str:
@@ -32,8 +33,10 @@ _IMPLEMENTATIONS = ("eager", "sdpa")
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
 
-def refuse(module, what: str) -> LoweringError:
-    return LoweringError(f"{what}, in the top-level module {site(module)}; stepc lowers "
+def refuse(module, what: str, kind: type[LoweringError] = LoweringError) -> LoweringError:
+    """`what` the lowering does not do, named with the module's forward; a part of the
+    module the family does not lower is an `InputRefused` (a usage error)."""
+    return kind(f"{what}, in the top-level module {site(module)}; stepc lowers "
                          "decode attention: one new token per request over a DynamicCache")
 
 
@@ -47,14 +50,6 @@ class HFDecodeShapes:
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = module.head_dim
         self.qpk = self.heads // self.kv_heads
-        self.scaling = float(module.scaling)
-        self.norm_eps = (float(module.q_norm.variance_epsilon)
-                         if hasattr(module, "q_norm") else None)
-        self.bias = module.q_proj.bias is not None    # on q, k and v
-        self.bias_o = module.o_proj.bias is not None  # on o, independently (Qwen2 has none)
-        if any((getattr(module, f"{p}_proj").bias is not None) != self.bias for p in "kv"):
-            raise refuse(module, "q, k and v projections with and without biases are not "
-                                  "lowered (all three or none)")
         impl = getattr(cfg, "_attn_implementation", None) or "eager"
         if impl not in _IMPLEMENTATIONS:
             raise refuse(module, f"attention implementation `{impl}` is not lowered (choose "
@@ -74,14 +69,20 @@ class HFDecodeShapes:
         self.dtype = _DTYPES[hs.dtype]
         self.batch = hs.shape[0]
         cos, sin = self.rope_args(example[1], module)
-        if cos.shape[-1] != self.head_dim:
-            raise refuse(module, f"rotary embeddings cover {cos.shape[-1]} of the "
-                                  f"{self.head_dim} dims of a head (partial rotary) and are not "
-                                  "lowered")
-        if any(tuple(t.shape) != (self.batch, 1, self.head_dim) for t in (cos, sin)):
+        if any(tuple(t.shape[:-1]) != (self.batch, 1) for t in (cos, sin)) or \
+                cos.shape[-1] != sin.shape[-1]:
             raise refuse(module, f"position_embeddings (cos, sin) are {list(cos.shape)} and "
                                   f"{list(sin.shape)}, expected [{self.batch}, 1, "
-                                  f"{self.head_dim}] each")
+                                  f"{self.head_dim}] each (or fewer dims: partial rotary)")
+        self.rotary_dim = int(cos.shape[-1])
+        self.form = read_form(module, self.rotary_dim,
+                               lambda what: refuse(module, what, InputRefused))
+        self.scaling, self.norm_eps = self.form.scaling, self.form.norm_eps
+        self.bias, self.bias_o = self.form.bias, self.form.bias_o
+        if self.form.softcap is not None and impl != "eager":
+            raise refuse(module, f"logit soft-capping under the `{impl}` attention "
+                                  "implementation (transformers computes it under eager)",
+                         InputRefused)
         self.past = self.past_length(example, module)
 
     @staticmethod
@@ -115,11 +116,19 @@ def layer_kv(cache, module) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict):
-    """Header, params and tensors. Returns (weight tensor -> state-dict key, program tensor
-    -> source)."""
+    """Header, params and tensors. Returns (weight tensor -> its `Slice` of the state dict,
+    program tensor -> source)."""
     title = (f"{site(module)}, layer {module.layer_idx}, lowered by `stepc from-torch` "
              f"({tiling} tiling).")
-    norms = "the q/k RMS norms, " if s.norm_eps is not None else ""
+    f = s.form
+    norms = "" if f.norm_eps is None else \
+        f"the q/k RMS norms ({'1 + w' if f.norm_offset else 'w'} scale), "
+    variant = [line for line, on in (
+        ("q, k and v are row blocks of the fused qkv_proj weight.", f.fused),
+        (f"Partial rotary: RoPE over the first {s.rotary_dim} dims of a head (COS 1 and SIN 0 "
+         "past them).", s.rotary_dim < s.head_dim),
+        (f"Logit soft-capping: tanh(s / {f.softcap}) {f.softcap} on the scores before the "
+         "mask.", f.softcap is not None)) if on]
     w.header += [title, ""] + _HEADER[tiling] + [""] + [
         "One decode step of B requests, one new token each. Per request, in its region: the",
         f"q/k/v projections head by head, {norms}RoPE (x cos + rotate_half(x) sin,",
@@ -127,6 +136,7 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
         "of the caches) the new key/value row appended to its last KV tile and written back,",
         "softmax(q k^T + MASK) with the row max subtracted over the request's",
         "ceil((len + 1) / TILE_N) KV tiles, times V; the o projection sums the heads.",
+        *variant,
         _WEIGHTS[params["WEIGHTS_ON_CHIP"]],
         "kv_lens: --trace kv_lens=PATH (int [B], each < MAXN, the attended cached positions of",
         "each request); MASK masks the rows of the last tile past the new row.",
@@ -151,20 +161,13 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     decls = [("X", f"{dt}[{rows or 'B, '}HID] input", "hidden_states [B, 1, HID]"),
              ("COS", f"{dt}[{rows or 'B, '}HEAD_DIM] input", "position_embeddings[0]"),
              ("SIN", f"{dt}[{rows or 'B, '}HEAD_DIM] input", "position_embeddings[1]")]
-    weights = {}
-    for proj, heads in (("q", "H"), ("k", "KV"), ("v", "KV"), ("o", None)):
-        key = f"{proj}_proj.weight"
-        shape = "[HID, H * HEAD_DIM]" if heads is None else f"[{heads} * HEAD_DIM, HID]"
-        weights[f"W{proj.upper()}"] = key
-        decls.append((f"W{proj.upper()}", f"{dt}{shape} weight", key))
-        if s.bias_o if heads is None else s.bias:
-            bshape = "[1, HID]" if heads is None else f"[1, {heads} * HEAD_DIM]"
-            weights[f"B{proj.upper()}"] = f"{proj}_proj.bias"
-            decls.append((f"B{proj.upper()}", f"{dt}{bshape} weight", f"{proj}_proj.bias"))
-    if s.norm_eps is not None:
-        for proj in "qk":
-            weights[f"{proj.upper()}N"] = f"{proj}_norm.weight"
-            decls.append((f"{proj.upper()}N", f"{dt}[1, HEAD_DIM] weight", f"{proj}_norm.weight"))
+    shapes = {"WQ": "[H * HEAD_DIM, HID]", "WK": "[KV * HEAD_DIM, HID]",
+              "WV": "[KV * HEAD_DIM, HID]", "WO": "[HID, H * HEAD_DIM]", "BQ": "[1, H * HEAD_DIM]",
+              "BK": "[1, KV * HEAD_DIM]", "BV": "[1, KV * HEAD_DIM]", "BO": "[1, HID]",
+              "QN": "[1, HEAD_DIM]", "KN": "[1, HEAD_DIM]"}
+    weights = s.form.weights
+    for name, src in weights.items():
+        decls.append((name, f"{dt}{shapes[name]} weight", src.source()))
     ids = {"interleaved": "u64[B]", "dynamic": "u64[B]", "coarse": "u64[BPR, R, NB]"}[tiling]
     decls += [("ROT", f"{dt}[HEAD_DIM, HEAD_DIM] input", "rotate_half as a signed permutation"),
               ("SCALE", "f32[1, 1] input", f"the softmax scale {s.scaling:.6g}"),
@@ -187,7 +190,8 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     w.taken |= {"kv_lens", "free", "sig", "ids"}
     sources = {"X": "hidden_states", "COS": "position_embeddings", "SIN": "position_embeddings",
                "K_CACHE": "cache", "V_CACHE": "cache", "MASK": "attention_mask",
-               "O": "output", "K_NEW": "cache", "V_NEW": "cache", **weights}
+               "O": "output", "K_NEW": "cache", "V_NEW": "cache",
+               **{name: src.source() for name, src in weights.items()}}
     return weights, sources
 
 
@@ -201,6 +205,10 @@ def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool) -> str:
         else "head_proj(x, WK, $bk KV)"
     region = _REGION.replace("$norm_q", norm_q).replace("$norm_k", norm_k)
     region = region.replace("$bias_o", _BIAS_O if s.bias_o else "")
+    softcap = s.form.softcap
+    region = region.replace("$softcap", "" if softcap is None else _SOFTCAP.format(
+        inv=repr(1.0 / softcap), cap=repr(softcap)))
+    region = region.replace("$scores", "qk_t" if softcap is None else "capped")
     subst = {"dt": s.dtype, "K": "K_CACHE", "V": "V_CACHE", "mean": mean, "std": max(1, mean // 2),
              "eps": repr(s.norm_eps) if s.norm_eps is not None else "",
              "bq": "BQ," if s.bias else "", "bk": "BK," if s.bias else "",
@@ -276,6 +284,10 @@ _BIAS_O = """    bo   = LinearOffChipLoad(BO, ref=x, tile=[1, HID], shape=[1], s
     out  = Map(acc, Flatten(bo, min=0, max=1), fn=add, compute_bw=BW)
 """
 
+# Logit soft-capping (Gemma 2 and 3): tanh(s / cap) cap, before the mask.
+_SOFTCAP = """    capped = Map(Map(Map(qk_t, fn=affine(scale="{inv}"), compute_bw=BW), fn=tanh, compute_bw=BW), fn=affine(scale="{cap}"), compute_bw=BW)
+"""
+
 # One region: x [n] of [1, HID], cs/sn [n] of [1, HEAD_DIM], bidx/lens [n]. Returns the
 # output store's acknowledgements and one signal per request once its K cache is read.
 _REGION = """
@@ -314,7 +326,7 @@ graph hf_region(x, cs, sn, bidx, lens) {
     mask  = RandomOffChipLoad(maddr, MASK, tile=[1, TILE_N])          # [m, L] of [1, TILE_N]
     assume shape(mask) == shape(k)
     qk_t = Map(Expand(q, ref=k), k, fn=matmul(transpose=true), compute_bw=BW)
-    s    = Map(qk_t, mask, fn=add, compute_bw=BW)                      # [m, L] of [QPK, TILE_N]
+$softcap    s    = Map($scores, mask, fn=add, compute_bw=BW)                   # [m, L] of [QPK, TILE_N]
     mx   = Accum(Map(s, fn=row_max, compute_bw=BW), fn=max, rank=1, compute_bw=BW)  # [m] of [QPK, 1]
     sb   = Streamify(Bufferize(s, rank=1))                             # the scores again
     e    = Map(Map(sb, Expand(Repeat(mx, count=1), ref=sb), fn=sub, compute_bw=BW), fn=exp, compute_bw=BW)
