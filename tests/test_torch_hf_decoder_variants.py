@@ -20,11 +20,12 @@ pytest.importorskip("transformers", reason="transformers is not installed (the t
                     "plus `pip install transformers`)")
 
 from click.testing import CliRunner
-from transformers import GemmaConfig, LlamaConfig, Qwen2MoeConfig
+from transformers import Gemma2Config, LlamaConfig, Phi3Config, PhiConfig, Qwen2MoeConfig
 from transformers.cache_utils import DynamicCache
-from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer
-from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm
+from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer, Gemma2RMSNorm
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+from transformers.models.phi.modeling_phi import PhiDecoderLayer
+from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeDecoderLayer
 
 from stepc.cli import main
@@ -33,7 +34,7 @@ from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
 from stepc.torch import InputRefused, from_hf_config, from_torch
-from stepc.torch.build import seed_transformers_weights
+from stepc.torch.build import BuildError, seed_transformers_weights
 from stepc.torch.hf_decoder_structure import read_structure
 from stepc.torch.hf_model import build_stack, example_inputs
 
@@ -196,9 +197,32 @@ def test_other_forwards_are_refused_naming_what_differs(cls, words):
 
 
 def test_a_layer_whose_attention_is_not_lowered_is_a_usage_error():
-    cfg = GemmaConfig(**SIZES)
-    with pytest.raises(InputRefused, match=r"GemmaDecoderLayer.*`self_attn` \(GemmaAttention\)"):
-        from_torch(GemmaDecoderLayer(cfg, 0).eval(), meta_example(), verify=False)
+    cfg = PhiConfig(**SIZES)
+    with pytest.raises(InputRefused, match=r"PhiDecoderLayer.*`self_attn` \(PhiAttention\)"):
+        from_torch(PhiDecoderLayer(cfg, 0).eval(), meta_example(), verify=False)
+
+
+@pytest.mark.parametrize("config_cls,layer_cls", [(Phi3Config, Phi3DecoderLayer),
+                                                  (Gemma2Config, Gemma2DecoderLayer)])
+def test_phi3_and_gemma2_layers_simulate_equal_to_their_forward(config_cls, layer_cls):
+    """Phi-3: fused qkv_proj and gate_up_proj, dropouts as identity. Gemma2: four (1 +
+    weight) norms, one after each part before its residual add, a gelu-tanh MLP, the
+    attention's logits soft-capped."""
+    cfg = config_cls(**SIZES, pad_token_id=0)
+    cfg._attn_implementation = "eager"
+    prog, _ = assert_equal_to_forward(seeded(layer_cls(cfg, 0), cfg))
+    gemma = config_cls is Gemma2Config
+    assert ("l0_norm4_" in prog.text) == gemma and ("fn=tanh" in prog.text) == gemma
+
+
+@pytest.mark.parametrize("model_type", [
+    "phi3", "gemma2", pytest.param("olmo", marks=pytest.mark.slow)])  # olmo: norms w/o scale
+def test_layers_from_phi3_gemma2_and_olmo_configs_verify(model_type):
+    """`from_hf_config(..., layers=2)` verifies the program against the two layers' forward
+    (seeded weights): refused before (no registered decoder layer)."""
+    prog = from_hf_config({"model_type": model_type, **SIZES, "pad_token_id": 0}, layers=2,
+                          batch=B, past=P, schedule=SMALL)
+    assert prog.verification.verified, prog.verification.summary
 
 
 def test_two_qwen2_moe_layers_from_a_config_one_dense():
@@ -215,6 +239,7 @@ def test_two_qwen2_moe_layers_from_a_config_one_dense():
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.slow  # lowers, verifies and simulates two layers twice: about 9 s
 def test_cli_layers_round_trip_qwen2_moe(tmp_path, monkeypatch):
     """`--hf-config qwen2_moe.json --layers 2` (refused before), verified against the two
     layers' forward, then `stepc sim --weights --trace`: the layers' output."""
@@ -244,10 +269,23 @@ def test_cli_layers_round_trip_qwen2_moe(tmp_path, monkeypatch):
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-def test_cli_layers_refuses_an_unlowered_attention_as_a_usage_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("config,words", [
+    ({"model_type": "stablelm"}, ["StableLmDecoderLayer", "`self_attn` (StableLmAttention)"]),
+    ({"model_type": "olmo2"}, ["Olmo2DecoderLayer.self_attn", "whole projection"]),
+    ({"model_type": "granite"}, ["GraniteDecoderLayer", "`mul`"]),  # residual_multiplier
+    ({"model_type": "falcon"}, ["c.json", "head_dim"]),  # a config transformers refuses
+])
+def test_cli_layers_refusals_are_usage_errors(tmp_path, monkeypatch, config, words):
     monkeypatch.chdir(tmp_path)
-    Path("gemma.json").write_text(json.dumps({"model_type": "gemma", **SIZES}))
-    r = CliRunner().invoke(main, ["from-torch", "--hf-config", "gemma.json", "--layers", "1"])
+    Path("c.json").write_text(json.dumps({**config, **SIZES, "pad_token_id": 0}))
+    r = CliRunner().invoke(main, ["from-torch", "--hf-config", "c.json", "--layers", "1"])
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
-    assert "GemmaDecoderLayer" in r.output and "`self_attn` (GemmaAttention)" in r.output
+    for w in words:
+        assert w in r.output
+
+
+def test_a_config_transformers_refuses_is_a_build_error():
+    """From Python too (an AttributeError of transformers' config class before)."""
+    with pytest.raises(BuildError, match="falcon.*head_dim"):
+        from_hf_config({"model_type": "falcon", **SIZES}, layers=1, batch=B, past=P)

@@ -128,16 +128,17 @@ def read_structure(layer: torch.nn.Module, where: str, hidden: int,
     value = _record(layer, cls, hidden, dtype, attn[0])
     blocks = _blocks(value, cls)
     cores = [[p for p in chain if not _is_norm(getattr(layer, p), hidden)] for chain in blocks]
-    if len(blocks) != 2 or cores[0] != attn:
+    if len(blocks) != 2 or attn[0] not in blocks[0]:
         order = "; ".join(" -> ".join(chain) for chain in blocks)
         raise LayerRefused(f"{cls}: expected two residual blocks, the attention's "
                            f"then the MLP's; its forward runs {len(blocks)}: {order}")
     found = []
     for chain, core in zip(blocks, cores):
         if len(core) != 1:
-            raise LayerRefused(f"{cls}: a residual block runs {' -> '.join(chain)};"
-                               " stepc composes norms (modules holding only vectors of the "
-                               f"hidden size) around one part, and {len(core)} are not norms")
+            raise LayerRefused(f"{cls}: a residual block runs {' -> '.join(chain)}; "
+                               "stepc composes norms (modules holding only vectors of the "
+                               f"hidden size) around one part, and {len(core)} are not norms"
+                               f"{': ' + ', '.join(core) if core else ''}")
         i = chain.index(core[0])
         found.append(Block(tuple(chain[:i]), core[0], tuple(chain[i + 1:])))
     ffn = getattr(layer, found[1].core)
@@ -198,8 +199,9 @@ def _unlowered(layer: torch.nn.Module) -> str:
 
 
 def _is_norm(sub: torch.nn.Module, hidden: int) -> bool:
-    params = list(sub.parameters())
-    return bool(params) and all(tuple(p.shape) == (hidden,) for p in params)
+    """Whether `sub` holds only vectors of the hidden size, or nothing (OLMo's layer norm
+    without a scale): lowered node by node, row by row."""
+    return all(tuple(p.shape) == (hidden,) for p in sub.parameters())
 
 
 def _record(layer, where: str, hidden: int, dtype: torch.dtype, attn: str) -> _Value:

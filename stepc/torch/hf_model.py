@@ -40,8 +40,8 @@ class DecoderStack(torch.nn.Module):
         self.rotary_emb = rotary_emb
         self.config = config
 
-    def forward(self, hidden_states, attention_mask=None, cache=None,
-                position_embeddings=None):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None,
+                cache=None):
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask=attention_mask, cache=cache,
                                   position_embeddings=position_embeddings)
@@ -64,7 +64,7 @@ def hf_config(config):
             raise BuildError("the config has no `model_type` (e.g. \"qwen3_moe\", \"llama\")")
         try:
             return transformers.AutoConfig.for_model(model_type, **data)
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field it refuses
             raise BuildError(f"config of model_type `{model_type}`: {e}") from None
     raise BuildError(f"expected a transformers config, a dict or a path, not "
                      f"{type(config).__name__}")
@@ -94,6 +94,10 @@ def build_stack(config, layers: int, device: str = "meta", dtype: str = "f32",
     except ValueError as e:  # a model type AutoModel does not know
         raise BuildError(f"model_type `{model_type}`: transformers builds no model from it "
                          f"({str(e).splitlines()[0]})") from None
+    except Exception as e:  # noqa: BLE001 - the model's own constructor refusing the config
+        text = str(e).splitlines()[0] if str(e) else ""
+        raise BuildError(f"model_type `{model_type}`: transformers cannot build the model "
+                         f"from this config ({type(e).__name__}: {text})") from None
     model.eval().to(_DTYPES[dtype])
     found = getattr(model, "layers", None)
     if not isinstance(found, torch.nn.ModuleList) or not hasattr(model, "rotary_emb"):
