@@ -274,10 +274,11 @@ def test_cli_layers_round_trip_qwen2_moe(tmp_path, monkeypatch):
     ({"model_type": "olmo2"}, ["Olmo2DecoderLayer.self_attn", "whole projection"]),
     ({"model_type": "granite"}, ["GraniteDecoderLayer", "`mul`"]),  # residual_multiplier
     ({"model_type": "falcon"}, ["c.json", "head_dim"]),  # a config transformers refuses
+    ({"model_type": "phi3", "pad_token_id": 100}, ["phi3", "cannot build", "Padding_idx"]),
 ])
 def test_cli_layers_refusals_are_usage_errors(tmp_path, monkeypatch, config, words):
     monkeypatch.chdir(tmp_path)
-    Path("c.json").write_text(json.dumps({**config, **SIZES, "pad_token_id": 0}))
+    Path("c.json").write_text(json.dumps({**SIZES, "pad_token_id": 0, **config}))
     r = CliRunner().invoke(main, ["from-torch", "--hf-config", "c.json", "--layers", "1"])
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
