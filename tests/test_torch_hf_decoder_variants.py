@@ -111,6 +111,18 @@ class ScaledLayer(LlamaDecoderLayer):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+class AlwaysDropLayer(LlamaDecoderLayer):
+    """`F.dropout` whose `training` defaults to True: it drops in eval mode too."""
+
+    def forward(self, hidden_states, attention_mask=None, cache=None,
+                position_embeddings=None, **kwargs):
+        h, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states),
+                              attention_mask=attention_mask, cache=cache,
+                              position_embeddings=position_embeddings)
+        h = hidden_states + torch.nn.functional.dropout(h, 0.1, self.training)  # identity
+        return h + torch.nn.functional.dropout(self.mlp(self.post_attention_layernorm(h)), 0.1)
+
+
 def llama_like(cls):
     cfg = LlamaConfig(**SIZES)
     cfg._attn_implementation = "eager"
@@ -188,6 +200,7 @@ def test_sandwich_norms_simulate_equal_to_the_forward():
 @pytest.mark.parametrize("cls,words", [
     (ParallelLayer, ["ParallelLayer", "parallel attention and MLP"]),
     (ScaledLayer, ["ScaledLayer", "`mul`"]),
+    (AlwaysDropLayer, ["AlwaysDropLayer", "`dropout`"]),
 ])
 def test_other_forwards_are_refused_naming_what_differs(cls, words):
     with pytest.raises(InputRefused) as e:

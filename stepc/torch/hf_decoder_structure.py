@@ -97,13 +97,21 @@ class _Recorder(TorchFunctionMode):
         if name in _ADDS and len(tracked) == 2 and kwargs.get("alpha", 1) == 1:
             value = _Value("add", args=tuple(tracked))
         elif name in _SAME and len(tracked) == 1 and tuple(out.shape) == tuple(
-                args[0].shape) and not kwargs.get("training", False):
+                args[0].shape) and not _dropping(name, args, kwargs):
             value = tracked[0]
         else:
             value = _Value("op", _op_name(name))
         self.values[id(out)] = value
         self.keep.append(out)
         return out
+
+
+def _dropping(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of `F.dropout(x, p=0.5, training=True)` drops anything."""
+    if name != "dropout":
+        return False
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    return bool(kwargs.get("training", args[2] if len(args) > 2 else True)) and p > 0
 
 
 def _op_name(name: str) -> str:
