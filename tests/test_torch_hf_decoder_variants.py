@@ -33,7 +33,7 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch import InputRefused, from_hf_config, from_torch
+from stepc.torch import InputRefused, LoweringError, from_hf_config, from_torch
 from stepc.torch.build import BuildError, seed_transformers_weights
 from stepc.torch.hf_decoder_structure import read_structure
 from stepc.torch.hf_model import build_stack, example_inputs
@@ -303,3 +303,14 @@ def test_a_config_transformers_refuses_is_a_build_error():
     """From Python too (an AttributeError of transformers' config class before)."""
     with pytest.raises(BuildError, match="falcon.*head_dim"):
         from_hf_config({"model_type": "falcon", **SIZES}, layers=1, batch=B, past=P)
+
+
+def test_a_forward_failing_on_the_seeded_inputs_fails_verification():
+    """Ministral3's attention reads `position_ids` (its Llama-4 scale), which a layer is not
+    given: verification says the forward failed (a TypeError, exit 70, before)."""
+    from transformers import Ministral3Config
+    from transformers.models.ministral3.modeling_ministral3 import Ministral3DecoderLayer
+    cfg = Ministral3Config(**SIZES, pad_token_id=0)
+    m = seeded(Ministral3DecoderLayer(cfg, 0), cfg)
+    with pytest.raises(LoweringError, match="running the module on these inputs failed"):
+        from_torch(m, meta_example(), schedule=SMALL)

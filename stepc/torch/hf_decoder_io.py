@@ -11,6 +11,7 @@ import torch
 
 from stepc.torch.capture import LoweringError
 from stepc.torch.fragment import Fragment
+from stepc.torch.verify import VerificationError
 
 
 @dataclass
@@ -45,9 +46,7 @@ class DecoderIO:
                 hooks.append(getattr(layer, path).register_forward_pre_hook(
                     self._take(li, part, values, traces), with_kwargs=True))
         try:
-            with torch.no_grad():
-                module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
-                       position_embeddings=pe)
+            _forward(module, args)
         finally:
             for h in hooks:
                 h.remove()
@@ -79,12 +78,9 @@ class DecoderIO:
 
     def expected(self, module, inputs: tuple) -> dict[str, np.ndarray]:
         """The output Y: the module's forward (on a copy of the cache), [B, 1, D] as [B, D]."""
-        hs, pe, mask, cache = inputs
-        with torch.no_grad():
-            out = module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
-                         position_embeddings=pe)
+        out = _forward(module, inputs)
         out = out[0] if isinstance(out, tuple) else out
-        return {"Y": _np(out).reshape(hs.shape[0], -1)}
+        return {"Y": _np(out).reshape(inputs[0].shape[0], -1)}
 
     def traces(self, module, inputs: tuple) -> dict[str, np.ndarray]:
         return self._once(module, inputs)[1]
@@ -103,6 +99,22 @@ class DecoderIO:
         last = self.layers_of(module)[-1]
         path, att = next((k, v) for k, v in self.parts[-1].items() if v.kind == "attention")
         return att.program.io.seeded_inputs(getattr(last, path), example, seed)
+
+
+def _forward(module, args: tuple):
+    """The module's forward on (hidden_states, position_embeddings, attention_mask, cache),
+    called as transformers' model calls a layer, on a copy of the cache."""
+    hs, pe, mask, cache = args
+    try:
+        with torch.no_grad():
+            return module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
+                          position_embeddings=pe)
+    except LoweringError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the module's own forward may raise anything
+        text = str(e).strip().splitlines()
+        raise VerificationError(f"running the module on these inputs failed: "
+                                f"{type(e).__name__}: {text[0] if text else ''}") from None
 
 
 def _np(t) -> np.ndarray:
