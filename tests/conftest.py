@@ -44,11 +44,19 @@ def recorded(monkeypatch):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line naming what is missing when Graphviz or the torch extra is (their tests
-    skip)."""
+    """The torch and transformers versions the from-torch tests ran against, and one line
+    naming what is missing when Graphviz or the torch extra is (their tests skip)."""
     import importlib.util
     import shutil
+    from importlib.metadata import PackageNotFoundError, version
 
+    found = []
+    for package in ("torch", "transformers"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} not installed")
+    terminalreporter.write_line("from-torch ran against " + ", ".join(found))
     if not terminalreporter.stats.get("skipped"):
         return
     missing = []

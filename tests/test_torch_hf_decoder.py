@@ -227,6 +227,18 @@ def test_cli_refusals(tmp_path, monkeypatch, args, code, words):
         assert w in r.output
 
 
+def test_cli_a_config_the_model_rejects_is_a_usage_error(tmp_path, monkeypatch):
+    """A config transformers loads but whose model fails to build (an unknown rope type
+    raises KeyError in the rotary embedding): exit 2, naming the model type and the error."""
+    monkeypatch.chdir(tmp_path)
+    Path("rope.json").write_text(json.dumps({"model_type": "llama", **SIZES,
+                                             "rope_scaling": {"rope_type": "no-such-rope"}}))
+    r = CliRunner().invoke(main, ["from-torch", "--hf-config", "rope.json", "--layers", "1",
+                                  "--batch", "2", "--past", "4"])
+    assert r.exit_code == 2, r.output
+    assert "model_type `llama`" in r.output and "no-such-rope" in r.output, r.output
+
+
 # Qwen3-30B-A3B's published config values (its config.json), written here: no download
 QWEN3_30B_A3B = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
                  "moe_intermediate_size": 768, "num_attention_heads": 32,

@@ -203,3 +203,47 @@ def test_bmm_of_two_activations_is_refused_with_its_line():
     with pytest.raises(LoweringError, match=r"aten.bmm in .*test_torch_hf_more.py:\d+.*not "
                                             "of two activations"):
         from_torch(Scores(), (torch.randn(2, 8, 8),))
+
+
+def _one_liners():
+    """transformers blocks one operator away from what stepc lowered before: Falcon's
+    `x @ self.weight.T` (aten.numpy_T), a layer norm whose scale is computed (Nemotron's
+    `weight + 1`), Gemma's RMSNorm scaled by `1 + weight`."""
+    from transformers.models.falcon.modeling_falcon import FalconLinear
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.nemotron.modeling_nemotron import NemotronLayerNorm1P
+    return {"FalconLinear": (lambda: FalconLinear(HIDDEN, INTER, bias=True), [4, HIDDEN]),
+            "NemotronLayerNorm1P": (lambda: NemotronLayerNorm1P(HIDDEN), [2, 3, HIDDEN]),
+            "GemmaRMSNorm": (lambda: GemmaRMSNorm(HIDDEN, eps=1e-6), [4, HIDDEN])}
+
+
+@pytest.mark.parametrize("name", ["FalconLinear", "NemotronLayerNorm1P", "GemmaRMSNorm"])
+def test_transposed_weights_and_computed_norm_scales_simulate_to_their_forward(name):
+    make, shape = _one_liners()[name]
+    torch.manual_seed(3)
+    m = make().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_()
+    x = torch.randn(*shape)
+    prog = from_torch(m, (x,), verify=False)  # compared here, not by the lowering's own check
+    assert "Node(" not in prog.text
+    _, out = _run(prog, x)
+    _assert_close(out, m(x))
+
+
+def test_matrix_transpose_mT_of_a_stacked_weight_reads_it_transposed():
+    class Stacked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(2, INTER, HIDDEN))
+
+        def forward(self, x):
+            return torch.bmm(x, self.w.mT)
+
+    torch.manual_seed(4)
+    m, x = Stacked().eval(), torch.randn(2, 8, HIDDEN)
+    prog = from_torch(m, (x,), {"TB": 8}, verify=False)
+    assert "transpose=true" in prog.text
+    _, out = _run(prog, x)
+    _assert_close(out, m(x))

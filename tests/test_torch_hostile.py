@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -289,3 +291,30 @@ def test_every_building_block_at_every_shape(work):
     for name, shape in itertools.product(NAMES, SHAPES):
         codes[name, shape] = _round_trip(work, name, shape).exit_code
     assert sum(c == 0 for c in codes.values()) >= 30, codes  # a fair share lowers
+
+
+def test_a_file_of_a_package_imports_as_its_package_so_relative_imports_resolve(work):
+    """A transformers source file named by its path (modeling_llama.py imports its siblings
+    relatively), and a user's package file: each is imported by its dotted name."""
+    import transformers
+    llama = Path(transformers.__file__).parent / "models" / "llama" / "modeling_llama.py"
+    (work / "cfg.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+        "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 32}))
+    r = from_torch(f"{llama}:LlamaMLP", "--hf-config", "cfg.json", "--input", "x=f32[4,32]")
+    assert r.exit_code == 0, r.output
+    pkg = work / "mypkg_rel" / "blocks"
+    pkg.mkdir(parents=True)
+    for init in (work / "mypkg_rel" / "__init__.py", pkg / "__init__.py"):
+        init.write_text("")
+    (pkg / "scale.py").write_text("FACTOR = 3.0\n")
+    (pkg / "scaled.py").write_text(
+        "import torch\nfrom .scale import FACTOR\n\n\nclass Scaled(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return x * FACTOR\n")
+    (pkg / "broken.py").write_text("from . import missing_sibling_xyz\n")
+    r = from_torch(f"{pkg / 'scaled.py'}:Scaled", "--input", "x=f32[4,8]")
+    assert r.exit_code == 0 and 'scale="3.0"' in r.output, r.output
+    r = from_torch(f"{pkg / 'broken.py'}:Scaled", "--input", "x=f32[4,8]")
+    assert r.exit_code == 1
+    assert "importing it as `mypkg_rel.blocks.broken` failed" in r.output
+    assert "missing_sibling_xyz" in r.output

@@ -154,6 +154,27 @@ class WithShared(TopTwo):
         return super().forward(x) + self.shared(x)
 
 
+class SharedTopTwo(TopTwo):
+    """TopTwo plus a SwiGLU every token goes through (`shared_experts`), or one scaled by
+    its sigmoid gate (`shared_expert`, `shared_expert_gate`)."""
+
+    def __init__(self, gated=False):
+        super().__init__()
+        self.gated = gated
+        if gated:
+            self.shared_expert = SwiGLU(64, 48)
+            self.shared_expert_gate = nn.Linear(64, 1, bias=False)
+        else:
+            self.shared_experts = SwiGLU(64, 48)
+
+    def forward(self, x):
+        if self.gated:
+            shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        else:
+            shared = self.shared_experts(x)
+        return super().forward(x) + shared
+
+
 class Stack(nn.Module):
     """No MoE: a ModuleList of layers and a two-way head."""
 
@@ -258,6 +279,25 @@ def test_hand_written_top2_loop_simulates_its_forward(hand, name, shape):
     assert find(stack, (tokens(4, H),)) is None  # a ModuleList of layers is no MoE block
 
 
+@pytest.mark.parametrize("make", [
+    lambda hand: hand.SharedTopTwo(), lambda hand: hand.SharedTopTwo(gated=True),
+    lambda hand: _hf("deepseek_v32", "DeepseekV32MoE", "DeepseekV32Config", hidden_size=H,
+                     moe_intermediate_size=FE, n_routed_experts=E, num_experts_per_tok=K,
+                     n_group=1, topk_group=1, n_shared_experts=1),
+    lambda hand: _hf("flint", "FlintSparseMoeBlock", "FlintConfig", hidden_size=H,
+                     moe_intermediate_size=FE, num_experts=E, num_experts_per_tok=K,
+                     shared_expert_intermediate_size=FE),
+], ids=["shared", "gated-shared", "deepseek_v32", "flint"])
+def test_shared_experts_by_their_parts(hand, make):
+    m = seeded(make(hand))
+    assert families.find(m) is None
+    x = tokens(6, H) if isinstance(m, hand.TopTwo) else tokens(2, 3, H)
+    prog = from_torch(m, (x,), schedule="dynamic", verify=False)  # compared here
+    assert "param FS = " in prog.text and "Shared expert: module `shared_expert" in prog.text
+    _, out = simulated(prog, x)
+    assert_forward(out, m, x)
+
+
 def test_cli_hand_written_block_then_sim_computes_the_forward(hand, tmp_path):
     """From the command line: lowered on the meta device (the run stops at its first
     data-dependent operator, after the router), valued on the CPU."""
@@ -312,7 +352,8 @@ def _switch():
 
 @pytest.mark.parametrize("make,shape,differs", [
     ("BiasedTopTwo", (6, H), "down_proj(silu(gate_proj(x)) * (up_proj(x) + bias))"),
-    ("WithShared", (6, H), "its weights shared.weight are neither its router's nor"),
+    ("WithShared", (6, H), "its weights shared.weight are neither its router's, its "
+                           "experts' nor a shared SwiGLU expert's"),
     (_dbrx_gelu, (2, 3, H), "module `experts.mlp` (DbrxExpertGLU"),
     (_granite_biased, (2, 3, H), "has_bias=True is not lowered"),
     (_switch, (2, 3, H), "holding expert_0.wi.weight [32, 64], expert_0.wo.weight [64, 32]"),

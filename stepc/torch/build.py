@@ -84,9 +84,44 @@ def _transformers_model_attr(name: str):
     return None
 
 
+def _package_module(path: str) -> tuple[str, str] | None:
+    """The dotted name of a file inside a package (its directories up to the first without an
+    `__init__.py`), e.g. `transformers.models.llama.modeling_llama`, and the folder that holds
+    the package; None outside one."""
+    names = [os.path.splitext(os.path.basename(path))[0]]
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        names.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    return (".".join(names), folder) if len(names) > 1 else None
+
+
+def _import_from_package(path: str, dotted: str, root: str):
+    """The module a package file is, imported by its dotted name (so that its relative
+    imports resolve; the package's folder is searched after the installed packages), when
+    that name is the file; else None."""
+    if root not in sys.path:
+        sys.path.append(root)
+    try:
+        mod = importlib.import_module(dotted)
+    except ModuleNotFoundError as e:
+        if e.name and (dotted + ".").startswith(e.name + "."):
+            return None  # the name is another package's (shadowed): import the file alone
+        raise LoweringError(f"{path}: importing it as `{dotted}` failed: {_why(e)}") from None
+    except (Exception, SystemExit) as e:  # a user's package may raise anything, or exit
+        raise LoweringError(f"{path}: importing it as `{dotted}` failed: {_why(e)}") from None
+    where = getattr(mod, "__file__", None)
+    return mod if where and os.path.samefile(where, path) else None
+
+
 def _import_file(path: str):
     if not os.path.isfile(path):
         raise BuildError(f"{path}: no such file")
+    package = _package_module(path)
+    if package is not None:
+        mod = _import_from_package(path, *package)
+        if mod is not None:
+            return mod
     mod_name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec)

@@ -20,7 +20,7 @@ PASS_THROUGH = ("contiguous", "clone", "alias", "detach", "lift_fresh_copy", "dr
 CASTS = ("to", "_to_copy", "type_as")
 VIEWS = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "unflatten",
          "expand", "view_as", "reshape_as")
-TRANSPOSES = ("t", "transpose", "permute", "swapaxes")
+TRANSPOSES = ("t", "transpose", "permute", "swapaxes", "numpy_T", "mT")
 SPLITS = ("chunk", "split", "split_with_sizes")
 SPELLINGS = {"_softmax": "softmax", "true_divide": "div", "multiply": "mul", "subtract": "sub",
              "square": "pow"}

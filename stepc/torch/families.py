@@ -109,9 +109,10 @@ STRUCTURAL_MOE = Family(
     "moe-by-structure", (), "moe", MOE_TILINGS, "stepc.torch.moe_parts:lower_structural_moe",
     "any sparse MoE block of a router (the child feeding the top-k or the experts' routing, "
     "run ahead of the program) and SwiGLU experts: fused gate_up_proj / down_proj, DBRX's "
-    "stacked mlp.w1 / v1 / w2, or a ModuleList of MLPs (tested: GraniteMoeMoE, "
-    "PhimoeSparseMoeBlock, JambaSparseMoeBlock, DbrxFFN, Lfm2MoeSparseMoeBlock, "
-    "MiniMaxM2SparseMoeBlock, hand-written top-k loops)")
+    "stacked mlp.w1 / v1 / w2, or a ModuleList of MLPs; an optional shared SwiGLU expert "
+    "and its sigmoid gate (tested: GraniteMoeMoE, PhimoeSparseMoeBlock, JambaSparseMoeBlock, "
+    "DbrxFFN, Lfm2MoeSparseMoeBlock, MiniMaxM2SparseMoeBlock, DeepseekV32MoE, "
+    "FlintSparseMoeBlock, hand-written top-k loops)")
 FAMILIES += [STRUCTURAL_MOE]
 
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,

@@ -37,12 +37,12 @@ from stepc.torch.emit import StepWriter
 from stepc.torch.moe import ROUTER_AHEAD, ROUTING_WEIGHTS, MoeSpec, MoeTensor, emit_moe
 from stepc.torch.moe import SharedExpert as Shared
 
-_SHARED_NAMES = ("shared_experts", "shared_expert", "shared_mlp")
+SHARED_NAMES = ("shared_experts", "shared_expert", "shared_mlp")
 _X_SOURCE = "hidden_states, batch and sequence folded"
 _EXPERT_SOURCES = {"up": "experts.gate_up_proj, its up rows, as [E, D, F]",
                    "gate": "experts.gate_up_proj, its gate rows, as [E, D, F]",
                    "down": "experts.down_proj, as [E, F, D]"}
-_SHARED_GATE = "shared_expert_gate"
+SHARED_GATE = "shared_expert_gate"
 _SILU = ("SiLUActivation", "SiLU")
 # router settings worth naming in the program's header, when the router has them
 _ROUTER_SETTINGS = ("norm_topk_prob", "topk_method", "num_group", "topk_group",
@@ -138,9 +138,9 @@ class HFRouting:
             for r in ("up", "gate", "down"):
                 by_source[_shared_source(self.shared_path, r)] = \
                     getattr(mlp, f"{r}_proj").weight.detach().T
-            if hasattr(self.module, _SHARED_GATE):
-                by_source[_shared_source(_SHARED_GATE)] = \
-                    getattr(self.module, _SHARED_GATE).weight.detach().T
+            if hasattr(self.module, SHARED_GATE):
+                by_source[_shared_source(SHARED_GATE)] = \
+                    getattr(self.module, SHARED_GATE).weight.detach().T
         for src, t in by_source.items():
             if t.is_meta:
                 raise LoweringError(f"{src}: the block is on the meta device; take values "
@@ -244,7 +244,7 @@ def _implementation(experts: torch.nn.Module) -> str:
 
 def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
     """The block's shared expert (and its sigmoid gate), with its attribute name."""
-    path = next((n for n in _SHARED_NAMES if isinstance(getattr(module, n, None),
+    path = next((n for n in SHARED_NAMES if isinstance(getattr(module, n, None),
                                                         torch.nn.Module)), "")
     if not path:
         return None, ""
@@ -262,18 +262,18 @@ def _shared(module: torch.nn.Module, d: int) -> tuple[Shared | None, str]:
     _check_silu(getattr(mlp, "act_fn", None), mlp, path)
     weights = {r: MoeTensor(f"{path}_{r}_proj", _shared_source(path, r),
                             _shared_source(path, r)) for r in ("up", "gate", "down")}
-    gate = getattr(module, _SHARED_GATE, None)
+    gate = getattr(module, SHARED_GATE, None)
     gate_t = None
     if gate is not None:
         if not (isinstance(gate, torch.nn.Linear) and gate.bias is None
                 and tuple(gate.weight.shape) == (1, d)):
-            raise LoweringError(f"{where(gate, _SHARED_GATE)}: expected a linear layer from "
+            raise LoweringError(f"{where(gate, SHARED_GATE)}: expected a linear layer from "
                                 f"{d} to 1 without bias (the shared expert's sigmoid gate)")
-        gate_t = MoeTensor(_SHARED_GATE, _shared_source(_SHARED_GATE),
-                           _shared_source(_SHARED_GATE))
+        gate_t = MoeTensor(SHARED_GATE, _shared_source(SHARED_GATE),
+                           _shared_source(SHARED_GATE))
     about = (f"Shared expert: {where(mlp, path)}, FS = {fs}: every token, on operators of "
              "its own, tiled like the routed experts' tokens; its rows "
-             + (f"scaled by sigmoid({_SHARED_GATE}(x)) and " if gate_t else "")
+             + (f"scaled by sigmoid({SHARED_GATE}(x)) and " if gate_t else "")
              + "added to the routed sum.")
     return Shared(fs, weights, gate_t, about), path
 
@@ -289,7 +289,7 @@ def _check_parameters(module: torch.nn.Module, shared_path: str) -> None:
     known = {"experts.gate_up_proj", "experts.down_proj"}
     if shared_path:
         known |= {f"{shared_path}.{r}_proj.weight" for r in ("up", "gate", "down")}
-        known.add(f"{_SHARED_GATE}.weight")
+        known.add(f"{SHARED_GATE}.weight")
     extra = sorted(k for k in set(module.state_dict()) - known if not k.startswith("gate."))
     if extra:
         raise LoweringError(f"{type(module).__name__} ({source(type(module))}): weights "

@@ -117,6 +117,10 @@ class LayoutOps:
         if "permute" in node.target:
             return [d % ndim for d in args[0]]
         perm = list(range(ndim))
+        if "numpy_T" in node.target:  # x.T: every dim reversed
+            return perm[::-1]
+        if ".mT" in node.target:  # x.mT: the last two swapped
+            return perm[:-2] + perm[:-3:-1]
         a, b = (args[0] % ndim, args[1] % ndim) if len(args) >= 2 else (0, 1)
         perm[a], perm[b] = perm[b], perm[a]
         return perm

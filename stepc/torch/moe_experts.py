@@ -25,7 +25,15 @@ import torch
 
 from stepc.torch.canon import canonicalise
 from stepc.torch.capture import LoweringError, Node, capture
-from stepc.torch.hf_moe import check_experts, expert_weights, fused_shape, where
+from stepc.torch.hf_moe import (
+    SHARED_GATE,
+    SHARED_NAMES,
+    check_experts,
+    expert_weights,
+    fused_shape,
+    where,
+)
+from stepc.torch.moe import MoeTensor, SharedExpert
 from stepc.torch.moe_structure import STACKED
 
 ROLES = ("up", "gate", "down")
@@ -109,6 +117,79 @@ def expert_layout(block: torch.nn.Module, path: str, form: str, hidden: int) -> 
     held = ", ".join(f"{n} {list(t.shape)}" for n, t in list(experts.state_dict().items())[:6])
     raise ExpertsDiffer(f"{where(experts, path)}, holding {held or 'no weights'}, is none of "
                         "the expert layouts stepc lowers")
+
+
+@dataclass
+class SharedLayout:
+    """A shared expert every token goes through (a child named as transformers names them,
+    whatever its class), read as the SwiGLU its graph computes, and its optional sigmoid
+    gate `shared_expert_gate` (a linear layer from D to 1)."""
+
+    path: str
+    F: int
+    roles: dict[str, tuple[str, bool]]  # role -> (weight name in the expert, transposed)
+    gated: bool
+    about: str
+
+    def spec(self) -> SharedExpert:
+        sources = self.sources()
+        weights = {r: MoeTensor(f"{self.path}_{r}", sources[r], sources[r]) for r in ROLES}
+        gate = (MoeTensor(SHARED_GATE, sources[SHARED_GATE], sources[SHARED_GATE])
+                if self.gated else None)
+        return SharedExpert(self.F, weights, gate, self.about)
+
+    def sources(self) -> dict[str, str]:
+        shape = {"up": "[D, FS]", "gate": "[D, FS]", "down": "[FS, D]"}
+        out = {r: f"{self.path}.{name}{', transposed' if t else ''}, as {shape[r]}"
+               for r, (name, t) in self.roles.items()}
+        if self.gated:
+            out[SHARED_GATE] = f"{SHARED_GATE}.weight, transposed, as [D, 1]"
+        return out
+
+    def weights(self, block: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The program's shared-expert tensors, by source."""
+        mlp, sources = getattr(block, self.path), self.sources()
+        out = {sources[r]: mlp.get_parameter(name).detach().T if t
+               else mlp.get_parameter(name).detach() for r, (name, t) in self.roles.items()}
+        if self.gated:
+            out[sources[SHARED_GATE]] = getattr(block, SHARED_GATE).weight.detach().T
+        return out
+
+    def parameters(self) -> set[str]:
+        """The block's state-dict keys the shared expert and its gate hold."""
+        return ({f"{self.path}.{name}" for name, _ in self.roles.values()}
+                | ({f"{SHARED_GATE}.weight"} if self.gated else set()))
+
+
+def shared_layout(block: torch.nn.Module, hidden: int) -> SharedLayout | None:
+    """The block's shared expert, if it has one; ExpertsDiffer says what differs."""
+    path = next((n for n in SHARED_NAMES if isinstance(getattr(block, n, None),
+                                                       torch.nn.Module)), None)
+    if path is None:
+        return None
+    mlp, at = getattr(block, path), where(getattr(block, path), path)
+    shapes = {n: tuple(p.shape) for n, p in mlp.named_parameters()}
+    if not shapes:
+        raise ExpertsDiffer(f"{at}: a shared expert without weights")
+    p = next(mlp.parameters())
+    roles, expr = _swiglu(mlp, (torch.zeros(2, hidden, dtype=p.dtype, device=p.device),), path)
+    extra = sorted(set(shapes) - {name for name, _ in roles.values()})
+    if extra or any(name not in shapes for name, _ in roles.values()):
+        raise ExpertsDiffer(f"{at}: its weights {', '.join(sorted(shapes))} are not those of "
+                            f"the SwiGLU {expr} it computes")
+    up, transposed = shapes[roles["up"][0]], roles["up"][1]
+    f = up[0] if transposed else up[-1]
+    _check_shapes(roles, shapes, hidden, f, at, expr)
+    gate = getattr(block, SHARED_GATE, None)
+    if gate is not None and not (isinstance(gate, torch.nn.Linear) and gate.bias is None
+                                 and tuple(gate.weight.shape) == (1, hidden)):
+        raise ExpertsDiffer(f"{where(gate, SHARED_GATE)}: expected a linear layer from "
+                            f"{hidden} to 1 without bias (the shared expert's sigmoid gate)")
+    about = (f"Shared expert: {at}, FS = {f}, computing {expr} for every token, tiled like "
+             "the routed experts' tokens; its rows "
+             + (f"scaled by sigmoid({SHARED_GATE}(x)) and " if gate is not None else "")
+             + "added to the routed sum.")
+    return SharedLayout(path, f, roles, gate is not None, about)
 
 
 def _stacked(experts: torch.nn.Module, path: str, hidden: int) -> ExpertLayout:

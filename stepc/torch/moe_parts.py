@@ -14,6 +14,7 @@ that this does not lower is refused with what differs, as a usage error.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import textwrap
 
@@ -22,9 +23,16 @@ import torch
 from stepc.torch import families
 from stepc.torch.capture import InputRefused, LoweringError, dtype_name, quiet
 from stepc.torch.emit import StepWriter
-from stepc.torch.hf_moe import block_input, source, where
+from stepc.torch.hf_moe import SHARED_GATE, SHARED_NAMES, block_input, source, where
 from stepc.torch.moe import ROUTER_AHEAD, ROUTING_WEIGHTS, MoeSpec, MoeTensor, emit_moe
-from stepc.torch.moe_experts import SWIGLU, ExpertLayout, ExpertsDiffer, expert_layout
+from stepc.torch.moe_experts import (
+    SWIGLU,
+    ExpertLayout,
+    ExpertsDiffer,
+    SharedLayout,
+    expert_layout,
+    shared_layout,
+)
 from stepc.torch.moe_probe import failure, measured_weights, probe
 from stepc.torch.moe_structure import find_experts, routing_index
 
@@ -50,22 +58,24 @@ def lower_structural_moe(module: torch.nn.Module, example_inputs: tuple, tiling:
     path, form = find_experts(module)
     try:
         layout = expert_layout(module, path, form, d)
+        shared = shared_layout(module, d)
     except ExpertsDiffer as e:
         raise _refused(module, str(e)) from None
     k, router, read, about = _router(module, example_inputs, layout)
-    _check_parameters(module, layout, router, read)
+    _check_parameters(module, layout, router, read, shared)
     spec = MoeSpec(
         B=x.numel() // d, D=d, F=layout.F, E=layout.E, K=k, dtype=dtype_name(x.dtype),
         x=MoeTensor("HIDDEN_STATES", _X_SOURCE,
                     f"forward argument `{_argument(module)}` {list(x.shape)} as [B, D]"),
         experts={r: MoeTensor(f"{path}_{r}", src, src) for r, src in layout.sources().items()},
-        about=[about, layout.about], combine=source(cls.forward))
+        about=[about, layout.about], combine=source(cls.forward),
+        shared=shared.spec() if shared else None)
     w = StepWriter()
     w.header += [f"{cls.__name__} ({source(cls)}), lowered by `stepc from-torch` ({tiling} "
                  "tiling).", *textwrap.wrap(f"{families.STRUCTURAL_MOE.doc}.", 86), ""]
     tensors = emit_moe(w, spec, tiling, sched)
     return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **sched},
-                        routing=StructuralRouting(module, layout, k, tensors))
+                        routing=StructuralRouting(module, layout, k, tensors, shared))
 
 
 def _refused(module: torch.nn.Module, what: str) -> BlockRefused:
@@ -141,16 +151,19 @@ def _routing_args(module: torch.nn.Module, call: tuple, sources: tuple,
 
 
 def _check_parameters(module: torch.nn.Module, layout: ExpertLayout, router: frozenset[str],
-                      read: set[int]) -> None:
-    """Refuse weights the program would ignore: all are the experts', the router's, or
-    the block's own tensors read before it calls the experts (a router's bias the block
-    holds, as MiniMax-M2's `e_score_correction_bias`)."""
+                      read: set[int], shared: SharedLayout | None) -> None:
+    """Refuse weights the program would ignore: all are the experts', the shared
+    expert's, the router's, or the block's own tensors read before it calls the experts (a
+    router's bias the block holds, as MiniMax-M2's `e_score_correction_bias`)."""
+    known = layout.parameters() | (shared.parameters() if shared else set())
     extra = sorted(k for k, t in module.state_dict(keep_vars=True).items()
-                   if k not in layout.parameters() and k.split(".")[0] not in router
+                   if k not in known and k.split(".")[0] not in router
                    and ("." in k or id(t) not in read))
     if extra:
-        raise _refused(module, f"its weights {', '.join(extra)} are neither its router's nor "
-                               "its experts' (a shared expert or a bias is not lowered here)")
+        raise _refused(module, f"its weights {', '.join(extra)} are neither its router's, its "
+                               "experts' nor a shared SwiGLU expert's (one of "
+                               f"{', '.join(SHARED_NAMES)}, with an optional "
+                               f"{SHARED_GATE})")
 
 
 class StructuralRouting:
@@ -160,9 +173,10 @@ class StructuralRouting:
     weights_tensor = "RW"
 
     def __init__(self, module: torch.nn.Module, layout: ExpertLayout, k: int,
-                 tensors: dict[str, str]):
+                 tensors: dict[str, str], shared: SharedLayout | None = None):
         self.module, self.layout, self.k = module, layout, k
         self.tensors = tensors  # program tensor -> source, as lower_structural_moe named them
+        self.shared = shared
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k expert ids and routing weights, [B, K] each."""
@@ -176,7 +190,9 @@ class StructuralRouting:
             x = x.to(param.dtype)  # bf16 tokens into an f32 block: its router widens them
         experts = self.layout.modules(self.module)
         if self.layout.form == "list":
-            coef, topks, problem = measured_weights(self.module, (x,), experts, rows.shape[1])
+            with self._shared_silenced():  # its term is the shared expert's, not a combine
+                coef, topks, problem = measured_weights(self.module, (x,), experts,
+                                                        rows.shape[1])
             routed = [t for t in topks if t.sources]
             if problem or not routed:
                 raise self._failed(problem or "no top-k fed by its router was computed")
@@ -196,12 +212,26 @@ class StructuralRouting:
                                "input (the program's experts read the input)")
         return self._checked(ids, rows.shape[0]), weights.reshape(-1, self.k)
 
+    @contextlib.contextmanager
+    def _shared_silenced(self):
+        """The block with its shared expert's output replaced by zeros."""
+        if self.shared is None:
+            yield
+            return
+        mlp = getattr(self.module, self.shared.path)
+        hook = mlp.register_forward_hook(lambda _m, _i, out: torch.zeros_like(out))
+        try:
+            yield
+        finally:
+            hook.remove()
+
     def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every program tensor but the output, for these inputs."""
         _, weights = self(*inputs)
         sources = self.layout.sources()
         by_source = {ROUTING_WEIGHTS: weights, _X_SOURCE: self._rows(inputs),
-                     **{sources[r]: t for r, t in self.layout.weights(self.module).items()}}
+                     **{sources[r]: t for r, t in self.layout.weights(self.module).items()},
+                     **(self.shared.weights(self.module) if self.shared else {})}
         for src, t in by_source.items():
             if not bool(torch.isfinite(t).all()):
                 raise LoweringError(f"{src}: holds non-finite values")
@@ -209,7 +239,7 @@ class StructuralRouting:
 
     def on_module(self, module: torch.nn.Module) -> StructuralRouting:
         """The same routing on another module of the same class."""
-        return StructuralRouting(module, self.layout, self.k, self.tensors)
+        return StructuralRouting(module, self.layout, self.k, self.tensors, self.shared)
 
     @staticmethod
     def forward_args(inputs: tuple) -> tuple:

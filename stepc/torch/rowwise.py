@@ -245,7 +245,9 @@ class RowwiseOps:
         if wp is None:
             self.vals[node.name] = Val(n, node.shape, x.dtype, **x.layout())
             return
-        wl, y = self._param_rows(wp, node, x.heads), self.w.name(base)
+        wl = (self._param_rows(wp, node, x.heads) if wp.op == "param"  # or computed from one
+              else self.val(wp, node).stream)
+        y = self.w.name(base)
         self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"{x.tiles} of [TB, {x.cols}]")
         self.vals[node.name] = Val(y, node.shape, x.dtype, **x.layout())
 
@@ -269,8 +271,9 @@ class RowwiseOps:
         for i, (fn, other) in enumerate(steps):
             last = i == len(steps) - 1
             dt = f", dtype={node.dtype}" if last and node.dtype != "f32" else ""
-            if isinstance(other, Node) and other.op == "param":
-                other = self._param_rows(other, node, x.heads)
+            if isinstance(other, Node):  # a parameter, or computed from one (weight + 1)
+                other = (self._param_rows(other, node, x.heads) if other.op == "param"
+                         else self.val(other, node).stream)
             nxt = self.w.name(base if last else f"{base}_{fn}")
             operands = f"{out}, {other}" if other is not None else out
             self.w.stmt(f"{nxt} = Map({operands}, fn={fn}{dt})",
