@@ -12,7 +12,8 @@ A family lowers what transformers' class computes, read from its weights, not th
 own code: it applies only when the forward the module runs is the registered class's own,
 and every part it reads (the experts, the projections) runs transformers' or torch's code.
 A subclass overriding forward, a forward hook, or a part of the user's is captured as any
-other module instead (`match` says what displaced the family).
+other module instead (`match` says what displaced the family); a decoder layer is lowered
+as its own forward composes its parts (the decoder-by-structure family).
 """
 
 from __future__ import annotations
