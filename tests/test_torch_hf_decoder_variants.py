@@ -215,6 +215,24 @@ def test_a_layer_whose_attention_is_not_lowered_is_a_usage_error():
         from_torch(PhiDecoderLayer(cfg, 0).eval(), meta_example(), verify=False)
 
 
+class CumsumMLP(torch.nn.Module):
+    """An MLP of an operator stepc does not lower (aten.cumsum)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(x).cumsum(-1)
+
+
+def test_a_layer_whose_mlp_is_not_lowered_is_a_usage_error_naming_it():
+    m = llama_like(LlamaDecoderLayer)
+    m.mlp = CumsumMLP(SIZES["hidden_size"])
+    with pytest.raises(InputRefused, match=r"(?s)LlamaDecoderLayer\.mlp \(CumsumMLP.*aten\.cumsum"):
+        from_torch(m, meta_example(), verify=False)
+
+
 @pytest.mark.parametrize("config_cls,layer_cls", [(Phi3Config, Phi3DecoderLayer),
                                                   (Gemma2Config, Gemma2DecoderLayer)])
 def test_phi3_and_gemma2_layers_simulate_equal_to_their_forward(config_cls, layer_cls):
