@@ -246,8 +246,7 @@ def test_phi3_and_gemma2_layers_simulate_equal_to_their_forward(config_cls, laye
     assert ("l0_norm4_" in prog.text) == gemma and ("fn=tanh" in prog.text) == gemma
 
 
-@pytest.mark.parametrize("model_type", [
-    "phi3", "gemma2", pytest.param("olmo", marks=pytest.mark.slow)])  # olmo: norms w/o scale
+@pytest.mark.parametrize("model_type", ["phi3", "gemma2", "olmo"])  # olmo: norms w/o scale
 def test_layers_from_phi3_gemma2_and_olmo_configs_verify(model_type):
     """`from_hf_config(..., layers=2)` verifies the program against the two layers' forward
     (seeded weights): refused before (no registered decoder layer)."""
@@ -270,7 +269,6 @@ def test_two_qwen2_moe_layers_from_a_config_one_dense():
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-@pytest.mark.slow  # lowers, verifies and simulates two layers twice: about 9 s
 def test_cli_layers_round_trip_qwen2_moe(tmp_path, monkeypatch):
     """`--hf-config qwen2_moe.json --layers 2` (refused before), verified against the two
     layers' forward, then `stepc sim --weights --trace`: the layers' output."""
