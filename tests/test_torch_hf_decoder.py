@@ -28,7 +28,7 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch import LoweringError, from_hf_config, from_torch
+from stepc.torch import InputRefused, LoweringError, from_hf_config, from_torch
 from stepc.torch.build import BuildError, seed_transformers_weights
 from stepc.torch.hf_model import build_stack, example_inputs
 
@@ -170,8 +170,8 @@ def test_refusals_name_the_setting(sched, words):
 
 
 def test_model_refusals_name_the_class():
-    with pytest.raises(LoweringError, match="GemmaDecoderLayer.*no registered decoder-layer"):
-        from_hf_config({"model_type": "gemma", **SIZES}, layers=1, batch=B, past=P)
+    with pytest.raises(InputRefused, match="StableLmDecoderLayer.*`self_attn` .StableLmAtt"):
+        from_hf_config({"model_type": "stablelm", **SIZES}, layers=1, batch=B, past=P)
     with pytest.raises(BuildError, match="choose 1 to 2"):
         from_hf_config({"model_type": "llama", **SIZES}, layers=3, batch=B, past=P)
 
@@ -208,7 +208,8 @@ def test_cli_layers_round_trip(tmp_path, monkeypatch):
      ["--input"]),
     (["transformers:LlamaMLP", "--hf-config", "config.json", "--input", "x=f32[8,64]",
       "--batch", "4"], 2, ["--batch", "--layers"]),
-    (["--hf-config", "gemma.json", "--layers", "1"], 1, ["GemmaDecoderLayer"]),
+    (["--hf-config", "stablelm.json", "--layers", "1"], 2, ["StableLmDecoderLayer",
+                                                            "self_attn"]),
     (["--hf-config", "config.json", "--layers", "5"], 2, ["choose 1 to 2"]),
     (["transformers:LlamaDecoderLayer", "--hf-config", "config.json", "--input",
       "x=f32[8,1,64]"], 2, ["layer_idx", "--layers N"]),
@@ -218,7 +219,7 @@ def test_cli_layers_round_trip(tmp_path, monkeypatch):
 def test_cli_refusals(tmp_path, monkeypatch, args, code, words):
     monkeypatch.chdir(tmp_path)
     Path("config.json").write_text(json.dumps({"model_type": "llama", **SIZES}))
-    Path("gemma.json").write_text(json.dumps({"model_type": "gemma", **SIZES}))
+    Path("stablelm.json").write_text(json.dumps({"model_type": "stablelm", **SIZES}))
     r = CliRunner().invoke(main, ["from-torch", *args])
     assert r.exit_code == code, r.output
     assert "Traceback" not in r.output

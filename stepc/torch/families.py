@@ -12,7 +12,8 @@ A family lowers what transformers' class computes, read from its weights, not th
 own code: it applies only when the forward the module runs is the registered class's own,
 and every part it reads (the experts, the projections) runs transformers' or torch's code.
 A subclass overriding forward, a forward hook, or a part of the user's is captured as any
-other module instead (`match` says what displaced the family).
+other module instead (`match` says what displaced the family); a decoder layer is lowered
+as its own forward composes its parts (the decoder-by-structure family).
 """
 
 from __future__ import annotations
@@ -117,19 +118,31 @@ STRUCTURAL_MOE = Family(
 FAMILIES += [STRUCTURAL_MOE]
 
 # transformers' decoder layers (stepc/torch/hf_decoder.py): norms, decode attention, residuals,
-# a dense MLP or a sparse MoE, composed as one program; a schedule pairs the attention's
-# tiling with the MoE's, as the bundled decoder programs do
+# a dense MLP or a sparse MoE, composed as one program in the order the layer's forward runs
+# them (stepc/torch/hf_decoder_structure.py); a schedule pairs the attention's tiling with
+# the MoE's, as the bundled decoder programs do
 DECODER_TILINGS = ("static", "dynamic", "timemux")
 FAMILIES += [
     Family("hf-decoder-layer", ("LlamaDecoderLayer", "Qwen3DecoderLayer", "Qwen2DecoderLayer",
                                 "MistralDecoderLayer", "Qwen3MoeDecoderLayer",
-                                "MixtralDecoderLayer"), "decoder", DECODER_TILINGS,
-           "stepc.torch.hf_decoder:lower_hf_decoder_layer",
-           "transformers decoder layer in decode or prefill: RMSNorms, attention, residual adds, "
-           "a dense MLP or a registered sparse MoE (static: interleaved attention + static "
-           "MoE; dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)",
-           ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")),
+                                "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
+                                "Phi3DecoderLayer", "Gemma2DecoderLayer"), "decoder",
+           DECODER_TILINGS, "stepc.torch.hf_decoder:lower_hf_decoder_layer",
+           "transformers decoder layer in decode or prefill: residual blocks read from its forward "
+           "(norms before and after the decode attention and the MLP, dropout as identity), "
+           "a dense MLP or a sparse MoE (static: interleaved attention + static MoE; "
+           "dynamic: dynamic + dynamic; timemux: dynamic + time-multiplexed MoE)"),
 ]
+# decoder layers of any class, recognised by a child the decode-attention family lowers and
+# lowered as their own forward composes their parts (stepc/torch/hf_decoder_structure.py:
+# its `find` returns this entry, also for a subclass overriding a registered layer's forward)
+STRUCTURAL_DECODER = Family(
+    "decoder-by-structure", (), "decoder", DECODER_TILINGS,
+    "stepc.torch.hf_decoder:lower_hf_decoder_layer",
+    "any module with a decode-attention child whose forward is two residual blocks of norms "
+    "around the attention, then around a dense MLP or a sparse MoE (a subclass overriding a "
+    "registered layer's forward is lowered as written)")
+FAMILIES += [STRUCTURAL_DECODER]
 
 
 _LIBRARIES = ("torch.", "transformers.")

@@ -2,18 +2,21 @@
 `MixtralDecoderLayer`, ...) in decode, and stacks of them, lowered as one program.
 
 A layer is composed of the lowerings of its parts, each emitted as a fragment
-(stepc/torch/fragment.py) with its names prefixed by layer and part:
+(stepc/torch/fragment.py) with its names prefixed by layer and part, in the order its own
+forward runs them (stepc/torch/hf_decoder_structure.py reads it): two residual blocks,
 
-    input_layernorm -> self_attn -> + residual -> post_attention_layernorm -> mlp -> + residual
+    pre-norms -> self_attn -> post-norms -> + residual
+    -> pre-norms -> mlp -> post-norms -> + residual
 
-The norms and a dense MLP are lowered node by node (stepc/torch/dense.py), the attention by
-the decode-attention family (its KV lengths the external stream `kv_lens`, shared by every
-layer: the same requests), a sparse MoE by the MoE family (its routing the external stream
-`routing`, in a stack `routing_0`, `routing_1`, ... one per layer). As in the bundled
-decoder programs (programs/lib/decoder.step), the parts exchange activations through
-off-chip tensors where a part must finish before the next reads (the attention stores its
-rows by request, in any order; a residual is read again after the part it bypasses): each
-such load waits for the one-element barrier stream of the previous stage.
+(Llama: one pre-norm each; Gemma2: a pre- and a post-norm each). The norms and a dense MLP
+are lowered node by node (stepc/torch/dense.py), the attention by the decode-attention
+family (its KV lengths the external stream `kv_lens`, shared by every layer: the same
+requests), a sparse MoE by its MoE family (its routing the external stream `routing`, in
+a stack `routing_0`, `routing_1`, ... one per layer). As in the bundled decoder programs
+(programs/lib/decoder.step), the parts exchange activations through off-chip tensors
+where a part must finish before the next reads (the attention stores its rows by request,
+in any order; a residual is read again after the part it bypasses): each such load waits
+for the one-element barrier stream of the previous stage.
 
 A layer's schedule is a pair (attention tiling, MoE tiling), offered as the bundled decoder
 programs offer them: `static` (interleaved attention, static MoE tiles), `dynamic`
@@ -28,27 +31,20 @@ norms, residuals and MLP run over the B S rows, the attention over B requests of
 
 from __future__ import annotations
 
-import copy
 import textwrap
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from stepc.torch import families
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
 from stepc.torch.fragment import Fragment
+from stepc.torch.hf_decoder_io import DecoderIO, LayerPart
+from stepc.torch.hf_decoder_structure import LayerRefused, LayerStructure, read_structure
 
 # decoder tiling -> (attention tiling, MoE tiling), as programs/decoder_*.step pair them
 SCHEDULE_PAIRS = {"static": ("interleaved", "static"), "dynamic": ("dynamic", "dynamic"),
                    "timemux": ("dynamic", "timemux")}
-PARTS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
-# part -> the prefix of its params (shared by the layers) and of its other names
-_ROLE = {"input_layernorm": "norm", "self_attn": "attn", "post_attention_layernorm": "norm",
-         "mlp": "ffn"}
-_NAME = {"input_layernorm": "norm1", "self_attn": "attn", "post_attention_layernorm": "norm2",
-         "mlp": "ffn"}
 _SHARED_PARAMS = {"B": "B", "D": "D", "HID": "D"}  # the same value in every part
 _ALL_DONE = """
 # One element when every element of `s` (a stream [n]) has been produced: the barrier a
@@ -57,100 +53,59 @@ graph all_done(s) {
     return Accum(Promote(s), fn=signal_req_all_read, rank=1)        # [1]
 }
 """
+_ROWS = "Flatten(LinearOffChipLoad({t}, ref={ref}, tile=[1, D]), min=0, max=2)"
 
 
-@dataclass
-class LayerPart:
-    """One part of one layer: its lowering (a whole program), as a fragment."""
-
-    path: str                 # attribute of the layer: "self_attn", "mlp", ...
-    program: object           # the part's TorchProgram (its values and traces)
-    fragment: Fragment
-    kind: str                 # "norm", "attention", "moe" or "mlp"
-
-
-def ffn_kind(mlp: torch.nn.Module) -> str:
-    fam = families.find(mlp)
-    return "moe" if fam is not None and fam.kind == "moe" else "mlp"
+def _part_names(structure: LayerStructure) -> dict[str, str]:
+    """Each part's name in the program: norm1, norm2, ... in order, attn, ffn."""
+    names, n = {}, 0
+    for path, kind in structure.parts():
+        if kind == "norm":
+            n += 1
+            names[path] = f"norm{n}"
+        else:
+            names[path] = "attn" if kind == "attention" else "ffn"
+    return names
 
 
-def check_layer(layer: torch.nn.Module, where: str) -> None:
-    """Refuse a layer whose parts are not the four this lowering composes."""
-    for path in PARTS:
-        if not isinstance(getattr(layer, path, None), torch.nn.Module):
-            raise LoweringError(f"{where}: a decoder layer lowers from its submodules "
-                                f"{', '.join(PARTS)}; it has no `{path}`")
-    attn = families.match(layer.self_attn)
-    if attn is None or attn.family.kind != "attention" or attn.override:
-        why = f" ({attn.override})" if attn is not None and attn.override else ""
-        raise LoweringError(f"{where}.self_attn ({type(layer.self_attn).__name__}): no "
-                            f"registered decode-attention family lowers it{why}")
-    for path in ("input_layernorm", "post_attention_layernorm"):
-        norm = getattr(layer, path)
-        if not type(norm).__name__.endswith("RMSNorm"):
-            raise LoweringError(f"{where}.{path} ({type(norm).__name__}): stepc lowers "
-                                "decoder layers with RMSNorm")
-    extra = sorted(n for n, _ in layer.named_children() if n not in PARTS)
-    if extra:
-        raise LoweringError(f"{where}: submodule{'s' if len(extra) > 1 else ''} "
-                            f"{', '.join(extra)} outside the four parts of a decoder layer "
-                            f"({', '.join(PARTS)}) are not lowered")
-
-
-def _part_key(path: str, sub: torch.nn.Module) -> tuple:
+def _part_key(kind: str, sub: torch.nn.Module) -> tuple:
     """Parts with equal keys lower to the same program (the layers of one model)."""
     shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in sub.state_dict().items())
-    return (_ROLE[path], type(sub), shapes)
+    return (kind, type(sub), shapes)
 
 
-def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: list[str],
+def lower_layers(layers: list, example: tuple, tiling: str, sched: dict,
                  per_layer_routing: bool):
     """The program of `layers` run one after another (see the module docstring): its writer
-    (header, params, tensors) and statements, the tensors' sources, the numeric params used
-    and each layer's parts."""
-    from stepc.torch.hf_moe import lower_hf_moe
-    from stepc.torch.hf_prefill import lower_hf_decode_or_prefill, new_tokens
-
+    (params, tensors) and statements, the tensors' sources, the numeric params used, each
+    layer's parts and each layer's structure."""
     if tiling not in SCHEDULE_PAIRS:
         raise LoweringError(f"unknown tiling `{tiling}` for a decoder layer (choose "
                             f"{', '.join(SCHEDULE_PAIRS)}: the pairs (attention, MoE) of the "
                             "bundled decoder programs)")
-    att_tiling, moe_tiling = SCHEDULE_PAIRS[tiling]
+    from stepc.torch.hf_prefill import new_tokens
+
     hs = example[0]
     if not isinstance(hs, torch.Tensor) or hs.dim() != 3:
         raise LoweringError("a decoder layer takes hidden_states [B, S, hidden] (S = 1: "
                             f"decode), found {list(getattr(hs, 'shape', []))}")
     s = new_tokens(example)  # > 1: prefill, the attention's B requests of S rows each
     b, d = hs.shape[0] * s, hs.shape[2]
-    by_role = _split_params(sched, layers)
-    kinds = {ffn_kind(layer.mlp) for layer in layers}
+    dt = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(hs.dtype)
+    if dt is None:
+        raise LoweringError(f"dtype {hs.dtype} is not lowered (f32 or bf16)")
+    where = (lambda i: f"layers.{i}") if len(layers) > 1 else (lambda i: "")
+    structures = [read_structure(layer, where(i), d, hs.dtype) for i, layer in enumerate(layers)]
+    kinds = {st.ffn_kind for st in structures}
+    by_role = _split_params(sched, kinds)
     if tiling == "timemux" and "mlp" in kinds:
         raise LoweringError("tiling `timemux` time-multiplexes a MoE's experts; a layer with "
                             "a dense MLP takes static or dynamic")
     device = next(layers[0].parameters()).device  # the parts are captured where they are
-    rows = torch.empty(b, d, dtype=hs.dtype, device=device)
-    dt = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(hs.dtype)
-    if dt is None:
-        raise LoweringError(f"dtype {hs.dtype} is not lowered (f32 or bf16)")
-    cache: dict[tuple, object] = {}
-
-    def lower(path: str, sub: torch.nn.Module):
-        key = _part_key(path, sub)
-        if key not in cache:
-            role = _ROLE[path]
-            if path == "self_attn":
-                cache[key] = lower_hf_decode_or_prefill(sub, example, att_tiling,
-                                                        by_role["attn"])
-            elif role == "ffn" and ffn_kind(sub) == "moe":
-                cache[key] = lower_hf_moe(sub, (rows,), moe_tiling, by_role["moe"])
-            elif role == "ffn":
-                cache[key] = _captured(sub, rows, by_role["mlp"])
-            else:
-                cache[key] = _captured(sub, rows, {"TB": 1, **by_role["norm"]})
-        return cache[key].on_module(sub)
+    lower = _PartLowering(example, torch.empty(b, d, dtype=hs.dtype, device=device),
+                          SCHEDULE_PAIRS[tiling], by_role)
 
     w = StepWriter()
-    w.header += title
     w.param("B", b, "tokens, one decode request each" if s == 1 else
             f"tokens, S = {s} new ones of each request")
     w.param("D", d, "hidden size")
@@ -163,20 +118,24 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
     body += [(_ALL_DONE.strip("\n"), ""), ("", ""), ("start = MetadataGen(ONE)", "")]
     decls.append(("ONE", "u64[1] input = ones", "the constant 1"))
     decls.append(("ROWS", "u64[B] input = arange", "row ids, the addresses of row stores"))
-    for li, layer in enumerate(layers):
+    for li, (layer, st) in enumerate(zip(layers, structures)):
         p = f"l{li}_"
         parts = {}
-        for path in PARTS:
+        names = _part_names(st)
+        for path, kind in st.parts():
             sub = getattr(layer, path)
-            prog = lower(path, sub)
-            role = _ROLE[path]
-            kind = ("attention" if path == "self_attn" else
-                    ffn_kind(sub) if role == "ffn" else "norm")
-            prefix = kind if role == "ffn" else role  # of its params: attn_R, moe_TILE_N
+            try:
+                prog = lower(kind, sub)
+            except LayerRefused:
+                raise
+            except LoweringError as e:
+                raise LayerRefused(f"{type(layer).__name__}.{path} ({type(sub).__name__}, "
+                                   f"the layer's {kind}): no lowering covers it: {e}") from None
+            prefix = "norm" if kind == "norm" else "attn" if kind == "attention" else kind
             shared = {k: f"{prefix}_{k}" for k in _declared_params(prog.text)}
             shared.update({k: v for k, v in _SHARED_PARAMS.items() if k in shared
                            and not (k == "B" and s > 1 and kind == "attention")})
-            frag = Fragment.from_program(prog.text, f"{p}{_NAME[path]}_", shared)
+            frag = Fragment.from_program(prog.text, f"{p}{names[path]}_", shared)
             for name, value, comment in frag.params:
                 if name in params and params[name][0] != value:
                     raise LoweringError(f"layer {li}: param {name} = {value}, where layer 0 "
@@ -186,14 +145,14 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
         inp = "HIDDEN_STATES" if li == 0 else f"l{li - 1}_OUT"
         out = "Y" if li == len(layers) - 1 else f"{p}OUT"
         body += [("", ""), ("", f"Layer {li}: {type(layer).__name__}")]
-        body += _layer_body(p, li, parts, inp, out, bar, dt, per_layer_routing)
+        body += _layer_body(p, li, st, parts, inp, out, bar, dt, per_layer_routing)
         for part in parts.values():
             for name, decl, comment in part.fragment.tensors:
                 decls.append((name, decl, comment))
                 src = part.program.tensors.get(_original(part.fragment, name), "")
                 tensors[name] = f"layers.{li}.{part.path}: {src}"
-        decls.append((f"{p}H1", f"{dt}[B, D] scratch", f"layer {li}'s attention output plus "
-                      "its input (the MLP's residual)"))
+        decls.append((f"{p}H1", f"{dt}[B, D] scratch", f"layer {li}'s attention block output "
+                      "(the MLP block's input and residual)"))
         if out != "Y":
             decls.append((out, f"{dt}[B, D] scratch", f"layer {li}'s output"))
         bar = f"{p}done"
@@ -208,7 +167,34 @@ def lower_layers(layers: list, example: tuple, tiling: str, sched: dict, title: 
     for name, decl, comment in decls:
         w.tensor(name, decl.ljust(width) if "=" not in decl else decl, comment)
     used = {k: v for k, (v, _) in params.items() if v.isdigit()}
-    return w, body, tensors, used, all_parts
+    return w, body, tensors, used, all_parts, structures
+
+
+class _PartLowering:
+    """Lowers each part once per kind, class and weight shapes (the layers of a model share
+    their parts' programs), bound to the part's own module."""
+
+    def __init__(self, example: tuple, rows: torch.Tensor, tilings: tuple[str, str],
+                 by_role: dict[str, dict]):
+        self.example, self.rows, self.by_role = example, rows, by_role
+        self.att_tiling, self.moe_tiling = tilings
+        self.cache: dict[tuple, object] = {}
+
+    def __call__(self, kind: str, sub: torch.nn.Module):
+        key = _part_key(kind, sub)
+        if key not in self.cache:
+            self.cache[key] = self._lower(kind, sub)
+        return self.cache[key].on_module(sub)
+
+    def _lower(self, kind: str, sub: torch.nn.Module):
+        if kind == "attention":
+            return families.find(sub).lowering()(sub, self.example, self.att_tiling,
+                                                  self.by_role["attn"])
+        if kind == "moe":
+            fam = families.find(sub) or families.STRUCTURAL_MOE
+            return fam.lowering()(sub, (self.rows,), self.moe_tiling, self.by_role["moe"])
+        sched = self.by_role[kind] if kind == "mlp" else {"TB": 1, **self.by_role["norm"]}
+        return _captured(sub, self.rows, sched)
 
 
 # node-by-node lowerings of norms and dense MLPs, by what their program depends on: a
@@ -243,7 +229,7 @@ def _original(frag: Fragment, renamed: str) -> str:
     return next((k for k, v in frag.names.items() if v == renamed), renamed)
 
 
-def _split_params(sched: dict, layers: list) -> dict[str, dict]:
+def _split_params(sched: dict, kinds: set[str]) -> dict[str, dict]:
     """The schedule's params by part: `attn_R` -> the attention's R, ..."""
     out: dict[str, dict] = {"attn": {}, "moe": {}, "mlp": {}, "norm": {}}
     for key, value in sched.items():
@@ -253,7 +239,6 @@ def _split_params(sched: dict, layers: list) -> dict[str, dict]:
                                 "their part: attn_R, attn_TILE_N, moe_TILE_N, moe_TILE_F, "
                                 "mlp_TB, norm_TB, ...")
         out[role][name] = value
-    kinds = {ffn_kind(layer.mlp) for layer in layers}
     for role in ("moe", "mlp"):
         if out[role] and role not in kinds:
             names = ", ".join(f"{role}_{k}" for k in out[role])
@@ -278,16 +263,37 @@ def _collect_acks(att: Fragment) -> None:
     del att.body[sink]
 
 
-def _layer_body(p: str, li: int, parts: dict, inp: str, out: str, bar: str, dt: str,
-                per_layer_routing: bool) -> list[tuple[str, str]]:
+def _input_name(frag: Fragment) -> str:
+    """The original name of a fragment's activation input: `HIDDEN_STATES`, or its one
+    tensor declared `input` (`X` for a forward taking `x`)."""
+    if "HIDDEN_STATES" in frag.names:
+        return "HIDDEN_STATES"
+    inputs = [_original(frag, n) for n, decl, _ in frag.tensors if " input" in decl]
+    if len(inputs) != 1:
+        raise LoweringError(f"composing a layer: expected one input tensor, found {inputs}")
+    return inputs[0]
+
+
+def _norms(parts: dict, paths: tuple[str, ...], stream: str) -> tuple[str, list]:
+    """The statements of the norms `paths` applied in turn to `stream`, and the result."""
+    body = []
+    for path in paths:
+        frag = parts[path].fragment
+        frag.bind_input(_input_name(frag), stream)
+        stream = frag.take_output("Y")
+        body += frag.body
+    return stream, body
+
+
+def _layer_body(p: str, li: int, st: LayerStructure, parts: dict, inp: str, out: str,
+                bar: str, dt: str, per_layer_routing: bool) -> list[tuple[str, str]]:
     """One layer's statements: its parts' fragments joined by the residual adds and the
     stage barriers."""
-    n1, att, n2, ffn = (parts[k].fragment for k in PARTS)
-    rows = "Flatten(LinearOffChipLoad({t}, ref={ref}, tile=[1, D]), min=0, max=2)"
+    rows = _ROWS
     body = [(f"{p}x = " + rows.format(t=inp, ref=bar), f"[B] of [1, D], after {bar}")]
-    # input RMSNorm -> the attention's rows
-    n1.bind_input("HIDDEN_STATES", f"{p}x")
-    normed = n1.take_output("Y")
+    # the attention block: pre-norms -> the attention's rows
+    normed, stmts = _norms(parts, st.attention.pre, f"{p}x")
+    att = parts[st.attention.core].fragment
     tokens = att.names.get("S")  # prefill: each request's rows as one [S, D] tile
     att.bind_input("X", normed if tokens is None else
                    f"Accum(Reshape({normed}, chunk={tokens}), fn=retile_row, rank=1)")
@@ -296,23 +302,27 @@ def _layer_body(p: str, li: int, parts: dict, inp: str, out: str, bar: str, dt: 
     _collect_acks(att)
     ack = att.names["ack"]
     acks = f"{p}attn_acks"
-    body += n1.body + [("", "")] + att.body + [
+    body += stmts + [("", "")] + att.body + [
         ("", "the attention's output rows are stored by request: wait for all of them"),
         (f"{acks}, _ = EagerMerge({ack})", ""),
         (f"{p}att_done = all_done({acks})", ""),
         (f"{p}res1 = " + rows.format(t=inp, ref=f"{p}att_done"), "the residual"),
         (f"{p}att = " + rows.format(t=att.names["O"], ref=f"{p}att_done"), ""),
-        (f"{p}h1 = Map({p}res1, {p}att, fn=add, dtype={dt})", "[B] of [1, D]"),
+    ]
+    y, stmts = _norms(parts, st.attention.post, f"{p}att")
+    body += stmts + [
+        (f"{p}h1 = Map({p}res1, {y}, fn=add, dtype={dt})", "[B] of [1, D]"),
         (f"{p}h1_ack = RandomOffChipStore(MetadataGen(ROWS), {p}h1, {p}H1)",
          "row b at row b; acknowledged once written"),
         (f"{p}h1_done = all_done({p}h1_ack)", ""),
         (f"{p}h1_in = " + rows.format(t=f"{p}H1", ref=f"{p}h1_done"), ""),
         ("", ""),
     ]
-    n2.bind_input("HIDDEN_STATES", f"{p}h1_in")
-    normed = n2.take_output("Y")
-    body += n2.body + [("", "")]
-    if parts["mlp"].kind == "moe":
+    # the MLP block: pre-norms -> the MLP or MoE -> post-norms
+    normed, stmts = _norms(parts, st.ffn.pre, f"{p}h1_in")
+    body += stmts + [("", "")]
+    ffn = parts[st.ffn.core].fragment
+    if st.ffn_kind == "moe":
         ffn.bind_input("HIDDEN_STATES", f"Repeat({normed}, count=1)")
         if per_layer_routing:
             ffn.body = [(code.replace('external("routing"', f'external("routing_{li}"'), c)
@@ -321,12 +331,14 @@ def _layer_body(p: str, li: int, parts: dict, inp: str, out: str, bar: str, dt: 
         body += ffn.body
     else:
         tb = ffn.names.get("TB", "TB")
-        ffn.bind_input("X", f"Accum(Reshape({normed}, chunk={tb}), fn=retile_row, rank=1)")
+        ffn.bind_input(_input_name(ffn),
+                       f"Accum(Reshape({normed}, chunk={tb}), fn=retile_row, rank=1)")
         tiles = ffn.take_output("Y")
         body += ffn.body + [(f"{p}ffn_rows = FlatMap({tiles}, fn=retile_streamify)",
                              "[B] of [1, D]")]
         y = f"{p}ffn_rows"
-    body += [
+    y, stmts = _norms(parts, st.ffn.post, y)
+    body += stmts + [
         ("", ""),
         (f"{p}res2 = " + rows.format(t=f"{p}H1", ref=f"{p}h1_done"), "the residual"),
         (f"{p}out = Map({p}res2, {y}, fn=add, dtype={dt})", "[B] of [1, D]"),
@@ -339,100 +351,15 @@ def _layer_body(p: str, li: int, parts: dict, inp: str, out: str, bar: str, dt: 
     return body
 
 
-class DecoderIO:
-    """Values, traces and seeded inputs of a decoder program: one forward of the module,
-    each part's values taken as the part is called (before the attention appends to the
-    cache)."""
-
-    def __init__(self, parts: list[dict], layers_of, per_layer_routing: bool):
-        self.parts, self.layers_of = parts, layers_of
-        self.per_layer_routing = per_layer_routing
-
-    def run(self, module, args: tuple) -> tuple[dict, dict]:
-        if len(args) != 4:
-            raise LoweringError("a decoder layer takes (hidden_states, position_embeddings, "
-                                f"attention_mask, cache), given {len(args)} arguments")
-        hs, pe, mask, cache = args
-        values = {"HIDDEN_STATES": _np(hs).reshape(-1, hs.shape[-1])}
-        traces: dict[str, np.ndarray] = {}
-        hooks = []
-        for li, (layer, parts) in enumerate(zip(self.layers_of(module), self.parts)):
-            for path, part in parts.items():
-                hooks.append(getattr(layer, path).register_forward_pre_hook(
-                    self._take(li, part, values, traces), with_kwargs=True))
-        try:
-            with torch.no_grad():
-                module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
-                       position_embeddings=pe)
-        finally:
-            for h in hooks:
-                h.remove()
-        return values, traces
-
-    def _take(self, li: int, part: LayerPart, values: dict, traces: dict):
-        def hook(sub, args, kwargs):
-            prog = part.program.on_module(sub)
-            if part.kind == "attention":
-                inputs = (kwargs.get("hidden_states", args[0] if args else None),
-                          kwargs.get("position_embeddings"), kwargs.get("attention_mask"),
-                          kwargs.get("cache"))
-            else:
-                x = args[0] if args else kwargs["hidden_states"]
-                inputs = (x.reshape(-1, x.shape[-1]),)
-            keep = {n for n, _, _ in part.fragment.tensors}
-            for name, arr in prog.values(*inputs).items():
-                renamed = part.fragment.names.get(name)
-                if renamed in keep:
-                    values[renamed] = _np(arr) if isinstance(arr, torch.Tensor) else arr
-            for name, arr in prog.traces(*inputs).items():
-                if name == "routing" and self.per_layer_routing:
-                    name = f"routing_{li}"
-                traces[name] = arr
-        return hook
-
-    def values(self, module, inputs: tuple) -> dict[str, np.ndarray]:
-        return self._once(module, inputs)[0]
-
-    def expected(self, module, inputs: tuple) -> dict[str, np.ndarray]:
-        """The output Y: the module's forward (on a copy of the cache), [B, 1, D] as [B, D]."""
-        hs, pe, mask, cache = inputs
-        with torch.no_grad():
-            out = module(hs, attention_mask=mask, cache=copy.deepcopy(cache),
-                         position_embeddings=pe)
-        out = out[0] if isinstance(out, tuple) else out
-        return {"Y": _np(out).reshape(-1, hs.shape[-1])}
-
-    def traces(self, module, inputs: tuple) -> dict[str, np.ndarray]:
-        return self._once(module, inputs)[1]
-
-    def _once(self, module, inputs: tuple) -> tuple[dict, dict]:
-        """`run`, once for the values and the traces of the same module and inputs."""
-        last = getattr(self, "_last", None)
-        if last is None or last[0] is not module or len(last[1]) != len(inputs) or \
-                any(a is not b for a, b in zip(last[1], inputs)):
-            self._last = (module, tuple(inputs), self.run(module, inputs))
-        return self._last[2]
-
-    def seeded_inputs(self, module, example: tuple, seed: int) -> tuple:
-        """The attention's seeded inputs (hidden_states, (cos, sin), an additive mask, a
-        DynamicCache holding every layer's past)."""
-        last = self.layers_of(module)[-1]
-        att = self.parts[-1]["self_attn"].program
-        return att.io.seeded_inputs(last.self_attn, example, seed)
-
-
-def _np(t) -> np.ndarray:
-    return t.detach().to("cpu", torch.float32).numpy() if isinstance(t, torch.Tensor) else t
-
-
-def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title: list[str],
+def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title,
             module: torch.nn.Module, layers_of, per_layer_routing: bool):
     """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
-    returns)."""
+    returns); `title` is a function of the layers' structures giving the header."""
     from stepc.torch.lowering import TorchProgram
     tiling = tiling or "static"
-    w, body, tensors, used, parts = lower_layers(layers, example, tiling, sched, title,
-                                                 per_layer_routing)
+    w, body, tensors, used, parts, structures = lower_layers(
+        layers, example, tiling, sched, per_layer_routing)
+    w.header += title(structures)
     for code, comment in body:
         if "\n" in code:
             for line in code.split("\n"):
@@ -450,22 +377,27 @@ def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title
                         {"tiling": tiling, **used}, io=io)
 
 
+_FFN_DOC = {"moe": "sparse MoE", "mlp": "dense MLP"}
+
+
 def lower_hf_decoder_layer(module: torch.nn.Module, example_inputs: tuple, tiling: str,
                            sched: dict):
     """The family lowering of one transformers decoder layer (see the module docstring)."""
     from stepc.torch.hf_attention_program import site
     from stepc.torch.hf_prefill import new_tokens
     where = site(module)
-    check_layer(module, type(module).__name__)
-    kind = "sparse MoE" if ffn_kind(module.mlp) == "moe" else "dense SwiGLU MLP"
-    how = schedule_doc(tiling or "static", kind == "sparse MoE")
     s = new_tokens(tuple(example_inputs))
     phase, tokens = ("decode", "one new token") if s == 1 else ("prefill", f"{s} new tokens")
-    title = [*textwrap.wrap(f"{where}, layer {module.self_attn.layer_idx}, lowered by `stepc "
-                            f"from-torch` ({how}).", 86), "",
-             *textwrap.wrap(f"A decoder layer in {phase}: input RMSNorm, {phase} attention "
-                            f"({type(module.self_attn).__name__}), residual add, "
-                            f"post-attention RMSNorm, {kind} ({type(module.mlp).__name__}), "
-                            f"residual add; {tokens} per request.", 86)]
+
+    def title(structures: list[LayerStructure]) -> list[str]:
+        st = structures[0]
+        how = schedule_doc(tiling or "static", st.ffn_kind == "moe")
+        att, ffn = (getattr(module, b.core) for b in (st.attention, st.ffn))
+        return [*textwrap.wrap(f"{where}, layer {getattr(att, 'layer_idx', '?')}, lowered by "
+                               f"`stepc from-torch` ({how}).", 86), "",
+                *textwrap.wrap(f"A decoder layer in {phase}, {tokens} per request: "
+                               f"{st.describe()}; the attention {type(att).__name__}, the "
+                               f"{_FFN_DOC[st.ffn_kind]} {type(ffn).__name__}.", 86)]
+
     return compose([module], tuple(example_inputs), tiling, sched, title, module,
                    lambda m: [m], per_layer_routing=False)

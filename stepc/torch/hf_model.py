@@ -19,10 +19,10 @@ from dataclasses import replace
 
 import torch
 
-from stepc.torch import families
 from stepc.torch.build import BuildError
 from stepc.torch.capture import LoweringError, quiet
-from stepc.torch.hf_decoder import check_layer, compose, ffn_kind, schedule_doc
+from stepc.torch.hf_decoder import compose, schedule_doc
+from stepc.torch.hf_decoder_structure import read_structure
 from stepc.torch.verify import check_program, too_large
 
 DEFAULT_BATCH = 64   # the paper's decode batch
@@ -40,8 +40,8 @@ class DecoderStack(torch.nn.Module):
         self.rotary_emb = rotary_emb
         self.config = config
 
-    def forward(self, hidden_states, attention_mask=None, cache=None,
-                position_embeddings=None):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None,
+                cache=None):
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask=attention_mask, cache=cache,
                                   position_embeddings=position_embeddings)
@@ -103,20 +103,11 @@ def build_stack(config, layers: int, device: str = "meta", dtype: str = "f32",
         raise LoweringError(f"{type(model).__name__} (model_type `{model_type}`): expected "
                             "decoder layers in `layers` and a `rotary_emb`")
     for i, layer in enumerate(found):
-        fam = families.find(layer)
-        if fam is None or fam.kind != "decoder":
-            raise LoweringError(f"{type(model).__name__}.layers.{i} "
-                                f"({type(layer).__name__}, model_type `{model_type}`): no "
-                                "registered decoder-layer family lowers it (stepc lowers "
-                                f"{', '.join(_decoder_classes())})")
-        check_layer(layer, f"{type(model).__name__}.layers.{i}")
+        read_structure(layer, f"{type(model).__name__}.layers.{i}, model_type `{model_type}`",
+                       cfg.hidden_size, _DTYPES[dtype])
     if seed is not None:
         _seed_matrices(found, cfg)
     return DecoderStack(list(found), model.rotary_emb, cfg)
-
-
-def _decoder_classes() -> list[str]:
-    return [c for fam in families.FAMILIES if fam.kind == "decoder" for c in fam.classes]
 
 
 def _seed_matrices(layers, config) -> None:
@@ -166,16 +157,21 @@ def from_hf_config(config, layers: int = 1, batch: int = DEFAULT_BATCH,
     cfg = hf_config(config)
     stack = build_stack(cfg, layers, "meta", dtype)
     example = example_inputs(stack, batch, past, dtype)
-    moe = any(ffn_kind(layer.mlp) == "moe" for layer in stack.layers)
     first = stack.layers[0]
-    title = [*textwrap.wrap(f"The first {layers} decoder layer{'s' if layers > 1 else ''} of a "
-             f"{cfg.model_type} model ({type(first).__name__}: hidden {cfg.hidden_size}, "
-             f"{cfg.num_attention_heads} query and {cfg.num_key_value_heads} KV heads), one "
-             f"decode step of {batch} requests over {past} cached positions, lowered by "
-             f"`stepc from-torch --layers` ({schedule_doc(tiling, moe)}).", 86), "",
-             *textwrap.wrap("KV lengths: --trace kv_lens=LENS.npy (int [B], every layer)."
-             + (" Routing: --trace routing_L=IDS.npy ([B, K] expert ids) for layer L."
-                if moe else ""), 86)]
+
+    def title(structures) -> list[str]:
+        moe = any(st.ffn_kind == "moe" for st in structures)
+        return [*textwrap.wrap(
+            f"The first {layers} decoder layer{'s' if layers > 1 else ''} of a "
+            f"{cfg.model_type} model ({type(first).__name__}: hidden {cfg.hidden_size}, "
+            f"{cfg.num_attention_heads} query and {cfg.num_key_value_heads} KV heads; "
+            f"{structures[0].describe()}), one decode step of {batch} requests over {past} "
+            f"cached positions, lowered by `stepc from-torch --layers` "
+            f"({schedule_doc(tiling, moe)}).", 86), "",
+            *textwrap.wrap("KV lengths: --trace kv_lens=LENS.npy (int [B], every layer)."
+                           + (" Routing: --trace routing_L=IDS.npy ([B, K] expert ids) for "
+                              "layer L." if moe else ""), 86)]
+
     with quiet(debug):
         prog = compose(list(stack.layers), example, tiling, sched, title, stack,
                        lambda m: list(m.layers), per_layer_routing=True)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from stepc.torch import families, guards, moe_structure
+from stepc.torch import hf_decoder_structure as decoder_structure
 from stepc.torch import verify as verify_mod
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
@@ -176,7 +177,9 @@ def _lower(module: torch.nn.Module, example_inputs: tuple, schedule: str | dict 
     tiling = sched.pop("tiling", None)
     match = families.match(module)
     family = match.family if match is not None and not match.override else None
-    if match is None:  # an override of a registered forward is traced as written
+    if family is None:  # a decoder layer, read from its own forward (an override too)
+        family = decoder_structure.find(module)
+    if match is None and family is None:  # an override of a registered forward is traced
         family = moe_structure.find(module, example_inputs)
     if family is not None:
         tiling = tiling or family.tilings[0]

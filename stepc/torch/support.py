@@ -49,8 +49,10 @@ def support_table() -> str:
                           families.FAMILIES for t in f.tilings]
     lines = ["Operators (aten kinds after capture) and what each becomes:", ""]
     lines += _table(("PyTorch", "emitted"), kinds)
-    lines += ["", "Block families lowered whole, by class (moe-by-structure: by its parts, "
-              "stepc/torch/moe_structure.py), before capture (stepc/torch/families.py):", ""]
+    lines += ["", "Block families lowered whole, by class (moe-by-structure and "
+              "decoder-by-structure: by their parts, stepc/torch/moe_structure.py and "
+              "stepc/torch/hf_decoder_structure.py), before capture (stepc/torch/families.py):",
+              ""]
     lines += _table(("family", "classes", "kind", "schedules", "what"), fams)
     lines += ["", "Schedules (`--schedule`) by block:", ""]
     lines += _table(("schedule", "blocks", "params"), scheds)
