@@ -418,14 +418,8 @@ def _np(t) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy() if isinstance(t, torch.Tensor) else t
 
 
-def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title: list[str],
-            module: torch.nn.Module, layers_of, per_layer_routing: bool):
-    """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
-    returns)."""
-    from stepc.torch.lowering import TorchProgram
-    tiling = tiling or "static"
-    w, body, tensors, used, parts = lower_layers(layers, example, tiling, sched, title,
-                                                 per_layer_routing)
+def write_statements(w: StepWriter, body: list[tuple[str, str]]) -> None:
+    """Write `body` (statements, and graphs as multi-line code) into `w`."""
     for code, comment in body:
         if "\n" in code:
             for line in code.split("\n"):
@@ -436,6 +430,17 @@ def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title
             w.stmt(code, comment)
         else:
             w.blank(comment)
+
+
+def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title: list[str],
+            module: torch.nn.Module, layers_of, per_layer_routing: bool):
+    """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
+    returns)."""
+    from stepc.torch.lowering import TorchProgram
+    tiling = tiling or "static"
+    w, body, tensors, used, parts = lower_layers(layers, example, tiling, sched, title,
+                                                 per_layer_routing)
+    write_statements(w, body)
     io = DecoderIO(parts, layers_of, per_layer_routing)
     # the fragments are rendered programs already: formatting the whole again would
     # parse it twice more, the most of the lowering's time
