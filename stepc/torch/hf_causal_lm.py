@@ -17,10 +17,10 @@ None, as the model's forward allows).
 - The decoder layers are stepc/torch/hf_decoder.py's stack, each with its own weights, KV
   cache and routing trace (`routing_0`, `routing_1`, ...); `kv_lens` is shared.
 - The final RMSNorm runs on the last layer's output rows, node by node as the layers'
-  norms; the LM head is the dense lowering of `lm_head` (its [V, D] weight re-read for every
-  tile of `head_TB` rows, in tiles of `head_TILE_F` vocabulary columns) and stores
-  `LOGITS` [B, V]. With tied embeddings (`lm_head.weight` is the embedding's) it reads
-  `EMBED`.
+  norms; the LM head is the dense lowering of `lm_head` (its [V, D] weight read once per
+  tile of `head_TB` rows, by default all B: once per step, in tiles of `head_TILE_F`
+  vocabulary columns) and stores `LOGITS` [B, V]. With tied embeddings (`lm_head.weight`
+  is the embedding's) it reads `EMBED`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from stepc.torch import families
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
+from stepc.torch.families import DECODER_TILINGS
 from stepc.torch.fragment import Fragment
 from stepc.torch.hf_decoder import (
     DecoderIO,
@@ -41,6 +42,14 @@ from stepc.torch.hf_decoder import (
     lower_layers,
     schedule_doc,
     write_statements,
+)
+from stepc.torch.hf_model import (
+    DEFAULT_BATCH,
+    DEFAULT_PAST,
+    DTYPES,
+    decoder_classes,
+    hf_config,
+    truncated_config,
 )
 
 ARGUMENTS = "input_ids [B, 1], attention_mask [B, P + 1], position_ids [B, 1], cache"
@@ -91,29 +100,26 @@ def check_causal_lm(module: torch.nn.Module) -> None:
         check_layer(layer, at)
 
 
-def decoder_classes() -> list[str]:
-    return [c for fam in families.FAMILIES if fam.kind == "decoder" for c in fam.classes]
-
-
 def model_classes() -> list[str]:
     return [c for fam in families.FAMILIES if fam.kind == "model" for c in fam.classes]
 
 
-def whole_model_hint(module: torch.nn.Module) -> str:
-    """For a whole model that no family lowers: what stepc lowers of whole models ("" for
-    another module)."""
-    if not isinstance(_sub(module, "model.layers"), torch.nn.ModuleList):
+def whole_model_hint(obj) -> str:
+    """For a whole transformers model (a class or an instance): what stepc lowers of whole
+    models ("" for anything else)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if not any(c.__name__ == "PreTrainedModel" for c in cls.__mro__):
         return ""
-    return (f"{type(module).__name__} is a whole model: stepc lowers the whole causal LMs "
-            f"{', '.join(model_classes())} in decode (`--hf-config CONFIG.json --whole-model`), "
-            "and the first N decoder layers of a model from its config (`--hf-config "
-            "CONFIG.json --layers N`)")
+    return (f"{cls.__name__} is a whole model: stepc lowers the whole causal LMs "
+            f"{', '.join(model_classes())} in decode (`--hf-config CONFIG.json --whole-model`, "
+            "or the class with --hf-config and no --input), and the first N decoder layers of "
+            "a model from its config (`--hf-config CONFIG.json --layers N`)")
 
 
 def decode_args(module, example: tuple) -> tuple:
     """(input_ids, attention_mask, position_ids, cache, batch, past), checked."""
-    def refuse(what: str) -> LoweringError:
-        return LoweringError(f"{type(module).__name__}: {what}; a causal LM lowers for one "
+    def refuse(what: str) -> InputRefused:
+        return InputRefused(f"{type(module).__name__}: {what}; a causal LM lowers for one "
                              f"decode step, called as generate calls it: ({ARGUMENTS}) with "
                              "a DynamicCache of P past positions per layer (from the command "
                              "line: --hf-config CONFIG.json --whole-model, or --layers N for "
@@ -191,6 +197,7 @@ def lower_hf_causal_lm(module: torch.nn.Module, example_inputs: tuple, tiling: s
     sched = dict(sched)
     head_sched = {k[len(_HEAD_PREFIX):]: sched.pop(k) for k in list(sched)
                   if k.startswith(_HEAD_PREFIX)}
+    head_sched.setdefault("TB", batch)  # the vocabulary-sized weight read once per step
     layers = list(module.model.layers)
     cfg = module.config
     moe = any(ffn_kind(layer.mlp) == "moe" for layer in layers)
@@ -281,7 +288,7 @@ class CausalLMIO(DecoderIO):
 
     def run(self, module, args: tuple) -> tuple[dict, dict]:
         ids, mask, pos, cache, _, _ = decode_args(module, tuple(args))
-        values = {"INPUT_IDS": ids.detach().cpu().reshape(-1).numpy().astype(np.uint64),
+        values = {"INPUT_IDS": ids.detach().cpu().reshape(-1).numpy().astype(np.int64),
                   "EMBED": _np(module.model.embed_tokens.weight)}
         for path, prog, frag in self.heads:
             state = _sub(module, path).state_dict()
@@ -338,3 +345,99 @@ def seeded_decode_inputs(module, batch: int, past: int, seed: int) -> tuple:
 
 def _np(t) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy()
+
+
+def build_causal_lm(config, layers: int | None = None, device: str = "meta",
+                    dtype: str = "f32", seed: int | None = None, cls=None):
+    """The causal LM `config` describes (AutoModelForCausalLM, or `cls`) with its first
+    `layers` decoder layers (all by default), on `device`; with `seed`, its weights drawn
+    as transformers' initialisation would."""
+    import transformers
+
+    from stepc.torch.build import BuildError, seed_transformers_weights
+    cfg = truncated_config(config, config.num_hidden_layers if layers is None else layers,
+                           dtype)
+    if seed is not None:
+        torch.manual_seed(seed)
+    try:
+        with torch.device(device):
+            model = cls(cfg) if cls is not None else \
+                transformers.AutoModelForCausalLM.from_config(cfg)
+    except ValueError as e:  # a model type with no causal LM
+        raise BuildError(f"model_type `{getattr(cfg, 'model_type', '?')}`: transformers "
+                         f"builds no causal LM from it ({str(e).splitlines()[0]})") from None
+    model.eval().to(DTYPES[dtype])
+    if seed is not None:
+        seed_transformers_weights(model, cfg)
+    return model
+
+
+def decode_example(model, batch: int, past: int, device: str = "meta") -> tuple:
+    """(input_ids, attention_mask, position_ids, cache) shaped for one decode step of
+    `batch` requests over `past` cached positions (zeros off the meta device)."""
+    from transformers.cache_utils import DynamicCache
+
+    from stepc.torch.build import BuildError
+    if batch < 1 or past < 1:
+        raise BuildError(f"batch {batch} and past {past}: a whole model decodes a positive "
+                         "batch over at least one cached position")
+    cfg, dt = model.config, next(model.parameters()).dtype
+    shape = (batch, cfg.num_key_value_heads, past, model.model.layers[0].self_attn.head_dim)
+    with torch.device(device):
+        cache = DynamicCache()
+        for i in range(len(model.model.layers)):
+            cache.update(torch.zeros(shape, dtype=dt), torch.zeros(shape, dtype=dt), i)
+        return (torch.zeros(batch, 1, dtype=torch.long),
+                torch.ones(batch, past + 1, dtype=torch.long),
+                torch.zeros(batch, 1, dtype=torch.long), cache)
+
+
+def refuse_unregistered(model) -> None:
+    """Refuse a model no causal-LM family lowers, saying what stepc lowers of it."""
+    match = families.match(model)
+    if match is None or match.family.kind != "model":
+        raise LoweringError(f"{type(model).__name__} (model_type "
+                            f"`{getattr(model.config, 'model_type', '?')}`): no registered "
+                            f"causal-LM family lowers it; {whole_model_hint(model)}")
+    if match.override:
+        raise LoweringError(f"{type(model).__name__}: {match.refusal()}")
+
+
+def from_hf_causal_lm(config, layers: int | None = None, batch: int = DEFAULT_BATCH,
+                      past: int = DEFAULT_PAST, schedule: str | dict | None = None,
+                      dtype: str = "f32", debug: bool = False, verify: bool = True,
+                      seed: int = 0, cls=None):
+    """The causal LM `config` describes (a transformers config, a dict with `model_type`,
+    or a config.json path; the class `cls`, else its AutoModelForCausalLM) with its first
+    `layers` decoder layers (all by default), lowered as one program for one decode step
+    of `batch` requests over `past` cached positions. Built on the meta device at the
+    config's dims; with `verify` (the default) the program is verified on a CPU copy built
+    with `seed` (a warning, and the header, say when it is too large to run)."""
+    import warnings
+    from dataclasses import replace
+
+    from stepc.torch.capture import quiet
+    from stepc.torch.verify import check_program, too_large
+    sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
+    tiling = sched.pop("tiling", None) or DECODER_TILINGS[0]
+    if tiling not in DECODER_TILINGS:
+        raise LoweringError(f"unknown tiling `{tiling}` for a causal LM (choose "
+                            f"{', '.join(DECODER_TILINGS)})")
+    cfg = hf_config(config)
+    with quiet(debug):
+        model = build_causal_lm(cfg, layers, "meta", dtype, cls=cls)
+    refuse_unregistered(model)
+    example = decode_example(model, batch, past)
+    with quiet(debug):
+        prog = replace(lower_hf_causal_lm(model, example, tiling, sched), example=example)
+    reason = too_large(model) if verify else "verify=False"
+    if reason:
+        check_program(prog.text)
+        prog = prog.unverified(reason)
+        if verify:
+            warnings.warn(f"stepc.from_hf_causal_lm: {prog.verification.summary}",
+                          stacklevel=2)
+        return prog
+    with quiet(debug):
+        real = build_causal_lm(cfg, layers, "cpu", dtype, seed=seed, cls=cls)
+    return prog.on_module(real).verify(seed).on_module(model)
