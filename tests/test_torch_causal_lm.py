@@ -28,7 +28,8 @@ from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
 from stepc.torch import LoweringError, VerificationError, from_torch
-from stepc.torch.hf_causal_lm import build_causal_lm, from_hf_causal_lm, seeded_decode_inputs
+from stepc.torch.hf_causal_lm import seeded_decode_inputs
+from stepc.torch.hf_causal_lm_config import build_causal_lm, from_hf_causal_lm
 
 SIZES = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
          "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 96}
@@ -280,3 +281,38 @@ def test_cli_refusals_say_what_is_lowered(tmp_path, monkeypatch, args, code, wor
 def test_layers_help_names_the_whole_model():
     r = CliRunner().invoke(main, ["from-torch", "--help"])
     assert "--whole-model" in r.output and "LlamaForCausalLM" in r.output
+
+
+@pytest.mark.slow  # about two minutes: every causal LM of the library
+def test_no_causal_lm_config_is_an_internal_error(tmp_path):
+    """`--whole-model --layers 1` on the small config of every model type transformers
+    builds a causal LM for: lowered and verified, or refused naming the class or the config
+    (exit 1 or 2), never an internal error; the counts are printed (`-s` shows them)."""
+    from collections import Counter
+
+    from torch_walk import INTERNAL, _small_config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    counts: Counter = Counter()
+    internal, lowered = [], []
+    for model_type in sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) & set(CONFIG_MAPPING)):
+        config = _small_config(CONFIG_MAPPING[model_type])
+        if config is None:
+            continue
+        path = tmp_path / f"{model_type}.json"
+        path.write_text(json.dumps({**config, "model_type": model_type}, default=str))
+        r = CliRunner().invoke(main, ["from-torch", "--hf-config", str(path), "--whole-model",
+                                      "--layers", "1", "--batch", "2", "--past", "8", "-o",
+                                      str(tmp_path / f"{model_type}.step")])
+        crashed = r.exception is not None and not isinstance(r.exception, SystemExit)
+        code = INTERNAL if crashed else r.exit_code
+        counts[code] += 1
+        if code == INTERNAL:
+            internal.append(f"{model_type}: {type(r.exception).__name__}: {r.exception}")
+        elif code == 0:
+            lowered.append(model_type)
+    print(f"\ntransformers {transformers.__version__}: whole models, exit codes {dict(counts)}; "
+          f"lowered and verified: {', '.join(lowered)}")
+    assert sum(counts.values()) > 100, counts  # the walk found the library
+    assert {"llama", "qwen3", "qwen3_moe", "mixtral"} <= set(lowered)
+    assert not internal, "\n".join(internal)

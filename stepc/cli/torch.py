@@ -120,7 +120,7 @@ def _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug, cls=Non
     """The program of the whole causal LM the config describes (`cls`, else its
     AutoModelForCausalLM) with its first `layers` decoder layers (all by default), on the
     meta device, and a function building it on the CPU with seeded weights."""
-    from stepc.torch import hf_causal_lm as lm
+    from stepc.torch import hf_causal_lm_config as lm
     from stepc.torch.hf_model import hf_config as load
     config = load(hf_config)
     prog = lm.from_hf_causal_lm(config, layers, batch or lm.DEFAULT_BATCH,

@@ -33,7 +33,6 @@ import torch
 
 from stepc.torch import families
 from stepc.torch.capture import InputRefused, LoweringError
-from stepc.torch.families import DECODER_TILINGS
 from stepc.torch.fragment import Fragment
 from stepc.torch.hf_decoder import (
     DecoderIO,
@@ -43,14 +42,7 @@ from stepc.torch.hf_decoder import (
     schedule_doc,
     write_statements,
 )
-from stepc.torch.hf_model import (
-    DEFAULT_BATCH,
-    DEFAULT_PAST,
-    DTYPES,
-    decoder_classes,
-    hf_config,
-    truncated_config,
-)
+from stepc.torch.hf_model import DTYPES, decoder_classes
 
 ARGUMENTS = "input_ids [B, 1], attention_mask [B, P + 1], position_ids [B, 1], cache"
 _HEAD_PREFIX = "head_"   # the LM head's params: head_TB, head_TILE_F
@@ -198,11 +190,45 @@ def lower_hf_causal_lm(module: torch.nn.Module, example_inputs: tuple, tiling: s
     head_sched = {k[len(_HEAD_PREFIX):]: sched.pop(k) for k in list(sched)
                   if k.startswith(_HEAD_PREFIX)}
     head_sched.setdefault("TB", batch)  # the vocabulary-sized weight read once per step
+    norm_sched = {"TB": 1, **{k[len(_NORM_PREFIX):]: v for k, v in sched.items()
+                              if k.startswith(_NORM_PREFIX)}}  # as the layers' norms
     layers = list(module.model.layers)
-    cfg = module.config
-    moe = any(ffn_kind(layer.mlp) == "moe" for layer in layers)
     tied = module.lm_head.weight is module.model.embed_tokens.weight
-    title = [*textwrap.wrap(
+    example = _layer_example(module, batch, past, cache)
+    w, body, tensors, used, parts = lower_layers(
+        layers, example, tiling, sched, _title(module, batch, past, tiling, tied),
+        per_layer_routing=True)
+    rows = torch.empty(batch, module.config.hidden_size, dtype=example[0].dtype,
+                       device=example[0].device)
+    norm_prog, norm = _head_part(module.model.norm, rows, "fnorm_", _NORM_PREFIX, norm_sched,
+                                 {})
+    head_prog, head = _head_part(module.lm_head, rows, _HEAD_PREFIX, _HEAD_PREFIX, head_sched,
+                                 {"Y": "LOGITS", **({"weight": "EMBED"} if tied else {})})
+    if tied:
+        head.drop_tensor("weight")
+    last = f"l{len(layers) - 1}_out"
+    norm.bind_input(_input_tensor(norm_prog, module.model.norm), last)
+    normed = norm.take_output("Y")
+    head.bind_input(_input_tensor(head_prog, module.lm_head),
+                    f"Accum(Reshape({normed}, chunk={head.names['TB']}), fn=retile_row, "
+                    "rank=1)")
+    _splice(body, "start = MetadataGen(ONE)", _EMBEDDING)
+    _splice(body, f"LinearOffChipStore({last}, Y)",
+            [("", ""), ("", "The final RMSNorm and the LM head")] + norm.body + head.body)
+    used.update(_merge_params(w, (norm, head)))
+    dt = next(k for k, v in DTYPES.items() if v == example[0].dtype)
+    _declare(w, (norm, head), dt, module.config.vocab_size, tied)
+    heads = [("model.norm", norm_prog, norm), ("lm_head", head_prog, head)]
+    write_statements(w, body)
+    io = CausalLMIO(parts, lambda m: list(m.model.layers), True, heads)
+    return TorchProgram(w.render(formatted=False), _sources(tensors, heads), module,
+                        {"tiling": tiling, **used}, io=io)
+
+
+def _title(module, batch: int, past: int, tiling: str, tied: bool) -> list[str]:
+    cfg, layers = module.config, module.model.layers
+    moe = any(ffn_kind(layer.mlp) == "moe" for layer in layers)
+    return [*textwrap.wrap(
         f"{type(module).__name__} ({cfg.model_type}: {len(layers)} decoder layer"
         f"{'s' if len(layers) > 1 else ''} of {type(layers[0]).__name__}, hidden "
         f"{cfg.hidden_size}, vocabulary {cfg.vocab_size}{', tied embeddings' if tied else ''})"
@@ -213,61 +239,52 @@ def lower_hf_causal_lm(module: torch.nn.Module, example_inputs: tuple, tiling: s
                        "(u64 [B]). KV lengths: --trace kv_lens=LENS.npy (int [B], every "
                        "layer)." + (" Routing: --trace routing_L=IDS.npy ([B, K] expert ids) "
                                     "for layer L." if moe else ""), 86)]
-    example = _layer_example(module, batch, past, cache)
-    w, body, tensors, used, parts = lower_layers(layers, example, tiling, sched, title,
-                                                 per_layer_routing=True)
-    dt = {torch.float32: "f32", torch.bfloat16: "bf16"}[example[0].dtype]
-    rows = torch.empty(batch, cfg.hidden_size, dtype=example[0].dtype,
-                       device=example[0].device)
-    norm_sched = {"TB": 1, **{k[len(_NORM_PREFIX):]: v for k, v in sched.items()
-                              if k.startswith(_NORM_PREFIX)}}
-    norm_prog, norm = _head_part(module.model.norm, rows, "fnorm_", _NORM_PREFIX, norm_sched,
-                                 {})
-    head_prog, head = _head_part(module.lm_head, rows, _HEAD_PREFIX, _HEAD_PREFIX, head_sched,
-                                 {"Y": "LOGITS", **({"weight": "EMBED"} if tied else {})})
-    if tied:
-        head.drop_tensor("weight")
-    last = f"l{len(layers) - 1}_out"
-    norm.bind_input(_input_tensor(norm_prog, module.model.norm), last)
-    normed = norm.take_output("Y")
-    tb = head.names["TB"]
-    head.bind_input(_input_tensor(head_prog, module.lm_head),
-                    f"Accum(Reshape({normed}, chunk={tb}), fn=retile_row, rank=1)")
-    _splice(body, "start = MetadataGen(ONE)", _EMBEDDING)
-    _splice(body, f"LinearOffChipStore({last}, Y)",
-            [("", ""), ("", "The final RMSNorm and the LM head")] + norm.body + head.body)
+
+
+def _merge_params(w, frags) -> dict[str, str]:
+    """Declare the fragments' params the layers have not (refusing a different value);
+    returns the numeric ones declared."""
     declared = {n: v for n, v, _ in w.params}
-    for frag in (norm, head):
+    used = {}
+    for frag in frags:
         for name, value, comment in frag.params:
-            if declared.setdefault(name, value) != value:
-                raise LoweringError(f"param {name} = {value}, where the layers have "
-                                    f"{declared[name]}")
-            if name not in [n for n, _, _ in w.params]:
-                w.param(name, value, comment)
-                if value.isdigit():
-                    used[name] = value
-    vocab = cfg.vocab_size
+            if name in declared:
+                if declared[name] != value:
+                    raise LoweringError(f"param {name} = {value}, where the layers have "
+                                        f"{declared[name]}")
+                continue
+            declared[name] = value
+            w.param(name, value, comment)
+            if value.isdigit():
+                used[name] = value
+    return used
+
+
+def _declare(w, frags, dt: str, vocab: int, tied: bool) -> None:
+    """The tensors: the token ids and the table first, the embedded rows as scratch in
+    place of the stack's input, the fragments' in place of its output."""
     w.tensors = [(n, d.replace(" input", " scratch", 1), "the embedded tokens")
                  if n == "HIDDEN_STATES" else (n, d, c) for n, d, c in w.tensors if n != "Y"]
     w.tensors[:0] = [("INPUT_IDS", "u64[B] input", "input_ids [B, 1] as [B]"),
                      ("EMBED", f"{dt}[{vocab}, D] weight", "model.embed_tokens.weight" +
                       (" (also lm_head.weight: tied)" if tied else ""))]
-    w.tensors += norm.tensors + head.tensors
+    for frag in frags:
+        w.tensors += frag.tensors
     width = max(len(d) for _, d, _ in w.tensors)
     w.tensors = [(n, d if "=" in d else d.ljust(width), c) for n, d, c in w.tensors]
-    tensors = {"INPUT_IDS": "input_ids", "EMBED": "model.embed_tokens.weight",
-               "HIDDEN_STATES": "model.embed_tokens: the rows of input_ids",
-               **{k: f"model.{v}" for k, v in tensors.items()
-                  if k not in ("Y", "HIDDEN_STATES")}}
-    heads = [("model.norm", norm_prog, norm), ("lm_head", head_prog, head)]
+
+
+def _sources(stack: dict[str, str], heads: list) -> dict[str, str]:
+    """Program tensor -> the model's state-dict key, argument or role."""
+    out = {"INPUT_IDS": "input_ids", "EMBED": "model.embed_tokens.weight",
+           "HIDDEN_STATES": "model.embed_tokens: the rows of input_ids",
+           **{k: f"model.{v}" for k, v in stack.items() if k not in ("Y", "HIDDEN_STATES")}}
     for path, prog, frag in heads:
+        kept = {n for n, _, _ in frag.tensors}
         for name, src in prog.tensors.items():
-            if frag.names.get(name) in {n for n, _, _ in frag.tensors}:
-                tensors[frag.names[name]] = f"{path}.{src}" if src != "output" else "logits"
-    write_statements(w, body)
-    io = CausalLMIO(parts, lambda m: list(m.model.layers), True, heads)
-    return TorchProgram(w.render(formatted=False), tensors, module,
-                        {"tiling": tiling, **used}, io=io)
+            if frag.names.get(name) in kept:
+                out[frag.names[name]] = f"{path}.{src}" if src != "output" else "logits"
+    return out
 
 
 def _splice(body: list, code: str, new: list) -> None:
@@ -345,99 +362,3 @@ def seeded_decode_inputs(module, batch: int, past: int, seed: int) -> tuple:
 
 def _np(t) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy()
-
-
-def build_causal_lm(config, layers: int | None = None, device: str = "meta",
-                    dtype: str = "f32", seed: int | None = None, cls=None):
-    """The causal LM `config` describes (AutoModelForCausalLM, or `cls`) with its first
-    `layers` decoder layers (all by default), on `device`; with `seed`, its weights drawn
-    as transformers' initialisation would."""
-    import transformers
-
-    from stepc.torch.build import BuildError, seed_transformers_weights
-    cfg = truncated_config(config, config.num_hidden_layers if layers is None else layers,
-                           dtype)
-    if seed is not None:
-        torch.manual_seed(seed)
-    try:
-        with torch.device(device):
-            model = cls(cfg) if cls is not None else \
-                transformers.AutoModelForCausalLM.from_config(cfg)
-    except ValueError as e:  # a model type with no causal LM
-        raise BuildError(f"model_type `{getattr(cfg, 'model_type', '?')}`: transformers "
-                         f"builds no causal LM from it ({str(e).splitlines()[0]})") from None
-    model.eval().to(DTYPES[dtype])
-    if seed is not None:
-        seed_transformers_weights(model, cfg)
-    return model
-
-
-def decode_example(model, batch: int, past: int, device: str = "meta") -> tuple:
-    """(input_ids, attention_mask, position_ids, cache) shaped for one decode step of
-    `batch` requests over `past` cached positions (zeros off the meta device)."""
-    from transformers.cache_utils import DynamicCache
-
-    from stepc.torch.build import BuildError
-    if batch < 1 or past < 1:
-        raise BuildError(f"batch {batch} and past {past}: a whole model decodes a positive "
-                         "batch over at least one cached position")
-    cfg, dt = model.config, next(model.parameters()).dtype
-    shape = (batch, cfg.num_key_value_heads, past, model.model.layers[0].self_attn.head_dim)
-    with torch.device(device):
-        cache = DynamicCache()
-        for i in range(len(model.model.layers)):
-            cache.update(torch.zeros(shape, dtype=dt), torch.zeros(shape, dtype=dt), i)
-        return (torch.zeros(batch, 1, dtype=torch.long),
-                torch.ones(batch, past + 1, dtype=torch.long),
-                torch.zeros(batch, 1, dtype=torch.long), cache)
-
-
-def refuse_unregistered(model) -> None:
-    """Refuse a model no causal-LM family lowers, saying what stepc lowers of it."""
-    match = families.match(model)
-    if match is None or match.family.kind != "model":
-        raise LoweringError(f"{type(model).__name__} (model_type "
-                            f"`{getattr(model.config, 'model_type', '?')}`): no registered "
-                            f"causal-LM family lowers it; {whole_model_hint(model)}")
-    if match.override:
-        raise LoweringError(f"{type(model).__name__}: {match.refusal()}")
-
-
-def from_hf_causal_lm(config, layers: int | None = None, batch: int = DEFAULT_BATCH,
-                      past: int = DEFAULT_PAST, schedule: str | dict | None = None,
-                      dtype: str = "f32", debug: bool = False, verify: bool = True,
-                      seed: int = 0, cls=None):
-    """The causal LM `config` describes (a transformers config, a dict with `model_type`,
-    or a config.json path; the class `cls`, else its AutoModelForCausalLM) with its first
-    `layers` decoder layers (all by default), lowered as one program for one decode step
-    of `batch` requests over `past` cached positions. Built on the meta device at the
-    config's dims; with `verify` (the default) the program is verified on a CPU copy built
-    with `seed` (a warning, and the header, say when it is too large to run)."""
-    import warnings
-    from dataclasses import replace
-
-    from stepc.torch.capture import quiet
-    from stepc.torch.verify import check_program, too_large
-    sched = {"tiling": schedule} if isinstance(schedule, str) else dict(schedule or {})
-    tiling = sched.pop("tiling", None) or DECODER_TILINGS[0]
-    if tiling not in DECODER_TILINGS:
-        raise LoweringError(f"unknown tiling `{tiling}` for a causal LM (choose "
-                            f"{', '.join(DECODER_TILINGS)})")
-    cfg = hf_config(config)
-    with quiet(debug):
-        model = build_causal_lm(cfg, layers, "meta", dtype, cls=cls)
-    refuse_unregistered(model)
-    example = decode_example(model, batch, past)
-    with quiet(debug):
-        prog = replace(lower_hf_causal_lm(model, example, tiling, sched), example=example)
-    reason = too_large(model) if verify else "verify=False"
-    if reason:
-        check_program(prog.text)
-        prog = prog.unverified(reason)
-        if verify:
-            warnings.warn(f"stepc.from_hf_causal_lm: {prog.verification.summary}",
-                          stacklevel=2)
-        return prog
-    with quiet(debug):
-        real = build_causal_lm(cfg, layers, "cpu", dtype, seed=seed, cls=cls)
-    return prog.on_module(real).verify(seed).on_module(model)

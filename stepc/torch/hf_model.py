@@ -13,6 +13,7 @@ with them: stepc/torch/hf_causal_lm.py).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import textwrap
 import warnings
@@ -114,9 +115,14 @@ def truncated_config(config, layers: int, dtype: str):
     if dtype not in DTYPES:
         raise BuildError(f"dtype `{dtype}`: choose {' or '.join(DTYPES)}")
     cfg = copy.deepcopy(config)
-    cfg.num_hidden_layers = layers
+    try:
+        cfg.num_hidden_layers = layers
+    except (AttributeError, NotImplementedError) as e:  # a model whose layers are counted
+        raise BuildError(f"--layers {layers}: {type(cfg).__name__} does not take a number "
+                         f"of decoder layers ({e})") from None
     if getattr(cfg, "layer_types", None):
-        cfg.layer_types = cfg.layer_types[:layers]
+        with contextlib.suppress(AttributeError):  # a property computed from the count
+            cfg.layer_types = cfg.layer_types[:layers]
     return cfg
 
 
