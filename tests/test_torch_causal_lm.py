@@ -199,8 +199,9 @@ def closed_form_bytes(cfg: dict, e: int, lens: np.ndarray, tile_n: int, mlp_tb: 
     ("bf16", {"mlp_TB": 4, "head_TB": 4}),
 ])
 def test_traffic_equals_the_closed_form(dtype, sched):
-    """`stepc analyze`'s off-chip bytes, bound to the KV lengths, equal the closed form
-    term for term, under the default and under smaller MLP and LM-head row tiles."""
+    """`stepc analyze`'s off-chip bytes, bound to the KV lengths, and the timing
+    simulation's equal the closed form, under the default and under smaller MLP and
+    LM-head row tiles."""
     config = {"model_type": "llama", **SIZES}
     prog = from_hf_causal_lm(config, batch=B, past=P, dtype=dtype,
                              schedule={**SMALL, **sched}, verify=False)
@@ -211,6 +212,9 @@ def test_traffic_equals_the_closed_form(dtype, sched):
     want = closed_form_bytes(SIZES, e, lens, SMALL["attn_TILE_N"], sched.get("mlp_TB", B),
                              sched.get("head_TB", B))
     assert int(a.totals["off_chip_bytes"]) == want
+    # the simulator moves the same bytes, on token ids the program draws itself
+    run = simulate(r.typed, load_config(None, ()), {"kv_lens": lens}, functional=False)
+    assert run.deadlock is None and run.useful_bytes == want
 
 
 def test_a_subclass_overriding_forward_is_refused_naming_it():

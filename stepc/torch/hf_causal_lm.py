@@ -265,7 +265,8 @@ def _declare(w, frags, dt: str, vocab: int, tied: bool) -> None:
     place of the stack's input, the fragments' in place of its output."""
     w.tensors = [(n, d.replace(" input", " scratch", 1), "the embedded tokens")
                  if n == "HIDDEN_STATES" else (n, d, c) for n, d, c in w.tensors if n != "Y"]
-    w.tensors[:0] = [("INPUT_IDS", "u64[B] input", "input_ids [B, 1] as [B]"),
+    w.tensors[:0] = [("INPUT_IDS", f"u64[B] input = random(seed=1, high={vocab})",
+                      "input_ids [B, 1] as [B]: ids below the vocabulary"),
                      ("EMBED", f"{dt}[{vocab}, D] weight", "model.embed_tokens.weight" +
                       (" (also lm_head.weight: tied)" if tied else ""))]
     for frag in frags:
