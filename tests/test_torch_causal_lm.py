@@ -270,11 +270,13 @@ def test_cli_whole_model_round_trip(tmp_path, monkeypatch):
     (["transformers:LlamaMLP", "--hf-config", "llama.json", "--whole-model"], 2,
      ["--whole-model", "not a causal LM class"]),
     (["--hf-config", "llama.json"], 2, ["--layers N", "--whole-model"]),
+    (["--hf-config", "bare.json", "--whole-model"], 2, ["no `model_type`"]),
 ])
 def test_cli_refusals_say_what_is_lowered(tmp_path, monkeypatch, args, code, words):
     monkeypatch.chdir(tmp_path)
     Path("llama.json").write_text(json.dumps({"model_type": "llama", **SIZES}))
     Path("gemma.json").write_text(json.dumps({"model_type": "gemma", **SIZES}))
+    Path("bare.json").write_text(json.dumps(SIZES))
     r = CliRunner().invoke(main, ["from-torch", *args])
     assert r.exit_code == code, r.output
     assert "Traceback" not in r.output

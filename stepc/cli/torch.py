@@ -121,8 +121,8 @@ def _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug, cls=Non
     AutoModelForCausalLM) with its first `layers` decoder layers (all by default), on the
     meta device, and a function building it on the CPU with seeded weights."""
     from stepc.torch import hf_causal_lm_config as lm
-    from stepc.torch.hf_model import hf_config as load
-    config = load(hf_config)
+    from stepc.torch.build import load_hf_config
+    config = load_hf_config(hf_config, cls)  # without model_type: the class's
     prog = lm.from_hf_causal_lm(config, layers, batch or lm.DEFAULT_BATCH,
                                 lm.DEFAULT_PAST if past is None else past, schedule,
                                 dtype or "f32", debug, verify=False, cls=cls)

@@ -28,6 +28,9 @@ def build_causal_lm(config, layers: int | None = None, device: str = "meta",
     import transformers
     cfg = truncated_config(config, config.num_hidden_layers if layers is None else layers,
                            dtype)
+    if cls is None and not getattr(cfg, "model_type", ""):
+        raise BuildError("the config has no `model_type` (e.g. \"llama\", \"qwen3_moe\"): "
+                         "it names the causal LM to build")
     if seed is not None:
         torch.manual_seed(seed)
     try:
