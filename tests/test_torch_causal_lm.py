@@ -271,12 +271,17 @@ def test_cli_whole_model_round_trip(tmp_path, monkeypatch):
      ["--whole-model", "not a causal LM class"]),
     (["--hf-config", "llama.json"], 2, ["--layers N", "--whole-model"]),
     (["--hf-config", "bare.json", "--whole-model"], 2, ["no `model_type`"]),
+    # a config transformers' constructors reject (a padding id past the vocabulary)
+    (["--hf-config", "badpad.json", "--whole-model"], 2, ["AssertionError", "Padding_idx"]),
+    (["--hf-config", "badpad.json", "--layers", "1"], 2, ["AssertionError", "Padding_idx"]),
 ])
 def test_cli_refusals_say_what_is_lowered(tmp_path, monkeypatch, args, code, words):
     monkeypatch.chdir(tmp_path)
     Path("llama.json").write_text(json.dumps({"model_type": "llama", **SIZES}))
     Path("gemma.json").write_text(json.dumps({"model_type": "gemma", **SIZES}))
     Path("bare.json").write_text(json.dumps(SIZES))
+    Path("badpad.json").write_text(json.dumps({"model_type": "llama", **SIZES,
+                                               "pad_token_id": 1000}))
     r = CliRunner().invoke(main, ["from-torch", *args])
     assert r.exit_code == code, r.output
     assert "Traceback" not in r.output

@@ -84,9 +84,10 @@ def build_stack(config, layers: int, device: str = "meta", dtype: str = "f32",
     try:
         with torch.device(device):
             model = transformers.AutoModel.from_config(cfg)
-    except ValueError as e:  # a model type AutoModel does not know
-        raise BuildError(f"model_type `{model_type}`: transformers builds no model from it "
-                         f"({str(e).splitlines()[0]})") from None
+    except Exception as e:  # noqa: BLE001 - an unknown model type, or a config's values
+        lines = str(e).strip().splitlines()  # that transformers' constructors reject
+        raise BuildError(f"model_type `{model_type}`: transformers builds no model from this "
+                         f"config ({type(e).__name__}: {lines[0] if lines else ''})") from None
     model.eval().to(DTYPES[dtype])
     found = getattr(model, "layers", None)
     if not isinstance(found, torch.nn.ModuleList) or not hasattr(model, "rotary_emb"):
