@@ -57,28 +57,51 @@ def _parse_param(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
-def _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype) -> None:
-    """--layers builds the model its config describes, with inputs of its own; without it,
-    FILE.py:NAME and --input are needed and the model's settings do not apply."""
-    if layers is not None:
-        if spec:
-            raise click.UsageError(f"--layers builds the model --hf-config describes; drop "
-                                   f"{spec}")
+def _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype, whole) -> None:
+    """--layers and --whole-model build the model its config describes, with inputs of
+    their own; without them, FILE.py:NAME is needed and the model's settings apply only to
+    a causal LM class given without --input (checked once NAME is loaded)."""
+    if layers is not None or whole:
+        flag = "--whole-model" if whole else "--layers"
         if not hf_config:
-            raise click.UsageError("--layers needs --hf-config CONFIG.json (the model's config)")
+            raise click.UsageError(f"{flag} needs --hf-config CONFIG.json (the model's config)")
         if inputs:
-            raise click.UsageError("--layers makes its own inputs (--batch requests over --past "
+            raise click.UsageError(f"{flag} makes its own inputs (--batch requests over --past "
                                    "cached positions); drop --input")
         return
     given = [f for f, v in (("--batch", batch), ("--past", past), ("--dtype", dtype)) if v]
-    if given:
+    if given and inputs:
         raise click.UsageError(f"{', '.join(given)} set{'s' if len(given) == 1 else ''} the "
-                               "inputs of --layers N; for FILE.py:NAME give --input")
+                               "inputs of --layers N and --whole-model; for FILE.py:NAME give "
+                               "--input")
     if not spec:
         raise click.UsageError("give FILE.py:NAME (a module class or factory), or "
-                               "--hf-config CONFIG.json --layers N")
-    if not inputs:
-        raise click.UsageError("give the forward arguments with --input NAME=DTYPE[SHAPE]")
+                               "--hf-config CONFIG.json --layers N (the first N decoder "
+                               "layers of the model) or --whole-model (the whole causal LM)")
+
+
+def _whole_model_class(target):
+    """`target` when it is a class a causal-LM family lowers (None otherwise)."""
+    from stepc.torch.hf_causal_lm import model_classes
+    names = set(model_classes())
+    if isinstance(target, type) and any(c.__name__ in names for c in target.__mro__):
+        return target
+    return None
+
+
+def _no_inputs(spec, target, layers, whole, batch, past, dtype) -> None:
+    """FILE.py:NAME given with no --input, and not a causal LM class: what to give."""
+    from stepc.torch.hf_causal_lm import whole_model_hint
+    given = [f for f, v in (("--layers", layers), ("--whole-model", whole or None),
+                            ("--batch", batch), ("--past", past), ("--dtype", dtype))
+             if v is not None]
+    hint = whole_model_hint(target)
+    if given:
+        raise click.UsageError(f"{', '.join(given)} set{'s' if len(given) == 1 else ''} the "
+                               f"model --hf-config describes; {spec} is not a causal LM class "
+                               "stepc lowers whole (drop it)" + (f". {hint}" if hint else ""))
+    raise click.UsageError("give the forward arguments with --input NAME=DTYPE[SHAPE]" +
+                           (f". {hint}" if hint else ""))
 
 
 def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug):
@@ -91,6 +114,28 @@ def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug):
                                    dtype or "f32", debug, verify=False)
     return prog, lambda seed: hf_model.build_stack(config, layers, "cpu", dtype or "f32",
                                                    seed=seed)
+
+
+def _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug, cls=None):
+    """The program of the whole causal LM the config describes (`cls`, else its
+    AutoModelForCausalLM) with its first `layers` decoder layers (all by default), on the
+    meta device, and a function building it on the CPU with seeded weights."""
+    from stepc.torch import hf_causal_lm_config as lm
+    from stepc.torch.build import load_hf_config
+    config = load_hf_config(hf_config, cls)  # without model_type: the class's
+    prog = lm.from_hf_causal_lm(config, layers, batch or lm.DEFAULT_BATCH,
+                                lm.DEFAULT_PAST if past is None else past, schedule,
+                                dtype or "f32", debug, verify=False, cls=cls)
+    return prog, lambda seed: lm.build_causal_lm(config, layers, "cpu", dtype or "f32",
+                                                 seed=seed, cls=cls)
+
+
+def _hint(module, error: Exception) -> str:
+    """For a whole model that was refused: what stepc lowers of whole models (unless the
+    error says it already)."""
+    from stepc.torch.hf_causal_lm import whole_model_hint
+    hint = whole_model_hint(module) if module is not None else ""
+    return f"\n({hint})" if hint and "--layers" not in str(error) else ""
 
 
 def _on_cpu(prog, build, seed: int, verify: bool, real_values: bool, debug: bool):
@@ -122,15 +167,21 @@ def _on_cpu(prog, build, seed: int, verify: bool, real_values: bool, debug: bool
               help="A forward argument, in order (repeatable), e.g. x=bf16[64,2048].")
 @click.option("--layers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Lower the first N decoder layers of the model --hf-config describes "
-              "(its model_type names the transformers model), in decode.")
+              "(its model_type names the transformers model), in decode. With "
+              "--whole-model, or naming a causal LM class (transformers:LlamaForCausalLM), "
+              "the whole model with its first N layers.")
+@click.option("--whole-model", "whole", is_flag=True,
+              help="Lower the whole causal LM --hf-config describes, in decode: the token "
+              "embedding gathered by id, its decoder layers (all, or the first --layers N), "
+              "the final norm and the LM head, to logits [B, vocab].")
 @click.option("--batch", type=click.IntRange(min=1), default=None, metavar="B",
-              help="With --layers: requests in the decode batch, one new token each "
-              "[default: 64].")
+              help="With --layers or --whole-model: requests in the decode batch, one new "
+              "token each [default: 64].")
 @click.option("--past", type=click.IntRange(min=0), default=None, metavar="P",
-              help="With --layers: cached positions per request, the KV cache's padded "
-              "length [default: 1023].")
+              help="With --layers or --whole-model: cached positions per request, the KV "
+              "cache's padded length [default: 1023].")
 @click.option("--dtype", type=click.Choice(["f32", "bf16"]), default=None,
-              help="With --layers: the model's dtype [default: f32].")
+              help="With --layers or --whole-model: the model's dtype [default: f32].")
 @click.option("--hf-config", default=None, metavar="CONFIG.json",
               help="Build NAME from this transformers config (a model's config.json): "
               "passed as `config`, its fields fill other required arguments.")
@@ -158,8 +209,8 @@ def _on_cpu(prog, build, seed: int, verify: bool, real_values: bool, debug: bool
               "must equal its forward).")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 @quick_exit
-def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, params, out,
-                   weights_out, externals_out, seed, no_verify, force):
+def from_torch_cmd(spec, inputs, layers, whole, batch, past, dtype, hf_config, tiling, params,
+                   out, weights_out, externals_out, seed, no_verify, force):
     """Lower a PyTorch module to a readable, tiled .step program. NAME is a module class or
     a factory function returning a module, in FILE.py or an importable package
     (transformers:LlamaMLP); it is built on the meta device (no weights allocated), with
@@ -181,10 +232,12 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
           --input x=bf16[2,32,4096] -o mlp.step
       stepc from-torch --hf-config qwen3_moe.json --layers 2 --schedule dynamic \\
           -o qwen2l.step
+      stepc from-torch --hf-config llama.json --whole-model --layers 2 --batch 8 \\
+          -o llama2l.step
       stepc sim qwen2l.step --timing-only --trace kv_lens=lens.npy \\
           --trace routing_0=ids0.npz --trace routing_1=ids1.npz
     """
-    _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype)
+    _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype, whole)
     args = [_parse_input(t) for t in inputs]
     schedule = {**({"tiling": tiling} if tiling else {}), **dict(_parse_param(p) for p in params)}
     streams = dict(_parse_external(t) for t in externals_out)
@@ -212,11 +265,23 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
         sys.exit(EXIT_USAGE)
     debug = bool(click.get_current_context().find_root().params.get("debug"))
     real_values = bool(weights_out or streams)
+    module = None
     try:
-        if layers is not None:
+        target = load_target(spec) if spec else None
+        whole_class = _whole_model_class(target) if target is not None and not inputs \
+            else None
+        if target is not None and not inputs and whole_class is None:
+            _no_inputs(spec, target, layers, whole, batch, past, dtype)
+        if whole_class is not None and not hf_config:
+            raise click.UsageError(f"{spec} is a whole causal LM: give its --hf-config "
+                                   "CONFIG.json (it is lowered in decode, with --batch, --past "
+                                   "and optionally --layers N), or its forward arguments")
+        if whole or whole_class is not None:
+            prog, build = _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug,
+                                       whole_class)
+        elif layers is not None:
             prog, build = _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug)
         else:
-            target = load_target(spec)
             config = load_hf_config(hf_config, target) if hf_config else None
             with torch.device("meta"), quiet(debug):
                 module = build_module(target, config)
@@ -230,11 +295,11 @@ def from_torch_cmd(spec, inputs, layers, batch, past, dtype, hf_config, tiling, 
                 return cpu_module
         prog, real, traces = _on_cpu(prog, build, seed, not no_verify, real_values, debug)
     except (BuildError, InputRefused) as e:
-        click.echo(f"stepc: error: {e}", err=True)
+        click.echo(f"stepc: error: {e}{_hint(module, e)}", err=True)
         sys.exit(EXIT_USAGE)
     except LoweringError as e:
         written = "; nothing was written" if isinstance(e, VerificationError) else ""
-        click.echo(f"stepc: error: {e}{written}", err=True)
+        click.echo(f"stepc: error: {e}{written}{_hint(module, e)}", err=True)
         sys.exit(EXIT_PROGRAM)
     unknown = sorted(set(streams) - set(traces)) if streams else []
     if unknown:

@@ -1,6 +1,7 @@
 """From PyTorch to STeP: `from_torch(module, example_inputs, schedule=...)` lowers a module
 to a readable, tiled `.step` program (`stepc from-torch` on the command line);
-`from_hf_config(config, layers=N)` the first N decoder layers of a transformers model.
+`from_hf_config(config, layers=N)` the first N decoder layers of a transformers model,
+`from_hf_causal_lm(config)` the whole causal LM.
 
 Only this package imports torch (the `torch` extra); the rest of stepc never does.
 """
@@ -19,6 +20,14 @@ def from_hf_config(config, layers: int = 1, *settings, **named) -> TorchProgram:
     return lower(config, layers, *settings, **named)
 
 
+def from_hf_causal_lm(config, layers: int | None = None, *settings, **named) -> TorchProgram:
+    """The whole causal LM a transformers config describes (with its first `layers` decoder
+    layers), one decode step, as one program (stepc.torch.hf_causal_lm_config: batch,
+    past, schedule, dtype)."""
+    from stepc.torch.hf_causal_lm_config import from_hf_causal_lm as lower
+    return lower(config, layers, *settings, **named)
+
+
 def support_table() -> str:
     """What `from_torch` lowers (operator kinds, block families, schedules), as the
     Markdown tables of docs/torch.md."""
@@ -26,5 +35,5 @@ def support_table() -> str:
     return table()
 
 
-__all__ = ["InputRefused", "LoweringError", "TorchProgram", "VerificationError", "from_hf_config",
-           "from_torch", "load_module", "support_table"]
+__all__ = ["InputRefused", "LoweringError", "TorchProgram", "VerificationError",
+           "from_hf_causal_lm", "from_hf_config", "from_torch", "load_module", "support_table"]

@@ -144,6 +144,18 @@ STRUCTURAL_DECODER = Family(
     "registered layer's forward is lowered as written)")
 FAMILIES += [STRUCTURAL_DECODER]
 
+# transformers' causal LMs (stepc/torch/hf_causal_lm.py): the embedding gathered by token
+# id, the decoder layers above, the final norm and the LM head, one decode step
+FAMILIES += [
+    Family("hf-causal-lm", ("LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen2ForCausalLM",
+                            "MistralForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"),
+           "model", DECODER_TILINGS, "stepc.torch.hf_causal_lm:lower_hf_causal_lm",
+           "transformers causal LM in decode (input_ids [B, 1], attention mask, position ids, "
+           "a DynamicCache): the embedding as a gather of rows by token id, the decoder "
+           "layers above, the final RMSNorm, the LM head (tied or not) to logits [B, V]",
+           ("model.layers",)),
+]
+
 
 _LIBRARIES = ("torch.", "transformers.")
 

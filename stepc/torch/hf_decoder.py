@@ -351,15 +351,8 @@ def _layer_body(p: str, li: int, st: LayerStructure, parts: dict, inp: str, out:
     return body
 
 
-def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title,
-            module: torch.nn.Module, layers_of, per_layer_routing: bool):
-    """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
-    returns); `title` is a function of the layers' structures giving the header."""
-    from stepc.torch.lowering import TorchProgram
-    tiling = tiling or "static"
-    w, body, tensors, used, parts, structures = lower_layers(
-        layers, example, tiling, sched, per_layer_routing)
-    w.header += title(structures)
+def write_statements(w: StepWriter, body: list[tuple[str, str]]) -> None:
+    """Write `body` (statements, and graphs as multi-line code) into `w`."""
     for code, comment in body:
         if "\n" in code:
             for line in code.split("\n"):
@@ -370,6 +363,18 @@ def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title
             w.stmt(code, comment)
         else:
             w.blank(comment)
+
+
+def compose(layers: list, example: tuple, tiling: str | None, sched: dict, title,
+            module: torch.nn.Module, layers_of, per_layer_routing: bool):
+    """The TorchProgram of `layers` (the decoder layers of `module`, which `layers_of`
+    returns); `title` is a function of the layers' structures giving the header."""
+    from stepc.torch.lowering import TorchProgram
+    tiling = tiling or "static"
+    w, body, tensors, used, parts, structures = lower_layers(
+        layers, example, tiling, sched, per_layer_routing)
+    w.header += title(structures)
+    write_statements(w, body)
     io = DecoderIO(parts, layers_of, per_layer_routing)
     # the fragments are rendered programs already: formatting the whole again would
     # parse it twice more, the most of the lowering's time

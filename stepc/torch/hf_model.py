@@ -7,11 +7,13 @@ so a model's real dims (Qwen3-30B-A3B, Mixtral-8x7B) need no memory.
 The program runs the layers one after another as programs/decoder_*.step do, each with its
 own weights and KV cache; the KV lengths (`kv_lens`) are shared by the layers (the same
 requests) and each layer reads its own routing trace (`routing_0`, `routing_1`, ...).
-The embedding, the final norm and the LM head are outside the program.
+The embedding, the final norm and the LM head are outside the program (the whole model,
+with them: stepc/torch/hf_causal_lm.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import textwrap
 import warnings
@@ -27,7 +29,7 @@ from stepc.torch.verify import check_program, too_large
 
 DEFAULT_BATCH = 64   # the paper's decode batch
 DEFAULT_PAST = 1023  # cached positions per request: KV slots of 1024 rows
-_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
 class DecoderStack(torch.nn.Module):
@@ -77,16 +79,7 @@ def build_stack(config, layers: int, device: str = "meta", dtype: str = "f32",
     """The model's first `layers` decoder layers (with the model's rotary embedding), on
     `device`; with `seed`, its matrices drawn as transformers' initialisation would."""
     import transformers
-    total = getattr(config, "num_hidden_layers", None)
-    if not isinstance(layers, int) or layers < 1 or (total is not None and layers > total):
-        raise BuildError(f"--layers {layers}: the model has {total} decoder layers (choose 1 "
-                         f"to {total})")
-    if dtype not in _DTYPES:
-        raise BuildError(f"dtype `{dtype}`: choose {' or '.join(_DTYPES)}")
-    cfg = copy.deepcopy(config)
-    cfg.num_hidden_layers = layers
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = cfg.layer_types[:layers]
+    cfg = truncated_config(config, layers, dtype)
     model_type = getattr(cfg, "model_type", "?")
     if seed is not None:
         torch.manual_seed(seed)
@@ -97,17 +90,38 @@ def build_stack(config, layers: int, device: str = "meta", dtype: str = "f32",
         why = " ".join(str(e).split())[:400]
         raise BuildError(f"model_type `{model_type}`: transformers builds no model from the "
                          f"config ({type(e).__name__}: {why})") from None
-    model.eval().to(_DTYPES[dtype])
+    model.eval().to(DTYPES[dtype])
     found = getattr(model, "layers", None)
     if not isinstance(found, torch.nn.ModuleList) or not hasattr(model, "rotary_emb"):
         raise LoweringError(f"{type(model).__name__} (model_type `{model_type}`): expected "
                             "decoder layers in `layers` and a `rotary_emb`")
     for i, layer in enumerate(found):
         read_structure(layer, f"{type(model).__name__}.layers.{i}, model_type `{model_type}`",
-                       cfg.hidden_size, _DTYPES[dtype])
+                       cfg.hidden_size, DTYPES[dtype])
     if seed is not None:
         _seed_matrices(found, cfg)
     return DecoderStack(list(found), model.rotary_emb, cfg)
+
+
+def truncated_config(config, layers: int, dtype: str):
+    """A copy of `config` with its first `layers` decoder layers (refusing a count the model
+    does not have, or a dtype not lowered)."""
+    total = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers < 1 or (total is not None and layers > total):
+        raise BuildError(f"--layers {layers}: the model has {total} decoder layers (choose 1 "
+                         f"to {total})")
+    if dtype not in DTYPES:
+        raise BuildError(f"dtype `{dtype}`: choose {' or '.join(DTYPES)}")
+    cfg = copy.deepcopy(config)
+    try:
+        cfg.num_hidden_layers = layers
+    except (AttributeError, NotImplementedError) as e:  # a model whose layers are counted
+        raise BuildError(f"--layers {layers}: {type(cfg).__name__} does not take a number "
+                         f"of decoder layers ({e})") from None
+    if getattr(cfg, "layer_types", None):
+        with contextlib.suppress(AttributeError):  # a property computed from the count
+            cfg.layer_types = cfg.layer_types[:layers]
+    return cfg
 
 
 def _seed_matrices(layers, config) -> None:
@@ -124,7 +138,7 @@ def example_inputs(stack: DecoderStack, batch: int, past: int, dtype: str,
     if batch < 1 or past < 0:
         raise BuildError(f"batch {batch} and past {past}: expected a positive batch and a "
                          "non-negative number of cached positions")
-    cfg, dt = stack.config, _DTYPES[dtype]
+    cfg, dt = stack.config, DTYPES[dtype]
     attn = stack.layers[0].self_attn
     head_dim, kv = attn.head_dim, cfg.num_key_value_heads
     with torch.device(device):
