@@ -35,7 +35,6 @@ from stepc.torch.hf_attention import (
     _np,
     _rotary,
     lower_hf_attention,
-    rotate_half_matrix,
 )
 from stepc.torch.hf_attention_program import layer_kv
 from stepc.torch.hf_prefill_program import (
@@ -145,17 +144,17 @@ class HFPrefillIO(HFAttentionIO):
         causal = np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, MASKED)
         cos, sin = (_np(t).reshape(s.batch, n, s.head_dim)
                     for t in HFPrefillShapes.rope_args(args[1], module))
-        state = {k: _np(v) for k, v in module.state_dict().items()}
+        state = module.state_dict()
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
-               "MASK": mask.reshape(-1, tn), "ROT": rotate_half_matrix(s.head_dim),
+               "MASK": mask.reshape(-1, tn), "ROT": s.form.rope.rot,
                "CAUSAL": np.tile(causal, (s.qpk, 1)).astype(np.float32),
                "SCALE": np.full((1, 1), s.scaling, np.float32)}
         rows = {"X": _np(args[0]), "COS": cos, "SIN": sin}
         for name, a in rows.items():
             a = coarse_regions(a, self.params) if self.tiling == "coarse" else a
             out[name] = a.reshape(*a.shape[:-3], -1, a.shape[-1])
-        for name, key in self.weights.items():
-            w = state[key]
+        for name, src in self.weights.items():
+            w = src.take(state)
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
 
