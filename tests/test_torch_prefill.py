@@ -261,6 +261,19 @@ def test_gemma_soft_capping_and_one_plus_w_norms_in_prefill(kind, extra):
         assert prog.tensors["QN"] == "q_norm.weight + 1"
 
 
+@pytest.mark.parametrize("kind", ["glm", pytest.param("helium", marks=pytest.mark.slow)])
+def test_rotary_tables_of_classes_by_their_parts_in_prefill(kind):
+    """GLM (interleaved pairs over half a head), Helium (cos/sin repeated pairwise): COS
+    and SIN are the tables the module's apply_rotary_pos_emb makes of the given cos and sin,
+    not cos and sin as given."""
+    from test_torch_hf_attention_variants import ATTENTION, BY_PARTS, _attention
+    name, extra = BY_PARTS[kind]
+    ATTENTION[kind] = _attention(kind, name)
+    m = build_variant(kind, **extra)
+    got, ref, _ = run_both(m, prefill_inputs(m, 4), "coarse")
+    close(got, ref)
+
+
 def test_a_rotary_width_other_than_the_models_is_refused_in_prefill():
     """Phi-3 at partial_rotary_factor 0.5 given cos/sin over whole heads: lowered as given,
     the verification's seeded inputs say which shape to give (a usage error)."""
