@@ -274,6 +274,22 @@ def test_rotary_tables_of_classes_by_their_parts_in_prefill(kind):
     close(got, ref)
 
 
+@pytest.mark.parametrize("kind,impl,what", [
+    ("olmo2", "eager", r"q_norm \(Olmo2RMSNorm\) normalises 64 features"),
+    ("gemma2", "sdpa", r"soft-capping under the `sdpa`")], ids=["olmo2", "gemma2-sdpa"])
+def test_parts_refused_in_prefill_are_usage_errors(kind, impl, what):
+    """What the module's form refuses is refused in prefill as in decode: a usage error
+    (InputRefused) naming the part, and that prefill is lowered too."""
+    from test_torch_hf_attention_variants import ATTENTION, _attention
+
+    from stepc.torch import InputRefused
+    if kind == "olmo2":
+        ATTENTION[kind] = _attention(kind, "Olmo2Attention")
+    m = build_variant(kind, impl)
+    with pytest.raises(InputRefused, match=rf"{what}.*or prefill \(S new tokens"):
+        from_torch(m, prefill_inputs(m, 3))
+
+
 def test_a_rotary_width_other_than_the_models_is_refused_in_prefill():
     """Phi-3 at partial_rotary_factor 0.5 given cos/sin over whole heads: lowered as given,
     the verification's seeded inputs say which shape to give (a usage error)."""
