@@ -19,8 +19,9 @@ pytest.importorskip("transformers", reason="transformers is not installed (the t
 
 from click.testing import CliRunner
 from test_torch_hf_attention import SCHEDULES, build, compiled
+from test_torch_hf_attention_variants import PHI3, rotary
+from test_torch_hf_attention_variants import build as build_variant
 from transformers.cache_utils import DynamicCache
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from stepc.cli import main
 from stepc.hw import load_config
@@ -39,7 +40,7 @@ def prefill_inputs(m, s: int, left_pad=False, dtype=torch.float32):
     g = torch.Generator().manual_seed(1)
     b, lens = len(LENS), torch.tensor(LENS)
     hs = torch.randn(b, s, HID, generator=g).to(dtype)
-    pe = LlamaRotaryEmbedding(m.config)(hs, lens[:, None] + torch.arange(s)[None])
+    pe = rotary(m, hs, lens[:, None] + torch.arange(s)[None])
     pos = torch.arange(P)[None]
     cached = (pos >= P - lens[:, None]) if left_pad else (pos < lens[:, None])
     if left_pad:
@@ -221,6 +222,110 @@ def test_a_decoder_layer_in_prefill(kind, tiling, s):
         out = m(args[0], attention_mask=args[2], cache=copy.deepcopy(args[3]),
                 position_embeddings=args[1])
     close(run.outputs["Y"], out.reshape(-1, HID).numpy())
+
+
+@pytest.mark.parametrize("extra,tiling", [
+    pytest.param(PHI3, "dynamic", id="partial-dynamic"),
+    pytest.param({}, "coarse", marks=pytest.mark.slow, id="whole-coarse"),
+    pytest.param(PHI3, "interleaved", marks=pytest.mark.slow, id="partial-interleaved")])
+def test_phi3_fused_qkv_and_partial_rotary_in_prefill(extra, tiling):
+    """Phi-3's q, k, v rows of one qkv_proj, and RoPE over the first half of each head
+    (position_embeddings [B, S, 8]; refused before as not [B, S, 16])."""
+    m = build_variant("phi3", **extra)
+    args = prefill_inputs(m, 3)
+    got, ref, prog = run_both(m, args, tiling)
+    close(got, ref)
+    assert prog.tensors["WK"] == "qkv_proj.weight[64:96]"
+    assert ("Partial rotary: RoPE over the first 8 dims" in prog.text) == bool(extra)
+
+
+@pytest.mark.parametrize("kind,extra", [
+    pytest.param("gemma2", {"attn_logit_softcapping": 0.05, "query_pre_attn_scalar": 4},
+                 id="gemma2"),
+    pytest.param("gemma3_text", {}, marks=pytest.mark.slow, id="gemma3")])
+def test_gemma_soft_capping_and_one_plus_w_norms_in_prefill(kind, extra):
+    """Gemma 2: tanh(s / cap) cap on the scores over the cached rows and over the new ones
+    (missing on the new ones before), the scale query_pre_attn_scalar ** -0.5. Gemma 3:
+    (1 + w) q/k norms."""
+    m = build_variant(kind, **extra)
+    args = prefill_inputs(m, 3)
+    got, ref, prog = run_both(m, args, "interleaved")
+    close(got, ref)
+    if kind == "gemma2":
+        m.attn_logit_softcapping = None
+        with torch.no_grad():
+            uncapped = m(*args[:3], copy.deepcopy(args[3]))[0].reshape(-1, HID).numpy()
+        assert np.abs(uncapped - ref).max() > 0.1 * np.abs(ref).max()  # the capping counts
+        assert prog.text.count("fn=tanh") == 2 and m.scaling == 0.5
+    else:
+        assert prog.tensors["QN"] == "q_norm.weight + 1"
+
+
+@pytest.mark.parametrize("kind", ["glm", pytest.param("helium", marks=pytest.mark.slow)])
+def test_rotary_tables_of_classes_by_their_parts_in_prefill(kind):
+    """GLM (interleaved pairs over half a head), Helium (cos/sin repeated pairwise): COS
+    and SIN are the tables the module's apply_rotary_pos_emb makes of the given cos and sin,
+    not cos and sin as given."""
+    from test_torch_hf_attention_variants import ATTENTION, BY_PARTS, _attention
+    name, extra = BY_PARTS[kind]
+    ATTENTION[kind] = _attention(kind, name)
+    m = build_variant(kind, **extra)
+    got, ref, _ = run_both(m, prefill_inputs(m, 4), "coarse")
+    close(got, ref)
+
+
+@pytest.mark.parametrize("kind,impl,what", [
+    ("olmo2", "eager", r"q_norm \(Olmo2RMSNorm\) normalises 64 features"),
+    ("gemma2", "sdpa", r"soft-capping under the `sdpa`")], ids=["olmo2", "gemma2-sdpa"])
+def test_parts_refused_in_prefill_are_usage_errors(kind, impl, what):
+    """What the module's form refuses is refused in prefill as in decode: a usage error
+    (InputRefused) naming the part, and that prefill is lowered too."""
+    from test_torch_hf_attention_variants import ATTENTION, _attention
+
+    from stepc.torch import InputRefused
+    if kind == "olmo2":
+        ATTENTION[kind] = _attention(kind, "Olmo2Attention")
+    m = build_variant(kind, impl)
+    with pytest.raises(InputRefused, match=rf"{what}.*or prefill \(S new tokens"):
+        from_torch(m, prefill_inputs(m, 3))
+
+
+def test_a_rotary_width_other_than_the_models_is_refused_in_prefill():
+    """Phi-3 at partial_rotary_factor 0.5 given cos/sin over whole heads: lowered as given,
+    the verification's seeded inputs say which shape to give (a usage error)."""
+    from stepc.torch import InputRefused
+    m = build_variant("phi3", **PHI3)
+    hs, _, mask, cache = prefill_inputs(m, 3)
+    whole = (torch.ones(len(LENS), 3, D), torch.zeros(len(LENS), 3, D))
+    with pytest.raises(InputRefused, match=r"covers 8 dims of a head.*\[B, 3, 8\] each"):
+        from_torch(m, (hs, whole, mask, cache), schedule={"TILE_N": 8, "R": 2})
+
+
+@pytest.mark.parametrize("model,extra", [
+    pytest.param("phi3", PHI3, id="phi3"),
+    pytest.param("gemma2", {"attn_logit_softcapping": 0.05}, marks=pytest.mark.slow,
+                 id="gemma2")])
+def test_phi3_and_gemma2_decoder_layers_in_prefill(model, extra):
+    """Phi-3's layer (fused qkv and gate_up, partial rotary) and Gemma 2's (four (1 + w)
+    norms, soft-capped logits) in prefill through the structural composition, verified
+    against the layer's forward."""
+    from test_torch_hf_decoder_variants import SIZES, SMALL, seeded
+    from transformers import AutoConfig
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer
+    from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer
+    cfg = AutoConfig.for_model(model, **SIZES, pad_token_id=0, **extra)
+    cfg._attn_implementation = "eager"
+    layer_cls = {"phi3": Phi3DecoderLayer, "gemma2": Gemma2DecoderLayer}[model]
+    m = seeded(layer_cls(cfg, 0), cfg)
+    rot = 8 if extra is PHI3 else D
+    s, b = 3, len(LENS)
+    with torch.device("meta"):
+        cache = DynamicCache()
+        cache.update(torch.empty(b, KV, P, D), torch.empty(b, KV, P, D), 0)
+        example = (torch.empty(b, s, HID), (torch.empty(b, s, rot),) * 2,
+                   torch.empty(b, 1, s, P + s), cache)
+    prog = from_torch(m, example, schedule={"tiling": "static", **SMALL})
+    assert prog.verification.verified and f"param attn_S = {s} " in prog.text
 
 
 SPEC = str(ROOT / "examples/torch/hf_attention.py:SmallQwen3Attention")

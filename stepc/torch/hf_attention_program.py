@@ -120,23 +120,14 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     program tensor -> source)."""
     title = (f"{site(module)}, layer {module.layer_idx}, lowered by `stepc from-torch` "
              f"({tiling} tiling).")
-    f = s.form
-    norms = "" if f.norm_eps is None else \
-        f"the q/k RMS norms ({'1 + w' if f.norm_offset else 'w'} scale), "
-    variant = [line for line, on in (
-        ("q, k and v are row blocks of the fused qkv_proj weight.", f.fused),
-        (f"Partial rotary: RoPE over the first {s.rotary_dim} dims of a head (COS 1 and SIN 0 "
-         "past them).", s.rotary_dim < s.head_dim),
-        (f"Logit soft-capping: tanh(s / {f.softcap}) {f.softcap} on the scores before the "
-         "mask.", f.softcap is not None)) if on]
     w.header += [title, ""] + _HEADER[tiling] + [""] + [
         "One decode step of B requests, one new token each. Per request, in its region: the",
-        f"q/k/v projections head by head, {norms}RoPE (x cos + rotate_half(x) sin,",
+        f"q/k/v projections head by head, {norms_phrase(s)}RoPE (x cos + rotate_half(x) sin,",
         "rotate_half = x ROT) and the softmax scale on q; then per KV head (a slot of MAXN rows",
         "of the caches) the new key/value row appended to its last KV tile and written back,",
         "softmax(q k^T + MASK) with the row max subtracted over the request's",
         "ceil((len + 1) / TILE_N) KV tiles, times V; the o projection sums the heads.",
-        *variant,
+        *variant_lines(s),
         _WEIGHTS[params["WEIGHTS_ON_CHIP"]],
         "kv_lens: --trace kv_lens=PATH (int [B], each < MAXN, the attended cached positions of",
         "each request); MASK masks the rows of the last tile past the new row.",
@@ -195,6 +186,32 @@ def declare(w: StepWriter, module, s: HFDecodeShapes, tiling: str, params: dict)
     return weights, sources
 
 
+def norms_phrase(s: HFDecodeShapes) -> str:
+    """The q/k norms in the header's list of steps ("" without them)."""
+    return "" if s.norm_eps is None else \
+        f"the q/k RMS norms ({'1 + w' if s.form.norm_offset else 'w'} scale), "
+
+
+def variant_lines(s: HFDecodeShapes) -> list[str]:
+    """The header's lines on the parts of the module's form beyond Llama's."""
+    f = s.form
+    return [line for line, on in (
+        ("q, k and v are row blocks of the fused qkv_proj weight.", f.fused),
+        (f"Partial rotary: RoPE over the first {s.rotary_dim} dims of a head (COS 1 and SIN 0 "
+         "past them).", s.rotary_dim < s.head_dim),
+        (f"Logit soft-capping: tanh(s / {f.softcap}) {f.softcap} on the scores before the "
+         "mask.", f.softcap is not None)) if on]
+
+
+def soft_capping(scores: str, capped: str, cap: float | None) -> str:
+    """The statement `capped = tanh(scores / cap) cap` of a region ("" without capping)."""
+    if cap is None:
+        return ""
+    return (f"    {capped} = Map(Map(Map({scores}, fn=affine(scale=\"{1.0 / cap!r}\"), "
+            f"compute_bw=BW), fn=tanh, compute_bw=BW), fn=affine(scale=\"{cap!r}\"), "
+            "compute_bw=BW)\n")
+
+
 def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool,
                  region: str | None = None) -> str:
     """The graphs and statements; `weights_on_chip`: each region reads the weights (and the
@@ -208,8 +225,7 @@ def program_body(s: HFDecodeShapes, tiling: str, weights_on_chip: bool,
     region = (region or _REGION).replace("$norm_q", norm_q).replace("$norm_k", norm_k)
     region = region.replace("$bias_o", _BIAS_O if s.bias_o else "")
     softcap = s.form.softcap
-    region = region.replace("$softcap", "" if softcap is None else _SOFTCAP.format(
-        inv=repr(1.0 / softcap), cap=repr(softcap)))
+    region = region.replace("$softcap", soft_capping("qk_t", "capped", softcap))
     region = region.replace("$scores", "qk_t" if softcap is None else "capped")
     subst = {"dt": s.dtype, "K": "K_CACHE", "V": "V_CACHE", "mean": mean, "std": max(1, mean // 2),
              "eps": repr(s.norm_eps) if s.norm_eps is not None else "",
@@ -284,10 +300,6 @@ graph rope(h, cs, sn, NH, x) {
 
 _BIAS_O = """    bo   = LinearOffChipLoad(BO, ref=x, tile=[1, HID], shape=[1], stride=[0])
     out  = Map(acc, Flatten(bo, min=0, max=1), fn=add, compute_bw=BW)
-"""
-
-# Logit soft-capping (Gemma 2 and 3): tanh(s / cap) cap, before the mask.
-_SOFTCAP = """    capped = Map(Map(Map(qk_t, fn=affine(scale="{inv}"), compute_bw=BW), fn=tanh, compute_bw=BW), fn=affine(scale="{cap}"), compute_bw=BW)
 """
 
 # One region: x [n] of [1, HID], cs/sn [n] of [1, HEAD_DIM], bidx/lens [n]. Returns the

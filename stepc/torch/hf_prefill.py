@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
-from stepc.torch.capture import LoweringError
+from stepc.torch.capture import InputRefused, LoweringError
 from stepc.torch.hf_attention import (
     HFAttentionIO,
     _np,
@@ -142,8 +142,7 @@ class HFPrefillIO(HFAttentionIO):
             vc[b, :, :len(rows)] = vals[b][:, rows]
             mask[b, :, :len(rows)] = 0.0
         causal = np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, MASKED)
-        cos, sin = (_np(t).reshape(s.batch, n, s.head_dim)
-                    for t in HFPrefillShapes.rope_args(args[1], module))
+        cos, sin = self._rope_tables(module, args[1])
         state = module.state_dict()
         out = {"K_CACHE": kc.reshape(-1, s.head_dim), "V_CACHE": vc.reshape(-1, s.head_dim),
                "MASK": mask.reshape(-1, tn), "ROT": s.form.rope.rot,
@@ -157,6 +156,20 @@ class HFPrefillIO(HFAttentionIO):
             w = src.take(state)
             out[name] = w.reshape(1, -1) if w.ndim == 1 else w
         return out
+
+    def _rope_tables(self, module, pe) -> tuple[np.ndarray, np.ndarray]:
+        """COS and SIN [B, S, head_dim]: the module's rotary embedding of the given cos and
+        sin (each [B, S, rotary dims])."""
+        s, n = self.s, self.s.new
+        cos, sin = HFPrefillShapes.rope_args(pe, module)
+        want = (s.batch, n, s.rotary_dim)
+        if any(tuple(t.shape) != want for t in (cos, sin)):
+            raise refuse_prefill(module, f"position_embeddings (cos, sin) are "
+                                         f"{list(cos.shape)} and {list(sin.shape)}; the program "
+                                         f"was lowered for {list(want)} each")
+        cos, sin = s.form.rope.tables(cos.reshape(-1, 1, s.rotary_dim),
+                                      sin.reshape(-1, 1, s.rotary_dim))
+        return cos.reshape(s.batch, n, -1), sin.reshape(s.batch, n, -1)
 
     def expected(self, module, args: tuple) -> dict[str, np.ndarray]:
         """The outputs O (the forward's attention output, [B S, hidden]) and K_NEW, V_NEW
@@ -181,6 +194,12 @@ class HFPrefillIO(HFAttentionIO):
         lens = torch.randint(0, s.past + 1, (s.batch,), generator=g)
         hs = torch.randn(s.batch, n, s.hidden, generator=g).to(dt)
         pe = _rotary(module, hs, lens[:, None] + torch.arange(n)[None])
+        if pe[0].shape[-1] != s.rotary_dim:
+            raise refuse_prefill(module, f"the model's rotary embedding covers "
+                                         f"{pe[0].shape[-1]} dims of a head, the example "
+                                         f"position_embeddings {s.rotary_dim}: give them as "
+                                         f"[B, {n}, {pe[0].shape[-1]}] each (stacked: [2, B, "
+                                         f"{n}, {pe[0].shape[-1]}])", InputRefused)
         mask = prefill_mask(lens, s.past, n, dt)
         cache = DynamicCache()
         shape = (s.batch, s.kv_heads, s.past, s.head_dim)

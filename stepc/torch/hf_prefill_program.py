@@ -11,19 +11,28 @@ import torch
 
 from stepc.torch.capture import LoweringError
 from stepc.torch.emit import StepWriter
-from stepc.torch.hf_attention_program import HFDecodeShapes, declare, program_body, refuse, site
+from stepc.torch.hf_attention_program import (
+    HFDecodeShapes,
+    declare,
+    norms_phrase,
+    program_body,
+    refuse,
+    site,
+    soft_capping,
+    variant_lines,
+)
 
 
-def refuse_prefill(module, what: str) -> LoweringError:
+def refuse_prefill(module, what: str, kind: type[LoweringError] = LoweringError) -> LoweringError:
     """`refuse`, saying that prefill is lowered too."""
-    return LoweringError(f"{what}, in the top-level module {site(module)}; stepc lowers "
-                         "attention over a DynamicCache in decode (one new token per request) "
-                         "or prefill (S new tokens per request under a causal mask)")
+    return kind(f"{what}, in the top-level module {site(module)}; stepc lowers attention "
+                "over a DynamicCache in decode (one new token per request) or prefill (S new "
+                "tokens per request under a causal mask)")
 
 
 class HFPrefillShapes(HFDecodeShapes):
-    """The decode sizes (read from the module and the first new token of each request), plus
-    S, the new tokens per request."""
+    """The decode sizes and the module's form (read from the module and the first new token
+    of each request), plus S, the new tokens per request."""
 
     def __init__(self, module, example: tuple):
         hs = example[0]
@@ -37,8 +46,8 @@ class HFPrefillShapes(HFDecodeShapes):
             super().__init__(module, _first_token(example, self.new))
         except LoweringError as e:  # the decode suffix would say one new token
             tail = str(refuse(module, ""))
-            raise refuse_prefill(module, str(e).removesuffix(tail)) from None
-        want = (self.batch, self.new, self.head_dim)
+            raise refuse_prefill(module, str(e).removesuffix(tail), type(e)) from None
+        want = (self.batch, self.new, self.rotary_dim)
         cos, sin = self.rope_args(example[1], module)
         if any(tuple(t.shape) != want for t in (cos, sin)):
             raise refuse_prefill(module, f"prefill of {self.new} new tokens per request: "
@@ -87,13 +96,14 @@ def declare_prefill(module, s: HFPrefillShapes, tiling: str, params: dict):
         "Prefill: S new tokens for each of B requests, under a causal mask (new token i sees",
         "the request's cached rows and the new rows <= i). Per request, in its region, as",
         "decode attention with each request's rows one [S, ...] tile: the q/k/v projections",
-        "head by head, RoPE, the softmax scale on q, the QPK query heads of a KV head stacked",
-        "as one [QPK * S, HEAD_DIM] query. Per KV head (a slot of MAXN rows of the caches):",
-        "the S new key/value rows appended at rows len .. len + S - 1 of the slot (and to",
-        "K_NEW, V_NEW: the rows the module appends); the scores over the request's",
+        f"head by head, {norms_phrase(s)}RoPE, the softmax scale on q, the QPK query heads of",
+        "a KV head stacked as one [QPK * S, HEAD_DIM] query. Per KV head (a slot of MAXN rows of",
+        "the caches): the S new key/value rows appended at rows len .. len + S - 1 of the slot",
+        "(and to K_NEW, V_NEW: the rows the module appends); the scores over the request's",
         "ceil((len + 1) / TILE_N) cached tiles (+ MASK) and over its new rows (+ CAUSAL), each",
         "part with its row max subtracted, rescaled to their common max and summed; times V;",
         "the o projection sums the heads.",
+        *variant_lines(s),
         *decode.header[-3:],
     ]
     w.header[-1] = "each request); MASK masks the cached tiles' rows past len."
@@ -131,8 +141,10 @@ _ROW_LOADS = re.compile(r"(LinearOffChipLoad\((?:X|COS|SIN)(?:\[r\])?, tile=\[)1
 
 def prefill_body(s: HFPrefillShapes, tiling: str, weights_on_chip: bool) -> str:
     """The decode program's graphs and statements with the prefill region."""
-    text, loads = _ROW_LOADS.subn(r"\1S, ", program_body(s, tiling, weights_on_chip,
-                                                        _PREFILL_REGION))
+    cap = s.form.softcap
+    region = _PREFILL_REGION.replace("$cap_new", soft_capping("qkn", "cappedn", cap))
+    region = region.replace("$new_scores", "qkn" if cap is None else "cappedn")
+    text, loads = _ROW_LOADS.subn(r"\1S, ", program_body(s, tiling, weights_on_chip, region))
     if loads != 3:
         raise AssertionError(f"expected 3 row loads (X, COS, SIN) in the decode body, found "
                              f"{loads}")
@@ -187,7 +199,7 @@ graph hf_region(x, cs, sn, bidx, lens) {
     assume shape(mask) == shape(k)
     q    = Repeat(qm, count=1)                                         # [m, 1]
     qk_t = Map(Expand(q, ref=k), k, fn=matmul(transpose=true), compute_bw=BW)
-    s    = Map(qk_t, mask, fn=add, compute_bw=BW)                      # [m, L] of [QPK S, TILE_N]
+$softcap    s    = Map($scores, mask, fn=add, compute_bw=BW)    # [m, L] of [QPK S, TILE_N]
     rmax = Map(s, fn=row_max, compute_bw=BW)
     mxc  = Accum(rmax, fn=max, rank=1, compute_bw=BW)                  # [m] of [QPK S, 1]
     sb   = Streamify(Bufferize(s, rank=1))                             # the scores again
@@ -199,7 +211,7 @@ graph hf_region(x, cs, sn, bidx, lens) {
     # the new rows, under the causal mask
     cm   = LinearOffChipLoad(CAUSAL, ref=x, tile=[QPK * S, S], shape=[KV], stride=[0])
     qkn  = Map(qm, kn, fn=matmul(transpose=true), compute_bw=BW)      # [m] of [QPK S, S]
-    sx   = Map(qkn, Flatten(cm, min=0, max=1), fn=add, compute_bw=BW)
+$cap_new    sx   = Map($new_scores, Flatten(cm, min=0, max=1), fn=add, compute_bw=BW)
     mxn  = Map(sx, fn=row_max, compute_bw=BW)                          # [m] of [QPK S, 1]
     en   = Map(Map(sx, mxn, fn=sub, compute_bw=BW), fn=exp, compute_bw=BW)
     numn = Map(en, vn, fn=matmul, dtype=f32, compute_bw=BW)            # [m] of [QPK S, D]
