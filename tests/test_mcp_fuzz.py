@@ -6,6 +6,7 @@ request is answered after each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -134,10 +135,11 @@ class RawServer:
         self.proc.wait()
 
 
-@pytest.fixture
-def server(tmp_path):
-    (tmp_path / "swiglu.step").write_text(SWIGLU, encoding="utf-8")
-    raw = RawServer(tmp_path)
+@contextlib.contextmanager
+def _started(folder):
+    """An initialised server working in `folder` (holding swiglu.step)."""
+    (folder / "swiglu.step").write_text(SWIGLU, encoding="utf-8")
+    raw = RawServer(folder)
     try:
         answer = raw.request("initialize", {
             "protocolVersion": "2025-06-18", "capabilities": {},
@@ -147,6 +149,19 @@ def server(tmp_path):
         yield raw
     finally:
         raw.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    with _started(tmp_path) as raw:
+        yield raw
+
+
+@pytest.fixture(scope="module")
+def one_server(tmp_path_factory):
+    """A server the refusal cases share (each starts in seconds)."""
+    with _started(tmp_path_factory.mktemp("names")) as raw:
+        yield raw
 
 
 def _no_internal_error(tool: str, args: dict, answer: dict) -> None:
@@ -189,9 +204,9 @@ def test_many_mutated_tool_calls(server, seed):
     ("task_check", {"task": "softmax", "program": SWIGLU, "name": "w" * 300}),
     ("task_check", {"task": "softmax", "program": SWIGLU, "name": "dir/"}),
 ])
-def test_names_the_file_system_cannot_take_are_refused(server, tool, args):
+def test_names_the_file_system_cannot_take_are_refused(one_server, tool, args):
     """Each was an internal error (OSError: File name too long; IsADirectoryError)."""
-    answer = server.request("tools/call", {"name": tool, "arguments": args})
+    answer = one_server.request("tools/call", {"name": tool, "arguments": args})
     _no_internal_error(tool, args, answer)
     assert answer["result"]["isError"]
     text = answer["result"]["content"][0]["text"]
