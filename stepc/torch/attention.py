@@ -238,10 +238,7 @@ def lower_attention(nodes: list[Node], w: StepWriter, tiling: str, sched: dict
         w.tensor(name, f"{ty.ljust(width)} {kind}",
                  f"forward argument `{src.name}`" if src is not None else _TENSOR_DOCS[role])
     body = Template(_LIB + _BODY[tiling]).substitute(subst)
-    for line in body.strip("\n").split("\n"):
-        code, _, comment = line.partition(" #")
-        w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
-            comment.strip().lstrip("# ") if comment else "")
+    w.graph(body)
     tensors = {name: m[role].name for role, name in roles.items()}
     tensors["O"] = "output"
     names = {role: m[role].name for role in roles} | {"kv_lens": m["kv_lens"].name}

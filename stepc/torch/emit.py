@@ -46,6 +46,15 @@ class StepWriter:
         """An empty line, or a comment line of its own (`# ...`)."""
         self.body.append(("", comment))
 
+    def graph(self, text: str) -> None:
+        """Statements written as program text, one per line, each with its `# comment`."""
+        for line in text.strip("\n").split("\n"):
+            code, _, comment = line.partition(" #")
+            if code.strip():
+                self.stmt(code.rstrip(), comment.strip())
+            else:
+                self.blank(comment.strip().lstrip("# ") if comment else "")
+
     def render(self, formatted: bool = True) -> str:
         """The program in `stepc fmt`'s layout (or as written, when its statements are laid
         out already: a program composed of rendered ones)."""

@@ -208,9 +208,6 @@ def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
     w = StepWriter()
     weights, tensors = declare(w, module, s, tiling, params)
     body = program_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
-    for line in body.strip("\n").split("\n"):
-        code, _, comment = line.partition(" #")
-        w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
-            comment.strip().lstrip("# ") if comment else "")
+    w.graph(body)
     io = HFAttentionIO(s, tiling, params, weights)
     return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **params}, io=io)

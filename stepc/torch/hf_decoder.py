@@ -355,10 +355,7 @@ def write_statements(w: StepWriter, body: list[tuple[str, str]]) -> None:
     """Write `body` (statements, and graphs as multi-line code) into `w`."""
     for code, comment in body:
         if "\n" in code:
-            for line in code.split("\n"):
-                c, _, m = line.partition(" #")
-                w.stmt(c.rstrip(), m.strip()) if c.strip() else w.blank(
-                    m.strip().lstrip("# ") if m else "")
+            w.graph(code)
         elif code:
             w.stmt(code, comment)
         else:

@@ -87,10 +87,7 @@ def lower_hf_prefill(module, example_inputs: tuple, tiling: str, sched: dict):
     params["MAXN"] = -(-(s.past + s.new) // tn) * tn  # the cached rows and the new ones
     w, weights, tensors = declare_prefill(module, s, tiling, params)
     body = prefill_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
-    for line in body.strip("\n").split("\n"):
-        code, _, comment = line.partition(" #")
-        w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
-            comment.strip().lstrip("# ") if comment else "")
+    w.graph(body)
     io = HFPrefillIO(s, tiling, params, weights)
     return TorchProgram(w.render(), tensors, module, {"tiling": tiling, **params}, io=io)
 

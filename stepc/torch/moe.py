@@ -273,10 +273,7 @@ def emit_moe(w: StepWriter, spec: MoeSpec, tiling: str, sched: dict) -> dict[str
         body += _SHARED_TAIL
     else:
         body += _TAIL
-    for line in body.format(**fields).strip("\n").split("\n"):
-        code, _, comment = line.partition(" #")
-        w.stmt(code.rstrip(), comment.strip()) if code.strip() else w.blank(
-            comment.strip().lstrip("# ") if comment else "")
+    w.graph(body.format(**fields))
     return tensors
 
 
