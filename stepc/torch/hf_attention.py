@@ -183,28 +183,35 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy()
 
 
-def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
-    """Lower a transformers decode attention in decode under `tiling` (params R,
-    TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
-    from stepc.torch.lowering import TorchProgram
-    s = HFDecodeShapes(module, tuple(example_inputs))
+def schedule_params(tiling: str, sched: dict, batch: int, rows: int, phase: str) -> dict:
+    """The params of a `phase` ("decode", "prefill") attention program under `tiling`:
+    the defaults updated by `sched` (R, TILE_N, BW, NB, WEIGHTS_ON_CHIP), checked, with the
+    derived BPR (coarse) and MAXN (the KV slot's rows: `rows` rounded up to TILE_N)."""
     params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
     unknown = sorted(set(sched) - set(params))
     if unknown:
         raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
-                            f"tiling of decode attention (it takes {', '.join(params)})")
+                            f"tiling of {phase} attention (it takes {', '.join(params)})")
     params.update(sched)
-    b, r, tn = s.batch, params["R"], params["TILE_N"]
+    r, tn = params["R"], params["TILE_N"]
     if params["WEIGHTS_ON_CHIP"] not in (0, 1):
         raise LoweringError("WEIGHTS_ON_CHIP is 0 (the weights re-read for every request) or 1 "
                             "(each region reads them once and keeps them on chip)")
     if r < 1 or tn < 1:
         raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
-    maxn = -(-(s.past + 1) // tn) * tn
-    check_regions(tiling, b, r, params)
+    check_regions(tiling, batch, r, params)
     if tiling == "coarse":
-        params["BPR"] = -(-(b // params["NB"]) // r)
-    params["MAXN"] = maxn
+        params["BPR"] = -(-(batch // params["NB"]) // r)
+    params["MAXN"] = -(-rows // tn) * tn
+    return params
+
+
+def lower_hf_attention(module, example_inputs: tuple, tiling: str, sched: dict):
+    """Lower a transformers decode attention in decode under `tiling` (params R,
+    TILE_N, BW, NB as the bundled attention programs; WEIGHTS_ON_CHIP 0 or 1)."""
+    from stepc.torch.lowering import TorchProgram
+    s = HFDecodeShapes(module, tuple(example_inputs))
+    params = schedule_params(tiling, sched, s.batch, s.past + 1, "decode")
     w = StepWriter()
     weights, tensors = declare(w, module, s, tiling, params)
     body = program_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)

@@ -28,13 +28,14 @@ import copy
 import numpy as np
 import torch
 
-from stepc.torch.attention import ATTENTION_DEFAULTS, check_regions, coarse_regions
-from stepc.torch.capture import InputRefused, LoweringError
+from stepc.torch.attention import coarse_regions
+from stepc.torch.capture import InputRefused
 from stepc.torch.hf_attention import (
     HFAttentionIO,
     _np,
     _rotary,
     lower_hf_attention,
+    schedule_params,
 )
 from stepc.torch.hf_attention_program import layer_kv
 from stepc.torch.hf_prefill_program import (
@@ -69,22 +70,8 @@ def lower_hf_prefill(module, example_inputs: tuple, tiling: str, sched: dict):
     params R, TILE_N, BW, NB and WEIGHTS_ON_CHIP)."""
     from stepc.torch.lowering import TorchProgram
     s = HFPrefillShapes(module, tuple(example_inputs))
-    params = {**ATTENTION_DEFAULTS[tiling], "WEIGHTS_ON_CHIP": 0}
-    unknown = sorted(set(sched) - set(params))
-    if unknown:
-        raise LoweringError(f"unknown schedule setting {', '.join(unknown)} for {tiling} "
-                            f"tiling of prefill attention (it takes {', '.join(params)})")
-    params.update(sched)
-    b, r, tn = s.batch, params["R"], params["TILE_N"]
-    if params["WEIGHTS_ON_CHIP"] not in (0, 1):
-        raise LoweringError("WEIGHTS_ON_CHIP is 0 (the weights re-read for every request) or 1 "
-                            "(each region reads them once and keeps them on chip)")
-    if r < 1 or tn < 1:
-        raise LoweringError(f"R = {r} and TILE_N = {tn} must be positive")
-    check_regions(tiling, b, r, params)
-    if tiling == "coarse":
-        params["BPR"] = -(-(b // params["NB"]) // r)
-    params["MAXN"] = -(-(s.past + s.new) // tn) * tn  # the cached rows and the new ones
+    # the KV slot holds the cached rows and the new ones
+    params = schedule_params(tiling, sched, s.batch, s.past + s.new, "prefill")
     w, weights, tensors = declare_prefill(module, s, tiling, params)
     body = prefill_body(s, tiling, params["WEIGHTS_ON_CHIP"] == 1)
     w.graph(body)
