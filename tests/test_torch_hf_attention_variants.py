@@ -268,3 +268,27 @@ def test_cli_refuses_a_mismatched_rotary_width_as_a_usage_error(tmp_path):
     args[5] = "position_embeddings=f32[2,2,1,8]"
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
+
+
+class _OwnCacheAttention(torch.nn.Module):
+    """An attention of the user's over a cache object of its own: no lowering applies."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192)
+
+    def forward(self, hidden_states, past_key_values=None):
+        q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+        k = torch.cat([past_key_values[0], k], dim=1)
+        v = torch.cat([past_key_values[1], v], dim=1)
+        return torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v
+
+
+def test_a_block_over_a_cache_no_lowering_applies_to_is_refused_naming_what_is_lowered():
+    with pytest.raises(InputRefused) as e:
+        from_torch(_OwnCacheAttention(), (torch.randn(2, 1, 64),))
+    text = str(e.value)
+    assert text.startswith("_OwnCacheAttention.forward(hidden_states, past_key_values) takes a "
+                           "KV cache (`past_key_values`)"), text
+    assert "the `hf-decode-attention` family, called as forward(hidden_states, " in text
+    assert "--input" not in text

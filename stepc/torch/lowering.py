@@ -17,7 +17,7 @@ from stepc.torch import verify as verify_mod
 from stepc.torch.attention import ATTENTION_TILINGS, AttentionLayout, is_attention, lower_attention
 from stepc.torch.build import BuildError, load_target
 from stepc.torch.canon import canonicalise
-from stepc.torch.capture import LoweringError, capture, quiet
+from stepc.torch.capture import InputRefused, LoweringError, capture, quiet
 from stepc.torch.dense import lower_dense
 from stepc.torch.emit import StepWriter
 from stepc.torch.moe import MOE_TILINGS, RoutingProbe, lower_moe
@@ -191,9 +191,41 @@ def _lower(module: torch.nn.Module, example_inputs: tuple, schedule: str | dict 
     try:
         return _lower_captured(module, example_inputs, tiling, sched, debug)
     except LoweringError as e:
-        if match is None:
+        if match is not None:
+            raise type(e)(f"{e}\n({match.refusal()})") from None
+        cache = _cache_argument(module)
+        if cache is None or isinstance(e, InputRefused):
             raise
-        raise type(e)(f"{e}\n({match.refusal()})") from None
+        raise _cache_refusal(module, cache, e) from None
+
+
+# forward arguments by which a module takes a KV cache (transformers' names over versions)
+_CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "cache", "layer_past")
+
+
+def _cache_argument(module: torch.nn.Module) -> str | None:
+    """The forward argument by which a block takes a KV cache, if it has one (a whole
+    transformers model has refusals of its own)."""
+    if any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__):
+        return None
+    try:
+        names = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in _CACHE_ARGUMENTS if n in names), None)
+
+
+def _cache_refusal(module: torch.nn.Module, cache: str, error: LoweringError) -> InputRefused:
+    """What stepc lowers of a block over a KV cache, for one no lowering applies to."""
+    attention = next(f for f in families.FAMILIES if f.kind == "attention")
+    takes = ", ".join(inspect.signature(module.forward).parameters)
+    why = str(error).split(" (torch.export and torch.fx both failed")[0]
+    return InputRefused(
+        f"{type(module).__name__}.forward({takes}) takes a KV cache (`{cache}`) and no "
+        f"lowering applies to it: {why}. stepc lowers attention over a cache as the "
+        f"`{attention.name}` family, called as forward(hidden_states, position_embeddings, "
+        f"attention_mask, cache): {attention.doc}; whole decoder layers of such an attention "
+        "(`decoder-by-structure`) and causal LMs of them (docs/torch.md)")
 
 
 def _lower_captured(module: torch.nn.Module, example_inputs: tuple, tiling: str | None,
