@@ -330,3 +330,15 @@ def test_a_forward_failing_on_the_seeded_inputs_fails_verification():
     with pytest.raises(LoweringError, match="running the module on these inputs failed: "
                                             "RuntimeError: this layer runs on CUDA only"):
         from_torch(m, meta_example(), schedule=SMALL)
+
+
+def test_the_verified_header_names_the_inputs_as_the_layer_is_called():
+    """Phi3DecoderLayer.forward takes attention_mask before position_embeddings; the layer
+    is called with the attention's arguments as keywords, and the header names them so
+    (it read `attention_mask f32[8, 1, 16]` from the forward's order before)."""
+    cfg = Phi3Config(**SIZES, pad_token_id=0)
+    prog = from_torch(seeded(Phi3DecoderLayer(cfg, 0), cfg), meta_example(), schedule=SMALL)
+    header = " ".join(line.lstrip("# ") for line in prog.text.splitlines()
+                      if line.startswith("#"))
+    assert "hidden_states f32[8, 1, 64], position_embeddings f32[8, 1, 16]" in header, header
+    assert "attention_mask f32[8, 1, 1, 21]" in header, header

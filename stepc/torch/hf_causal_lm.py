@@ -293,6 +293,8 @@ class CausalLMIO(DecoderIO):
     """Values, traces and seeded inputs of a causal LM program: one forward of the model,
     the layers' part values taken as each part is called."""
 
+    arg_names = ("input_ids", "attention_mask", "position_ids", "cache")
+
     def __init__(self, parts, layers_of, per_layer_routing: bool, heads: list):
         super().__init__(parts, layers_of, per_layer_routing)
         self.heads = heads  # (path, program, fragment) of the final norm and the LM head

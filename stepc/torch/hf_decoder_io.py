@@ -29,6 +29,8 @@ class DecoderIO:
     each part's values taken as the part is called (before the attention appends to the
     cache)."""
 
+    arg_names = ("hidden_states", "position_embeddings", "attention_mask", "cache")
+
     def __init__(self, parts: list[dict], layers_of, per_layer_routing: bool):
         self.parts, self.layers_of = parts, layers_of
         self.per_layer_routing = per_layer_routing

@@ -129,7 +129,12 @@ class TorchProgram:
         return verify_mod.unverified(self, reason)
 
     def arg_names(self) -> list[str]:
-        """The names of the module's forward arguments, in order."""
+        """The names of the arguments the program's inputs are, in order: a family's own
+        (a decoder layer is called with the attention's arguments as keywords), else the
+        module's forward's."""
+        names = getattr(self.io, "arg_names", None)
+        if names is not None:
+            return list(names)
         return [p for p in inspect.signature(self.module.forward).parameters]
 
 
