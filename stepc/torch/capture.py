@@ -276,3 +276,17 @@ def link_users(nodes: list[Node]) -> list[Node]:
             if isinstance(a, Node):
                 a.users.append(node)
     return nodes
+
+
+def forward_tensors(obj, caches: bool = True):
+    """The tensors of forward arguments: tensors, in tuples and lists, and (with `caches`) a
+    transformers KV cache's keys and values."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from forward_tensors(x, caches)
+    elif caches and hasattr(obj, "layers"):  # a transformers Cache: its layers' keys, values
+        for layer in obj.layers:
+            yield from forward_tensors([getattr(layer, "keys", None),
+                                        getattr(layer, "values", None)])

@@ -9,7 +9,7 @@ import inspect
 
 import torch
 
-from stepc.torch.capture import InputRefused, Node
+from stepc.torch.capture import InputRefused, Node, forward_tensors
 
 MAX_DEPTH = 100  # submodules nested deeper than this: torch recurses once per level
 
@@ -61,7 +61,7 @@ def refuse_empty(module: torch.nn.Module, example_inputs: tuple) -> None:
             if 0 in t.shape:
                 raise InputRefused(f"{kind} `{key}` is {list(t.shape)}: a zero-size dim (a "
                                    "STeP tensor's dims are positive)")
-    for i, t in enumerate(_tensors(example_inputs)):
+    for i, t in enumerate(forward_tensors(example_inputs, caches=False)):
         if 0 in t.shape:
             raise InputRefused(f"example input {i} is {list(t.shape)}: a zero-size dim (a "
                                "STeP tensor's dims are positive)")
@@ -75,11 +75,3 @@ def refuse_empty_nodes(nodes: list[Node]) -> None:
                 n.op, f"aten.{n.op} in {n.site}")
             raise InputRefused(f"{what} is {list(n.shape)}: a zero-size dim (a STeP tensor's "
                                "dims are positive)")
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from _tensors(x)

@@ -310,17 +310,12 @@ class CausalLMIO(DecoderIO):
                 if frag.names.get(name) in keep and src in state:
                     values[frag.names[name]] = _np(state[src])
         traces: dict[str, np.ndarray] = {}
-        hooks = []
-        for li, (layer, parts) in enumerate(zip(self.layers_of(module), self.parts)):
-            for path, part in parts.items():
-                hooks.append(getattr(layer, path).register_forward_pre_hook(
-                    self._take(li, part, values, traces), with_kwargs=True))
-        try:
+
+        def forward():
             with torch.no_grad():
                 module(ids, mask, pos, copy.deepcopy(cache))
-        finally:
-            for h in hooks:
-                h.remove()
+
+        self.taking(module, values, traces, forward)
         return values, traces
 
     def expected(self, module, inputs: tuple) -> dict[str, np.ndarray]:

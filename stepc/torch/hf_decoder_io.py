@@ -42,17 +42,22 @@ class DecoderIO:
         hs, pe, mask, cache = args
         values = {"HIDDEN_STATES": _np(hs).reshape(-1, hs.shape[-1])}
         traces: dict[str, np.ndarray] = {}
+        self.taking(module, values, traces, lambda: _forward(module, args))
+        return values, traces
+
+    def taking(self, module, values: dict, traces: dict, forward) -> None:
+        """Call `forward()` with each part's values and traces taken into `values` and
+        `traces` as the part is called."""
         hooks = []
         for li, (layer, parts) in enumerate(zip(self.layers_of(module), self.parts)):
             for path, part in parts.items():
                 hooks.append(getattr(layer, path).register_forward_pre_hook(
                     self._take(li, part, values, traces), with_kwargs=True))
         try:
-            _forward(module, args)
+            forward()
         finally:
             for h in hooks:
                 h.remove()
-        return values, traces
 
     def _take(self, li: int, part: LayerPart, values: dict, traces: dict):
         def hook(sub, args, kwargs):

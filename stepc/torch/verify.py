@@ -29,7 +29,7 @@ from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.sim.run import simulate
 from stepc.source import SourceFile
-from stepc.torch.capture import LoweringError, quiet
+from stepc.torch.capture import LoweringError, forward_tensors, quiet
 
 # the largest |program - module| accepted, as a fraction of max |module| (the output's
 # scale), by the least precise float dtype among the module's weights and inputs
@@ -197,7 +197,7 @@ def _compare(name: str, got, want: np.ndarray, tol: float, seed: int,
 
 
 def _least_precise(module: torch.nn.Module, inputs: tuple) -> str:
-    kinds = {_DTYPE.get(t.dtype) for t in (*module.parameters(), *_tensors(inputs))
+    kinds = {_DTYPE.get(t.dtype) for t in (*module.parameters(), *forward_tensors(inputs))
              if t.is_floating_point()}
     kinds.discard(None)
     return max(kinds or {"f32"}, key=lambda k: TOLERANCE[k])
@@ -230,26 +230,14 @@ def _param(text: str, name: str) -> int | None:
 
 def _rows(example: tuple) -> int:
     """The rows of the first input (its leading dims folded)."""
-    first = next(_tensors(example), None)
+    first = next(forward_tensors(example), None)
     if first is None or first.dim() == 0:
         return 1
     return first.numel() // max(first.shape[-1], 1)
 
 
 def _elements(example) -> int:
-    return sum(t.numel() for t in _tensors(example))
-
-
-def _tensors(obj):
-    """The tensors of forward arguments: tensors, in tuples and lists, and a KV cache's."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from _tensors(x)
-    elif hasattr(obj, "layers"):  # a transformers Cache: its layers' keys and values
-        for layer in obj.layers:
-            yield from _tensors([getattr(layer, "keys", None), getattr(layer, "values", None)])
+    return sum(t.numel() for t in forward_tensors(example))
 
 
 def _describe(prog, inputs: tuple) -> str:
@@ -258,7 +246,7 @@ def _describe(prog, inputs: tuple) -> str:
     parts = []
     for i, a in enumerate(inputs):
         name = names[i] if i < len(names) else f"input {i}"
-        ts = list(_tensors(a))
+        ts = list(forward_tensors(a))
         shapes = ", ".join(f"{_DTYPE.get(t.dtype, str(t.dtype).replace('torch.', ''))}"
                            f"{list(t.shape)}" for t in ts[:2])
         parts.append(f"{name} {shapes}" + (" ..." if len(ts) > 2 else ""))
