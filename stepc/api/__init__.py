@@ -16,6 +16,7 @@ _NAMES = {
     "Stream": "stepc.api.program", "check": "stepc.api.program",
     "compile": "stepc.api.program", "load": "stepc.api.program",
     "Cost": "stepc.api.results", "Run": "stepc.api.results",
+    "apply_depths": "stepc.api.fifo",
     "SweepResults": "stepc.api.study", "reproduce": "stepc.api.study",
     "sweep": "stepc.api.study",
     "Diagnostic": "stepc.diagnostics", "Note": "stepc.diagnostics",

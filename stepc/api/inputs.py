@@ -37,14 +37,7 @@ def hardware(hw: str | HardwareConfig | None = None,
     (`{"hbm.model": "fluid"}` or `["hbm.model=fluid"]`), and a warning for each override
     the run will not read (`roofline`: the analyzer's bound is the reader). `may_read` is
     asked before each file is read (a hardware or part file; it raises to refuse)."""
-    from stepc.hw.config import (
-        ConfigError,
-        HardwareConfig,
-        file_warnings,
-        load_config,
-        roofline_unused,
-        set_warnings,
-    )
+    from stepc.hw.config import ConfigError, HardwareConfig, configured
     sets = settings(set)
     if hw is not None and not isinstance(hw, (str, os.PathLike, HardwareConfig)):
         raise InputError(f"hw: expected a preset name, a TOML path or a HardwareConfig, "
@@ -57,11 +50,9 @@ def hardware(hw: str | HardwareConfig | None = None,
                              "HardwareConfig: give hw by name")
         return hw, []
     try:
-        config = load_config(hw, sets, may_read)
+        return configured(hw, sets, roofline, may_read)
     except ConfigError as e:
         raise InputError(str(e)) from None
-    return config, file_warnings(hw) + set_warnings(
-        config, sets, roofline_unused(config) if roofline else None)
 
 
 def figure_names() -> list[str]:

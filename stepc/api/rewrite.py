@@ -69,31 +69,11 @@ def rewrite(program: Program | str | os.PathLike, name: str, *,
     logical tiles of off-chip loads. `out_path`: where the text will be written (file
     sources are made relative to it). Raises `RewriteError` (`.kind`: usage, program or
     internal) and, for a program with errors, StepError."""
+    from stepc.api.inputs import hardware
     from stepc.rewrite import apply
-    from stepc.rewrite.subtiles import tile_of
+    from stepc.rewrite.options import rewrite_options
     original = program if isinstance(program, Program) else \
         check(os.fspath(program), **params).program()
-    options: dict[str, Any] = {}
-    if name == "downtile":
-        if isinstance(tile, str):
-            tile = tile_of(tile)
-        if tile is None:
-            tile = _stream_tile(hw)
-        options = {"tile": tuple(tile), "split_memory": split_memory}
-    elif tile is not None or not split_memory:
-        raise RewriteError(f"`{name}` takes no tile options")
+    options = rewrite_options(name, tile, hw, split_memory, lambda given: hardware(given)[0])
     done = apply(name, original._compiled, options, out_path)
     return Rewritten(name, done.text, done.changes, Program(done.compiled), original)
-
-
-def _stream_tile(hw) -> tuple[int, int]:
-    from stepc.api.inputs import hardware
-    if hw is None:
-        raise RewriteError("downtile needs a physical tile: --tile ROWSxCOLS, or --hw with a "
-                           "preset whose fabric.stream_tile is set (hdl-like)")
-    config, _ = hardware(hw)
-    size = config.fabric.stream_tile
-    if not size:
-        raise RewriteError(f"the hardware {hw} sets no fabric.stream_tile: give --tile "
-                           "ROWSxCOLS")
-    return size, size

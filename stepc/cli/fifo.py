@@ -12,13 +12,14 @@ from stepc.cli.common import (
     EXIT_DEADLOCK,
     EXIT_OK,
     EXIT_PROGRAM,
+    EXIT_USAGE,
     FORMAT,
     check_output_path,
-    compiled_or_exit,
+    check_overrides,
     emit_diagnostics,
     input_error,
-    load_hw,
     pairs,
+    parse_defines,
     presets,
     print_report,
     quick_exit,
@@ -68,9 +69,8 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
       stepc fifo programs/swiglu.step --static --format json
       stepc fifo my.step --tolerance 2 --apply
     """
-    from stepc.api.errors import InputError, SimulationError
-    from stepc.api.fifo import apply_depths as apply_to
-    from stepc.api.fifo import size_fifos
+    from stepc.api import InputError, SimulationError
+    from stepc.app.fifo import size_fifos
 
     if apply_depths:
         if static_only:
@@ -78,29 +78,41 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
         if file == "-" or not file.endswith(".step"):
             raise click.UsageError(f"--apply {file}: depths are written into a .step file")
         check_output_path("--apply", file)
-    config = load_hw(hw, sets)
-    report = compiled_or_exit(file, defines)
-    report.program()  # a program with errors stops here
     try:
-        sized = size_fifos(report.compiled, config, traces=dict(pairs(traces, "--trace")),
-                           tolerance=tolerance / 100, search=not static_only)
+        sizing = size_fifos(file, parse_defines(defines), hw, sets,
+                            dict(pairs(traces, "--trace")), tolerance / 100,
+                            search=not static_only, apply=apply_depths, warn=warning)
     except InputError as e:
         input_error(e, traces)
     except SimulationError as e:
         click.echo(e.located(), err=True)
         sys.exit(EXIT_PROGRAM)
+    exit_on_errors(sizing.checked)
     if fmt == "json":
-        click.echo(json.dumps(sized.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(sizing.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: sized.render(console, show_all))
-    emit_diagnostics(report.compiled)
-    if not sized.deadlock_free:
+        print_report(lambda console: sizing.render(console, show_all))
+    emit_diagnostics(sizing.checked.compiled)
+    if sizing.report is not None and not sizing.report.deadlock_free:
         sys.exit(EXIT_DEADLOCK)
-    if apply_depths:
-        try:
-            edited, written = apply_to(report.compiled, sized)
-        except InputError as e:
-            input_error(e, traces)
+    if sizing.apply_error is not None:
+        input_error(sizing.apply_error, traces)
+    if sizing.applied is not None:
+        edited, written = sizing.applied
         click.echo(f"{file}: depth= set on {edited} call{'s' if edited != 1 else ''}"
                    + (f" in {', '.join(written)}" if written else ""), err=True)
     sys.exit(EXIT_OK)
+
+
+def warning(text: str) -> None:
+    """A setting the run will not read, as `stepc` warns of it."""
+    click.echo(f"warning: {text}", err=True)
+
+
+def exit_on_errors(checked) -> None:
+    """Unknown -D names are usage errors (exit 2); a program with errors, its diagnostics
+    and exit 1 (2 when the file could not be read)."""
+    check_overrides(checked)
+    if not checked.ok:
+        emit_diagnostics(checked.compiled)
+        sys.exit(EXIT_USAGE if checked.unreadable else EXIT_PROGRAM)

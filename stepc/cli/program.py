@@ -122,22 +122,15 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
     else:
         print_report(lambda console: cost.render(console, show_all))
         if fifos:
+            from stepc.report.fifo import fifo_line
             click.echo(fifo_line(fifos))
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
 
 
-def fifo_line(fifos: dict) -> str:
-    """The text line of `--fifo-bytes`."""
-    def size(v) -> str:
-        return f"{v:,}" if isinstance(v, int) else str(v)
-    return (f"FIFOs at their depths: {size(fifos['fifo_bytes'])} B; on-chip memory with "
-            f"them: {size(fifos['on_chip_bytes_with_fifos'])} B")
-
-
 def _fifo_bytes(report, config, bindings, totals) -> dict:
     """The FIFO bytes of `--fifo-bytes` and the on-chip bytes with them (JSON values)."""
-    from stepc.api.fifo import fifo_totals
+    from stepc.app.fifo import fifo_totals
     return fifo_totals(report.compiled, config, bindings, totals["on_chip_bytes"])
 
 

@@ -13,10 +13,11 @@ from stepc.cli.common import (
     EXIT_PROGRAM,
     EXIT_USAGE,
     check_new_output,
-    compiled_or_exit,
     input_error,
+    parse_defines,
     quick_exit,
 )
+from stepc.cli.fifo import exit_on_errors
 
 _EXITS = {"usage": EXIT_USAGE, "program": EXIT_PROGRAM, "internal": EXIT_INTERNAL}
 
@@ -60,46 +61,33 @@ def rewrite_cmd(name, file, defines, out, force, tile, hw, keep_memory_tiles, ve
       stepc rewrite downtile programs/swiglu.step --hw hdl-like --verify -o s.step
     """
     from stepc.api import InputError
-    from stepc.api.rewrite import RewriteError, rewrite, rewrites
-    if name not in rewrites():
-        raise click.UsageError(f"no rewrite `{name}` (known: {', '.join(sorted(rewrites()))})")
+    from stepc.app.rewrite import REWRITES, RewriteError, rewrite_file
+    if name not in REWRITES:
+        raise click.UsageError(f"no rewrite `{name}` (known: {', '.join(sorted(REWRITES))})")
     if out:
         check_new_output("-o", out, force)
-    program = compiled_or_exit(file, defines).program()
     try:
-        done = rewrite(program, name, tile=tile, hw=hw, split_memory=not keep_memory_tiles,
-                       out_path=out)
+        done = rewrite_file(name, file, parse_defines(defines), tile=tile, hw=hw,
+                            split_memory=not keep_memory_tiles, out_path=out, verify=verify,
+                            seed=seed)
     except RewriteError as e:
         click.echo(f"stepc: error: {file}: {e}", err=True)
         sys.exit(_EXITS[e.kind])
     except InputError as e:
         input_error(e)
+    exit_on_errors(done.checked)
     code = EXIT_OK
-    if verify:
-        try:
-            verdict = done.verify(hw, seed)
-        except InputError as e:
-            input_error(e)
-        for tensor, (rel, tol) in verdict.outputs.items():
-            click.echo(f"verify: output {tensor}: max |new - old| = {rel:.2g} of max |old| "
-                       f"(tolerance {tol:g})", err=True)
-        for attr, (old, new, rule) in verdict.totals.items():
-            said = "reported" if rule is None else f"rule: +{rule}"
-            click.echo(f"verify: {attr.replace('_', '-')}: {old} -> {new} ({said})", err=True)
-        click.echo(f"verify: cycles: {verdict.cycles[0]} -> {verdict.cycles[1]}", err=True)
-        for problem in verdict.problems:
+    if done.verdict is not None:
+        for line in done.verification_lines():
+            click.echo(line, err=True)
+        for problem in done.verdict.problems:
             click.echo(f"stepc: error: {problem}", err=True)
-        code = EXIT_OK if verdict.ok else EXIT_PROGRAM
+        code = EXIT_OK if done.verdict.ok else EXIT_PROGRAM
     if out:
         with open(out, "w") as f:
             f.write(done.text)
     else:
         click.echo(done.text, nl=False)
-    rewritten = sum(c.action == "rewritten" for c in done.changes)
-    kept = [c for c in done.changes if c.action == "kept"]
-    click.echo(f"{name}: {rewritten} operators rewritten, "
-               f"{len(kept)} left" + (f"; wrote {out}" if out else ""),
-               err=True)
-    for c in kept:
-        click.echo(f"  {c.node} ({c.op}): {c.action}: {c.detail}", err=True)
+    for line in done.summary_lines(out):
+        click.echo(line, err=True)
     sys.exit(code)

@@ -130,14 +130,14 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         run, deadlock = e.run, e.report
     fifos = None
     if fifo_bytes:
-        from stepc.api.fifo import fifo_totals
+        from stepc.app.fifo import fifo_totals
         fifos = fifo_totals(report.compiled, config, run.dims, run.on_chip_bytes)
     if fmt == "json":
         click.echo(json.dumps({**run.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
     else:
         print_report(run.render)
         if fifos:
-            from stepc.cli.program import fifo_line
+            from stepc.report.fifo import fifo_line
             click.echo(fifo_line(fifos))
     _write_sim_outputs(run.result, out_dir, trace_out)
     if inputs_out:

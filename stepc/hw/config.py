@@ -381,3 +381,13 @@ def set_warnings(cfg: HardwareConfig, sets: tuple[str, ...],
         if key in unused:
             out.append(f"{given('set', item)}: no effect: {unused[key]}")
     return out
+
+
+def configured(spec: str | None = None, sets: tuple[str, ...] = (), roofline: bool = False,
+               may_read: MayRead | None = None) -> tuple[HardwareConfig, list[str]]:
+    """`load_config`, and a warning for each setting the run will not read: a hardware
+    file that sets no key, a `--set` of a key this configuration (with `roofline`, the
+    analyzer's bound) does not read."""
+    cfg = load_config(spec, sets, may_read)
+    return cfg, file_warnings(spec) + set_warnings(
+        cfg, sets, roofline_unused(cfg) if roofline else None)
