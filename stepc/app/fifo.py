@@ -80,6 +80,8 @@ def fifo_totals(compiled: Compiled, hw: HardwareConfig | None,
     from stepc.hw.config import load_config
     from stepc.types import dim_json
 
+    if compiled.typed is None:
+        raise ValueError(f"{compiled.name}: the program has errors: no FIFOs to count")
     fifos = fifo_bytes(compiled.typed, hw or load_config(), dict(bindings or {}))
     return {"fifo_bytes": dim_json(fifos),
             "on_chip_bytes_with_fifos": dim_json(fifos + sympy.sympify(on_chip_bytes))}

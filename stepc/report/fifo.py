@@ -38,16 +38,18 @@ class FifoRow:
     def element_bytes(self) -> int | list[int] | None:
         """The bytes of one element: one number when its FIFOs share it, else each
         distinct one."""
-        if None in self.sizes:
+        known = [s for s in self.sizes if s is not None]
+        if len(known) < len(self.sizes):
             return None
-        distinct = sorted(set(self.sizes))
+        distinct = sorted(set(known))
         return distinct[0] if len(distinct) == 1 else distinct
 
     def bytes_at(self, depth: int | None) -> int | None:
         """Bytes of its FIFOs at `depth`, each at its own element's bytes."""
-        if depth is None or None in self.sizes:
+        known = [s for s in self.sizes if s is not None]
+        if depth is None or len(known) < len(self.sizes):
             return None
-        return depth * sum(self.sizes)
+        return depth * sum(known)
 
     @property
     def bytes(self) -> int | None:
@@ -85,13 +87,15 @@ class FifoReport:
     def fifo_bytes(self) -> int | None:
         """Bytes of every FIFO at its searched depth."""
         sizes = [r.bytes for r in self.rows]
-        return None if not sizes or None in sizes else sum(sizes)
+        known = [s for s in sizes if s is not None]
+        return None if not sizes or len(known) < len(sizes) else sum(known)
 
     @property
     def uniform_bytes(self) -> int | None:
         """Bytes of every FIFO at the hardware's uniform depth."""
         sizes = [r.bytes_at(self.preset_depth) for r in self.rows]
-        return None if None in sizes else sum(sizes)
+        known = [s for s in sizes if s is not None]
+        return None if len(known) < len(sizes) else sum(known)
 
     @property
     def deadlock_free(self) -> bool:
@@ -227,14 +231,14 @@ def _cells(group: list[FifoRow]) -> list[str]:
                 "-" if r.depth is None else f"{r.depth:,}" + ("" if r.settable else "*"),
                 "-" if r.bytes is None else f"{r.bytes:,}"]
     depths = [r.depth for r in group if r.depth is not None]
-    sizes = [r.bytes for r in group]
+    sizes = [r.bytes for r in group if r.bytes is not None]
     minima = sorted({str(_plain(r.static_minimum)) for r in group})
     data = all(r.data_dependent and r.static_minimum == 1 for r in group)
     return [f"{first.producer} .. {last.producer} -> {first.consumer}",
             f"{first.location} inputs {first.slot}..{last.slot}", first.element,
             "data" if data else "..".join(minima[:1] + minima[-1:][len(minima) < 2:]),
             f"{min(depths):,}..{max(depths):,}" if depths else "-",
-            "-" if None in sizes else f"{sum(sizes):,}"]
+            "-" if len(sizes) < len(group) else f"{sum(sizes):,}"]
 
 
 def _saved(total: int, uniform: int) -> str:
