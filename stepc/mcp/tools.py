@@ -271,7 +271,7 @@ class Tools:
         return {"program": name, "changed": old != new, "formatted": new}
 
     def tune(self, args: dict) -> dict:
-        from stepc.api.tune import Budget, Objective, Space, TuneError, tune
+        from stepc.app.tune import tune
         paths = args.get("paths")
         if not isinstance(paths, list) or not paths:
             raise Refused("paths: expected a list of program files in the workspace")
@@ -288,18 +288,13 @@ class Tools:
         traces = {s: [str(self.workspace.file(p, f"traces[{s!r}]"))
                       for p in (ps if isinstance(ps, list) else [ps])]
                   for s, ps in _mapping(args, "traces").items()}
-        try:
-            with self.scratch_folder("tune", "its intermediate results") as out:
-                result = tune(Space(files, {k: list(v) for k, v in space.items()}),
-                              objectives=[Objective.parse(o) for o in
-                                          args.get("objectives") or ["cycles"]],
-                              budgets=[Budget.parse(m, str(v))
-                                       for m, v in _mapping(args, "budgets").items()],
-                              traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
-                              model=args.get("model", "ref"), out=out)
-        except TuneError as e:
-            raise Refused(str(e)) from None
-        return _strip(jsonable(result.to_dict()), str(self.workspace.root) + "/")
+        with self.scratch_folder("tune", "its intermediate results") as out:
+            outcome = tune(files, {k: list(v) for k, v in space.items()},
+                           objectives=args.get("objectives") or ["cycles"],
+                           budgets=[(m, str(v)) for m, v in _mapping(args, "budgets").items()],
+                           traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
+                           model=args.get("model", "ref"), out=out)
+        return _strip(jsonable(outcome.to_dict()), str(self.workspace.root) + "/")
 
     def estimate(self, args: dict) -> dict:
         from stepc.api.reference import FIDELITY_SOURCE, fidelity
