@@ -99,7 +99,7 @@ def test_the_command_line(installed, workspace):
 
 async def session(installed: Path, workspace: Path) -> dict:
     """Every tool and resource of the installed server; the results by name."""
-    from stepc.api.tasks import task
+    from stepc.app.tasks import task
     solution = task(TASK).solution.read_text(encoding="utf-8")
     calls = {
         "check": {"path": "swiglu.step"},
@@ -177,7 +177,7 @@ def test_estimate_carries_the_measured_errors(served):
 
 
 def test_the_tasks(served):
-    from stepc.api.tasks import task_names
+    from stepc.tasks import task_names
     assert [t["name"] for t in served["task_list"].structured_content["tasks"]] == task_names()
     from stepc.mcp.tasks import task_show
     assert served["task_show"].structured_content == task_show({"name": TASK})

@@ -377,8 +377,9 @@ def test_a_copy_without_its_data_says_so(tools, tmp_path, monkeypatch, caplog):
 
 def test_the_task_tools_in_process(tools, tmp_path):
     from stepc.api.errors import InputError
-    from stepc.api.tasks import task, task_names
+    from stepc.app.tasks import task
     from stepc.mcp.tasks import task_check, task_list, task_show
+    from stepc.tasks import task_names
     assert [t["name"] for t in valid("task_list", task_list({}))["tasks"]] == task_names()
     shown = valid("task_show", task_show({"name": "rmsnorm", "solution": False}))
     assert "solution" not in shown and shown["preset"] == task("rmsnorm").preset
