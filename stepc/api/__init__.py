@@ -16,8 +16,8 @@ _NAMES = {
     "Stream": "stepc.api.program", "check": "stepc.api.program",
     "compile": "stepc.api.program", "load": "stepc.api.program",
     "Cost": "stepc.api.results", "Run": "stepc.api.results",
-    "SweepResults": "stepc.api.study", "reproduce": "stepc.api.study",
-    "sweep": "stepc.api.study",
+    "SweepResults": "stepc.api.study", "plan_sweep": "stepc.api.study",
+    "reproduce": "stepc.api.study", "sweep": "stepc.api.study",
     "Diagnostic": "stepc.diagnostics", "Note": "stepc.diagnostics",
     "Severity": "stepc.diagnostics", "StepError": "stepc.diagnostics",
 }
