@@ -160,14 +160,14 @@ def test_the_program_tools_answer_as_the_tree_does(served):
 
 
 def test_explain_and_operator_read_the_packaged_references(served):
-    from stepc.api import reference
+    from stepc.app import reference
     assert served["explain"].structured_content == reference.diagnostic(UNKNOWN_OPERATOR)
     assert served["explain"].structured_content["doc"]  # the section of docs/diagnostics.md
     assert served["operator"].structured_content == reference.operator("Reshape")
 
 
 def test_estimate_carries_the_measured_errors(served):
-    from stepc.api import reference
+    from stepc.app import reference
     estimates = served["estimate"].structured_content["estimates"]
     assert [e["model"] for e in estimates] == ["roofline", "fluid", "ref", "dram"]
     measured = reference.fidelity()
@@ -188,7 +188,7 @@ def test_the_tasks(served):
 
 
 def test_every_resource_is_the_file_it_serves(served):
-    from stepc.api import reference
+    from stepc.app import reference
     docs = {f"stepc://docs/{name}": (REPO / "docs" / f"{name}.md").read_text(encoding="utf-8")
             for name in ("language", "diagnostics")}
     docs["stepc://docs/operators"] = reference.generated("language", "operators")
