@@ -91,7 +91,7 @@ class SweepOutcome:
         charged on_chip_bytes_on_demand for on_chip_bytes. A metric some point lacks, or
         an `on_demand` that selects nothing, raises InputError."""
         from stepc.explore.pareto import pareto_front, pid
-        from stepc.explore.runner import point_order
+        from stepc.explore.points import point_order
 
         ok = sorted((r for r in self.records if r["status"] == "ok"), key=point_order)
         charged = [any(_matches(r, f, v) for f, v in on_demand) for r in ok]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from stepc.explore.runner import point_label, point_order
+from stepc.explore.points import point_label, point_order
 
 
 def resume_line(out: str, points: int, reusable: int, why_rerun: dict) -> str:
