@@ -191,7 +191,7 @@ def test_sweep_refuses_an_existing_out_before_compiling(tmp_path, monkeypatch):
 def test_sweep_interrupted_before_the_first_point_says_so(tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr("stepc.api.study.plan_sweep", interrupt)
+    monkeypatch.setattr("stepc.api.plan_sweep", interrupt)
     out = tmp_path / "r.jsonl"
     res = run("sweep", SWIGLU, "--grid", "TB=16", "--out", str(out))
     assert res.exit_code == 130

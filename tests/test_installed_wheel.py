@@ -99,7 +99,7 @@ def test_the_command_line(installed, workspace):
 
 async def session(installed: Path, workspace: Path) -> dict:
     """Every tool and resource of the installed server; the results by name."""
-    from stepc.api.tasks import task
+    from stepc.app.tasks import task
     solution = task(TASK).solution.read_text(encoding="utf-8")
     calls = {
         "check": {"path": "swiglu.step"},
@@ -160,14 +160,14 @@ def test_the_program_tools_answer_as_the_tree_does(served):
 
 
 def test_explain_and_operator_read_the_packaged_references(served):
-    from stepc.api import reference
+    from stepc.app import reference
     assert served["explain"].structured_content == reference.diagnostic(UNKNOWN_OPERATOR)
     assert served["explain"].structured_content["doc"]  # the section of docs/diagnostics.md
     assert served["operator"].structured_content == reference.operator("Reshape")
 
 
 def test_estimate_carries_the_measured_errors(served):
-    from stepc.api import reference
+    from stepc.app import reference
     estimates = served["estimate"].structured_content["estimates"]
     assert [e["model"] for e in estimates] == ["roofline", "fluid", "ref", "dram"]
     measured = reference.fidelity()
@@ -177,7 +177,7 @@ def test_estimate_carries_the_measured_errors(served):
 
 
 def test_the_tasks(served):
-    from stepc.api.tasks import task_names
+    from stepc.tasks import task_names
     assert [t["name"] for t in served["task_list"].structured_content["tasks"]] == task_names()
     from stepc.mcp.tasks import task_show
     assert served["task_show"].structured_content == task_show({"name": TASK})
@@ -188,7 +188,7 @@ def test_the_tasks(served):
 
 
 def test_every_resource_is_the_file_it_serves(served):
-    from stepc.api import reference
+    from stepc.app import reference
     docs = {f"stepc://docs/{name}": (REPO / "docs" / f"{name}.md").read_text(encoding="utf-8")
             for name in ("language", "diagnostics")}
     docs["stepc://docs/operators"] = reference.generated("language", "operators")

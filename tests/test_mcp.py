@@ -241,7 +241,8 @@ def test_a_task_is_listed_shown_and_checked(flow):
     """The agent reads the task, submits its reference solution (reward 1.0: the same
     cycles as the reference it is scored against) and a wrong one (refused by the
     comparison, reward 0); both are results, not tool errors."""
-    from stepc.api.tasks import task, task_names
+    from stepc.app.tasks import task
+    from stepc.tasks import task_names
     listed = flow["task_list"].structured_content["tasks"]
     assert [t["name"] for t in listed] == task_names() and "softmax" in task_names()
     shown = flow["task_show"].structured_content

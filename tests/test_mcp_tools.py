@@ -179,7 +179,7 @@ def test_tune_finds_a_winner(tools, tmp_path):
 
 
 def test_the_reference_tools():
-    from stepc.api import reference
+    from stepc.app import reference
     explained = valid("explain", reference.diagnostic(UNKNOWN_OPERATOR.lower()))
     assert explained["code"] == UNKNOWN_OPERATOR
     reshape = valid("operator", reference.operator("Reshape"))
@@ -241,7 +241,7 @@ def test_a_cancelled_call_does_not_run_or_is_stopped(tmp_path):
 
 def test_the_agents_guide_quotes_the_fidelity_table():
     """docs/agents.md's table of measured errors is docs/dram.md's, number for number."""
-    from stepc.api import reference
+    from stepc.app import reference
     text = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
     text = text.split("### Estimates and their measured error", 1)[1].split("\n#", 1)[0]
     rows = [[c.strip(" `%") for c in line.strip("|").split("|")]
@@ -339,7 +339,7 @@ def test_the_references_read_the_package_as_the_wheel_lays_it_out():
     import tomllib
 
     import stepc
-    from stepc.api import reference
+    from stepc.app import reference
     package = Path(stepc.__file__).resolve().parent
     assert (reference.DOCS.parent, reference.PROGRAMS.parent) == (package, package)
     links = sorted(p for p in (REPO / "stepc").iterdir() if p.is_symlink())
@@ -355,8 +355,8 @@ def test_the_references_read_the_package_as_the_wheel_lays_it_out():
 
 
 def test_a_copy_without_its_data_says_so(tools, tmp_path, monkeypatch, caplog):
-    from stepc.api import reference
     from stepc.api.errors import InputError
+    from stepc.app import reference
     from stepc.mcp import server
     monkeypatch.setattr(reference, "DOCS", tmp_path / "no-docs")
     monkeypatch.setattr(reference, "PROGRAMS", tmp_path / "no-programs")
@@ -377,8 +377,9 @@ def test_a_copy_without_its_data_says_so(tools, tmp_path, monkeypatch, caplog):
 
 def test_the_task_tools_in_process(tools, tmp_path):
     from stepc.api.errors import InputError
-    from stepc.api.tasks import task, task_names
+    from stepc.app.tasks import task
     from stepc.mcp.tasks import task_check, task_list, task_show
+    from stepc.tasks import task_names
     assert [t["name"] for t in valid("task_list", task_list({}))["tasks"]] == task_names()
     shown = valid("task_show", task_show({"name": "rmsnorm", "solution": False}))
     assert "solution" not in shown and shown["preset"] == task("rmsnorm").preset

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from stepc.api import InputError
-from stepc.api.tasks import check_task, task, task_names, task_resources
+from stepc.app.tasks import check_task, show_task, task
 from stepc.cli import main
-from stepc.tasks import TaskError, records
+from stepc.tasks import TaskError, records, task_names
 from stepc.tasks.checker import CYCLE_FACTOR, draw
 from stepc.tasks.references import REFERENCES, draw_tensor, rotate_half_matrix
 
@@ -316,7 +316,7 @@ def test_the_allocation_is_counted_from_the_program():
                                           "on_chip_bytes": 4096 + 512 + 4096}
     assert result.budget == {"operators": 10, "compute_units": 4, "memory_ports": 4,
                              "fifo_slots": 21, "on_chip_bytes": 13056}  # 1.5x, rounded down
-    stated = task_resources("rmsnorm")  # what `stepc tasks show` lists
+    stated = show_task("rmsnorm").resources  # what `stepc tasks show` lists
     assert stated["reference"] == result.candidate.resources
     assert stated["budget"] == result.budget
 

@@ -215,7 +215,7 @@ def test_adaptive_confirm_reports_what_it_leaves_unconfirmed(tmp_path):
     doc = adaptive.to_dict()
     assert doc["confirm_policy"] == "adaptive" and len(doc["not_confirmed"]) == \
         adaptive.stages["not_confirmed"]
-    from stepc.tune.report import markdown
+    from stepc.report.tune import markdown
     assert "## Not confirmed" in markdown(adaptive)
     with pytest.raises(TuneError, match="--confirm"):
         tune(space, confirm="some", out=str(tmp_path / "x"), **args)

@@ -17,8 +17,8 @@ _NAMES = {
     "compile": "stepc.api.program", "load": "stepc.api.program",
     "Cost": "stepc.api.results", "Run": "stepc.api.results",
     "apply_depths": "stepc.api.fifo",
-    "SweepResults": "stepc.api.study", "reproduce": "stepc.api.study",
-    "sweep": "stepc.api.study",
+    "SweepResults": "stepc.api.study", "plan_sweep": "stepc.api.study",
+    "reproduce": "stepc.api.study", "sweep": "stepc.api.study",
     "Diagnostic": "stepc.diagnostics", "Note": "stepc.diagnostics",
     "Severity": "stepc.diagnostics", "StepError": "stepc.diagnostics",
 }

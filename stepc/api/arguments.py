@@ -9,8 +9,6 @@ from typing import Any
 
 from stepc.api.errors import InputError
 
-MAX_JOBS = 1024  # worker processes of one sweep, search or reproduction
-
 
 def kind(value: Any) -> str:
     """How an error names what it was given: `an int (5)`, `a list`."""

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import (
-    MAX_JOBS,
     bool_arg,
     callback_arg,
     choice_arg,
@@ -22,6 +21,7 @@ from stepc.api.arguments import (
 from stepc.api.errors import InputError
 from stepc.api.inputs import hardware, settings
 from stepc.api.program import check
+from stepc.explore import MAX_JOBS
 from stepc.hw.memory import MEMORY_MODELS
 from stepc.spelling import given, label, switch
 

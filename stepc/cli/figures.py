@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from stepc.api.arguments import MAX_JOBS
+from stepc.app.study import MAX_JOBS
 from stepc.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROGRAM, check_output_path, pairs
 from stepc.cli.sweep import sweep_progress
 from stepc.hw.memory import MEMORY_MODELS
@@ -49,14 +49,8 @@ Examples:
 def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
-    from stepc.api.sweep_results import (
-        PlotError,
-        ResultsFileError,
-        bars,
-        latest_records,
-        read_results,
-        scatter,
-    )
+    from stepc.api import InputError
+    from stepc.app.study import plot
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -72,24 +66,18 @@ def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative,
         raise click.UsageError(f"no such results file: {results}")
     check_output_path("-o", out)
     try:
-        records = latest_records(read_results(results))
-    except ResultsFileError as e:
+        plotted = plot(results, out, bar=bar_metric, x=x, y=y, label=label, group=group,
+                       logx=logx, logy=logy, relative=dict(pairs(relative, "--relative-to")),
+                       force=force)
+    except InputError as e:  # a results file, format, metric, selector or missing extra
         raise click.UsageError(str(e)) from None
-    try:
-        if bar_metric:
-            bars(records, bar_metric, out, dict(pairs(relative, "--relative-to")), force,
-                 logy, label, group)
-        else:
-            scatter(records, x, y, out, label, group or "program", logx, logy, True, force)
-    except PlotError as e:  # a format, metric, selector or missing extra: usage errors
-        raise click.UsageError(str(e)) from None
-    shown = sum(r.get("status") == "ok" for r in records)
+    shown = plotted.shown
     click.echo(f"wrote {out} ({shown} point{'s' if shown != 1 else ''})", err=True)
     sys.exit(EXIT_OK)
 
 
 def _figures() -> str:
-    from stepc.api.inputs import figure_names  # light: help loads no sympy
+    from stepc.app.study import figure_names  # light: help loads no sympy
     return ", ".join(figure_names())
 
 
@@ -124,34 +112,22 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
 def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
     from rich.console import Console
 
-    from stepc.api.errors import InputError
-    from stepc.api.study import reproduce
-    from stepc.api.sweep_results import Interrupted, available_figures
+    from stepc.api import InputError
+    from stepc.app.study import Interrupted, figure_names, reproduce
 
     failed = 0
     # the figure being collected
-    current = [available_figures()[0] if figure == "all" else figure.removeprefix("fig")]
+    current = [figure_names()[0] if figure == "all" else figure.removeprefix("fig")]
 
     def collecting(figure: str) -> None:
         current[0] = figure
 
     try:
-        with sweep_progress(Console(stderr=True), 0) as progress:
-            for done in reproduce(figure, data, out_dir, jobs, model, fresh, progress,
-                                  collecting):
-                fig = current[0]
-                judged = done.reproduced + done.not_reproduced
-                checks = done.checks_met + done.checks_missed
-                verdict = f"{done.reproduced} of {judged} claims reproduced" + (
-                    f" ({done.needs_data} need the paper's data: --data DIR)"
-                    if done.needs_data else "") + (
-                    f", {done.checks_met} of {checks} of stepc's own checks met (not "
-                    "reproductions)" if checks else "")
-                points = f"{done.reused} points reused, {done.simulated} simulated" + (
-                    f", {done.shared} shared with other figures" if done.shared else "") + (
-                    f", {done.failed_points} FAILED" if done.failed_points else "")
-                click.echo(f"figure {fig}: {verdict}; {points}: {done.report}")
-                failed += done.failed_points
+        for done in reproduce(figure, data, out_dir, jobs, model, fresh,
+                              progress=sweep_progress(Console(stderr=True), 0),
+                              on_figure=collecting):
+            click.echo(done.line())
+            failed += done.failed_points
     except InputError as e:
         raise click.UsageError(str(e)) from None
     except (Interrupted, KeyboardInterrupt) as e:

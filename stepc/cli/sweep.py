@@ -7,14 +7,14 @@ finished point kept for `--resume`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from collections import Counter
 
 import click
 
-from stepc.api.arguments import MAX_JOBS
+from stepc.app.study import MAX_JOBS
 from stepc.cli.common import (
     EXIT_DEADLOCK,
     EXIT_INTERRUPTED,
@@ -156,9 +156,8 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
            pareto, baselines, on_demand, backend, scheduler) -> None:
     from rich.console import Console
 
-    from stepc.api.errors import InputError
-    from stepc.api.study import plan_sweep
-    from stepc.api.sweep_results import Interrupted
+    from stepc.api import InputError
+    from stepc.app.study import Interrupted, sweep
     from stepc.diagnostics import StepError
 
     if scheduler and backend != "dask":
@@ -179,56 +178,53 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
     trace_sets = {name: [p for p in paths.split(",") if p] for name, paths in
                   pairs(traces, "--trace")}
     try:
-        plan = plan_sweep(list(files), grid, fixed, list(hws or ("paper-eval",)), sets,
-                          trace_sets, timing_only, jobs, out, resume)
+        outcome = sweep(list(files), grid, fixed, hws or ("paper-eval",), sets, trace_sets,
+                        timing_only, jobs, out, resume,
+                        connect=(lambda: dask_executor(scheduler)) if backend == "dask"
+                        else None,
+                        progress=lambda total: sweep_progress(Console(stderr=True), total),
+                        log=lambda line: click.echo(line, err=True))
     except InputError as e:
         input_error(e)
     except StepError as e:  # a program with errors
         click.echo(render_text(e.diagnostics, e.sources or {}), err=True, nl=False)
         sys.exit(EXIT_PROGRAM)
-    for warning in plan.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    points = plan.sweep.points
-    client = _dask_client(scheduler) if backend == "dask" else None
-    try:
-        if client is not None:
-            plan.sweep.executor = client.get_executor()
-        if resume:
-            earlier = plan.earlier()
-            rerun = Counter(earlier.why_rerun.values())
-            rerun["new"] = len(points) - len(earlier.reusable) - sum(rerun.values())
-            why = ", ".join(f"{n} {w}" for w, n in sorted(rerun.items()) if n)
-            click.echo(f"resuming {out}: skipping {len(earlier.reusable)} finished point(s), "
-                       f"running {len(points) - len(earlier.reusable)}"
-                       + (f" ({why})" if why else ""), err=True)
-        console = Console(stderr=True)
-        try:
-            with sweep_progress(console, len(points)) as progress:
-                results = plan.run(resume=resume, progress=progress)
-        except Interrupted as e:
-            _interrupted(e.finished, e.total, out, "continue with the same command and "
-                         "--resume")
-    finally:
-        if client is not None:
-            client.close()
-    records = results.records
-    if results.ran:
-        click.echo(f"wrote {results.ran} record{'s' if results.ran != 1 else ''} to {out}"
-                   + (f" ({results.reused} reused from it)" if results.reused else ""),
-                   err=True)
-    else:
-        click.echo(f"nothing to run: every point's record is in {out}", err=True)
-    print_report(lambda console: _sweep_summary(records, console))
+    except Interrupted as e:
+        _interrupted(e.finished, e.total, out, "continue with the same command and --resume")
+    click.echo(outcome.written(), err=True)
+
+    def report(console) -> None:
+        outcome.render(console)
+        for line in outcome.errors():
+            click.echo(line, err=True)
+    print_report(report)
     if pareto:
-        _pareto_report(records, pareto.split(","), pairs(baselines, "--baseline"),
-                       pairs(on_demand, "--on-demand"))
-    failed = Counter(r["status"] for r in records if r["status"] != "ok")
+        try:
+            front = outcome.pareto(pareto.split(","), pairs(baselines, "--baseline"),
+                                   pairs(on_demand, "--on-demand"))
+        except InputError as e:
+            raise click.UsageError(str(e)) from None
+        for line in front.lines():
+            click.echo(line)
+        if front.missing_baseline:
+            raise click.UsageError("--baseline selects no point")
+    failed = outcome.failures()
     if failed:
         kinds = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
-        click.echo(f"stepc: {sum(failed.values())} of {len(records)} points failed ({kinds}); "
-                   "--resume reruns them", err=True)
+        click.echo(f"stepc: {sum(failed.values())} of {len(outcome.records)} points failed "
+                   f"({kinds}); --resume reruns them", err=True)
         sys.exit(EXIT_PROGRAM if failed.get("error") else EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
+
+
+@contextlib.contextmanager
+def dask_executor(scheduler):
+    """The executor of a Dask cluster at `scheduler`, closed when the sweep ends."""
+    client = _dask_client(scheduler)
+    try:
+        yield client.get_executor()
+    finally:
+        client.close()
 
 
 def _dask_client(scheduler):
@@ -265,79 +261,3 @@ class sweep_progress:
         if self.console.is_terminal:
             self.bar.__exit__(*exc)
         return False
-
-
-def _sweep_summary(records: list[dict], console) -> None:
-    from rich.table import Table
-
-    from stepc.api.sweep_results import point_label, point_order
-    from stepc.tables import print_table
-    table = Table(title=f"{len(records)} points", title_justify="left")
-    dram = any(rec.get("row_hit_rate") is not None for rec in records)
-    cols = ["point", "status", "cycles", "off-chip B", "on-chip B", "on demand B"]
-    for col in cols + (["row hits"] if dram else []):
-        table.add_column(col, justify="left" if col in ("point", "status") else "right")
-    records = sorted(records, key=point_order)
-    def cell(rec: dict, key: str) -> str:
-        v = rec.get(key)
-        return f"{v:,}" if isinstance(v, int) else ("-" if v is None else str(v))
-
-    rows = []
-    for rec in records:
-        hits = rec.get("row_hit_rate")
-        rows.append([point_label(rec), rec["status"],
-                     *(cell(rec, k) for k in ("cycles", "off_chip_bytes", "on_chip_bytes",
-                                              "on_chip_bytes_on_demand")),
-                     *([f"{100 * hits:.1f}%" if hits is not None else "-"] if dram else [])])
-    print_table(console, table, rows)
-    for rec in records:
-        if rec["status"] == "error":
-            click.echo(f"error in {point_label(rec)}: {rec.get('error')}", err=True)
-
-
-def _matches(rec: dict, field: str, value: str) -> bool:
-    if field == "program":
-        return rec["program"] == value or os.path.basename(rec["program"]) in (
-            value, value + ".step")
-    if field in rec["params"]:
-        return str(rec["params"][field]) == value
-    return str(rec.get(field)) == value
-
-
-ON_DEMAND = {"on_chip_bytes": "on_chip_bytes_on_demand"}  # what --on-demand charges instead
-
-
-def _pareto_report(records: list[dict], metrics: list[str], baselines,
-                   on_demand: list[tuple[str, str]] = ()) -> None:
-    from stepc.api.sweep_results import pareto_front, pid, point_label, point_order
-
-    ok = sorted((r for r in records if r["status"] == "ok"), key=point_order)
-    charged = [any(_matches(r, f, v) for f, v in on_demand) for r in ok]
-    if on_demand and not any(charged):
-        raise click.UsageError("--on-demand selects no point")
-
-    def metric(i: int, m: str) -> str:
-        return ON_DEMAND.get(m, m) if charged[i] else m
-
-    for m in metrics:
-        if any(not isinstance(r.get(metric(i, m)), (int, float)) for i, r in enumerate(ok)):
-            raise click.UsageError(f"--pareto {m}: not a numeric metric of every point")
-    vals = [tuple(r[metric(i, m)] for m in metrics) for i, r in enumerate(ok)]
-    if on_demand:
-        chosen = " or ".join(f"{f}={v}" for f, v in on_demand)
-        click.echo(f"on_chip_bytes of the {sum(charged)} point(s) with {chosen}: "
-                   "on_chip_bytes_on_demand (the buffers in use); the others: allocated")
-    click.echo(f"Pareto-optimal over ({', '.join(metrics)}):")
-    for i in pareto_front(vals):
-        click.echo(f"  {point_label(ok[i])}: "
-                   + ", ".join(f"{metric(i, m)}={ok[i][metric(i, m)]:,}" for m in metrics))
-    if baselines:
-        base = [i for i, r in enumerate(ok) if all(_matches(r, f, v) for f, v in baselines)]
-        if not base:
-            raise click.UsageError("--baseline selects no point")
-        click.echo("Pareto Improvement Distance to the baseline front "
-                   "(> 1: beyond it, 1: on it, < 1: dominated):")
-        for i, r in enumerate(ok):
-            if i not in base:
-                distance = pid(vals[i], [vals[j] for j in base])
-                click.echo(f"  {point_label(r)}: PID {distance:.3f}")

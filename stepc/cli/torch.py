@@ -8,37 +8,22 @@ import sys
 
 import click
 
+from stepc.app.torch import DTYPES
 from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
 
-_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64",
-           "i32": "int32"}
 _INPUT = re.compile(r"^(\w+)=(\w+)\[(\d+(?:\s*,\s*\d+)*)\]$")
 
 
 def _parse_input(text: str) -> tuple[str, str, list[int]]:
     m = _INPUT.match(text.replace(" ", ""))
-    if not m or m.group(2) not in _DTYPES:
+    if not m or m.group(2) not in DTYPES:
         raise click.UsageError(f"--input {text}: expected NAME=DTYPE[D0,D1,...] with DTYPE one "
-                               f"of {', '.join(_DTYPES)}, e.g. x=bf16[64,2048]")
+                               f"of {', '.join(DTYPES)}, e.g. x=bf16[64,2048]")
     dims = [int(d) for d in m.group(3).split(",")]
     if not all(0 < d < 2**63 for d in dims):
         raise click.UsageError(f"--input {text}: every dim must be a positive integer below "
                                "2^63")
     return m.group(1), m.group(2), dims
-
-
-def _examples(torch, args) -> tuple:
-    """Meta tensors of the --input shapes (no memory); a shape torch cannot hold is a
-    usage error."""
-    out = []
-    for name, dt, shape in args:
-        try:
-            out.append(torch.empty(shape, dtype=getattr(torch, _DTYPES[dt])))
-        except (RuntimeError, OverflowError, ValueError) as e:
-            text = str(e).strip().splitlines()
-            raise click.UsageError(f"--input {name}={dt}{shape}: torch cannot make such a "
-                                   f"tensor ({text[0] if text else type(e).__name__})") from None
-    return tuple(out)
 
 
 def _parse_external(text: str) -> tuple[str, str]:
@@ -78,87 +63,6 @@ def _layer_settings(spec, inputs, hf_config, layers, batch, past, dtype, whole) 
         raise click.UsageError("give FILE.py:NAME (a module class or factory), or "
                                "--hf-config CONFIG.json --layers N (the first N decoder "
                                "layers of the model) or --whole-model (the whole causal LM)")
-
-
-def _whole_model_class(target):
-    """`target` when it is a class a causal-LM family lowers (None otherwise)."""
-    from stepc.torch.hf_causal_lm import model_classes
-    names = set(model_classes())
-    if isinstance(target, type) and any(c.__name__ in names for c in target.__mro__):
-        return target
-    return None
-
-
-def _no_inputs(spec, target, layers, whole, batch, past, dtype) -> None:
-    """FILE.py:NAME given with no --input, and not a causal LM class: what to give."""
-    from stepc.torch.hf_causal_lm import whole_model_hint
-    given = [f for f, v in (("--layers", layers), ("--whole-model", whole or None),
-                            ("--batch", batch), ("--past", past), ("--dtype", dtype))
-             if v is not None]
-    hint = whole_model_hint(target)
-    if given:
-        raise click.UsageError(f"{', '.join(given)} set{'s' if len(given) == 1 else ''} the "
-                               f"model --hf-config describes; {spec} is not a causal LM class "
-                               "stepc lowers whole (drop it)" + (f". {hint}" if hint else ""))
-    raise click.UsageError("give the forward arguments with --input NAME=DTYPE[SHAPE]" +
-                           (f". {hint}" if hint else ""))
-
-
-def _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug):
-    """The program of the config's first `layers` decoder layers (on the meta device), and
-    a function building them on the CPU with seeded weights."""
-    from stepc.torch import hf_model
-    config = hf_model.hf_config(hf_config)
-    prog = hf_model.from_hf_config(config, layers, batch or hf_model.DEFAULT_BATCH,
-                                   hf_model.DEFAULT_PAST if past is None else past, schedule,
-                                   dtype or "f32", debug, verify=False)
-    return prog, lambda seed: hf_model.build_stack(config, layers, "cpu", dtype or "f32",
-                                                   seed=seed)
-
-
-def _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug, cls=None):
-    """The program of the whole causal LM the config describes (`cls`, else its
-    AutoModelForCausalLM) with its first `layers` decoder layers (all by default), on the
-    meta device, and a function building it on the CPU with seeded weights."""
-    from stepc.torch import hf_causal_lm_config as lm
-    from stepc.torch.build import load_hf_config
-    config = load_hf_config(hf_config, cls)  # without model_type: the class's
-    prog = lm.from_hf_causal_lm(config, layers, batch or lm.DEFAULT_BATCH,
-                                lm.DEFAULT_PAST if past is None else past, schedule,
-                                dtype or "f32", debug, verify=False, cls=cls)
-    return prog, lambda seed: lm.build_causal_lm(config, layers, "cpu", dtype or "f32",
-                                                 seed=seed, cls=cls)
-
-
-def _hint(module, error: Exception) -> str:
-    """For a whole model that was refused: what stepc lowers of whole models (unless the
-    error says it already)."""
-    from stepc.torch.hf_causal_lm import whole_model_hint
-    hint = whole_model_hint(module) if module is not None else ""
-    return f"\n({hint})" if hint and "--layers" not in str(error) else ""
-
-
-def _on_cpu(prog, build, seed: int, verify: bool, real_values: bool, debug: bool):
-    """The program verified on a CPU copy of its module with seeded weights (`build(seed)`),
-    or marked unverified, saying why (--no-verify, a module too large to run); with
-    `real_values`, also that copy's seeded inputs and their traces. A warning says when
-    verification was wanted and could not run."""
-    from stepc.torch.capture import quiet
-    from stepc.torch.verify import too_large
-    reason = too_large(prog.module) if verify else "--no-verify"
-    if reason and not real_values:
-        prog = prog.unverified(reason)
-    else:
-        with quiet(debug):
-            module = build(seed)
-        prog = prog.on_module(module)
-        prog = prog.unverified(reason) if reason else prog.verify(seed)
-    if verify and not prog.verification.verified:
-        click.echo(f"stepc: warning: {prog.verification.summary}", err=True)
-    if not real_values:
-        return prog, None, None
-    real = prog.seeded_inputs(prog.example, seed)
-    return prog, real, prog.traces(*real)
 
 
 @click.command("from-torch", short_help="Lower a PyTorch module to a .step program.")
@@ -247,60 +151,26 @@ def from_torch_cmd(spec, inputs, layers, whole, batch, past, dtype, hf_config, t
                                                         if weights_out else []) + [
             ("--external-out", p) for p in streams.values()]:
         check_new_output(flag, path, force)
+    from stepc.api import InputError
+    from stepc.app.torch import LoweringFailed, ModuleRefused, TorchMissing, lower
     try:
-        import torch
-
-        from stepc.torch import InputRefused, LoweringError, VerificationError, from_torch
-        from stepc.torch.build import (
-            BuildError,
-            build_module,
-            load_hf_config,
-            load_target,
-            seed_transformers_weights,
-        )
-        from stepc.torch.capture import quiet
-    except ImportError:
-        click.echo("stepc: error: `from-torch` needs PyTorch: pip install 'stepc[torch]' (the "
-                   "CPU wheel: --extra-index-url https://download.pytorch.org/whl/cpu)", err=True)
+        lowered = lower(spec, args, layers=layers, whole=whole, batch=batch, past=past,
+                        dtype=dtype, hf_config=hf_config, schedule=schedule, seed=seed,
+                        verify=not no_verify, real_values=bool(weights_out or streams),
+                        debug=bool(click.get_current_context().find_root().params.get("debug")),
+                        warn=lambda line: click.echo(line, err=True))
+    except TorchMissing as e:
+        click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_USAGE)
-    debug = bool(click.get_current_context().find_root().params.get("debug"))
-    real_values = bool(weights_out or streams)
-    module = None
-    try:
-        target = load_target(spec) if spec else None
-        whole_class = _whole_model_class(target) if target is not None and not inputs \
-            else None
-        if target is not None and not inputs and whole_class is None:
-            _no_inputs(spec, target, layers, whole, batch, past, dtype)
-        if whole_class is not None and not hf_config:
-            raise click.UsageError(f"{spec} is a whole causal LM: give its --hf-config "
-                                   "CONFIG.json (it is lowered in decode, with --batch, --past "
-                                   "and optionally --layers N), or its forward arguments")
-        if whole or whole_class is not None:
-            prog, build = _lower_whole(hf_config, layers, batch, past, dtype, schedule, debug,
-                                       whole_class)
-        elif layers is not None:
-            prog, build = _lower_layers(hf_config, layers, batch, past, dtype, schedule, debug)
-        else:
-            config = load_hf_config(hf_config, target) if hf_config else None
-            with torch.device("meta"), quiet(debug):
-                module = build_module(target, config)
-                example = _examples(torch, args)
-            prog = from_torch(module, example, schedule=schedule, debug=debug, verify=False)
-
-            def build(seed):
-                torch.manual_seed(seed)
-                cpu_module = build_module(target, config)  # the same module, real weights
-                seed_transformers_weights(cpu_module, config)
-                return cpu_module
-        prog, real, traces = _on_cpu(prog, build, seed, not no_verify, real_values, debug)
-    except (BuildError, InputRefused) as e:
-        click.echo(f"stepc: error: {e}{_hint(module, e)}", err=True)
+    except InputError as e:
+        raise click.UsageError(str(e)) from None
+    except ModuleRefused as e:
+        click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_USAGE)
-    except LoweringError as e:
-        written = "; nothing was written" if isinstance(e, VerificationError) else ""
-        click.echo(f"stepc: error: {e}{written}{_hint(module, e)}", err=True)
+    except LoweringFailed as e:
+        click.echo(f"stepc: error: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
+    traces = lowered.traces
     unknown = sorted(set(streams) - set(traces)) if streams else []
     if unknown:
         have = ", ".join(sorted(traces)) or "none"
@@ -309,12 +179,12 @@ def from_torch_cmd(spec, inputs, layers, whole, batch, past, dtype, hf_config, t
         sys.exit(EXIT_USAGE)
     if out:
         with open(out, "w") as f:
-            f.write(prog.text)
+            f.write(lowered.text)
         click.echo(f"wrote {out}", err=True)
     else:
-        click.echo(prog.text, nl=False)
+        click.echo(lowered.text, nl=False)
     if weights_out:
-        prog.save_weights(weights_out, *real)
+        lowered.save_weights(weights_out)
         click.echo(f"wrote {weights_out}", err=True)
     import numpy as np
     for name, path in streams.items():

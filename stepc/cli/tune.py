@@ -136,16 +136,8 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
              max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt, fifo_bytes):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
-    from stepc.api.tune import (
-        Budget,
-        Constraint,
-        Interrupted,
-        Objective,
-        Space,
-        TuneError,
-        markdown,
-        tune,
-    )
+    from stepc.api import InputError
+    from stepc.app.tune import Interrupted, tune
 
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler needs --backend dask")
@@ -155,36 +147,30 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
         for name, text in pairs(spaces, "--space"):
             (hw_keys if "." in name else params)[name] = _space_values(name, text)
         fixed = parse_defines(defines)
-        both = sorted(set(fixed) & set(params))
-        if both:
-            raise click.UsageError(f"-D {both[0]} and --space {both[0]}: give the param one "
-                                   "or the other")
-        space = Space(list(files), params, hw_keys, [Constraint.parse(w) for w in wheres],
-                      fixed)
-        limits = [Budget.parse(m, v) for m, v in pairs(budgets, "--budget")]
-        goals = [Objective.parse(o.strip()) for o in objectives.split(",") if o.strip()]
         trace_sets = {n: _trace_paths(n, v) for n, v in pairs(traces, "--trace")}
         client = _dask_client(scheduler) if backend == "dask" else None
         try:
-            result = tune(space, objectives=goals, budgets=limits, traces=trace_sets,
-                          aggregate=aggregate, hw=hw, sets=tuple(sets), model=model, out=out,
-                          resume=resume, jobs=jobs,
-                          executor=client.get_executor() if client else None,
-                          margin=margin, confirm=confirm_policy, max_confirm=max_confirm,
-                          sampler=sampler,
-                          trials=trials, max_exhaustive=max_exhaustive, seed=seed, probe=probe,
-                          fifo_bytes=fifo_bytes, log=lambda m: click.echo(m, err=True))
+            outcome = tune(list(files), params, hw_keys, defines=fixed, wheres=wheres,
+                           budgets=pairs(budgets, "--budget"),
+                           objectives=[o.strip() for o in objectives.split(",") if o.strip()],
+                           traces=trace_sets, aggregate=aggregate, hw=hw, sets=sets,
+                           model=model, out=out, resume=resume, jobs=jobs,
+                           executor=client.get_executor() if client else None,
+                           margin=margin, confirm=confirm_policy, max_confirm=max_confirm,
+                           probe=probe, sampler=sampler, trials=trials,
+                           max_exhaustive=max_exhaustive, seed=seed, fifo_bytes=fifo_bytes,
+                           log=lambda m: click.echo(m, err=True))
         finally:
             if client is not None:
                 client.close()
-    except TuneError as e:
+    except InputError as e:
         raise click.UsageError(str(e)) from None
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"interrupted: finished simulations are kept in {out}; continue with the "
                    "same command and --resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    report = markdown(result)
-    doc = result.to_dict()
+    report = outcome.markdown()
+    doc = outcome.to_dict()
     with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
         f.write(report)
     with open(os.path.join(out, "tune.json"), "w", encoding="utf-8") as f:
@@ -194,4 +180,4 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
     else:
         click.echo(report, nl=False)
         click.echo(f"wrote {os.path.join(out, 'report.md')}", err=True)
-    sys.exit(EXIT_OK if result.winner is not None else EXIT_PROGRAM)
+    sys.exit(EXIT_OK if outcome.found else EXIT_PROGRAM)

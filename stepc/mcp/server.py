@@ -44,8 +44,8 @@ RESOURCES = {  # uri -> (name, description, reader)
 
 
 def _reference():
-    """stepc.api.reference, loaded when first needed (see `build`)."""
-    from stepc.api import reference
+    """stepc.app.reference, loaded when first needed (see `build`)."""
+    from stepc.app import reference
     return reference
 
 
@@ -90,7 +90,7 @@ def _error(message: str) -> types.CallToolResult:
 def _program_resources() -> dict[str, tuple]:
     """The bundled programs as resources; when this copy of stepc lacks them, none, and
     the log says so."""
-    from stepc.api.errors import InputError
+    from stepc.api import InputError
     try:
         found = _reference().programs()
     except InputError as e:
@@ -112,7 +112,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
     from mcp.shared.exceptions import MCPError
 
     from stepc import __version__
-    from stepc.api.errors import InputError
+    from stepc.api import InputError
 
     worker = worker or Worker(str(workspace.root), memory_mib)
     resources = {**RESOURCES, **_program_resources()}

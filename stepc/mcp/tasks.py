@@ -1,4 +1,4 @@
-"""The task suite's tools (`stepc tasks list|show|check`, through stepc.api.tasks): the list
+"""The task suite's tools (`stepc tasks list|show|check`, through stepc.app.tasks): the list
 and a task's statement answer in the server; a check runs in the worker, under the call's
 time limit, on a solution file of the workspace or on solution text."""
 
@@ -17,17 +17,17 @@ HIDDEN = ("folder", "reference", "wrong")
 
 def task_list(args: dict) -> dict:
     """`stepc tasks list --format json`."""
-    from stepc.api.tasks import tasks_document
-    return tasks_document()
+    from stepc.app.tasks import list_tasks
+    return list_tasks().to_dict()
 
 
 def task_show(args: dict) -> dict:
     """What `stepc tasks show` prints, as fields: the task's record (tensors, external
     streams, preset, time limit, ...), statement, interface, scoring and, unless
     `solution` is false, the reference solution."""
-    from stepc.api.tasks import task
+    from stepc.app.tasks import show_task
     from stepc.mcp.tools import jsonable
-    record = task(args.get("name"))
+    record = show_task(args.get("name"), resources=False).task
     doc = {k: v for k, v in jsonable(asdict(record)).items() if k not in HIDDEN}
     doc.update(statement=record.statement, interface=record.interface(),
                scoring=f"scored on the preset {record.preset}; the candidate's compile and run "
@@ -44,7 +44,7 @@ def task_check(tools, args: dict) -> dict:
     workspace's scratch directory as `name`, removed after). Imports and data files
     outside the workspace are refused before the check, as for every program tool; a
     failing solution is a result, not an error."""
-    from stepc.api.tasks import check_task, task
+    from stepc.app.tasks import check_task, task
     from stepc.mcp.tools import jsonable
     record = task(args.get("task"))
     text, path = args.get("program"), args.get("path")

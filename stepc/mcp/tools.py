@@ -271,7 +271,7 @@ class Tools:
         return {"program": name, "changed": old != new, "formatted": new}
 
     def tune(self, args: dict) -> dict:
-        from stepc.api.tune import Budget, Objective, Space, TuneError, tune
+        from stepc.app.tune import tune
         paths = args.get("paths")
         if not isinstance(paths, list) or not paths:
             raise Refused("paths: expected a list of program files in the workspace")
@@ -288,54 +288,24 @@ class Tools:
         traces = {s: [str(self.workspace.file(p, f"traces[{s!r}]"))
                       for p in (ps if isinstance(ps, list) else [ps])]
                   for s, ps in _mapping(args, "traces").items()}
-        try:
-            with self.scratch_folder("tune", "its intermediate results") as out:
-                result = tune(Space(files, {k: list(v) for k, v in space.items()}),
-                              objectives=[Objective.parse(o) for o in
-                                          args.get("objectives") or ["cycles"]],
-                              budgets=[Budget.parse(m, str(v))
-                                       for m, v in _mapping(args, "budgets").items()],
-                              traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
-                              model=args.get("model", "ref"), out=out)
-        except TuneError as e:
-            raise Refused(str(e)) from None
-        return _strip(jsonable(result.to_dict()), str(self.workspace.root) + "/")
+        with self.scratch_folder("tune", "its intermediate results") as out:
+            outcome = tune(files, {k: list(v) for k, v in space.items()},
+                           objectives=args.get("objectives") or ["cycles"],
+                           budgets=[(m, str(v)) for m, v in _mapping(args, "budgets").items()],
+                           traces=traces, hw=self.hw(args) or "paper-eval", jobs=1,
+                           model=args.get("model", "ref"), out=out)
+        return _strip(jsonable(outcome.to_dict()), str(self.workspace.root) + "/")
 
     def estimate(self, args: dict) -> dict:
-        from stepc.api.reference import FIDELITY_SOURCE, fidelity
+        from stepc.app.estimate import estimate
         wanted = args.get("fidelity") or ["roofline", "fluid"]
         if not isinstance(wanted, list) or any(w not in LADDER for w in wanted):
             raise Refused(f"fidelity: expected a list of {', '.join(LADDER)}")
         prog = self.program(args)
         hw = self.hw(args) or "paper-eval"
-        traces = self.traces(args)
-        try:
-            errors, missing = fidelity(), None
-        except InputError as e:
-            errors, missing = {}, f"the measured errors are missing: {e}"
-        out = []
-        for model in sorted(set(wanted), key=LADDER.index):
-            if model == "roofline":
-                roof = prog.analyze(hw=hw, traces=traces).roofline
-                known = roof["bound"] != "unknown"
-                out.append({
-                    "model": "roofline", "kind": "lower bound",
-                    "cycles": jsonable(max(roof["memory_cycles"], roof["compute_cycles"]))
-                    if known else None, "bound": roof["bound"], "error": [],
-                    "note": "no simulation: the larger of the analysis's memory and compute "
-                    "cycles, a bound every simulated model meets" if known else
-                    "symbolic in dims only a run or a trace fixes (give `traces`): memory "
-                    f"{shorten(jsonable(roof['memory_cycles']))}, compute "
-                    f"{shorten(jsonable(roof['compute_cycles']))} cycles"})
-                continue
-            run = prog.simulate(hw=hw, set={"hbm.model": model}, traces=traces,
-                                timing_only=True)
-            out.append({"model": model, "kind": "simulated", "cycles": run.cycles,
-                        "bound": None, "error": errors.get(model, []),
-                        "note": f"the {model} memory model on {run.hw}"
-                        + (f"; {missing}" if missing else "")})
-        return {"program": prog.name, "hw": args.get("hw") or hw, "estimates": out,
-                "error_source": missing or FIDELITY_SOURCE}
+        estimates = estimate(prog, sorted(set(wanted), key=LADDER.index), hw,
+                             self.traces(args), args.get("hw") or hw)
+        return jsonable(estimates.to_dict(shown=lambda v: shorten(jsonable(v))))
 
 
 COSTS = ("off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand", "flops")

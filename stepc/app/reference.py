@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stepc.api.errors import InputError
+from stepc.api import InputError
 from stepc.codes import MEANINGS
 
 # The package holds what the references serve: docs/ and programs/ are package data (in a

@@ -1,5 +1,6 @@
-"""The Markdown report of a search: the winner and how to reproduce it, the runners-up,
-the Pareto front, what each stage removed, and the agreement of the fluid screen."""
+"""The Markdown report of a tuning search (`stepc tune`, its report.md): the winner and
+how to reproduce it, the runners-up, the Pareto front, what each stage removed, and the
+agreement of the fluid screen."""
 
 from __future__ import annotations
 
