@@ -270,8 +270,6 @@ class OpSpec:
     on_chip: Callable[[CostCtx, str], sympy.Expr] = _zero
     flops: Callable[[CostCtx], sympy.Expr] = _zero
     # ---- roles: what the rest of stepc asks of an operator, instead of its name
-    behavior: str | Callable = ""  # its simulator generator: "module.function" under
-    # stepc.sim.behaviors, or the generator itself
     memory: Memory | None = None  # the memory it loads from or stores to
     reads_tensor: bool = False  # reads its `tensor`'s contents even in a timing-only run
     fn_use: str | None = None  # the use ("map", "accum", ...) its `fn` is called in
