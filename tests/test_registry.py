@@ -14,13 +14,15 @@ import pytest
 import sympy
 
 from stepc.analyze import analyze
+from stepc.fifo.static import EAGER_INPUTS
 from stepc.frontend import compile_source
 from stepc.hw import load_config
 from stepc.ops import OPS
 from stepc.ops.base import STREAM, OpSpec, Param, require_tile
+from stepc.rewrite.passing import CHUNK_OUTPUTS, INNER_DIMS, REPEATS
 from stepc.sim.behaviors import BEHAVIORS, behavior
 from stepc.sim.kernel import RECV, SEND
-from stepc.sim.run import simulate
+from stepc.sim.run import TENSOR_READERS, simulate
 from stepc.sim.tokens import TileVal
 from stepc.source import SourceFile
 
@@ -120,9 +122,31 @@ def test_roles():
     assert {n: s.fn_use for n, s in OPS.items() if s.fn_use} == {
         "Map": "map", "Accum": "accum", "Scan": "scan", "FlatMap": "flatmap"}
     assert [n for n, s in OPS.items() if s.external] == ["External"]
-    assert {n for n, s in OPS.items() if s.reads_tensor} == {"SelectGen", "MetadataGen"}
     # every operator that takes a `fn` says which use it calls it in
     assert all(s.fn_use for s in OPS.values() if s.param("fn"))
+
+
+# The tables a floor keeps of what it alone needs of operators (CONTRIBUTING.md)
+FLOOR_TABLES = {
+    "simulator behaviors": BEHAVIORS, "simulator tensor readers": TENSOR_READERS,
+    "FIFO analysis eager inputs": EAGER_INPUTS, "downtile inner dims": INNER_DIMS,
+    "downtile chunk outputs": CHUNK_OUTPUTS, "downtile repeats": REPEATS,
+}
+
+
+@pytest.mark.parametrize("table", FLOOR_TABLES)
+def test_every_key_of_a_floors_table_names_an_operator(table):
+    assert sorted(set(FLOOR_TABLES[table]) - set(OPS)) == []
+
+
+def test_the_floors_tables_name_their_operators_attributes_and_outputs():
+    """What a table names of an operator (a dim attribute, a tensor attribute, an output)
+    is the operator's."""
+    named = [(op, key) for op, keys in INNER_DIMS.items() for key in keys]
+    named += [(op, key) for op, key in TENSOR_READERS.items()]
+    assert [(op, key) for op, key in named if OPS[op].param(key) is None] == []
+    assert [(op, outs) for op, outs in CHUNK_OUTPUTS.items()
+            if not set(outs) <= set(OPS[op].outputs({"consumers": 2}))] == []
 
 
 # ---- adding an operator: the CONTRIBUTING.md checklist with a toy `Scale`

@@ -201,7 +201,6 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _partition,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
-        inner_dims=("rank",),
         indexed_outputs=True,
         trace_selected=_partition_selected,
     ),
@@ -219,7 +218,6 @@ ROUTING_OPS = [
          _SWITCH, _WB, _DIM),
         _reassemble,
         on_chip=_reassemble_onchip,
-        inner_dims=("rank",),
         trace_selected=_reassemble_selected,
     ),
     OpSpec(
@@ -233,9 +231,6 @@ ROUTING_OPS = [
          _DIM),
         _eager_merge,
         outputs=lambda attrs: ["data", "sel"],
-        eager_inputs=True,
-        inner_dims=("rank",),
-        chunk_outputs=("sel",),
     ),
     OpSpec(
         "Parallelize", "routing",
@@ -249,7 +244,6 @@ ROUTING_OPS = [
         _parallelize,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
         indexed_outputs=True,
-        inner_dims=("rank",),
         trace_values=_parallelize_values,
     ),
     OpSpec(
@@ -261,7 +255,6 @@ ROUTING_OPS = [
          Param("consumers", "int", doc="number of copies")),
         _broadcast,
         outputs=lambda attrs: [f"out{i}" for i in range(max(0, attrs.get("consumers") or 0))],
-        inner_dims=(),
         fan_out=True,
         indexed_outputs=True,
         trace_values=_broadcast_values,

@@ -67,7 +67,6 @@ SOURCE_OPS = [
          Param("n", "int", doc="number of targets"),
          Param("onehot", "bool", False, "one selector per id instead of per row")),
         _select_gen,
-        reads_tensor=True,
     ),
     OpSpec(
         "MetadataGen", "source",
@@ -76,7 +75,6 @@ SOURCE_OPS = [
         "one element per tensor entry.",
         (Param("tensor", "tensor", doc="integer tensor"),),
         _metadata_gen,
-        reads_tensor=True,
     ),
     OpSpec(
         "Sink", "sink",
@@ -85,6 +83,5 @@ SOURCE_OPS = [
         (Param("in", STREAM, doc="stream to discard"),),
         _sink,
         outputs=lambda attrs: [],
-        inner_dims=(),
     ),
 ]

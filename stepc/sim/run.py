@@ -191,6 +191,17 @@ def _static_len(d, name: str) -> int:
     return int(d)
 
 
+# Operator -> its attribute naming the tensor whose contents it reads even in a timing-only
+# run (to make its addresses or selectors).
+TENSOR_READERS = {"SelectGen": "tensor", "MetadataGen": "tensor"}
+
+
+def timing_reads(prog) -> set[str]:
+    """The tensors a timing-only run must hold the contents of."""
+    return {n.attrs[TENSOR_READERS[n.op]].name for n in prog.nodes.values()
+            if n.op in TENSOR_READERS}
+
+
 # ---------------------------------------------------------------- limits
 def _count(dims) -> int | None:
     """The product of dims when all are integers, else None."""
@@ -207,7 +218,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
     """Refuse, before any work, a run that could not hold its data: tensor values, one tile
     or buffer, or an external stream beyond what a run holds (SimError at the operator)."""
     prog = typed.program
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
+    needed = timing_reads(prog)
     held = [t for t in prog.tensors.values() if functional or t.name in needed]
     total = sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype] for t in held)
     if total > MAX_VALUE_BYTES:
@@ -270,7 +281,7 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     bindings: dict[str, int] = {}
 
     env.layout = tensor_layout(prog.tensors.values(), kernel.memory.tensor_stagger())
-    needed = {n.attrs["tensor"].name for n in prog.nodes.values() if OPS[n.op].reads_tensor}
+    needed = timing_reads(prog)
     for t in prog.tensors.values():
         if t.role == "output":
             if functional:
