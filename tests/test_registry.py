@@ -21,8 +21,9 @@ from stepc.ops import OPS
 from stepc.ops.base import STREAM, OpSpec, Param, require_tile
 from stepc.rewrite.passing import CHUNK_OUTPUTS, INNER_DIMS, REPEATS
 from stepc.sim.behaviors import BEHAVIORS, behavior
+from stepc.sim.data import TENSOR_READERS
 from stepc.sim.kernel import RECV, SEND
-from stepc.sim.run import TENSOR_READERS, simulate
+from stepc.sim.run import simulate
 from stepc.sim.tokens import TileVal
 from stepc.source import SourceFile
 
