@@ -16,11 +16,12 @@ from stepc.cli import main
 from stepc.frontend import compile_file
 from stepc.hw import load_config
 from stepc.hw.config import SYSTEM_DEFAULTS, ConfigError
+from stepc.sim.data import tensor_values
 from stepc.sim.hbm import Addresses
 from stepc.sim.hbm.dram import DramHbm
 from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.kernel import MEM, Ctx, Kernel
-from stepc.sim.run import simulate, tensor_values
+from stepc.sim.run import simulate
 
 ROW_MAJOR = ("dram.layout=row-major", "dram.placement=packed")
 HW = load_config("hdl-validation-dram", ROW_MAJOR)

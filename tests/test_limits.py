@@ -121,8 +121,8 @@ def test_the_estimate_is_a_lower_bound_on_the_bundled_programs():
     import stepc
     from stepc.analyze import analyze
     from stepc.hw.config import load_config
+    from stepc.sim.data import external_elements
     from stepc.sim.estimate import cycles_lower_bound
-    from stepc.sim.run import external_elements
     hw = load_config(None, ())
     for path in ("swiglu.step", "moe_simple.step", "attention_dynamic.step"):
         prog = stepc.load(REPO / "programs" / path)

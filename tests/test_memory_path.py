@@ -16,7 +16,8 @@ from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
 from stepc.reproduction.fidelity import DATA, agreement, load_measured, measure
-from stepc.sim.run import simulate, tensor_values
+from stepc.sim.data import tensor_values
+from stepc.sim.run import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 SWIGLU = str(ROOT / "programs" / "swiglu.step")

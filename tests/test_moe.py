@@ -11,7 +11,8 @@ import pytest
 from stepc.analyze import analyze, trace_bindings
 from stepc.frontend import compile_file
 from stepc.hw import load_config
-from stepc.sim.run import simulate, tensor_values
+from stepc.sim.data import tensor_values
+from stepc.sim.run import simulate
 from stepc.traces import load_routing, synthetic_routing
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
 from behavior_harness import paper, show
 
 from stepc.ops import OPS
-from stepc.sim.behaviors import BEHAVIORS
+from stepc.sim.behaviors import BEHAVIORS, behavior
 
 # =====================================================================================
 # Coverage: every operator has tests in its family file
@@ -46,9 +47,23 @@ COVERED = {
 }
 
 
+def test_every_operator_has_one_behavior_and_every_behavior_an_operator():
+    assert sorted(set(OPS) - set(BEHAVIORS)) == []  # operators without a behavior
+    assert sorted(set(BEHAVIORS) - set(OPS)) == []  # behaviors of no operator
+    generators = [f"{g.__module__}.{g.__name__}" for g in BEHAVIORS.values()]
+    assert len(set(generators)) == len(generators)  # one generator serves one operator
+
+
+def test_registering_an_operator_twice_is_an_error():
+    before = dict(BEHAVIORS)
+    with pytest.raises(ValueError, match="operator Map already has a behavior "
+                                         r"\(stepc.sim.behaviors.compute.map_\)"):
+        behavior("Map")(lambda *args: None)
+    assert BEHAVIORS == before
+
+
 def test_every_operator_is_covered():
     assert set(OPS) == set(COVERED)
-    assert set(BEHAVIORS) == set(OPS)
     untested = []
     for op, (family, stem) in COVERED.items():
         names = vars(importlib.import_module(family))

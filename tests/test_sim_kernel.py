@@ -17,10 +17,11 @@ from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
 from stepc.hw.config import Hbm
+from stepc.sim.data import tensor_values
 from stepc.sim.hbm.fluid import FluidHbm
 from stepc.sim.hbm.ref import RefHbm
 from stepc.sim.kernel import MEM, PEEK, POP, SEND, Ctx, Kernel
-from stepc.sim.run import simulate, tensor_values
+from stepc.sim.run import simulate
 
 
 def compiled(text: str, **overrides):

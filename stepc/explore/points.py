@@ -45,7 +45,7 @@ def code_digest() -> str:
 def record_sources(root: Path) -> set[str]:
     """The package's Python files (relative to `root`) a record can depend on: the modules
     `RECORD_ENTRY` imports, transitively, imports inside functions included. A subpackage
-    that imports modules by computed name (the simulator's behaviours) brings every module
+    that imports modules by computed name (the simulator's memory models) brings every module
     beside its `__init__`; the root package's lazy names are the public API's, not a
     record's."""
     seen: dict[str, Path] = {}

@@ -30,6 +30,9 @@ from stepc.typecheck.checker import TypedProgram, flat_types
 from stepc.types import Select
 
 EdgeKey = tuple[str, int, str, int]  # producer, port, consumer, input slot
+# Operators that emit from whichever input has an element (they do not wait for all of
+# them): a feedback loop through one can start without a fed-back element.
+EAGER_INPUTS = {"EagerMerge"}
 
 
 def edge_key(e: Edge) -> EdgeKey:
@@ -308,7 +311,7 @@ def _dead_loops(typed: TypedProgram, anc: dict, bit: dict) -> list[DeadLoop]:
         on = [n for n in anc if (anc[n] & start or n == e.dst) and
               (anc[e.src] & bit[n] or n == e.src)]
         inside = set(on)
-        if any(OPS[prog.nodes[n].op].eager_inputs and any(
+        if any(prog.nodes[n].op in EAGER_INPUTS and any(
                 i.src not in inside for i in prog.in_edges(n) if not i.feedback) for n in on):
             continue  # an eager merge on the loop takes its first elements from outside
         stream = prog.nodes[e.src].port_label(e.port)

@@ -269,25 +269,14 @@ class OpSpec:
     off_chip: Callable[[CostCtx], sympy.Expr] = _zero
     on_chip: Callable[[CostCtx, str], sympy.Expr] = _zero
     flops: Callable[[CostCtx], sympy.Expr] = _zero
-    # ---- roles: what the rest of stepc asks of an operator, instead of its name
-    behavior: str | Callable = ""  # its simulator generator: "module.function" under
-    # stepc.sim.behaviors, or the generator itself
+    # ---- roles: what several floors ask of an operator, instead of its name (a role one
+    # floor alone asks about is in that floor's own table, keyed by operator name)
     memory: Memory | None = None  # the memory it loads from or stores to
-    reads_tensor: bool = False  # reads its `tensor`'s contents even in a timing-only run
     fn_use: str | None = None  # the use ("map", "accum", ...) its `fn` is called in
     external: bool = False  # an external stream: declared `stream N : T = external(..)`,
     # not called; its data is a trace or a file
     fan_out: bool = False  # copies every input element to each of its outputs
-    eager_inputs: bool = False  # emits from whichever input has an element (does not wait
-    # for all of them): a feedback loop through it can start without a fed-back element
     indexed_outputs: bool = False  # its outputs form an array (`p[i]`), one per consumer
-    inner_dims: tuple[str, ...] | None = None  # moves elements without reading them, so
-    # its inputs may carry extra innermost dims (sub-tiles) that it passes through; the
-    # named attributes are dim indices counted from the innermost, shifted by those dims
-    chunk_outputs: tuple[str, ...] = ()  # outputs with one element per chunk (a selector),
-    # which extra inner dims on its inputs leave as they are
-    repeats: bool = False  # emits each element (or each group of inner dims) several times,
-    # holding it meanwhile: a logical tile's sub-tiles are held and re-read as one group
     trace_values: Callable[[TraceStep], None] | None = None  # carries traced integer
     # values (KV lengths) from its inputs to its outputs, or binds the dims they decide
     trace_selected: Callable[[list, int, Any], list] | None = None  # (its output types,

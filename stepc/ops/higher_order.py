@@ -209,7 +209,6 @@ HIGHER_ORDER_OPS = [
         _map,
         on_chip=_map_onchip,
         flops=_fn_flops,
-        behavior="compute.map_",
         fn_use="map",
         trace_values=_map_values,
     ),
@@ -227,7 +226,6 @@ HIGHER_ORDER_OPS = [
         _accum,
         on_chip=_accum_onchip,
         flops=_fn_flops,
-        behavior="compute.accum",
         fn_use="accum",
     ),
     OpSpec(
@@ -239,7 +237,6 @@ HIGHER_ORDER_OPS = [
         _scan,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
         flops=_fn_flops,
-        behavior="compute.scan",
         fn_use="scan",
     ),
     OpSpec(
@@ -251,7 +248,6 @@ HIGHER_ORDER_OPS = [
         (_INS, _FN, _BW, _DTYPE, _DIM),
         _flatmap,
         flops=_fn_flops,
-        behavior="compute.flatmap",
         fn_use="flatmap",
         trace_values=_flatmap_values,
     ),

@@ -167,7 +167,6 @@ OFFCHIP_OPS = [
         _load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
-        behavior="memory.linear_load",
         memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
@@ -183,7 +182,6 @@ OFFCHIP_OPS = [
         off_chip=lambda c: c.inputs["in"].card * c.inputs["in"].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.inputs["in"].elem.bytes),
         outputs=lambda attrs: [],
-        behavior="memory.linear_store",
         memory=Memory(STORE, off_chip=True),
     ),
     OpSpec(
@@ -197,7 +195,6 @@ OFFCHIP_OPS = [
         _random_load,
         off_chip=lambda c: c.outputs[0].card * c.outputs[0].elem.bytes,
         on_chip=_tile_buffers(lambda c: c.outputs[0].elem.bytes),
-        behavior="memory.random_load",
         memory=Memory(LOAD, off_chip=True),
     ),
     OpSpec(
@@ -217,7 +214,6 @@ OFFCHIP_OPS = [
         on_chip=_tile_buffers(lambda c: c.inputs["wdata"].elem.bytes,
                               artifact_factor=lambda c: c.attrs["buffer_depth"]),
         outputs=lambda attrs: ["ack"],
-        behavior="memory.random_store",
         memory=Memory(STORE, off_chip=True),
     ),
 ]

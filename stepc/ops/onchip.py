@@ -93,7 +93,6 @@ ONCHIP_OPS = [
         _bufferize,
         on_chip=lambda c, mode: (c.outputs[0].elem.tile.bytes
                                  + 2 * c.outputs[0].elem.bytes),
-        behavior="memory.bufferize",
         memory=Memory(STORE, off_chip=False),
     ),
     OpSpec(
@@ -113,7 +112,6 @@ ONCHIP_OPS = [
         _streamify,
         on_chip=lambda c, mode: 0 if mode == "paper" else (
             c.inputs["in"].elem.bytes + c.inputs["in"].elem.tile.bytes),
-        behavior="memory.streamify",
         memory=Memory(LOAD, off_chip=False),
     ),
 ]

@@ -191,8 +191,6 @@ SHAPE_OPS = [
          Param("max", "int", doc="outermost merged dim (rank index)"),
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _flatten,
-        behavior="shape.flatten",
-        inner_dims=("min", "max"),
         trace_values=_flatten_values,
     ),
     OpSpec(
@@ -209,8 +207,6 @@ SHAPE_OPS = [
          Param("dim", "str", None, "name for a fresh ragged dim")),
         _reshape,
         outputs=lambda attrs: ["data", "pad"],
-        behavior="shape.reshape",
-        inner_dims=("rank",),
         trace_values=_reshape_values,
     ),
     OpSpec(
@@ -221,8 +217,6 @@ SHAPE_OPS = [
         (Param("in", STREAM, doc="data stream"),
          Param("rank", "int", None, "rank index of the new dim (default: outermost)")),
         _promote,
-        behavior="shape.promote",
-        inner_dims=("rank",),
     ),
     OpSpec(
         "Expand", "shape",
@@ -237,8 +231,6 @@ SHAPE_OPS = [
          Param("sizes", "ints", None, "static sizes (no ref)")),
         _expand,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
-        behavior="shape.expand",
-        repeats=True,
     ),
     OpSpec(
         "Repeat", "shape",
@@ -249,8 +241,6 @@ SHAPE_OPS = [
          Param("count", "int", doc="number of copies")),
         _repeat,
         on_chip=lambda c, mode: c.outputs[0].elem.bytes,
-        behavior="shape.repeat",
-        repeats=True,
         trace_values=_repeat_values,
     ),
     OpSpec(
@@ -259,8 +249,6 @@ SHAPE_OPS = [
         "Pairs two streams of equal shape element by element into a stream of tuples.",
         (Param("a", STREAM, doc="first stream"), Param("b", STREAM, doc="second stream")),
         _zip,
-        behavior="shape.zip_",
-        inner_dims=(),
         trace_values=_zip_values,
     ),
 ]

@@ -55,7 +55,6 @@ SOURCE_OPS = [
         (Param("name", "str", doc="the name a trace binds to"),
          Param("type", "type", doc="the declared stream type")),
         _external,
-        behavior="source.external",
         external=True,
     ),
     OpSpec(
@@ -68,8 +67,6 @@ SOURCE_OPS = [
          Param("n", "int", doc="number of targets"),
          Param("onehot", "bool", False, "one selector per id instead of per row")),
         _select_gen,
-        behavior="source.select_gen",
-        reads_tensor=True,
     ),
     OpSpec(
         "MetadataGen", "source",
@@ -78,8 +75,6 @@ SOURCE_OPS = [
         "one element per tensor entry.",
         (Param("tensor", "tensor", doc="integer tensor"),),
         _metadata_gen,
-        behavior="source.metadata_gen",
-        reads_tensor=True,
     ),
     OpSpec(
         "Sink", "sink",
@@ -88,7 +83,5 @@ SOURCE_OPS = [
         (Param("in", STREAM, doc="stream to discard"),),
         _sink,
         outputs=lambda attrs: [],
-        behavior="source.sink",
-        inner_dims=(),
     ),
 ]

@@ -31,7 +31,14 @@ from stepc.ops.functions import CONTRACTION, ELEMENTWISE, FUNCTIONS, GROUP
 from stepc.ops.offchip import affine_view, tiled_shape
 from stepc.rewrite import memory
 from stepc.rewrite.draft import Change
-from stepc.rewrite.passing import broadcasting, pass_through, repeat, unzip
+from stepc.rewrite.passing import (
+    INNER_DIMS,
+    REPEATS,
+    broadcasting,
+    pass_through,
+    repeat,
+    unzip,
+)
 from stepc.rewrite.products import contraction, dynamic_rows
 from stepc.rewrite.subtiles import (
     SPLIT,
@@ -98,7 +105,7 @@ class Downtile(Rewrite):
                 ok = self.split(self.out_type(node).elem) is not None
                 if self.splits(self.out_type(node).elem):
                     real.update(outs)
-            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
+            elif spec.fan_out or node.op in INNER_DIMS or node.op in REPEATS:
                 ok = any(k in can for k in tiles)
             else:
                 ok = self.feasible(node)
@@ -113,7 +120,7 @@ class Downtile(Rewrite):
             ins = [(e.src, e.port) for e in prog.in_edges(name)]
             if spec.memory is not None and spec.memory.direction == STORE:
                 want = True
-            elif spec.fan_out or spec.inner_dims is not None or spec.repeats:
+            elif spec.fan_out or node.op in INNER_DIMS or node.op in REPEATS:
                 want = any(k in wanted for k in outs)
             else:
                 tiles = [k for k in ins if isinstance(self.typed.types[k].elem, Tile)]
@@ -178,11 +185,11 @@ class Downtile(Rewrite):
                 return self.store(node, ins)
         if spec.fn_use is not None:
             return self.compute(node, ins)
-        if spec.repeats and ins and isinstance(ins[0], Sub):
+        if node.op in REPEATS and ins and isinstance(ins[0], Sub):
             out = repeat(self, node, ins)
             if out is not None:
                 return out
-        if spec.inner_dims is not None and any(isinstance(v, SPLIT) for v in ins):
+        if node.op in INNER_DIMS and any(isinstance(v, SPLIT) for v in ins):
             return pass_through(self, node, ins)
         if any(isinstance(v, SPLIT) for v in ins):
             self.note(node, "kept", "reads logical tiles: its inputs are packed back")

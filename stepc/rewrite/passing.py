@@ -3,13 +3,13 @@ element-wise maps. A logical tile is `down` x `across` sub-tiles, the two innerm
 its stream, so:
 
 - an operator that moves elements by dims (Partition, Reassemble, Parallelize, EagerMerge,
-  Reshape, Flatten, Promote, Broadcast, Sink; record field `inner_dims`) takes them with
+  Reshape, Flatten, Promote, Broadcast, Sink; the table `INNER_DIMS`) takes them with
   its dim attributes shifted by two: a chunk, a merged or a routed element keeps its
-  sub-tiles together; outputs with one element per chunk (EagerMerge's selector, record
-  field `chunk_outputs`) are unchanged;
+  sub-tiles together; outputs with one element per chunk (EagerMerge's selector,
+  `CHUNK_OUTPUTS`) are unchanged;
 - Zip of two streams split alike pairs their sub-tiles (`Zipped`);
-- an operator that emits each element several times (Repeat, Expand; record field
-  `repeats`) must repeat a logical tile's sub-tiles as one group: they are buffered
+- an operator that emits each element several times (Repeat, Expand; `REPEATS`) must
+  repeat a logical tile's sub-tiles as one group: they are buffered
   (Bufferize, rank 2), the buffer references repeated by the operator itself and read back
   (Streamify), as the appendix's figure repeats its operands. An Expand's reference is
   read only for its shape: a sub-tiled one is replaced by a stream of its logical shape
@@ -36,10 +36,24 @@ from stepc.rewrite.subtiles import RESHAPE, SPLIT, Sub, Zipped, origin
 from stepc.rewrite.walk import copy, plain_attrs
 from stepc.types import Tile, Tuple
 
+# Operators that move elements without reading them, so their inputs may carry extra
+# innermost dims (sub-tiles) that they pass through -> their attributes that are dim indices
+# counted from the innermost, shifted by those dims.
+INNER_DIMS = {
+    "Partition": ("rank",), "Reassemble": ("rank",), "EagerMerge": ("rank",),
+    "Parallelize": ("rank",), "Broadcast": (), "Flatten": ("min", "max"), "Reshape": ("rank",),
+    "Promote": ("rank",), "Zip": (), "Sink": (),
+}
+# Operator -> its outputs with one element per chunk (a selector), which extra inner dims on
+# its inputs leave as they are.
+CHUNK_OUTPUTS = {"EagerMerge": ("sel",)}
+# Operators that emit each element (or each group of inner dims) several times, holding it
+# meanwhile: a logical tile's sub-tiles are held and re-read as one group.
+REPEATS = {"Expand", "Repeat"}
+
 
 def pass_through(rw, node, ins):
     """`node` on sub-tiles, its dim attributes shifted; None when it cannot take them."""
-    spec = OPS[node.op]
     subs = [v for v in ins if isinstance(v, SPLIT)]
     first = subs[0]
     if any((v.down, v.across) != (first.down, first.across) for v in subs):
@@ -47,11 +61,12 @@ def pass_through(rw, node, ins):
         return None
     for port, out_name in enumerate(node.outputs):
         t = rw.out_type(node, port)
-        if not isinstance(t.elem, (Tile, Tuple)) and out_name not in spec.chunk_outputs \
+        if not isinstance(t.elem, (Tile, Tuple)) \
+                and out_name not in CHUNK_OUTPUTS.get(node.op, ()) \
                 and (node.name, port) in rw.read:
             return None  # a side output (a padding mask) would change shape
     attrs = plain_attrs(node)
-    for key in spec.inner_dims:
+    for key in INNER_DIMS[node.op]:
         if node.attrs.get(key) is not None:
             attrs[key] = node.attrs[key] + 2
     if _reshapes_dynamic(rw.typed, node):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stepc.ops.functions import FUNCTIONS
+from stepc.sim.behaviors.table import behavior
 from stepc.sim.fabric import fn_flops
 from stepc.sim.kernel import PEEK, POP, SEND, SimError
 from stepc.sim.tokens import TileVal, with_last
@@ -48,6 +49,7 @@ def _dtype(node, info, args) -> str:
     return getattr(elem, "dtype", None) or args[0].dtype
 
 
+@behavior("Map")
 def map_(ctx, node, ins, outs, env, info):
     """Hold-the-input: peek, compute, send, then release (reference ordering)."""
     chans, out = _inputs(ins), outs[0]
@@ -74,6 +76,7 @@ def map_(ctx, node, ins, outs, env, info):
             yield (POP, ch)
 
 
+@behavior("Accum")
 def accum(ctx, node, ins, outs, env, info):
     """Per element: roofline, release, accumulate; on a stop >= rank: emit and reset."""
     chans, out = _inputs(ins), outs[0]
@@ -118,6 +121,7 @@ def accum(ctx, node, ins, outs, env, info):
             acc, fresh = None, True
 
 
+@behavior("Scan")
 def scan(ctx, node, ins, outs, env, info):
     """Like Accum, but emits the accumulator after every element."""
     chans, out = _inputs(ins), outs[0]
@@ -151,6 +155,7 @@ def scan(ctx, node, ins, outs, env, info):
             acc, fresh = None, True
 
 
+@behavior("FlatMap")
 def flatmap(ctx, node, ins, outs, env, info):
     """Expand each element into an inner stream; its stop lands on the last piece."""
     chans, out = _inputs(ins), outs[0]

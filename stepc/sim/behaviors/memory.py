@@ -8,6 +8,7 @@ from collections import deque
 
 import numpy as np
 
+from stepc.sim.behaviors.table import behavior
 from stepc.sim.hbm import Addresses, tiled_shape
 from stepc.sim.kernel import AWAIT, FIRST, ISSUE, PEEK, POP, RECV, SEND, SimError
 from stepc.sim.tokens import BufferVal, TileVal, iter_stops, iter_view_indices, with_last
@@ -113,6 +114,7 @@ class InFlight:
             yield from self.finish_oldest()
 
 
+@behavior("LinearOffChipLoad")
 def linear_load(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
@@ -157,6 +159,7 @@ def linear_load(ctx, node, ins, outs, env, info):
         yield (POP, ref)
 
 
+@behavior("LinearOffChipStore")
 def linear_store(ctx, node, ins, outs, env, info):
     tref = node.attrs["tensor"]
     src = ins["in"]
@@ -200,6 +203,7 @@ def _write_tile(written: np.ndarray, tref, index: int, t: TileVal) -> None:
     sub[r * t.rows:(r + 1) * t.rows, c * t.cols:(c + 1) * t.cols] = t.data
 
 
+@behavior("RandomOffChipLoad")
 def random_load(ctx, node, ins, outs, env, info):
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
@@ -239,6 +243,7 @@ def random_load(ctx, node, ins, outs, env, info):
         yield (POP, addr)
 
 
+@behavior("RandomOffChipStore")
 def random_store(ctx, node, ins, outs, env, info):
     tref = node.attrs["tensor"]
     waddr, wdata = ins["waddr"], ins["wdata"]
@@ -283,6 +288,7 @@ def random_store(ctx, node, ins, outs, env, info):
         yield (POP, wdata)
 
 
+@behavior("Bufferize")
 def bufferize(ctx, node, ins, outs, env, info):
     b = node.attrs["rank"]
     src, out = ins["in"], outs[0]
@@ -318,6 +324,7 @@ def _buffer_shape(elems, b: int) -> tuple[int, ...]:
                  for k in range(b - 1, -1, -1))
 
 
+@behavior("Streamify")
 def streamify(ctx, node, ins, outs, env, info):
     a = node.attrs
     src, ref, out = ins["in"], ins.get("ref"), outs[0]

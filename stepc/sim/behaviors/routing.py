@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepc.sim.behaviors.table import behavior
 from stepc.sim.kernel import PEEK, POP, RECV, RESERVE, SELECT, SEND, SEND_AT, SimError
 from stepc.sim.tokens import TileVal
 
@@ -18,6 +19,7 @@ def _store_cycles(env, node, p) -> int:
     return 0
 
 
+@behavior("Partition")
 def partition(ctx, node, ins, outs, env, info):
     """Per selector element: route the next rank-p chunk to every selected output.
     Timing is additive (reference): load, release, switch + write-back, then the sends."""
@@ -64,6 +66,7 @@ def partition(ctx, node, ins, outs, env, info):
                 break
 
 
+@behavior("Reassemble")
 def reassemble(ctx, node, ins, outs, env, info):
     """Per selector element: copy one chunk from each selected input, earliest available
     first, never interleaving chunks; the group closes one level above the chunks."""
@@ -114,6 +117,7 @@ def reassemble(ctx, node, ins, outs, env, info):
                     break
 
 
+@behavior("EagerMerge")
 def eager_merge(ctx, node, ins, outs, env, info):
     """Forward whole chunks in arrival order; emit a one-hot selector per chunk."""
     srcs = ins["ins"]
@@ -142,6 +146,7 @@ def eager_merge(ctx, node, ins, outs, env, info):
                 break
 
 
+@behavior("Parallelize")
 def parallelize(ctx, node, ins, outs, env, info):
     """Deal chunks round-robin; blocking sends (a slow consumer stalls the dealer)."""
     src = ins["in"]
@@ -161,6 +166,7 @@ def parallelize(ctx, node, ins, outs, env, info):
             j += 1
 
 
+@behavior("Broadcast")
 def broadcast(ctx, node, ins, outs, env, info):
     """Release the input on arrival, wait until every output has room, then send every copy
     with one stamp (the slowest consumer back-pressures all)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from stepc.sim.behaviors.table import behavior
 from stepc.sim.kernel import PEEK, POP, RECV, SEND, SEND_AT, SimError
 from stepc.sim.tokens import TileVal, iter_stops, with_last
 
 
+@behavior("Flatten")
 def flatten(ctx, node, ins, outs, env, info):
     lo, hi = node.attrs["min"], node.attrs["max"]
     src, out = ins["in"], outs[0]
@@ -31,6 +33,7 @@ def _pad_like(val, functional: bool):
     return val
 
 
+@behavior("Reshape")
 def reshape(ctx, node, ins, outs, env, info):
     """Split dim D_b into chunks of `chunk`; at b = 0 a partial last chunk is padded."""
     size, b = node.attrs["chunk"], node.attrs["rank"]
@@ -78,6 +81,7 @@ def reshape(ctx, node, ins, outs, env, info):
             yield from emit(val, s, False)
 
 
+@behavior("Promote")
 def promote(ctx, node, ins, outs, env, info):
     """Outermost (default): the last element's stop rises by one (needs a lookahead).
     At rank p: stops >= p rise by one."""
@@ -100,6 +104,7 @@ def promote(ctx, node, ins, outs, env, info):
             yield (SEND, out, val, s)
 
 
+@behavior("Expand")
 def expand(ctx, node, ins, outs, env, info):
     """Repeat each element over the reference's inner group (or static sizes), holding the
     element until its last copy is sent (like Repeat: its FIFO slot stays occupied)."""
@@ -132,6 +137,7 @@ def expand(ctx, node, ins, outs, env, info):
         yield (POP, src)
 
 
+@behavior("Repeat")
 def repeat(ctx, node, ins, outs, env, info):
     """Copy i is stamped clock + i; then the clock advances by the count (reference)."""
     n = node.attrs["count"]
@@ -148,6 +154,7 @@ def repeat(ctx, node, ins, outs, env, info):
         yield (POP, src)
 
 
+@behavior("Zip")
 def zip_(ctx, node, ins, outs, env, info):
     a, b, out = ins["a"], ins["b"], outs[0]
     while True:

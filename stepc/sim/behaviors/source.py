@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepc.sim.behaviors.table import behavior
 from stepc.sim.kernel import RECV, SEND
 from stepc.sim.tokens import int_tile, stops_for_shape
 
@@ -14,10 +15,12 @@ def _emit(ctx, out, elements):
         ctx.t += 1
 
 
+@behavior("External")
 def external(ctx, node, ins, outs, env, info):
     yield from _emit(ctx, outs[0], env.externals[node.name])
 
 
+@behavior("SelectGen")
 def select_gen(ctx, node, ins, outs, env, info):
     ids = env.tensors[node.attrs["tensor"].name]
     t = node.attrs["tensor"]
@@ -41,6 +44,7 @@ def select_gen(ctx, node, ins, outs, env, info):
     yield from _emit(ctx, outs[0], elems)
 
 
+@behavior("MetadataGen")
 def metadata_gen(ctx, node, ins, outs, env, info):
     t = node.attrs["tensor"]
     arr = env.tensors[t.name]
@@ -50,6 +54,7 @@ def metadata_gen(ctx, node, ins, outs, env, info):
     yield from _emit(ctx, outs[0], elems)
 
 
+@behavior("Sink")
 def sink(ctx, node, ins, outs, env, info):
     src = ins["in"]
     while True:

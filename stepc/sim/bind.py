@@ -1,0 +1,93 @@
+"""The dims a run determines: counted on its FIFOs, taken from merged tiles' inputs and
+from the dims inferred for declared streams' unknown (`?`) dims, pass after pass."""
+
+from __future__ import annotations
+
+import sympy
+
+from stepc.typecheck.checker import TypedProgram
+from stepc.types import StreamType, Tile
+
+
+def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dict[str, sympy.Expr]:
+    """The program's symbolic dims as a run determined them: `bindings` (those its data
+    fixed) and those the element counts of its FIFOs (`chans`, by edge) fix."""
+    counts = {}
+    for (src, port, _dst, _slot), ch in chans.items():
+        st = typed.types.get((src, port))
+        if st is not None and any(d.free_symbols for d in st.shape):
+            counts[(src, port)] = (st, ch.count)
+    merges, declared = _merged_tiles(typed), _declared_dims(typed)
+    while True:  # each pass can fix dims that the next pass needs
+        known = len(bindings)
+        values = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()}
+        for st, count in counts.values():
+            _bind_from_count(st, count, bindings, values)
+        for sym, dims in merges:
+            _bind_largest(sym, dims, bindings, values)
+        for sym, dim in declared:
+            _bind_declared(sym, dim, bindings, values)
+        if len(bindings) == known:
+            break
+    return {k: sympy.sympify(v) for k, v in bindings.items()}
+
+
+def _bind_from_count(st: StreamType, count: int, bindings: dict, values: dict) -> None:
+    """A stream whose shape has one unknown symbol as a dim: its element count fixes it
+    (to the mean, for a ragged dim, which keeps cardinalities exact)."""
+    unknown = [d for d in st.shape if d.free_symbols and not d.free_symbols <= values.keys()]
+    if len(unknown) != 1 or not unknown[0].is_Symbol or unknown[0].name in bindings:
+        return
+    sym = unknown[0]
+    others = sympy.Mul(*[d for d in st.shape if d is not sym]).xreplace(values)
+    if others.free_symbols or others == 0:
+        return
+    bindings[sym.name] = sympy.Rational(count, int(others))
+
+
+def _merged_tiles(typed: TypedProgram) -> list[tuple[sympy.Symbol, list[sympy.Expr]]]:
+    """The tile dims that merging dynamically sized tiles creates (EagerMerge, Reassemble:
+    a fresh row count), each with the same dim of the merged inputs' tiles."""
+    out = []
+    for name, _node in typed.program.nodes.items():
+        st = typed.types.get((name, 0))
+        tile = getattr(st, "elem", None)
+        if not isinstance(tile, Tile) or not tile.rows.is_Symbol:
+            continue
+        ins = [typed.types.get((e.src, e.port)) for e in typed.program.in_edges(name)]
+        rows = [t.elem.rows for t in ins if isinstance(getattr(t, "elem", None), Tile)]
+        if len(rows) > 1 and all(r != tile.rows for r in rows):
+            out.append((tile.rows, rows))
+    return out
+
+
+def _bind_largest(sym: sympy.Symbol, dims: list, bindings: dict, values: dict) -> None:
+    """A merged tile's row count, once its inputs' are known: the largest of them, the
+    tile that the buffers downstream of the merge must hold."""
+    if sym.name in bindings:
+        return
+    known = [sympy.sympify(d).xreplace(values) for d in dims]
+    if all(k.is_number for k in known):
+        bindings[sym.name] = max(known)
+
+
+def _declared_dims(typed: TypedProgram) -> list[tuple[sympy.Symbol, sympy.Expr]]:
+    """The unknown (`?`) dims of declared streams, each with the dim inferred for it."""
+    out = []
+    for key, decl in typed.declared.items():
+        inferred = typed.types.get(key)
+        if inferred is None or len(decl.shape) != len(inferred.shape):
+            continue
+        pairs = list(zip(decl.shape, inferred.shape))
+        if isinstance(decl.elem, Tile) and isinstance(inferred.elem, Tile):
+            pairs += [(decl.elem.rows, inferred.elem.rows), (decl.elem.cols, inferred.elem.cols)]
+        out += [(d, i) for d, i in pairs if d.is_Symbol and d != i]
+    return out
+
+
+def _bind_declared(sym: sympy.Symbol, dim, bindings: dict, values: dict) -> None:
+    """A declared stream's unknown dim takes the value of the dim inferred for it."""
+    if sym.name not in bindings:
+        known = sympy.sympify(dim).xreplace(values)
+        if known.is_number:
+            bindings[sym.name] = known
