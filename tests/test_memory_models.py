@@ -1,9 +1,12 @@
-"""Memory models behind one registry: adding one takes its own module and one entry of
-`stepc.hw.memory.MEMORY_MODELS` (CONTRIBUTING.md, "Adding a memory model")."""
+"""Memory models behind one registry: adding one takes its own module (which registers its
+builder with the simulator) and one entry of `stepc.hw.memory.MEMORY_MODELS`
+(CONTRIBUTING.md, "Adding a memory model")."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from stepc.api import load
 from stepc.cli import main
 from stepc.hw.config import load_config, unused_keys
 from stepc.hw.memory import MEMORY_MODELS, MemorySpec
+from stepc.sim.hbm.table import BUILDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 SWIGLU = str(ROOT / "programs" / "swiglu.step")
@@ -25,9 +29,11 @@ FIXED = '''
 
     import math
 
+    from stepc.sim.hbm.table import memory_model
     from stepc.sim.hbm.window import MemoryModel
 
 
+    @memory_model("fixed")
     def from_config(kernel, hw):
         return FixedMemory(kernel, hw)
 
@@ -56,10 +62,14 @@ FIXED = '''
 
 @pytest.fixture
 def fixed_model(tmp_path, monkeypatch):
-    """The `fixed` model: its module in a directory on the path, and its registry entry."""
+    """The `fixed` model: its module (imported, it registers its builder) and its registry
+    entry."""
     (tmp_path / "fixed_memory.py").write_text(textwrap.dedent(FIXED))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(MEMORY_MODELS, "fixed", MemorySpec("fixed_memory"))
+    monkeypatch.setitem(MEMORY_MODELS, "fixed", MemorySpec())
+    importlib.import_module("fixed_memory")
+    yield
+    del BUILDERS["fixed"], sys.modules["fixed_memory"]
 
 
 def sim_cycles(*sets: str) -> int:
@@ -92,13 +102,14 @@ def test_an_unregistered_model_is_refused_with_the_registry_names(fixed_model):
         in result.output
 
 
-def test_every_registered_model_names_a_simulator_on_the_simulator_floor():
-    """The registry names each model's module by string: each is a module under
-    stepc/sim/hbm/ with `from_config`."""
-    import importlib
-    for name, spec in MEMORY_MODELS.items():
-        assert spec.simulator.startswith("stepc.sim.hbm."), name
-        assert callable(importlib.import_module(spec.simulator).from_config), name
+def test_every_configured_model_has_a_simulator_and_every_simulator_a_name():
+    assert sorted(BUILDERS) == sorted(MEMORY_MODELS)
+
+
+def test_a_model_registered_twice_is_an_error():
+    from stepc.sim.hbm.table import memory_model
+    with pytest.raises(ValueError, match="memory model ref already has a builder"):
+        memory_model("ref")(lambda kernel, hw: None)
 
 
 def test_the_docs_list_every_registered_model():

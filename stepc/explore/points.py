@@ -44,10 +44,8 @@ def code_digest() -> str:
 
 def record_sources(root: Path) -> set[str]:
     """The package's Python files (relative to `root`) a record can depend on: the modules
-    `RECORD_ENTRY` imports, transitively, imports inside functions included. A subpackage
-    that imports modules by computed name (the simulator's memory models) brings every module
-    beside its `__init__`; the root package's lazy names are the public API's, not a
-    record's."""
+    `RECORD_ENTRY` imports, transitively, imports inside functions included (the root
+    package's lazy names are the public API's, not a record's)."""
     seen: dict[str, Path] = {}
     todo = [RECORD_ENTRY]
     while todo:
@@ -58,18 +56,7 @@ def record_sources(root: Path) -> set[str]:
         seen[name] = path
         todo += _imported_modules(path, name)
         todo.append(name.rpartition(".")[0])  # importing a module runs its package's init
-        if path.name == "__init__.py" and path.parent != root and _imports_by_name(path):
-            todo += [".".join(("stepc", *p.relative_to(root).with_suffix("").parts))
-                     for p in path.parent.glob("*.py")]
     return {p.relative_to(root).as_posix() for p in seen.values()}
-
-
-def _imports_by_name(path: Path) -> bool:
-    """Whether the file calls `import_module` with a name it computes."""
-    return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", ""))
-               == "import_module" and not isinstance(n.args[0], ast.Constant)
-               for n in ast.walk(ast.parse(path.read_bytes())) if isinstance(n, ast.Call)
-               and n.args)
 
 
 def _module_file(root: Path, name: str) -> Path | None:

@@ -1,10 +1,10 @@
 """The off-chip memory models `hbm.model` names, in one table (`MEMORY_MODELS`).
 
 Each entry says what the configuration layer must know of a model without running it: the
-module under `stepc/sim/` that simulates it, the configuration sections it reads besides
+configuration sections it reads besides
 [fabric] and [hbm], its peak bandwidth and the keys that bandwidth reads, the keys it
 ignores and why, the channels its requests reach, and a check of its [hbm] values. The
-simulator builds a model with its module's `from_config(kernel, hw)`.
+simulator registers a builder under the same name (`stepc.sim.hbm.table.memory_model`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ class MemorySpec:
     """One memory model as the configuration layer sees it (`hw` is a `HardwareConfig`,
     which this module lies below)."""
 
-    simulator: str  # the module under stepc/sim/ whose `from_config(kernel, hw)` builds it
     peak_bw: Callable = pool_bw  # hw -> bytes/cycle before the arbiter
     peak_keys: Callable = lambda hw: POOL_KEYS  # hw -> the dotted keys `peak_bw` reads
     sections: tuple[str, ...] = ()  # sections read besides [fabric] and [hbm]
@@ -104,14 +103,13 @@ DRAM_PEAK_KEYS = frozenset({
     "dram.mapping"})
 
 MEMORY_MODELS: dict[str, MemorySpec] = {
-    "ref": MemorySpec("stepc.sim.hbm.ref"),
+    "ref": MemorySpec(),
     "fluid": MemorySpec(
-        "stepc.sim.hbm.fluid",
         ignores=lambda hw: {"hbm.outstanding":
                             "the fluid model serves whole bursts, not requests"},
         screen=True),
     "dram": MemorySpec(
-        "stepc.sim.hbm.dram", peak_bw=dram_peak_bw, peak_keys=lambda hw: DRAM_PEAK_KEYS,
+        peak_bw=dram_peak_bw, peak_keys=lambda hw: DRAM_PEAK_KEYS,
         sections=("dram",), ignores=dram_ignores,
         reachable_channels=dram_reachable_channels, check=dram_check),
 }

@@ -8,17 +8,16 @@ is visible. `addr` describes the burst's byte addresses (`Addresses`), which a m
 - `fluid` (`fluid.py`): a bandwidth + latency server, O(1) per burst.
 - `dram` (`dram.py`): HBM2/HBM3 banks, rows and buses under an FR-FCFS controller.
 
-Each model's module has `from_config(kernel, hw)`; `stepc.hw.memory.MEMORY_MODELS` names
-the module of each `hbm.model`. All run from the kernel's event heap only when no other
+Each model's module registers its `from_config(kernel, hw)` as the builder of its
+`hbm.model` name (`table.memory_model`); `stepc.hw.memory.MEMORY_MODELS` holds what the
+configuration knows of each name. All run from the kernel's event heap only when no other
 context can run, so every burst that could start at a cycle is known before that cycle is
 served.
 """
 
-from importlib import import_module
-
 from stepc.hw.config import HardwareConfig
-from stepc.hw.memory import MEMORY_MODELS
-from stepc.sim.hbm import ref
+from stepc.sim.hbm import dram, fluid, ref  # noqa: F401 (each registers its builder)
+from stepc.sim.hbm.table import BUILDERS
 from stepc.sim.hbm.window import Addresses, MemoryModel, MemoryStats, tiled_shape
 
 __all__ = ["Addresses", "MemoryModel", "MemoryStats", "make_memory", "tiled_shape"]
@@ -28,7 +27,7 @@ def make_memory(kernel, hw: HardwareConfig, ref_strategy: str = "auto") -> Memor
     """The configured memory model; `ref_strategy` (one of `ref.STRATEGIES`) says how the
     `ref` model serves its windows (same cycles whichever)."""
     if ref_strategy == "auto":
-        return import_module(MEMORY_MODELS[hw.hbm.model].simulator).from_config(kernel, hw)
+        return BUILDERS[hw.hbm.model](kernel, hw)
     if hw.hbm.model != "ref":
         raise ValueError(f"ref_strategy {ref_strategy!r} applies to hbm.model = ref, "
                          f"not {hw.hbm.model}")

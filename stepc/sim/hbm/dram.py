@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from stepc.hw.memory import mapping_fields
+from stepc.sim.hbm.table import memory_model
 from stepc.sim.hbm.window import Addresses, WindowedMemory, tiled_shape
 from stepc.types import DTYPE_BYTES
 
@@ -64,6 +65,7 @@ def bank_geometry(hw) -> tuple[int, int]:
     return span, sizes["Ba"]
 
 
+@memory_model("dram")
 def from_config(kernel, hw) -> DramHbm:
     return DramHbm(kernel, hw)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 from stepc.hw.config import Hbm
+from stepc.sim.hbm.table import memory_model
 from stepc.sim.hbm.window import Burst, MemoryModel
 
 
+@memory_model("fluid")
 def from_config(kernel, hw) -> FluidHbm:
     return FluidHbm(kernel, hw.hbm)
 

@@ -13,6 +13,7 @@ from stepc.hw.config import Hbm
 from stepc.sim.hbm.ref_in_order import serve_in_order
 from stepc.sim.hbm.ref_periodic import serve_periodic
 from stepc.sim.hbm.ref_serve import serve_window
+from stepc.sim.hbm.table import memory_model
 from stepc.sim.hbm.window import WindowedMemory
 
 
@@ -46,6 +47,7 @@ STRATEGIES = {
 }
 
 
+@memory_model("ref")
 def from_config(kernel, hw, strategy: str = "auto") -> RefHbm:
     """The reference pool, serving its windows the way `strategy` says."""
     return RefHbm(kernel, hw.hbm, want_first=hw.fabric.stream_tile, strategy=strategy)
