@@ -35,7 +35,7 @@ def import_cmd(graph, out, force):
         check_new_output("-o", out, force)
     try:
         from stepc.api.program import import_graph
-        from stepc.interop import GraphFileError, InteropError, InvalidGraphError
+        from stepc.interop.read.reader import GraphFileError, InteropError, InvalidGraphError
     except ImportError:
         click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
@@ -92,8 +92,8 @@ def export_cmd(file, out, defines, hw, traces, force):
         click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
         sys.exit(EXIT_USAGE)
     try:
-        from stepc.interop import InteropError
-        from stepc.interop.export import export_program
+        from stepc.interop.read.reader import InteropError
+        from stepc.interop.write.export import export_program
     except ImportError:
         click.echo("stepc: error: `export` needs protobuf: pip install 'stepc[interop]'",
                    err=True)
