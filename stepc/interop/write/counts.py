@@ -43,7 +43,10 @@ def _static(shape) -> list[int] | None:
 
 
 def _apply(fn, values: list[np.ndarray]) -> np.ndarray:
-    return np.asarray(FUNCTIONS[fn.name].ints(values, dict(fn.kwargs)), dtype=np.int64)
+    """The integers `fn` computes of `values` (an integer function: it has `ints`)."""
+    ints = FUNCTIONS[fn.name].ints
+    assert ints is not None, fn.name
+    return np.asarray(ints(values, dict(fn.kwargs)), dtype=np.int64)
 
 
 def precomputed(x: NodeExport, op, fn) -> None:

@@ -96,8 +96,8 @@ def _id_order(p, path: str) -> list[str]:
             continue
         closer = next((n for n in sorted(loop, key=order.index) if _closes(p, n, loop)), None)
         if closer is None:
-            names = [f"`{n}`" for n in sorted(loop, key=order.index)]
-            names = ", ".join(names[:6] + ["..."] * (len(names) > 6))
+            quoted = [f"`{n}`" for n in sorted(loop, key=order.index)]
+            names = ", ".join(quoted[:6] + ["..."] * (len(quoted) > 6))
             raise InteropError(path, f"the loop through {names} is closed by no "
                                "EagerMerge whose selector output carries it back: the format "
                                "declares no feedback streams, and its readers know a loop only "
