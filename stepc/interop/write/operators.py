@@ -81,7 +81,7 @@ def reshape(x: NodeExport, op) -> None:
         tile = x.in_type(0).elem
         m.tile_row, m.tile_col = int(tile.rows), int(tile.cols)
 
-def map(x: NodeExport, op) -> None:
+def map_(x: NodeExport, op) -> None:
     fn = x.node.attrs["fn"]
     if unsayable_integer_map(fn):
         return precomputed(x, op, fn)
@@ -290,7 +290,7 @@ HANDLERS = {
     "Flatten": flatten,
     "Repeat": repeat,
     "Reshape": reshape,
-    "Map": map,
+    "Map": map_,
     "Accum": accum,
     "External": external,
     "Partition": partition,
