@@ -56,10 +56,10 @@ GRAPH_SUFFIX = ".pb"  # the reference toolchain's ProgramGraph files
 
 
 def import_graph_file(path: str, out_dir: str | None = None):
-    """The program `stepc import` writes for a graph file (`stepc.interop.Imported`),
-    compiled under the name `GRAPH.pb (imported)`. Raises ImportError without protobuf and
-    `InteropError` for a graph stepc cannot read or say."""
-    from stepc.interop import import_graph  # protobuf is needed only here
+    """The program `stepc import` writes for a graph file (`Imported`, of
+    stepc.interop.read.to_step), compiled under the name `GRAPH.pb (imported)`. Raises
+    ImportError without protobuf and `InteropError` for a graph stepc cannot read or say."""
+    from stepc.interop.read.to_step import import_graph  # protobuf is needed only here
 
     name = f"{path} (imported)"
     where = os.path.normpath(path)
@@ -70,7 +70,7 @@ def import_graph_file(path: str, out_dir: str | None = None):
 def _compile_graph(path: str, overrides: dict[str, int]) -> Compiled:
     """A `.pb` graph imported and compiled once (again only to apply overrides)."""
     try:
-        from stepc.interop import GraphFileError, InteropError
+        from stepc.interop.read.reader import GraphFileError, InteropError
     except ImportError:
         raise StepError([Diagnostic(UNREADABLE_GRAPH,
                                     Severity.ERROR, f"{path}: reading STeP IR graphs "

@@ -39,9 +39,7 @@ FLOORS = [
     ("stepc.sim", "stepc.viz"),
     ("stepc.measure",),
     ("stepc.explore", "stepc.fifo", "stepc.tune", "stepc.reproduction", "stepc.torch",
-     "stepc.tasks", "stepc.rewrite",
-     "stepc.interop.export", "stepc.interop.export_kv", "stepc.interop.export_counts",
-     "stepc.interop.export_channels", "stepc.interop.export_ops", "stepc.interop.stream_shapes"),
+     "stepc.tasks", "stepc.rewrite", "stepc.interop.write"),
     # every text report, drawn from the results of the floors below
     ("stepc.report",),
     ("stepc.api",),

@@ -30,6 +30,8 @@ def run(*args: str):
 def test_ctrl_c_exits_130_with_one_line(command, tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
+    monkeypatch.setattr("stepc.api.check", interrupt)  # as the use cases call it (first:
+    # stepc.api's name is looked up, and restored, before its module's is patched)
     monkeypatch.setattr("stepc.api.program.check", interrupt)
     monkeypatch.setattr("stepc.api.check", interrupt)  # as the use cases name it
     args = [a.format(tmp=tmp_path) for a in command]

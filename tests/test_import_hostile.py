@@ -22,8 +22,8 @@ from test_interop import GRAPHS
 import stepc
 from stepc.cli import main
 from stepc.hw import load_config
-from stepc.interop.export import export_program
 from stepc.interop.schema import ProgramGraph
+from stepc.interop.write.export import export_program
 
 REPO = Path(__file__).resolve().parents[1]
 CASE_SECONDS = 30  # one import and its check; the slowest seed takes ~4 s on a quiet core
@@ -255,7 +255,7 @@ def test_names_cannot_add_lines_to_the_program(tmp_path, exported_seeds):
 def test_folding_a_chain_that_does_not_fold_takes_linear_time():
     """Each statement reads the one before: no loop. It was tried again from every statement
     of the run (2,000 statements: 25 s)."""
-    from stepc.interop.fold import Unit, fold
+    from stepc.interop.read.fold import Unit, fold
     units = [Unit(f"b_{i} = Broadcast(b_{i - 1}[0], consumers=1)", f"op {i}")
              for i in range(1, 10_001)]
     start = time.perf_counter()
@@ -265,7 +265,7 @@ def test_folding_a_chain_that_does_not_fold_takes_linear_time():
 
 def test_ten_thousand_operators_of_one_name_get_short_names():
     """Each clash added an underscore: names of 10,000 characters, and quadratic time."""
-    from stepc.interop.writer import Writer
+    from stepc.interop.read.writer import Writer
     w = Writer("g.pb", ".")
     names = [w.unique("same", i) for i in range(10_000)]
     assert len(set(names)) == 10_000 and names[:3] == ["same", "same_", "same_2"]
@@ -274,7 +274,7 @@ def test_ten_thousand_operators_of_one_name_get_short_names():
 
 def test_a_ring_of_eager_merges_is_ordered_in_linear_time():
     """The loop finder searched the graph again from every EagerMerge (2,000: 6 s)."""
-    from stepc.interop.reader import parse_graph
+    from stepc.interop.read.reader import parse_graph
     g = ProgramGraph(name="ring")
     n = 10_000
     for i in range(n):

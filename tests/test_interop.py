@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import stepc
 from stepc.cli import main
 from stepc.frontend import import_graph_file as import_graph
-from stepc.interop import InteropError
+from stepc.interop.read.reader import InteropError
 from stepc.interop.schema import ProgramGraph
 
 REPO = Path(__file__).resolve().parents[1]
@@ -390,7 +390,7 @@ def test_folded_import_of_a_moe_graph_has_loops_of_loops(monkeypatch, tmp_path):
     loop; the program analyzes and simulates exactly as with one level of loops (measured:
     837,998 cycles both; unfolded, the statements in the graph's order, 842,340: see
     docs/interop.md)."""
-    from stepc.interop import fold
+    from stepc.interop.read import fold
     graph = str(GRAPHS / "qwen3_moe_b64_timeshare_r16.pb")
     text = import_graph(graph, str(tmp_path)).text
     assert "for e in 0..128 {" in text and "for e in 0..16 {" in text

@@ -13,9 +13,9 @@ import pytest
 import stepc
 from stepc.frontend import import_graph_file as import_graph
 from stepc.hw import load_config
-from stepc.interop import InteropError
-from stepc.interop.export import export_program
+from stepc.interop.read.reader import InteropError
 from stepc.interop.schema import ProgramGraph
+from stepc.interop.write.export import export_program
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = sorted(p.stem for p in (REPO / "programs").glob("*.step"))
@@ -166,6 +166,31 @@ def test_a_loop_no_eager_merge_closes_is_refused(tmp_path):
     with pytest.raises(InteropError, match=r"the loop through `y`, `fb` is closed by no "
                        "EagerMerge whose selector output carries it back"):
         export_program(stepc.load(prog), str(tmp_path / "g.pb"), load_config("paper-eval"))
+
+
+def test_every_operator_the_exporter_claims_is_a_stepc_operator_of_one_family():
+    from stepc.interop.write import kv_cache, operators
+    from stepc.interop.write.export import HANDLERS
+    from stepc.ops import OPS
+    assert set(HANDLERS) <= set(OPS)
+    assert not set(operators.HANDLERS) & set(kv_cache.HANDLERS)
+    assert len(HANDLERS) == len(operators.HANDLERS) + len(kv_cache.HANDLERS)
+
+
+def test_an_operator_no_family_claims_is_refused_by_name(tmp_path):
+    from stepc.interop.write.export import HANDLERS
+    assert "Bufferize" not in HANDLERS
+    prog = tmp_path / "p.step"
+    prog.write_text("tensor X : bf16[64, 64] input\n"
+                    "tensor Y : bf16[64, 64] output\n"
+                    "x = LinearOffChipLoad(X, tile=[16, 16])\n"
+                    "b = Bufferize(x, rank=1)\n"
+                    "LinearOffChipStore(Streamify(b), Y)\n")
+    out = tmp_path / "g.pb"
+    with pytest.raises(InteropError) as e:
+        export_program(stepc.load(prog), str(out), load_config("paper-eval"))
+    assert str(e.value) == (f"{out}: operator `b` (Bufferize): the format has no operator "
+                            "for it (yet)")
 
 
 def test_counts_routed_by_a_selector_read_nowhere_else_are_refused(tmp_path):

@@ -1,15 +1,21 @@
 """`stepc import`: a STeP IR graph (the reference toolchain's ProgramGraph `.pb`) as a
-readable `.step` program."""
+readable `.step` program; `stepc export`: a program as such a graph."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from stepc.cli.common import EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, check_new_output, quick_exit
-from stepc.codes import UNREADABLE_FILE, UNREADABLE_GRAPH
+from stepc.diagnostics import render_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stepc.api import StepError
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -33,32 +39,20 @@ def import_cmd(graph, out, force):
     """
     if out:
         check_new_output("-o", out, force)
+    from stepc.api import InputError, StepError
+    from stepc.app.interop import NeedsProtobuf, import_graph
     try:
-        from stepc.api.program import import_graph
-        from stepc.interop import GraphFileError, InteropError, InvalidGraphError
-    except ImportError:
-        click.echo("stepc: error: `import` needs protobuf: pip install 'stepc[interop]'",
-                   err=True)
-        sys.exit(EXIT_USAGE)
-    try:
-        imported = import_graph(graph, os.path.dirname(out) if out else None)
-        if imported.refusal is not None:  # what it wrote does not check: nothing is written
-            raise imported.refusal
-    except GraphFileError as e:
-        click.echo(f"stepc: error[{UNREADABLE_FILE}]: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-    except InvalidGraphError as e:
-        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-    except InteropError as e:
-        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
-        sys.exit(EXIT_PROGRAM)
+        result = import_graph(graph, out)
+    except NeedsProtobuf:
+        needs_protobuf("import")
+    except InputError as e:
+        coded_error(e, EXIT_USAGE)
+    except StepError as e:
+        coded_error(e, EXIT_PROGRAM)
     if out:
-        from stepc.api.files import write_text
-        write_text(out, imported.text)
-        click.echo(f"wrote {out} ({imported.operators} operators)", err=True)
+        result.render(stderr_console())
     else:
-        click.echo(imported.text, nl=False)
+        click.echo(result.text, nl=False)
     sys.exit(EXIT_OK)
 
 
@@ -85,45 +79,45 @@ def export_cmd(file, out, defines, hw, traces, force):
     Example:
       stepc export programs/swiglu.step -D TB=32 --hw hdl-validation -o swiglu.pb
     """
-    from stepc.cli.common import compiled_or_exit, input_error
+    from stepc.cli.common import input_error, parse_defines
     check_new_output("-o", out, force)
-    side = os.path.splitext(out)[0] + ".npy"  # the side files' directory
+    from stepc.api import InputError, StepError
+    from stepc.app.interop import NeedsProtobuf, export_graph, side_directory
+    side = side_directory(out)
     if os.path.exists(side) and not force:
         click.echo(f"stepc: error: {side} exists; --force overwrites it", err=True)
         sys.exit(EXIT_USAGE)
     try:
-        from stepc.interop import InteropError
-        from stepc.interop.export import export_program
-    except ImportError:
-        click.echo("stepc: error: `export` needs protobuf: pip install 'stepc[interop]'",
-                   err=True)
-        sys.exit(EXIT_USAGE)
-    from stepc.api import InputError
-    from stepc.api.inputs import hardware
-    prog = compiled_or_exit(file, defines).program()
-    try:
-        config, _ = hardware(hw)
-    except InputError as e:
-        input_error(e)
-    from stepc.api.inputs import trace_arrays
-    try:
-        arrays = trace_arrays(dict(t.partition("=")[::2] for t in traces))
+        result = export_graph(file, out, parse_defines(defines), hw,
+                              dict(t.partition("=")[::2] for t in traces))
+    except NeedsProtobuf:
+        needs_protobuf("export")
     except InputError as e:
         input_error(e, traces)
-    try:
-        notes: list[str] = []
-        data, files = export_program(prog, out, config, arrays, notes)
-    except InteropError as e:
-        click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
+    except StepError as e:  # a program the format cannot say
+        coded_error(e, EXIT_PROGRAM)
+    if not result.ok:
+        click.echo(render_text(result.diagnostics, result.sources), err=True, nl=False)
         sys.exit(EXIT_PROGRAM)
-    import numpy as np
-    for name, arr in files.items():
-        os.makedirs(side, exist_ok=True)
-        np.save(os.path.join(side, name), arr)
-    with open(out, "wb") as f:
-        f.write(data)
-    click.echo(f"wrote {out} ({prog.operators} operators)" +
-               (f" and {len(files)} side files in {side}" if files else ""), err=True)
-    for note in notes:
-        click.echo(f"stepc: note: {note}", err=True)
+    result.render(stderr_console())
     sys.exit(EXIT_OK)
+
+
+def needs_protobuf(command: str) -> NoReturn:
+    click.echo(f"stepc: error: `{command}` needs protobuf: pip install 'stepc[interop]'",
+               err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def coded_error(e: StepError, code: int) -> NoReturn:
+    """The interop error `e` as one line, `stepc: error[CODE]: message`, then exit `code`."""
+    for d in e.diagnostics:
+        click.echo(f"stepc: error[{d.code}]: {d.message}", err=True)
+    sys.exit(code)
+
+
+def stderr_console() -> Console:
+    """A plain console on standard error, for what a command reports beside its output."""
+    from rich.console import Console
+    return Console(file=sys.stderr, highlight=False, color_system=None, emoji=False,
+                   soft_wrap=True)

@@ -67,7 +67,7 @@ def dropped_sources(typed) -> frozenset:
     dropped: frozenset = frozenset()
     while True:
         ones = leading_ones(typed, dropped)
-        more = set()
+        more: set[str] = set()
         for name, node in p.nodes.items():
             ins = p.in_edges(name)
             if node.op in PAIRED and len(ins) > 1:

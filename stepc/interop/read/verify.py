@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 from stepc.diagnostics import Severity
-from stepc.interop.reader import InvalidGraphError, printable
-from stepc.interop.writer import Writer
+from stepc.interop.read.reader import InvalidGraphError, printable
+from stepc.interop.read.writer import Writer
 
 _OPS = re.compile(r"# ops? (\d+(?:, \d+)*)")  # a statement's comment: `# op 5`, `# ops 6, 7, ..`
 _TENSOR = re.compile(r"\s*tensor (\w+)")

@@ -8,14 +8,14 @@ import re
 
 import numpy as np
 
-from stepc.interop.pairs import (
+from stepc.interop.read.pairs import (
     input_readers,
     leading_one_flatten,
     producer,
     promoting_reshape,
 )
-from stepc.interop.reader import InteropError, Op, Port, relative_to
-from stepc.interop.writer import Writer
+from stepc.interop.read.reader import InteropError, Op, Port, relative_to
+from stepc.interop.read.writer import Writer
 
 # bytes per element of an off-chip tensor -> its stepc element type (`n_byte` of the loads;
 # the reference keeps f32 tiles and counts 2 bytes when it mocks bf16)

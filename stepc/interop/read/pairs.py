@@ -5,8 +5,8 @@ would meet a stream without it)."""
 
 from __future__ import annotations
 
-from stepc.interop.reader import Op
-from stepc.interop.writer import Writer
+from stepc.interop.read.reader import Op
+from stepc.interop.read.writer import Writer
 
 
 def producer(w: Writer, op: Op) -> Op:

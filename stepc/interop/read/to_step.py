@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepc.codes import UNPROVEN_EQUALITY
-from stepc.interop.fold import Folded, Unit, fold
-from stepc.interop.operators import (
+from stepc.interop.read.fold import Folded, Unit, fold
+from stepc.interop.read.operators import (
     HANDLERS,
     N_BYTE_DTYPES,
     SINKS,
@@ -26,9 +26,16 @@ from stepc.interop.operators import (
     n_byte_dtype,
     with_fifo,
 )
-from stepc.interop.reader import InteropError, InvalidGraphError, Op, Port, printable, read_graph
-from stepc.interop.verify import refusal
-from stepc.interop.writer import Writer
+from stepc.interop.read.reader import (
+    InteropError,
+    InvalidGraphError,
+    Op,
+    Port,
+    printable,
+    read_graph,
+)
+from stepc.interop.read.verify import refusal
+from stepc.interop.read.writer import Writer
 
 
 @dataclass

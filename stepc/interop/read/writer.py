@@ -7,8 +7,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from stepc.interop.bounds import MAX_NAME
-from stepc.interop.reader import InteropError, Op, Port, relative_to
+from stepc.interop.read.bounds import MAX_NAME
+from stepc.interop.read.reader import InteropError, Op, Port, relative_to
 
 
 @dataclass

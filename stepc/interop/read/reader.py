@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from stepc.interop.bounds import (
+from stepc.interop.read.bounds import (
     MAX_GRAPH_BYTES,
     MAX_NAME,
     MAX_OPERATORS,
