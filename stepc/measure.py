@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from stepc.analyze import Analysis
     from stepc.hw import HardwareConfig
     from stepc.sim.run import SimResult
-    from stepc.typecheck import TypedProgram
+    from stepc.typecheck.checker import TypedProgram
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,10 @@ def metric(unit: str, label: str, column: str, simulated: bool = False,
            higher_is_better: bool = False, memory_model: str | None = None):
     """Register a metric derived by the decorated function (its docstring is the meaning)."""
     def register(derive: Callable[[Measurement], Any]):
-        name = derive.__name__
-        METRICS[name] = Metric(name, unit, derive.__doc__, label, column, simulated,
+        name, meaning = derive.__name__, derive.__doc__
+        if meaning is None:
+            raise TypeError(f"metric {name}: its docstring is its meaning")
+        METRICS[name] = Metric(name, unit, meaning, label, column, simulated,
                                higher_is_better, memory_model, derive)
         return derive
     return register
@@ -63,6 +65,13 @@ def _total(m: Measurement, name: str, attr: str):
     return dim_json(made[name] if made is not None else m.analysis.total(attr))
 
 
+def _simulation(m: Measurement) -> SimResult:
+    """The simulation a simulated metric reads (`Measurement` asks for it only with one)."""
+    if m.result is None:
+        raise ValueError("only a simulation measures this")
+    return m.result
+
+
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -70,7 +79,7 @@ def _number(v) -> bool:
 @metric("cycles", "cycles", "cycles", simulated=True)
 def cycles(m: Measurement) -> int:
     """Cycles until the last operator finished."""
-    return m.result.cycles
+    return _simulation(m).cycles
 
 
 @metric("bytes", "off-chip traffic (bytes)", "off-chip bytes")
@@ -102,7 +111,7 @@ def flops(m: Measurement):
         simulated=True, higher_is_better=True)
 def compute_utilization(m: Measurement) -> float | None:
     """FLOPs per cycle as a share of the allocated compute."""
-    alloc, run = m["allocated_compute"], m.result
+    alloc, run = m["allocated_compute"], _simulation(m)
     return run.flops / run.cycles / alloc if alloc and run.cycles else None
 
 
@@ -110,7 +119,8 @@ def compute_utilization(m: Measurement) -> float | None:
         simulated=True, higher_is_better=True)
 def bw_utilization(m: Measurement) -> float | None:
     """Achieved off-chip bandwidth as a share of the peak."""
-    return m.result.achieved_bw / m.hw.peak_bw if m.result.cycles else None
+    run = _simulation(m)
+    return run.achieved_bw / m.hw.peak_bw if run.cycles else None
 
 
 @metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)", "allocated FLOPs/cycle")
@@ -123,7 +133,7 @@ def allocated_compute(m: Measurement) -> int:
         memory_model="dram")
 def row_hit_rate(m: Measurement) -> float | None:
     """Share of memory requests that found their DRAM row open (the dram model only)."""
-    return m.result.row_hit_rate
+    return _simulation(m).row_hit_rate
 
 
 @metric("FLOPs/byte", "operational intensity (FLOPs per off-chip byte)",
@@ -181,7 +191,7 @@ class Measurement:
         out = {"status": "deadlock" if self.deadlocked else "ok", **self.values,
                "hbm_model": self.hw.hbm.model}
         if milestones:
-            out["finished"] = finish_cycles(self.result.ops, milestones)
+            out["finished"] = finish_cycles(_simulation(self).ops, milestones)
         return out
 
 
