@@ -57,8 +57,8 @@ def _period(n: int, ii: int, ports: int) -> Period:
     q = before[-1]
     order = np.argsort(flat, kind="stable")  # by channel, then service order
     ahead = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(q) - q, q)
-    rank = np.empty(len(flat), dtype=np.int64)  # requests ahead on its channel
-    rank[order] = ahead
+    flat_rank = np.empty(len(flat), dtype=np.int64)  # requests ahead on its channel
+    flat_rank[order] = ahead
     chan_sorted = flat[order]
     term = rows[order] + 1 - ii * ahead
     lift = chan_sorted * (p + ii * len(flat) + 2)  # keeps channels apart
@@ -66,7 +66,7 @@ def _period(n: int, ii: int, ports: int) -> Period:
     suffix = np.full_like(prefix, NONE)
     prefix[chan_sorted, ahead] = np.maximum.accumulate(term + lift) - lift
     suffix[chan_sorted, ahead] = (np.maximum.accumulate((term - lift)[::-1]) + lift[::-1])[::-1]
-    chan, rank = flat.reshape(p, ports), rank.reshape(p, ports)
+    chan, rank = flat.reshape(p, ports), flat_rank.reshape(p, ports)
     return Period(p, step, chan, ii * rank, prefix[chan, rank], before, q, p - q * ii,
                   prefix, suffix)
 

@@ -61,6 +61,24 @@ class Burst:
     watcher: object = None  # a context waiting on it or on a channel, whichever first
 
 
+# the cycles at which each burst's messages are picked up in a window (a range when they
+# are consecutive), bursts in port order
+Pickups = list[tuple[Burst, np.ndarray | range]]
+
+
+@dataclass(slots=True)
+class _PortState:
+    """A port while a window is arbitrated: its bursts, the head's index, the head's
+    messages left, the cycle it may next issue at and (under `outstanding`) the requests it
+    picked up in this window."""
+
+    bursts: list[Burst]
+    head: int
+    left: int
+    ready: int
+    picked: int = 0
+
+
 @dataclass
 class MemoryStats:
     read_requests: int = 0
@@ -197,9 +215,10 @@ class WindowedMemory(MemoryModel):
         return max(b.next_cycle, cycle) + b.messages + self.min_latency
 
     # ------------------------------------------------------------ issuing
-    def _pickups(self, c0: int, c1: int) -> tuple[list[tuple[Burst, np.ndarray]], int]:
+    def _pickups(self, c0: int, c1: int) -> tuple[Pickups, int]:
         """The pickup cycles, within c0..c1 (or an earlier end it returns), of each
         burst's messages, in port order; advances the bursts and the port queues."""
+        picked: Pickups
         if self.outstanding:
             picked, c1 = self._limited(c0, c1)
         elif self.grants:
@@ -223,10 +242,10 @@ class WindowedMemory(MemoryModel):
         else:  # only ports with bursts to issue are walked
             del self.queues[b.port]
 
-    def _every_port(self, c0: int, c1: int) -> list[tuple[Burst, range]]:
+    def _every_port(self, c0: int, c1: int) -> Pickups:
         """No arbiter: each port issues one message per cycle, its bursts back to back
         (ports in order; advances the bursts and the port queues as it goes)."""
-        out = []
+        out: Pickups = []
         for port in sorted(self.queues):
             queue = self.queues[port]
             c = c0
@@ -249,19 +268,18 @@ class WindowedMemory(MemoryModel):
                     break
         return out
 
-    def _arbitrate(self, c0: int, c1: int) -> list[tuple[Burst, np.ndarray]]:
+    def _arbitrate(self, c0: int, c1: int) -> Pickups:
         """A round-robin arbiter granting `grants` ports (one message each) per cycle,
         in closed form between the cycles at which a port starts or ends a burst: with k
         ports waiting and g = min(grants, k) grants per cycle, the s-th grant goes to the
         (s mod k)-th waiting port after the last one granted, in cycle c + s // g."""
-        # per port: its bursts, the head's index, messages left and first possible cycle
-        state = {p: [list(q), 0, q[0].messages, q[0].next_cycle]
+        state = {p: _PortState(list(q), 0, q[0].messages, q[0].next_cycle)
                  for p, q in self.queues.items() if q}
         picked: dict[int, tuple[Burst, list[np.ndarray]]] = {}
         c = c0
         while c <= c1 and state:
-            waiting = sorted(p for p, st in state.items() if st[3] <= c)
-            future = min((st[3] for st in state.values() if st[3] > c), default=c1 + 1)
+            waiting = sorted(p for p, st in state.items() if st.ready <= c)
+            future = min((st.ready for st in state.values() if st.ready > c), default=c1 + 1)
             if not waiting:
                 c = future
                 continue
@@ -270,33 +288,33 @@ class WindowedMemory(MemoryModel):
                 waiting = waiting[k0:] + waiting[:k0]
             k = len(waiting)
             g = min(self.grants, k)
-            end = min(c + (j + k * (state[p][2] - 1)) // g for j, p in enumerate(waiting))
+            end = min(c + (j + k * (state[p].left - 1)) // g for j, p in enumerate(waiting))
             end = min(end, c1, future - 1)
             slots = (end - c + 1) * g
             for j, p in enumerate(waiting[:slots]):
                 st = state[p]
-                b = st[0][st[1]]
+                b = st.bursts[st.head]
                 cyc = c + (j + k * np.arange((slots - 1 - j) // k + 1, dtype=np.int64)) // g
                 picked.setdefault(id(b), (b, []))[1].append(cyc)
-                st[2] -= len(cyc)
-                if st[2] == 0:  # the port moves on to its next burst, if any
-                    st[1] += 1
-                    if st[1] == len(st[0]):
+                st.left -= len(cyc)
+                if st.left == 0:  # the port moves on to its next burst, if any
+                    st.head += 1
+                    if st.head == len(st.bursts):
                         del state[p]
                     else:
-                        nxt = st[0][st[1]]
-                        st[2], st[3] = nxt.messages, max(nxt.next_cycle, int(cyc[-1]) + 1)
+                        nxt = st.bursts[st.head]
+                        st.left, st.ready = nxt.messages, max(nxt.next_cycle, int(cyc[-1]) + 1)
             self.last_granted = waiting[(slots - 1) % k]
             c = end + 1
         return [(b, np.concatenate(parts)) for b, parts in picked.values()]
 
-    def _limited(self, c0: int, c1: int) -> tuple[list[tuple[Burst, np.ndarray]], int]:
+    def _limited(self, c0: int, c1: int) -> tuple[Pickups, int]:
         """Cycle by cycle: a port may issue a message only while its requests in flight
         stay within `outstanding`; the arbiter (if any) grants round robin among them.
         Only requests picked up before the window free slots in it, which is exact until a
         port is refused at a cycle that a request of this window may already have returned
         by (`min_latency` after the window's start): the window ends before that cycle."""
-        state = {p: [list(q), 0, q[0].messages, q[0].next_cycle, 0]
+        state = {p: _PortState(list(q), 0, q[0].messages, q[0].next_cycle)
                  for p, q in self.queues.items() if q}
         order = sorted(state)
         picked: dict[int, tuple[Burst, list[int]]] = {}
@@ -305,12 +323,12 @@ class WindowedMemory(MemoryModel):
             ready, refused = [], False
             for p in order:
                 st = state.get(p)
-                if st is None or st[3] > c:
+                if st is None or st.ready > c:
                     continue
-                b = st[0][st[1]]
-                size = b.last_requests if st[2] == 1 else b.per_message
+                b = st.bursts[st.head]
+                size = b.last_requests if st.left == 1 else b.per_message
                 done = self.in_flight.get(p, ())
-                busy = len(done) - bisect_right(done, c) + st[4]
+                busy = len(done) - bisect_right(done, c) + st.picked
                 if busy + size <= self.outstanding:
                     ready.append(p)
                 else:
@@ -327,18 +345,18 @@ class WindowedMemory(MemoryModel):
                 self.last_granted = ready[-1]
             for p in ready:
                 st = state[p]
-                b = st[0][st[1]]
-                st[4] += b.last_requests if st[2] == 1 else b.per_message
+                b = st.bursts[st.head]
+                st.picked += b.last_requests if st.left == 1 else b.per_message
                 picked.setdefault(id(b), (b, []))[1].append(c)
-                st[2] -= 1
-                if st[2] == 0:
-                    st[1] += 1
-                    if st[1] == len(st[0]):
+                st.left -= 1
+                if st.left == 0:
+                    st.head += 1
+                    if st.head == len(st.bursts):
                         del state[p]
                         order.remove(p)
                     else:
-                        nxt = st[0][st[1]]
-                        st[2], st[3] = nxt.messages, max(nxt.next_cycle, c + 1)
+                        nxt = st.bursts[st.head]
+                        st.left, st.ready = nxt.messages, max(nxt.next_cycle, c + 1)
             if not state:
                 break
         return [(b, np.array(cyc, dtype=np.int64)) for b, cyc in picked.values()], c1
