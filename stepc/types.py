@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeAlias
 
 import sympy
 from sympy.printing.str import StrPrinter
@@ -24,7 +25,7 @@ defer_tensor_module()
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
 INT_DTYPES = ("i32", "u32", "u64")
 
-Dim = sympy.Expr
+Dim: TypeAlias = sympy.Expr
 
 
 # ------------------------------------------------------------------ printing

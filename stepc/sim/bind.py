@@ -55,7 +55,7 @@ def _merged_tiles(typed: TypedProgram) -> list[tuple[sympy.Symbol, list[sympy.Ex
         if not isinstance(tile, Tile) or not tile.rows.is_Symbol:
             continue
         ins = [typed.types.get((e.src, e.port)) for e in typed.program.in_edges(name)]
-        rows = [t.elem.rows for t in ins if isinstance(getattr(t, "elem", None), Tile)]
+        rows = [t.elem.rows for t in ins if t is not None and isinstance(t.elem, Tile)]
         if len(rows) > 1 and all(r != tile.rows for r in rows):
             out.append((tile.rows, rows))
     return out

@@ -12,7 +12,7 @@ from stepc.graph.declarations import MAX_KV_LENGTH
 from stepc.ops import OPS
 from stepc.sim.kernel import SimError
 from stepc.sim.tensor_files import load_tensor_file
-from stepc.sim.tokens import NP_DTYPES, int_tile, stops_for_shape
+from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile, stops_for_shape
 from stepc.spelling import given
 from stepc.traces import (
     MAX_EXTERNAL_ELEMENTS,
@@ -30,7 +30,7 @@ MAX_TILE_ELEMENTS = 2**24  # elements of one tile or buffer (64 MiB of f32)
 
 
 # ---------------------------------------------------------------- data
-def tensor_values(t, functional: bool) -> np.ndarray | None:
+def tensor_values(t, functional: bool) -> np.ndarray:
     """The contents of an off-chip tensor from its declared source."""
     src = t.source
     dtype = NP_DTYPES[t.dtype]
@@ -69,6 +69,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
     """The elements of an external stream, the dims the data fixes, and the data (the
     trace, or the generated data without one)."""
     dims: dict[str, int] = {}
+    values: list[tuple[int, ...]] | list[TileVal]
     if isinstance(st.elem, Select):
         n = st.elem.n
         if arr is None:
@@ -153,7 +154,7 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
         raise SimError(f"the run would hold {_bytes(total)} of tensor values (tensor "
                        f"`{big.name}` {list(big.shape)} alone {_bytes(size[big.name])}); a run "
                        f"holds at most {_bytes(MAX_VALUE_BYTES)}{hint}", user)
-    for (node, _port), st in typed.types.items():
+    for (name, _port), st in typed.types.items():
         elem = st.elem
         tile = elem.tile if isinstance(elem, Buffer) else elem
         if not isinstance(tile, Tile):
@@ -163,13 +164,13 @@ def check_limits(typed: TypedProgram, functional: bool, traces: dict[str, np.nda
         if n is not None and n > MAX_TILE_ELEMENTS:
             what = "buffer" if isinstance(elem, Buffer) else "tile"
             raise SimError(f"a {what} of {n:,} elements ({elem}): a run holds tiles and "
-                           f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", node)
+                           f"buffers of at most {MAX_TILE_ELEMENTS:,} elements", name)
     for node in prog.nodes.values():
         if not OPS[node.op].external:
             continue
         arr = traces.get(node.attrs["name"])
-        st = typed.types.get((node.name, 0))
-        n = arr.size if arr is not None else (_count(st.shape) if st is not None else None)
+        out = typed.types.get((node.name, 0))
+        n = arr.size if arr is not None else (_count(out.shape) if out is not None else None)
         if n is not None and n > MAX_EXTERNAL_ELEMENTS:
             raise SimError(f"external stream `{node.attrs['name']}` has {n:,} elements: a run "
                            f"holds at most {MAX_EXTERNAL_ELEMENTS:,} per external stream",
