@@ -9,6 +9,8 @@ use them decode under the numbers given here (the reference corpus was written w
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 PACKAGE = "step_perf_ir"
@@ -257,6 +259,10 @@ def is_repeated(desc) -> bool:
         desc.label == desc.LABEL_REPEATED  # protobuf < 5
 
 
+# A message of this schema: its class is built at import time from the tables above, so a
+# type checker cannot know its fields (code reads them by the names the tables give).
+WireMessage: TypeAlias = Any
+
 _classes = message_factory.GetMessages([_file()], pool=descriptor_pool.DescriptorPool())
-ProgramGraph = _classes[f"{PACKAGE}.ProgramGraph"]
-Operation = _classes[f"{PACKAGE}.Operation"]
+ProgramGraph: type[WireMessage] = _classes[f"{PACKAGE}.ProgramGraph"]
+Operation: type[WireMessage] = _classes[f"{PACKAGE}.Operation"]

@@ -119,7 +119,8 @@ def fold(units: list[Unit], tensors: list[str]) -> Folded:
     return Folded(out_decls, [_whole_arrays(line, sizes) for line in lines], runs, renamed)
 
 
-_NEW_LOOP = ([], set())  # a run that must start a loop of its own
+# a run that must start a loop of its own
+_NEW_LOOP: tuple[list[str], set[str]] = ([], set())
 
 
 def _run_lengths(sigs) -> list[int]:
@@ -210,13 +211,15 @@ def _nest(units: list[Unit], sigs, i: int, m: int, n: int,
 def _indices2(elems: list[str | None], n: int) -> str | None:
     """`a[i0 + io * r + ie * e]` when the elements (r-major) are elements of one array at an
     index affine in the two loop variables."""
-    if any(x is None for x in elems):
+    names = [x for x in elems if x is not None]
+    if len(names) < len(elems):
         return None
-    pairs = [x.rsplit("[", 1) for x in elems]  # type: ignore[union-attr]
+    pairs = [x.rsplit("[", 1) for x in names]
     arrays = {a for a, _ in pairs}
-    idx = [int(i[:-1]) if i[:-1].isdigit() else None for _, i in pairs]
-    if len(arrays) > 1 or None in idx:
+    digits = [i[:-1] for _, i in pairs]
+    if len(arrays) > 1 or not all(d.isdigit() for d in digits):
         return None
+    idx = [int(d) for d in digits]
     i0, ie, io = idx[0], idx[1] - idx[0], idx[n] - idx[0]
     if any(v != i0 + (k // n) * io + (k % n) * ie for k, v in enumerate(idx)):
         return None

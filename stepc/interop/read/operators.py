@@ -271,6 +271,7 @@ def _root(w: Writer, port: Port) -> Port:
 
 def _reassemble(w: Writer, op: Op, name: str):
     m = op.msg
+    assert op.control is not None  # the reader gives every FlatReassemble its control input
     _pass(w, op)
     ins = ", ".join(w.ref(op, p) for p in op.inputs)
     return (f"{name} = Reassemble([{ins}], {w.ref(op, op.control)}, " +

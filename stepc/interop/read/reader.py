@@ -23,7 +23,7 @@ from stepc.interop.read.bounds import (
     field_problem,
     shape_problem,
 )
-from stepc.interop.schema import OP_TYPES, ProgramGraph, is_repeated
+from stepc.interop.schema import OP_TYPES, ProgramGraph, WireMessage, is_repeated
 
 
 class InteropError(Exception):
@@ -79,7 +79,7 @@ class Op:
     id: int
     name: str
     kind: str
-    msg: object  # the op's message (OffChipLoad, Flatten, ...)
+    msg: WireMessage  # the op's message (OffChipLoad, Flatten, ...)
     inputs: list[Port] = field(default_factory=list)
     control: Port | None = None  # the selector input of FlatReassemble
     fed_back: list[int] = field(default_factory=list)  # outputs read before it (a loop)
@@ -172,7 +172,8 @@ _NUMBERS = [n for n, _ in OP_TYPES.values()]
 
 def _unknown(m) -> list[tuple[int, int]]:
     from google.protobuf.unknown_fields import UnknownFieldSet
-    return [(f.field_number, f.wire_type) for f in UnknownFieldSet(m)]
+    # the stubs give UnknownFieldSet __getitem__ and __len__ but not its __iter__
+    return [(f.field_number, f.wire_type) for f in UnknownFieldSet(m)]  # type: ignore[attr-defined]
 
 
 def _unknown_inside(msg, where: str) -> tuple[str, int] | None:
@@ -300,9 +301,9 @@ def _feedback(ops: dict[int, Op], preds: dict[int, set[int]],
             continue
         for reader in sorted(r for r in succ[m] if component[r] == component[m]):  # on the loop
             r = ops[reader]
-            for p in r.inputs + ([r.control] if r.control else []):
-                if p.src == m and (p.idx or 0) not in op.fed_back:
-                    op.fed_back.append(p.idx or 0)
+            for port in r.inputs + ([r.control] if r.control else []):
+                if port.src == m and (port.idx or 0) not in op.fed_back:
+                    op.fed_back.append(port.idx or 0)
             back.append((m, reader))
     return back
 
@@ -311,7 +312,7 @@ def _components(succ: dict[int, set[int]]) -> dict[int, int]:
     """Per operator, the index of its strongly connected component (operators on a cycle
     through both share one)."""
     import networkx as nx
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[int] = nx.DiGraph()
     graph.add_nodes_from(succ)
     graph.add_edges_from((i, j) for i, js in succ.items() for j in js)
     return {i: k for k, members in enumerate(nx.strongly_connected_components(graph))

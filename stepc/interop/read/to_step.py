@@ -191,6 +191,8 @@ def _stated_shapes(w: Writer, compiled, folded: Folded) -> dict[int, list[str]]:
         if not op.out_shape or at is None or at in looped:
             continue
         name = w.ports[op.id][0] if op.id in w.ports else w.names.get(op.id)
+        if name is None:
+            continue
         dims = getattr(compiled.typed.types.get((name, 0)), "shape", None)
         if w.outputs.get(op.id):  # an array of outputs, one shape
             name += "[0]"
@@ -221,9 +223,9 @@ def _lockstep_assumes(w: Writer, compiled, text: str,
         for k in range(d.span.line - 1, len(lines)):  # its comment ends its last line
             m = _OP_COMMENT.search(lines[k])
             if m:
-                first = w.unit_of.get(int(m.group(1)))
-                if first is not None:
-                    flagged.update(range(first, first + runs.get(first, 1)))
+                unit = w.unit_of.get(int(m.group(1)))
+                if unit is not None:
+                    flagged.update(range(unit, unit + runs.get(unit, 1)))
                 break
     fed_back = {sel: w.unit_of[i] + 1 for i, names in w.ports.items()
                 if w.by_id[i].fed_back for sel in names}
@@ -243,6 +245,8 @@ def _check_accumulators(w: Writer, types: dict, renamed: dict[str, str]) -> None
         if op.kind not in ("accum", "binarymap_accum"):
             continue
         name = w.names.get(op.id)
+        if name is None:
+            continue
         elem = getattr(types.get((renamed.get(name, name), 0)), "elem", None)
         for fld in ("tile_row", "tile_col"):
             said = getattr(op.msg, fld)

@@ -116,7 +116,7 @@ def _closes(p, name: str, loop: set[str]) -> bool:
     out = [e for e in p.out_edges(name) if e.dst in loop]
     if not out or any(e.port != 1 for e in out):
         return False
-    cut = nx.DiGraph(p.graph.subgraph(loop))
+    cut: nx.DiGraph[str] = nx.DiGraph(p.graph.subgraph(loop))
     cut.remove_edges_from(list(cut.in_edges(name)))
     return nx.is_directed_acyclic_graph(cut)
 
