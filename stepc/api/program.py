@@ -102,7 +102,7 @@ class CheckReport:
     def types_text(self, show_all: bool = False) -> str:
         """The listing of `stepc check --types`: every stream's type, the symbols and the
         facts, loop iterations folded unless `show_all`."""
-        from stepc.api.type_table import types_text
+        from stepc.report.types import types_text
         return types_text(self.compiled, show_all)
 
     def to_dict(self) -> dict:
