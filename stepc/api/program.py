@@ -23,9 +23,6 @@ if TYPE_CHECKING:
     from stepc.hw import HardwareConfig
     from stepc.source import Span
 
-LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
-
-
 @dataclass(frozen=True)
 class Stream:
     """A named stream of a checked program: its inferred type and symbolic shape."""
@@ -241,6 +238,12 @@ class Program:
         from stepc.api.results import tensor_bytes
         return tensor_bytes(self._compiled)
 
+    @property
+    def values_by_default(self) -> bool:
+        """Whether `simulate` computes tile values when not told (tensors within 256 MiB)."""
+        from stepc.api.results import FUNCTIONAL_LIMIT
+        return self.tensor_bytes <= FUNCTIONAL_LIMIT
+
     def weight_values(self, path: str, prefix: str | None = None,
                       allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
         """The values of this program's tensors from a weights file (safetensors or a
@@ -311,6 +314,7 @@ class Program:
 
     def _repr_svg_(self) -> str | None:
         """The graph as SVG for Jupyter (large graphs collapsed); None without Graphviz."""
+        from stepc.viz.dot import LARGE_GRAPH
         from stepc.viz.render import render_svg
         return render_svg(self.dot(collapse=self.operators > LARGE_GRAPH))
 

@@ -54,7 +54,7 @@ def import_cmd(graph, out, force):
         click.echo(f"stepc: error[{UNREADABLE_GRAPH}]: {e}", err=True)
         sys.exit(EXIT_PROGRAM)
     if out:
-        from stepc.api.files import write_text
+        from stepc.app.files import write_text
         write_text(out, imported.text)
         click.echo(f"wrote {out} ({imported.operators} operators)", err=True)
     else:

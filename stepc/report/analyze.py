@@ -225,3 +225,11 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     line(summary)
     for hint in _trace_hints(a, typed):
         line(hint)
+
+
+def fifo_line(fifos: dict) -> str:
+    """The text line of `--fifo-bytes` (`stepc analyze`, `stepc sim`)."""
+    def size(v) -> str:
+        return f"{v:,}" if isinstance(v, int) else str(v)
+    return (f"FIFOs at their depths: {size(fifos['fifo_bytes'])} B; on-chip memory with "
+            f"them: {size(fifos['on_chip_bytes_with_fifos'])} B")
