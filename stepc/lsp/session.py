@@ -22,9 +22,9 @@ from pygls.uris import from_fs_path, to_fs_path
 from pygls.workspace import TextDocument
 
 from stepc import __version__
+from stepc.app.document import Checked, Settings, check_document
 from stepc.codes import UNKNOWN_OVERRIDE
 from stepc.diagnostics import Diagnostic, Severity, did_you_mean
-from stepc.lsp.analysis import Checked, Settings, check_document
 from stepc.source import SourceFile, Span
 
 DEBOUNCE = 0.3  # seconds of quiet after an edit before the document is checked

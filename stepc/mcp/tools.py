@@ -265,7 +265,7 @@ class Tools:
                 "warnings": run.warnings}
 
     def format(self, args: dict) -> dict:
-        from stepc.api.formatting import format_bytes
+        from stepc.app.editor import format_bytes
         data, name, _ = self.source(args)
         old, new = format_bytes(name, data)
         return {"program": name, "changed": old != new, "formatted": new}
