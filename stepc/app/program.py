@@ -6,7 +6,7 @@ check report (`checked`), for the front end to report."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +34,32 @@ def checked_program(path: str, defines: Mapping[str, int]) -> CheckReport:
     return report
 
 
-def load_hardware(hw: str | None, sets: Sequence[str] = (), roofline: bool = False
+def checked_guarded(path: str, params: Mapping[str, int], may_read: Callable[[str], None]
+                    ) -> CheckReport:
+    """The check report of a program file, `may_read(path)` called before each file it
+    imports is read: it raises to refuse the file (its exception ends the check)."""
+    from stepc.api import CheckReport
+    from stepc.frontend import compile_file
+    return CheckReport(compile_file(path, dict(params), may_read))
+
+
+def checked_text(text: str | bytes, name: str, params: Mapping[str, int] | None = None,
+                 may_read: Callable[[str], None] | None = None) -> CheckReport:
+    """The check report of program text named `name` (bytes read as UTF-8), its imports
+    vetted by `may_read` as `checked_guarded` does (None: not vetted)."""
+    from stepc.api import CheckReport
+    from stepc.frontend import compile_text
+    return CheckReport(compile_text(text, name, dict(params or {}), may_read))
+
+
+def load_hardware(hw: str | None, sets: Sequence[str] | Mapping[str, Any] = (),
+                  roofline: bool = False, may_read: Callable[[str], None] | None = None
                   ) -> tuple[HardwareConfig, list[str]]:
     """The preset or TOML file `hw` with `sets`, and a warning for each setting the run
-    will not read (`roofline`: the analyzer's bound is the reader); InputError if bad."""
+    will not read (`roofline`: the analyzer's bound is the reader); InputError if bad.
+    `may_read` is asked before each file is read (it raises to refuse)."""
     from stepc.api import hardware
-    return hardware(hw, tuple(sets), roofline)
+    return hardware(hw, sets, roofline, may_read)
 
 
 def fifo_totals(report: CheckReport, config: HardwareConfig | None, bindings, on_chip_bytes
@@ -113,6 +133,17 @@ def analyze(path: str, defines: Mapping[str, int], hw: str | None = None,
     fifos = fifo_totals(report, config, cost.bindings, cost.totals["on_chip_bytes"]) \
         if fifo_bytes else None
     return Analyzed(report, cost, fifos, warnings, show_all)
+
+
+def analyze_checked(report: CheckReport, hw: str | None = None,
+                    binds: Mapping[str, int] | None = None,
+                    traces: Mapping[str, str] | None = None,
+                    onchip_model: str = "artifact") -> Analyzed:
+    """`analyze` of a program already checked (a front end's cached report): its errors
+    raise StepError, a bad setting InputError."""
+    cost = report.program().analyze(hw=hw, bind=binds, traces=traces,
+                                    onchip_model=onchip_model)
+    return Analyzed(report, cost, warnings=cost.warnings)
 
 
 @dataclass

@@ -103,6 +103,23 @@ def simulate(path: str, defines: Mapping[str, int], hw: str | None = None,
     return Simulated(report, run, deadlock, fifos, prog, values)
 
 
+def simulate_checked(report: CheckReport, hw: str | None = None,
+                     sets: Mapping[str, Any] | None = None,
+                     traces: Mapping[str, str] | None = None, timing_only: bool = True,
+                     max_cycles: int | None = None) -> Simulated:
+    """`simulate` of a program already checked (a front end's cached report): its errors
+    raise StepError, a bad setting InputError, a failed run SimulationError."""
+    from stepc.api import Deadlock
+    prog = report.program()
+    deadlock = None
+    try:
+        run = prog.simulate(hw=hw, set=sets, traces=traces, timing_only=timing_only,
+                            max_cycles=max_cycles)
+    except Deadlock as e:
+        run, deadlock = e.run, e.report
+    return Simulated(report, run, deadlock, program=prog)
+
+
 def _tell(listener: Tell | None, text: str) -> None:
     if listener is not None:
         listener(text)
