@@ -34,7 +34,7 @@ class Checked:
     compiled: Compiled
     index: Index
     seconds: float
-    costs: dict = field(default_factory=dict)  # hardware name -> (Analysis, config), lazily
+    costs: dict = field(default_factory=dict)  # preset -> (Analysis, config, Roofline), lazily
 
 
 def check_document(path: str, text: str, version: int, open_texts: dict[str, str],
