@@ -76,10 +76,16 @@ def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
         report = checked_program(file, parse_defines(defines))
     except InputError as e:
         input_error(e)
+    exit_on_errors(report)
+    return report
+
+
+def exit_on_errors(report: CheckReport) -> None:
+    """A program with errors: its diagnostics, then exit 1 (2 when the file could not be
+    read)."""
     if not report.compiled.ok:
         emit_diagnostics(report.compiled)
         sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
-    return report
 
 
 def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
