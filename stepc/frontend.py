@@ -243,3 +243,21 @@ def compile_file(path: str, overrides: dict[str, int] | None = None,
         return Compiled(name, None, bag, {}, [])
     return compile_source(src, overrides, None if path == "-" else os.path.normpath(path),
                           guarded_loader(may_read))
+
+
+def compile_text(text: str | bytes, name: str, overrides: dict[str, int] | None = None,
+                 may_read: Callable[[str], None] | None = None) -> Compiled:
+    """Compile program text held in memory (bytes are read as UTF-8) named `name`; imports
+    resolve beside it, each vetted by `may_read` (`guarded_loader`)."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            src = decode_source(name, bytes(text))
+        except StepError as e:  # binary or not UTF-8: that one error
+            bag = DiagnosticBag()
+            bag.extend(e.diagnostics)
+            return Compiled(name, None, bag, {}, [])
+    else:
+        src = SourceFile(name, text)
+    path = os.path.normpath(name) if not name.startswith("<") else None
+    return compile_source(src, overrides, path, guarded_loader(may_read))
+

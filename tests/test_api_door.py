@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 import stepc
-from stepc.api.files import DrawingError, check_drawing, heat
-from stepc.api.formatting import format_bytes
 from stepc.api.inputs import hardware_presets, weight_values
+from stepc.app.editor import format_bytes
+from stepc.app.files import DrawingError, check_drawing, heat
 
 REPO = Path(__file__).resolve().parent.parent
 SWIGLU = str(REPO / "programs" / "swiglu.step")

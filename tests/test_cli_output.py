@@ -181,7 +181,7 @@ def test_sim_lists_dims_in_natural_order():
 
 
 def test_long_expressions_are_cut_at_a_term_and_whole_with_all():
-    from stepc.analyze.report import _clip
+    from stepc.report.analyze import _clip
     text = "12 + (5 + x if y > 0 else 0) + " + " + ".join(f"(7 if n_{i} > 0 else 0)"
                                                         for i in range(0, 60, 2))
     short = _clip(text, False)
@@ -194,7 +194,7 @@ def test_long_expressions_are_cut_at_a_term_and_whole_with_all():
 def test_large_fractional_values_are_not_in_e_notation():
     import sympy
 
-    from stepc.analyze.report import fmt_value
+    from stepc.report.analyze import fmt_value
     assert fmt_value(sympy.Rational(8260609, 2)) == "4,130,304.5"
     assert fmt_value(sympy.Rational(146, 10)) == "14.6"
 

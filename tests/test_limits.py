@@ -158,7 +158,7 @@ def test_a_kv_trace_of_endless_requests_is_refused(tmp_path):
 def test_the_editor_server_checks_a_huge_expert_count_in_seconds():
     """The editor server compiles as `check` does: typing `param E = 100000` in moe_static
     stalled it for 20 s; it is now answered with the two Partition errors."""
-    from stepc.lsp.analysis import Settings, check_document
+    from stepc.app.document import Settings, check_document
     path = str(REPO / "programs" / "moe_static.step")
     text = Path(path).read_text().replace("param E = 128 ", "param E = 100000 ", 1)
     start = time.monotonic()

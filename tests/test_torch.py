@@ -21,6 +21,9 @@ from stepc.hw import load_config  # noqa: E402
 from stepc.sim.run import simulate  # noqa: E402
 from stepc.source import SourceFile  # noqa: E402
 from stepc.torch import LoweringError, from_torch  # noqa: E402
+from stepc.torch.capture import Node, Site  # noqa: E402
+from stepc.torch.dense import DenseLowering  # noqa: E402
+from stepc.torch.emit import StepWriter  # noqa: E402
 from stepc.traces import synthetic_routing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +155,43 @@ def test_unsupported_operator_names_op_module_and_line():
         from_torch(Cumsum(), (torch.randn(4, 8),))
     msg = str(e.value)
     assert "aten.cumsum" in msg and "test_torch.py:" in msg
+
+
+def _dense_lowering(nodes=()):
+    return DenseLowering(list(nodes), StepWriter(), 4, 4, 4)
+
+
+def test_dense_dispatch_table_sends_each_operator_to_a_handler_of_one_part():
+    """Every entry of the dense lowering's table is a method of exactly one of its parts,
+    and lowering a node of that operator runs it: operands that are no activation are
+    refused under the operator's own name."""
+    lw = _dense_lowering()
+    parts = (lw.linear, lw.layout, lw.rowwise)
+    tables = [part.handlers() for part in parts]
+    assert sum(len(t) for t in tables) == len(lw.handlers)  # no part shadows another
+    stranger = Node("stranger", "param_view_of_nothing", shape=(4, 4))
+    for part, table in zip(parts, tables):
+        for op, handler in table.items():
+            assert lw.handlers[op] == handler
+            assert handler.__self__ is part
+            assert getattr(type(part), handler.__name__) is handler.__func__
+            node = Node(f"n_{op}", op, (stranger,) * 3, (4, 4),
+                        site=Site("m", "f.py:3"))
+            with pytest.raises(LoweringError, match=rf"^unsupported: aten\.{op} in "):
+                lw.handlers[op](node)
+
+
+@pytest.mark.parametrize("op", ["cumsum", "handlers", "swiglu_parts"])
+def test_dense_operator_outside_the_table_is_refused_by_name(op):
+    x = Node("x", "input", shape=(4, 4))
+    y = Node("y", op, (x,), (4, 4), site=Site("m", "f.py:3"))
+    lw = _dense_lowering([x, y, Node("out", "output", (y,))])
+    assert op not in lw.handlers
+    with pytest.raises(LoweringError) as e:
+        lw.run()
+    assert str(e.value) == (f"cannot lower the module: 1 unsupported operator kind:\n"
+                            f"  aten.{op} in module `m` (f.py:3)\n"
+                            "(docs/torch.md lists what stepc lowers)")
 
 
 def test_cli_from_torch_then_sim_with_weights(tmp_path):

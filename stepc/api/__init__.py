@@ -17,6 +17,7 @@ _NAMES = {
     "compile": "stepc.api.program", "load": "stepc.api.program",
     "Cost": "stepc.api.results", "Run": "stepc.api.results",
     "apply_depths": "stepc.api.fifo",
+    "hardware": "stepc.api.inputs", "hardware_presets": "stepc.api.inputs",
     "SweepResults": "stepc.api.study", "plan_sweep": "stepc.api.study",
     "reproduce": "stepc.api.study", "sweep": "stepc.api.study",
     "Diagnostic": "stepc.diagnostics", "Note": "stepc.diagnostics",
@@ -27,10 +28,8 @@ __all__ = sorted(_NAMES)
 
 
 def __getattr__(name: str):
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value
-        return value
+    if name in _NAMES:  # looked up on each use, so a test may replace it where it is defined
+        return getattr(importlib.import_module(_NAMES[name]), name)
     raise AttributeError(f"module 'stepc.api' has no attribute {name!r}")
 
 

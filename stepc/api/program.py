@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from stepc.frontend import Compiled
     from stepc.hw import HardwareConfig
     from stepc.source import Span
-
-LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
-
 
 @dataclass(frozen=True)
 class Stream:
@@ -102,7 +99,7 @@ class CheckReport:
     def types_text(self, show_all: bool = False) -> str:
         """The listing of `stepc check --types`: every stream's type, the symbols and the
         facts, loop iterations folded unless `show_all`."""
-        from stepc.api.type_table import types_text
+        from stepc.report.types import types_text
         return types_text(self.compiled, show_all)
 
     def to_dict(self) -> dict:
@@ -140,40 +137,14 @@ def check(path: str, **params: int) -> CheckReport:
     return CheckReport(compile_file(path_arg("path", path), params))
 
 
-def check_guarded(path: str, params: Mapping[str, int],
-                  may_read: Callable[[str], None]) -> CheckReport:
-    """`check`, with `may_read(path)` called before each file the program imports is read:
-    it raises to refuse the file (its exception ends the check)."""
-    from stepc.frontend import compile_file
-    return CheckReport(compile_file(path_arg("path", path), dict(params), may_read))
-
-
 def check_text(text: str | bytes, name: str = "<string>", **params: int) -> CheckReport:
     """`check` for program text held in memory (bytes are read as UTF-8); imports resolve
     beside `name`."""
-    return check_text_guarded(text, name, params, None)
-
-
-def check_text_guarded(text: str | bytes, name: str, params: Mapping[str, int],
-                       may_read: Callable[[str], None] | None) -> CheckReport:
-    """`check_text`, with imports vetted by `may_read` as `check_guarded` does (None: not
-    vetted)."""
-    from stepc.diagnostics import DiagnosticBag
-    from stepc.frontend import Compiled, compile_source, guarded_loader
-    from stepc.grammar.parse import decode_source
-    from stepc.source import SourceFile
+    from stepc.frontend import compile_text
     name = text_arg("name", name)
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            source = decode_source(name, bytes(text))
-        except StepError as e:  # binary or not UTF-8: a report with that one error
-            bag = DiagnosticBag()
-            bag.extend(e.diagnostics)
-            return CheckReport(Compiled(name, None, bag, {}, []))
-    else:
-        source = SourceFile(name, text_arg("text", text))
-    path = os.path.normpath(name) if not name.startswith("<") else None
-    return CheckReport(compile_source(source, dict(params), path, guarded_loader(may_read)))
+    if not isinstance(text, (bytes, bytearray)):
+        text_arg("text", text)
+    return CheckReport(compile_text(text, name, dict(params)))
 
 
 def import_graph(path: str, out_dir: str | None = None):
@@ -240,6 +211,12 @@ class Program:
         """Bytes of the program's tensors (a functional run holds them all)."""
         from stepc.api.results import tensor_bytes
         return tensor_bytes(self._compiled)
+
+    @property
+    def values_by_default(self) -> bool:
+        """Whether `simulate` computes tile values when not told (tensors within 256 MiB)."""
+        from stepc.api.results import FUNCTIONAL_LIMIT
+        return self.tensor_bytes <= FUNCTIONAL_LIMIT
 
     def weight_values(self, path: str, prefix: str | None = None,
                       allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -311,6 +288,7 @@ class Program:
 
     def _repr_svg_(self) -> str | None:
         """The graph as SVG for Jupyter (large graphs collapsed); None without Graphviz."""
+        from stepc.viz.dot import LARGE_GRAPH
         from stepc.viz.render import render_svg
         return render_svg(self.dot(collapse=self.operators > LARGE_GRAPH))
 

@@ -73,7 +73,7 @@ class Cost:
         """The report of `stepc analyze` on a rich Console: one row per statement (every
         operator instance with `show_all`), totals, the roofline with hw, hints for the
         dims left free."""
-        from stepc.analyze.report import render_text
+        from stepc.report.analyze import render_text
         render_text(self.analysis, console, show_all, self.hw, self.roofline_bound, self.typed)
 
     def to_dict(self) -> dict:
@@ -124,32 +124,85 @@ def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None
 
 @dataclass
 class Run:
-    """What a simulation measured (`stepc sim`)."""
+    """What a simulation measured (`stepc sim`): a view over its `Measurement`, every value
+    read from it."""
 
-    program: str
-    hw: str
-    functional: bool
-    cycles: int
-    off_chip_bytes: int  # bytes of the tiles moved to and from HBM
-    flops: int
-    busy: dict[str, int]  # operator -> busy cycles
-    dims: dict[str, Any]  # symbolic dims as this run determined them
-    on_chip_bytes: Any
-    on_chip_bytes_on_demand: Any
-    compute_utilization: float | None
-    outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # functional
-    deadlock: list | None = None  # blocked operators, when the run deadlocked
+    measurement: Measurement = field(repr=False)  # every metric, and the run (its `result`)
     warnings: list[str] = field(default_factory=list)
-    result: SimResult | None = field(default=None, repr=False)  # every counter of the run
-    totals: dict[str, Any] = field(default_factory=dict, repr=False)  # the bound analysis
-    measurement: Measurement | None = field(default=None, repr=False)  # every metric
 
-    def to_dict(self) -> dict:
-        """The document of `stepc sim --format json`."""
-        from stepc.sim.report import to_json
-        doc = to_json(self.measurement)
-        doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
-        return doc
+    def __repr__(self) -> str:
+        shown = ("program", "hw", "functional", "cycles", "off_chip_bytes", "flops", "busy",
+                 "dims", "on_chip_bytes", "on_chip_bytes_on_demand", "compute_utilization",
+                 "deadlock", "warnings")
+        return f"Run({', '.join(f'{k}={getattr(self, k)!r}' for k in shown)})"
+
+    @property
+    def result(self) -> SimResult:
+        """Every counter of the run."""
+        return self.measurement.result
+
+    @property
+    def program(self) -> str:
+        return self.result.program
+
+    @property
+    def hw(self) -> str:
+        """The hardware configuration's name."""
+        return self.measurement.hw.name
+
+    @property
+    def functional(self) -> bool:
+        return self.result.functional
+
+    @property
+    def cycles(self) -> int:
+        return self.measurement.cycles
+
+    @property
+    def off_chip_bytes(self) -> int:
+        """Bytes of the tiles moved to and from HBM."""
+        return self.measurement.off_chip_bytes
+
+    @property
+    def flops(self) -> int:
+        return self.measurement.flops
+
+    @property
+    def busy(self) -> dict[str, int]:
+        """Operator -> busy cycles."""
+        return {o.name: o.busy for o in self.result.ops}
+
+    @property
+    def dims(self) -> dict[str, Any]:
+        """The symbolic dims as this run determined them."""
+        return {k: plain(v) for k, v in self.result.bindings.items()}
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        """The analysis's totals bound to this run's dims."""
+        return self.measurement.analysis_totals
+
+    @property
+    def on_chip_bytes(self) -> Any:
+        return plain(self.totals["on_chip_bytes"])
+
+    @property
+    def on_chip_bytes_on_demand(self) -> Any:
+        return plain(self.totals["on_chip_bytes_on_demand"])
+
+    @property
+    def compute_utilization(self) -> float | None:
+        return self.measurement.compute_utilization
+
+    @property
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The output tensors' values (a functional run's)."""
+        return self.result.outputs
+
+    @property
+    def deadlock(self) -> list | None:
+        """The blocked operators, when the run deadlocked."""
+        return self.result.deadlock
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -157,9 +210,22 @@ class Run:
         gives each one's unit and meaning)."""
         return self.measurement.values
 
+    def to_dict(self) -> dict:
+        """The document of `stepc sim --format json`: the run's counters, the measured
+        analysis, on-chip peak and compute utilization, and the deadlock."""
+        from stepc.sim.report import run_json
+        from stepc.types import dim_json
+        m = self.measurement
+        doc = run_json(self.result)
+        doc["analysis"] = {k: dim_json(v) for k, v in m.analysis_totals.items()}
+        doc["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
+        doc["compute_utilization"] = m.compute_utilization
+        doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
+        return doc
+
     def render(self, console) -> None:
         """The text report of `stepc sim` on a rich console."""
-        from stepc.sim.report import render_text
+        from stepc.report.sim import render_text
         render_text(self.measurement, console)
 
 
@@ -222,13 +288,7 @@ def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | N
     if tick is not None:
         tick(result.cycles)  # the kernel reports now and then: end on the last cycle
     measured = measure(typed, config, analysis=a, result=result)
-    run = Run(result.program, config.name, result.functional, measured.cycles,
-              measured.off_chip_bytes, measured.flops, {o.name: o.busy for o in result.ops},
-              {k: plain(v) for k, v in result.bindings.items()},
-              plain(measured.analysis_totals["on_chip_bytes"]),
-              plain(measured.analysis_totals["on_chip_bytes_on_demand"]),
-              measured.compute_utilization, result.outputs, result.deadlock, warnings, result,
-              measured.analysis_totals, measured)
+    run = Run(measured, warnings)
     if result.deadlock:
         from stepc.fifo.hint import deadlock_hint
         raise Deadlock(run, deadlock_text(result, typed.program.nodes, typed.program.edges,

@@ -53,10 +53,10 @@ def size_fifos(path: str, defines: Mapping[str, int] | None = None, hw: str | No
     unbounded-FIFO cycles; with `apply`, those depths written into its files unless it
     deadlocks. `warn` hears each setting the run will not read, before any compiling.
     Raises InputError and SimulationError."""
-    from stepc.api import check
+    from stepc.app.program import checked_program
     config = hardware(hw, sets, warn)
-    checked = check(path, **dict(defines or {}))
-    if checked.unknown_params() or not checked.ok:
+    checked = checked_program(path, dict(defines or {}))
+    if not checked.ok:
         return FifoSizing(checked)
     report = checked.program().fifo(config, traces=dict(traces or {}), tolerance=tolerance,
                                     search=search)

@@ -50,13 +50,13 @@ def rewrite_file(name: str, path: str, defines: Mapping[str, int] | None = None,
     `hw`; `out_path` is where the text will be written. With `verify`, both programs are
     simulated on `hw` with the inputs of `seed`. Raises RewriteError (`.kind`: usage,
     program or internal) and InputError."""
-    from stepc.api import check
+    from stepc.app.program import checked_program
     from stepc.rewrite import apply
     from stepc.rewrite.options import rewrite_options
     from stepc.rewrite.verify import verify as check_rewrite
 
-    checked = check(path, **dict(defines or {}))
-    if checked.unknown_params() or not checked.ok:
+    checked = checked_program(path, dict(defines or {}))
+    if not checked.ok:
         return RewriteOutcome(checked, name)
     options = rewrite_options(name, tile, hw, split_memory, hardware)
     done = apply(name, checked.compiled, options, out_path)

@@ -1,5 +1,5 @@
 """What the `stepc` commands share: exit codes, options, reading -D/NAME=VALUE pairs,
-compiling a file, reporting diagnostics and usage errors, checking output paths.
+reporting diagnostics, warnings and usage errors, checking output paths.
 
 Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
 3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it).
@@ -20,7 +20,7 @@ from stepc.codes import TRACE_MISMATCH
 from stepc.diagnostics import Diagnostic, Note, render_text
 
 if TYPE_CHECKING:
-    from stepc.api import CheckReport, Cost, InputError
+    from stepc.api import CheckReport, InputError
     from stepc.frontend import Compiled
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_DEADLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 70
@@ -53,13 +53,6 @@ def fewer_collections(command):
     return wrapper
 
 
-def compile_file(path: str, defines: dict[str, int]) -> CheckReport:
-    """`stepc.check`, loaded on first use: `stepc --help` and commands that compile
-    nothing do not import sympy, textX or networkx."""
-    from stepc.api.program import check
-    return check(path, **defines)
-
-
 def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
@@ -74,29 +67,25 @@ def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def usage_diagnostics(result: Compiled, diags: list[Diagnostic]) -> NoReturn:
-    """Report command-line input that does not fit the program (E0106, E0404): coded
-    diagnostics like the program's own, then exit 2."""
-    click.echo(render_text(diags, result.sources), err=True, nl=False)
-    sys.exit(EXIT_USAGE)
-
-
-def check_overrides(report: CheckReport) -> None:
-    """Unknown -D names are usage errors (once the program parsed)."""
-    unknown = report.unknown_params()
-    if unknown:
-        usage_diagnostics(report.compiled, unknown)
-
-
 def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
     """The checked program of `file` with the -D values; its diagnostics and exit 1 if it
     has errors (unknown -D names are usage errors)."""
-    report = compile_file(file, parse_defines(defines))
-    check_overrides(report)
+    from stepc.api import InputError
+    from stepc.app.program import checked_program
+    try:
+        report = checked_program(file, parse_defines(defines))
+    except InputError as e:
+        input_error(e)
+    exit_on_errors(report)
+    return report
+
+
+def exit_on_errors(report: CheckReport) -> None:
+    """A program with errors: its diagnostics, then exit 1 (2 when the file could not be
+    read)."""
     if not report.compiled.ok:
         emit_diagnostics(report.compiled)
         sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
-    return report
 
 
 def input_error(e: InputError, traces: tuple[str, ...] = ()) -> NoReturn:
@@ -168,7 +157,7 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), de
 
 def presets(default: str | None = None) -> str:
     """The hardware presets, for help texts (read from the package, so new ones show)."""
-    from stepc.api.inputs import hardware_presets  # light: help loads no sympy
+    from stepc.app.program import hardware_presets  # light: help loads no sympy
     return ", ".join(f"{n} (default)" if n == default else n for n in hardware_presets())
 
 
@@ -182,34 +171,32 @@ def pairs(values: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def load_hw(hw: str | None, sets: tuple[str, ...], roofline: bool = False):
-    """The hardware configuration; warns about each `--set` the run will not read."""
-    from stepc.api.errors import InputError
-    from stepc.api.inputs import hardware
-    try:
-        config, warnings = hardware(hw, sets, roofline)
-    except InputError as e:
-        raise click.UsageError(str(e)) from None
+def int_pairs(values: tuple[str, ...], flag: str) -> dict[str, int]:
+    """NAME=VALUE pairs whose values are integers (`--bind D_0=4`)."""
+    out: dict[str, int] = {}
+    for name, val in pairs(values, flag):
+        try:
+            out[name] = int(val, 0)
+        except ValueError:
+            raise click.UsageError(f"{flag} {name}: expected an integer, found {val!r}") \
+                from None
+    return out
+
+
+def warn(warnings: list[str]) -> None:
+    """Each warning on standard error (settings a run will not read)."""
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    return config
 
 
-def cost_of(report: CheckReport, binds, traces, onchip_model, config=None) -> Cost:
-    """`Program.analyze` with --bind and --trace values (usage errors for bad ones)."""
-    from stepc.api.errors import InputError
-
-    values: dict[str, int] = {}
-    for name, val in pairs(binds, "--bind"):
-        try:
-            values[name] = int(val, 0)
-        except ValueError:
-            raise click.UsageError(f"--bind {name}: expected an integer, found {val!r}") \
-                from None
+def load_hw(hw: str | None, sets: tuple[str, ...]):
+    """The hardware configuration; warns about each `--set` the run will not read (for
+    `stepc fifo`)."""
+    from stepc.api import InputError
+    from stepc.app.program import load_hardware
     try:
-        return report.program().analyze(hw=config, bind=values,
-                                        traces=dict(pairs(traces, "--trace")),
-                                        onchip_model=onchip_model)
+        config, warnings = load_hardware(hw, sets)
     except InputError as e:
-        input_error(e, traces)
-
+        raise click.UsageError(str(e)) from None
+    warn(warnings)
+    return config

@@ -62,7 +62,7 @@ def _rewrite(f, data: bytes) -> None:
 def _format_one(path: str, data: bytes) -> tuple[str, str] | None:
     """(old text, new text) of one file, or None after reporting why it cannot be
     formatted."""
-    from stepc.api.formatting import format_bytes  # the parser, loaded on first use
+    from stepc.app.editor import format_bytes  # the parser, loaded on first use
 
     name = "<stdin>" if path == "-" else path
     try:
@@ -97,7 +97,7 @@ def fmt_cmd(paths: tuple[str, ...], check: bool, show_diff: bool) -> None:
     if not paths and sys.stdin.isatty():
         raise click.UsageError("give .step files or directories to format, or - to read "
                                "standard input")
-    from stepc.api.formatting import FormatError
+    from stepc.app.editor import FormatError
 
     files = _targets(paths or ("-",))
     changed: list[str] = []

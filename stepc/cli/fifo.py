@@ -12,11 +12,10 @@ from stepc.cli.common import (
     EXIT_DEADLOCK,
     EXIT_OK,
     EXIT_PROGRAM,
-    EXIT_USAGE,
     FORMAT,
     check_output_path,
-    check_overrides,
     emit_diagnostics,
+    exit_on_errors,
     input_error,
     pairs,
     parse_defines,
@@ -107,12 +106,3 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
 def warning(text: str) -> None:
     """A setting the run will not read, as `stepc` warns of it."""
     click.echo(f"warning: {text}", err=True)
-
-
-def exit_on_errors(checked) -> None:
-    """Unknown -D names are usage errors (exit 2); a program with errors, its diagnostics
-    and exit 1 (2 when the file could not be read)."""
-    check_overrides(checked)
-    if not checked.ok:
-        emit_diagnostics(checked.compiled)
-        sys.exit(EXIT_USAGE if checked.unreadable else EXIT_PROGRAM)

@@ -15,21 +15,21 @@ from stepc.cli.common import (
     EXIT_USAGE,
     FORMAT,
     check_output_path,
-    check_overrides,
-    compile_file,
-    compiled_or_exit,
-    cost_of,
     emit_diagnostics,
     fewer_collections,
-    load_hw,
+    input_error,
+    int_pairs,
+    pairs,
     parse_defines,
     presets,
     print_report,
     quick_exit,
+    warn,
 )
 
 if TYPE_CHECKING:
-    from stepc.frontend import Compiled
+    from stepc.api import CheckReport
+
 
 @click.command("check", short_help="Type- and shape-check a program.")
 @click.argument("file", type=str)
@@ -55,20 +55,25 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
     """
     if show_all and not show_types:
         raise click.UsageError("--all lists every loop iteration of --types: give --types too")
-    report = compile_file(file, parse_defines(defines))
-    check_overrides(report)
-    result = report.compiled
-    code = EXIT_USAGE if report.unreadable else _exit_code(result, werror)
+    from stepc.api import InputError
+    from stepc.app.program import check
+
+    try:
+        checked = check(file, parse_defines(defines), show_types, show_all)
+    except InputError as e:
+        input_error(e)
+    report = checked.checked
+    code = EXIT_USAGE if report.unreadable else _exit_code(report, werror)
     if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(checked.to_dict(), indent=2, sort_keys=True))
     else:
-        if show_types and result.typed is not None:
-            click.echo(report.types_text(show_all), nl=False)
-        emit_diagnostics(result, werror=werror)
+        print_report(checked.render)
+        emit_diagnostics(report.compiled, werror=werror)
     sys.exit(code)
 
 
-def _exit_code(result: Compiled, werror: bool) -> int:
+def _exit_code(report: CheckReport, werror: bool) -> int:
+    result = report.compiled
     if result.diagnostics.errors or result.typed is None:
         return EXIT_PROGRAM
     if werror and result.diagnostics.warnings:
@@ -108,32 +113,27 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
       stepc analyze programs/moe_static.step --trace routing=ids.npy
       stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
     """
-    report = compile_file(file, parse_defines(defines))
-    check_overrides(report)
-    result = report.compiled
-    config = load_hw(hw, sets, roofline=not fifo_bytes) if (hw or sets) else None
+    from stepc.api import InputError
+    from stepc.app.program import analyze
+
+    defined, bound, traced = parse_defines(defines), int_pairs(binds, "--bind"), \
+        dict(pairs(traces, "--trace"))
+    try:
+        analyzed = analyze(file, defined, hw, sets, bound, traced, onchip_model, fifo_bytes,
+                           show_all)
+    except InputError as e:
+        input_error(e, traces)
+    warn(analyzed.warnings)
+    result = analyzed.checked.compiled
     if not result.ok:
         emit_diagnostics(result)
-        sys.exit(EXIT_USAGE if report.unreadable else EXIT_PROGRAM)
-    cost = cost_of(report, binds, traces, onchip_model, config)
-    fifos = _fifo_bytes(report, config, cost.bindings, cost.totals) if fifo_bytes else None
+        sys.exit(EXIT_USAGE if analyzed.checked.unreadable else EXIT_PROGRAM)
     if fmt == "json":
-        click.echo(json.dumps({**cost.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
+        click.echo(json.dumps(analyzed.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(lambda console: cost.render(console, show_all))
-        if fifos:
-            from stepc.report.fifo import fifo_line
-            click.echo(fifo_line(fifos))
+        print_report(analyzed.render)
         emit_diagnostics(result)
     sys.exit(EXIT_OK)
-
-
-def _fifo_bytes(report, config, bindings, totals) -> dict:
-    """The FIFO bytes of `--fifo-bytes` and the on-chip bytes with them (JSON values)."""
-    from stepc.app.fifo import fifo_totals
-    return fifo_totals(report.compiled, config, bindings, totals["on_chip_bytes"])
-
-
 
 
 @click.command("dot", short_help="Draw a program's graph (DOT, SVG, PNG, PDF).")
@@ -165,8 +165,9 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
       stepc sim programs/swiglu.step --format json > r.json
       stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
     """
-    from stepc.api.files import DrawingError, check_drawing, write_drawing
-    from stepc.api.program import LARGE_GRAPH
+    from stepc.api import InputError
+    from stepc.app.files import DrawingError, check_drawing, write_drawing
+    from stepc.app.program import draw
 
     to_file = out is not None and out != "-"
     if to_file:
@@ -175,23 +176,24 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
             check_drawing(out, force)
         except DrawingError as e:
             raise click.UsageError(str(e)) from None
-    report = compiled_or_exit(file, defines)
-    result = report.compiled
-    prog = report.program()
-    if annotate == "analysis":
-        text = prog.dot(collapse, cost_of(report, binds, traces, onchip_model))
-    elif annotate is not None:
-        text = prog.dot(collapse, _heat_file(annotate), f"{result.name}: shaded by {annotate}")
-    else:
-        text = prog.dot(collapse)
-    n_ops = prog.operators
-    if not collapse and n_ops > LARGE_GRAPH:
-        click.echo(f"stepc: warning: the graph has {n_ops:,} operators: drawn whole, its text "
-                   "is too small to read; --collapse folds identical loop iterations into one "
-                   "cluster each", err=True)
+    defined = parse_defines(defines)
+    bound, traced = (int_pairs(binds, "--bind"), dict(pairs(traces, "--trace"))) \
+        if annotate == "analysis" else ({}, {})
+    try:
+        drawing = draw(file, defined, collapse, annotate, bound, traced, onchip_model)
+    except InputError as e:
+        input_error(e, traces)
+    result = drawing.checked.compiled
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_USAGE if drawing.checked.unreadable else EXIT_PROGRAM)
+    if drawing.illegible:
+        click.echo(f"stepc: warning: the graph has {drawing.operators:,} operators: drawn "
+                   "whole, its text is too small to read; --collapse folds identical loop "
+                   "iterations into one cluster each", err=True)
     if to_file:
         try:
-            write_drawing(text, out, force)
+            write_drawing(drawing.text, out, force)
         except DrawingError as e:
             click.echo(f"stepc: error: {e}", err=True)
             sys.exit(EXIT_USAGE)
@@ -200,25 +202,6 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
             sys.exit(EXIT_USAGE)
         click.echo(f"wrote {out}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(drawing.text, nl=False)
     emit_diagnostics(result)
     sys.exit(EXIT_OK)
-
-
-def _heat_file(annotate: str) -> dict:
-    """Node shading for `stepc dot --annotate FILE.json`."""
-    from stepc.api.files import heat as shade
-
-    try:
-        with open(annotate, encoding="utf-8") as f:
-            doc = json.load(f)
-        heat = {k: shade(float(v["fraction"]), str(v.get("note", "")))
-                for k, v in doc["heat"].items()}
-    except FileNotFoundError:
-        raise click.UsageError(f"--annotate {annotate}: expected `analysis` or a JSON file "
-                               "that exists") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise click.UsageError(f"--annotate {annotate}: expected JSON "
-                               f"{{\"heat\": {{node: {{\"fraction\": ...}}}}}} ({e})") from None
-    return heat
-

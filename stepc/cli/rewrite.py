@@ -13,11 +13,11 @@ from stepc.cli.common import (
     EXIT_PROGRAM,
     EXIT_USAGE,
     check_new_output,
+    exit_on_errors,
     input_error,
     parse_defines,
     quick_exit,
 )
-from stepc.cli.fifo import exit_on_errors
 
 _EXITS = {"usage": EXIT_USAGE, "program": EXIT_PROGRAM, "internal": EXIT_INTERNAL}
 

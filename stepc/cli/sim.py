@@ -18,18 +18,17 @@ from stepc.cli.common import (
     EXIT_USAGE,
     FORMAT,
     check_output_path,
-    compiled_or_exit,
     emit_diagnostics,
     input_error,
-    load_hw,
     pairs,
+    parse_defines,
     presets,
     print_report,
     quick_exit,
 )
 
 if TYPE_CHECKING:
-    from stepc.api.program import Program
+    from stepc.app.sim import Simulated
 
 
 @click.command("sim", short_help="Simulate a program cycle by cycle.")
@@ -84,90 +83,72 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
       stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
       stepc sim programs/moe_simple.step --out results/ --trace-out run.json
     """
-    from stepc.api.errors import Deadlock, InputError, SimulationError
-    from stepc.api.results import FUNCTIONAL_LIMIT
+    from stepc.api import InputError, SimulationError
+    from stepc.app import sim
 
-    if out_dir:
-        check_output_path("--out", out_dir, directory=True)
+    for flag, path in (("--out", out_dir), ("--inputs-out", inputs_out)):
+        if path:
+            check_output_path(flag, path, directory=True)
     if trace_out:
         check_output_path("--trace-out", trace_out)
-    config = load_hw(hw, sets)
     if print_config:
-        click.echo(config.to_toml(), nl=False)
+        try:
+            click.echo(sim.configuration(hw, sets, _warn), nl=False)
+        except InputError as e:
+            input_error(e)
         sys.exit(EXIT_OK)
-    report = compiled_or_exit(file, defines)
-    result = report.compiled
-    if inputs_out:
-        check_output_path("--inputs-out", inputs_out, directory=True)
     if timing_only and functional:
         raise click.UsageError("--timing-only and --functional exclude each other")
     if (weights_prefix is not None or allow_missing_weights) and not weights:
         raise click.UsageError("--weights-prefix and --allow-missing-weights apply to --weights")
-    prog = report.program()
-    values = (_load_weights(weights, prog, weights_prefix, allow_missing_weights)
-              if weights else None)
-    if values is not None and timing_only:
+    if weights and timing_only:
         raise click.UsageError("--weights sets tensor values, which --timing-only does not "
                                "compute")
-    size = prog.tensor_bytes
-    if not timing_only and not functional and size > FUNCTIONAL_LIMIT:
-        timing_only = True
-        click.echo(f"note: timing-only run: the tensors hold {size / 2**20:,.0f} MiB "
-                   "(--functional computes values anyway)", err=True)
-    deadlock = None
     try:
         with _progress() as progress:
-            run = prog.simulate(hw=config, traces=dict(pairs(traces, "--trace")),
-                                timing_only=timing_only, max_cycles=max_cycles,
-                                trace_ops=trace_out is not None, progress=progress,
-                                values=values)
+            simulated = sim.simulate(
+                file, parse_defines(defines), hw, sets, dict(pairs(traces, "--trace")),
+                weights, weights_prefix, allow_missing_weights,
+                True if timing_only else False if functional else None, max_cycles,
+                trace_out is not None, progress, fifo_bytes, _warn, _note)
+    except sim.WeightsError as e:
+        click.echo(f"stepc: error: --weights {e.path}: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     except InputError as e:
         input_error(e, traces)
     except SimulationError as e:
         click.echo(e.located(), err=True)
         sys.exit(EXIT_PROGRAM)
-    except Deadlock as e:
-        run, deadlock = e.run, e.report
-    fifos = None
-    if fifo_bytes:
-        from stepc.app.fifo import fifo_totals
-        fifos = fifo_totals(report.compiled, config, run.dims, run.on_chip_bytes)
+    result = simulated.checked.compiled
+    if not result.ok:
+        emit_diagnostics(result)
+        sys.exit(EXIT_USAGE if simulated.checked.unreadable else EXIT_PROGRAM)
     if fmt == "json":
-        click.echo(json.dumps({**run.to_dict(), **(fifos or {})}, indent=2, sort_keys=True))
+        click.echo(json.dumps(simulated.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(run.render)
-        if fifos:
-            from stepc.report.fifo import fifo_line
-            click.echo(fifo_line(fifos))
-    _write_sim_outputs(run.result, out_dir, trace_out)
+        print_report(simulated.render)
+    _write_sim_outputs(simulated.run.result, out_dir, trace_out)
     if inputs_out:
-        _write_inputs(prog, values, inputs_out, run.result.functional)
+        _write_inputs(simulated, inputs_out)
     emit_diagnostics(result)
-    if deadlock:
-        click.echo(deadlock, err=True, nl=False)
+    if simulated.deadlock:
+        click.echo(simulated.deadlock, err=True, nl=False)
         sys.exit(EXIT_DEADLOCK)
     sys.exit(EXIT_OK)
 
 
-def _load_weights(path: str, prog: Program, prefix: str | None,
-                  allow_missing: bool) -> dict:
-    """The program's tensor values from a weights file; a file that does not fit is a usage
-    error (stepc.weights.match_weights says what fits)."""
-    from stepc.api.errors import InputError
-    try:
-        values, notes = prog.weight_values(path, prefix, allow_missing)
-    except InputError as e:
-        click.echo(f"stepc: error: --weights {path}: {e}", err=True)
-        sys.exit(EXIT_USAGE)
-    for note in notes:
-        click.echo(f"note: --weights: {note}", err=True)
-    return values
+def _warn(text: str) -> None:
+    click.echo(f"warning: {text}", err=True)
+
+
+def _note(text: str) -> None:
+    click.echo(f"note: {text}", err=True)
 
 
 def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
     """The files `sim` was asked for, each announced on stderr (after the report, so a
     failed write loses no result)."""
-    from stepc.api.files import write_array, write_trace
+    from stepc.app.files import write_array, write_trace
     try:
         if trace_out:
             write_trace(trace_out, run)
@@ -191,16 +172,16 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
         sys.exit(EXIT_USAGE)
 
 
-def _write_inputs(prog, values, inputs_out: str, functional: bool) -> None:
+def _write_inputs(simulated: Simulated, inputs_out: str) -> None:
     """`--inputs-out`: the tensors a functional run started from, as .npy files."""
-    from stepc.api.errors import SimulationError
-    from stepc.api.files import write_array
-    if not functional:
+    from stepc.api import SimulationError
+    from stepc.app.files import write_array
+    if not simulated.run.functional:
         click.echo(f"--inputs-out {inputs_out}: nothing written: a timing-only run uses no "
                    "tensor values (--functional computes them)", err=True)
         return
     try:
-        arrays = prog.inputs(values)
+        arrays = simulated.inputs()
         os.makedirs(inputs_out, exist_ok=True)
         for name, array in sorted(arrays.items()):
             write_array(os.path.join(inputs_out, f"{name}.npy"), array)

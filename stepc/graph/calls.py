@@ -4,6 +4,7 @@ operator's parameters and checked, its attributes evaluated), a function argumen
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepc.codes import (
@@ -19,16 +20,17 @@ from stepc.codes import (
 )
 from stepc.diagnostics import did_you_mean
 from stepc.grammar import ast
+from stepc.graph.draft import ARRAY_OUTPUT_OPS, Draft
 from stepc.graph.expr import INT_BUILTINS
-from stepc.graph.limits import MAX_CONSUMERS, MAX_NODES, Abort, Fatal
-from stepc.graph.program import Cluster, OpNode, TypeAnnotation
+from stepc.graph.limits import MAX_CONSUMERS, Abort
+from stepc.graph.program import Cluster, TypeAnnotation
 from stepc.graph.scope import Entry, GraphVal, Pending, Scope, StreamVal, kind_word
+from stepc.graph.values import Evaluator
 from stepc.ops import OPS
 from stepc.ops.base import COMMON_PARAMS, STREAM, STREAMS, VARSTREAMS, FnValue, TensorRef
 from stepc.source import Span
 from stepc.types import DTYPE_BYTES
 
-ARRAY_OUTPUT_OPS = tuple(name for name, spec in OPS.items() if spec.indexed_outputs)
 _KIND_EXPECT = {
     "int": "an integer", "ints": "a list of integers", "bool": "true or false",
     "str": "a string", "dtype": "an element type (bf16, f16, f32, i32, u32, u64, bool)",
@@ -38,9 +40,14 @@ _KIND_EXPECT = {
 }
 
 
-class Caller:
-    """The call half of the `Evaluator` (stepc.graph.values), whose expressions, errors and
-    graph state these methods use."""
+class Calls:
+    """The values of calls: operator calls become nodes of the `Draft`, graph calls run
+    their bodies through `run_block` (the `Elaborator`'s statements)."""
+
+    def __init__(self, draft: Draft, evaluator: Evaluator,
+                 run_block: Callable[[Sequence, Scope], None]):
+        self.draft, self.evaluator, self.run_block = draft, evaluator, run_block
+        self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
 
     def call(self, e: ast.Call, scope: Scope, name_hint: str | None = None,
              anonymous: bool = False) -> Any:
@@ -51,12 +58,13 @@ class Caller:
             entry.used = True
             return self.graph_call(e, entry.value, scope, name_hint)
         if e.func in INT_BUILTINS:
-            return self.eval_int(e, scope)
+            return self.evaluator.eval_int(e, scope)
         self.reference_args(e, scope)
         if entry is not None:
-            raise self.error(UNKNOWN_OPERATOR, f"`{e.func}` is {kind_word(entry.value)}, not an "
-                                      "operator or graph", e.func_span)
-        raise self.error(UNKNOWN_OPERATOR, f"unknown operator `{e.func}`" + did_you_mean(
+            raise self.draft.error(UNKNOWN_OPERATOR,
+                                   f"`{e.func}` is {kind_word(entry.value)}, not an "
+                                   "operator or graph", e.func_span)
+        raise self.draft.error(UNKNOWN_OPERATOR, f"unknown operator `{e.func}`" + did_you_mean(
             e.func, list(OPS) + [n for n in scope.visible()
                                  if isinstance(scope.lookup(n).value, GraphVal)]), e.func_span)
 
@@ -70,7 +78,7 @@ class Caller:
                 entry = scope.lookup(v.name)
                 if entry is not None:
                     entry.used = True
-                    self.referenced(entry.value)
+                    self.evaluator.referenced(entry.value)
 
     def bind_args(self, e: ast.Call, params: tuple | list,
                   what: str) -> dict[str, tuple[Any, Span]]:
@@ -84,8 +92,8 @@ class Caller:
             if a.name is not None:
                 seen_kw = True
             elif seen_kw:
-                raise self.error(MISPLACED_ARGUMENT,
-                                 "positional argument after keyword arguments", a.span)
+                raise self.draft.error(MISPLACED_ARGUMENT,
+                                       "positional argument after keyword arguments", a.span)
         positional = [p for p in params if getattr(p, "kind", None) != "type"
                       and not any(p is c for c in COMMON_PARAMS)]
         i = 0
@@ -99,14 +107,16 @@ class Caller:
             out[p.name] = (pos[i].value, pos[i].span, None)
             i += 1
         if i < len(pos):
-            raise self.error(MISPLACED_ARGUMENT, f"{what} takes at most {i} positional argument"
-                             f"{'s' if i != 1 else ''}, found {len(pos)}", pos[i].span)
+            raise self.draft.error(MISPLACED_ARGUMENT,
+                                   f"{what} takes at most {i} positional argument"
+                                   f"{'s' if i != 1 else ''}, found {len(pos)}", pos[i].span)
         for a in kw:
             if a.name not in names:
-                raise self.error(UNKNOWN_PARAMETER, f"{what} has no parameter `{a.name}`"
-                                 + did_you_mean(a.name, names), a.span)
+                raise self.draft.error(UNKNOWN_PARAMETER, f"{what} has no parameter `{a.name}`"
+                                       + did_you_mean(a.name, names), a.span)
             if a.name in out:
-                raise self.error(MISPLACED_ARGUMENT, f"parameter `{a.name}` is given twice", a.span)
+                raise self.draft.error(MISPLACED_ARGUMENT,
+                                       f"parameter `{a.name}` is given twice", a.span)
             p = next(p for p in params if p.name == a.name)
             if getattr(p, "kind", None) == VARSTREAMS:
                 out[a.name] = ((a.value,), a.span, None)
@@ -117,8 +127,8 @@ class Caller:
     def op_call(self, e: ast.Call, scope: Scope, name_hint: str | None) -> Any:
         spec = OPS[e.func]
         if spec.external:
-            raise self.error(BAD_ARGUMENT, "external streams are declared with "
-                                      '`stream NAME : TYPE = external("name")`', e.span)
+            raise self.draft.error(BAD_ARGUMENT, "external streams are declared with "
+                                            '`stream NAME : TYPE = external("name")`', e.span)
         args = self.bind_args(e, spec.all_params, spec.name)
         attrs: dict[str, Any] = {}
         arg_spans: dict[str, Span] = {}
@@ -127,8 +137,8 @@ class Caller:
         for p in spec.all_params:
             if p.name not in args:
                 if p.required:
-                    self.bag.error(MISSING_ARGUMENT, f"{spec.name} needs `{p.name}=` "
-                                   f"({p.doc or _KIND_EXPECT[p.kind]})", e.span)
+                    self.draft.bag.error(MISSING_ARGUMENT, f"{spec.name} needs `{p.name}=` "
+                                         f"({p.doc or _KIND_EXPECT[p.kind]})", e.span)
                     failed = True
                 elif not p.is_stream:
                     attrs[p.name] = p.default
@@ -137,29 +147,30 @@ class Caller:
             arg_spans[p.name] = span
             try:
                 if p.kind == STREAM:
-                    v = self.first_output(self.value(val_ast, scope))
+                    v = self.first_output(self.evaluator.value(val_ast, scope))
                     self.expect_stream(v, spec.name, p.name, span)
                     stream_inputs.append((p.name, None, v, span))
                 elif p.kind in (STREAMS, VARSTREAMS):
                     if p.kind == STREAMS:
-                        vs = self.value(val_ast, scope)
+                        vs = self.evaluator.value(val_ast, scope)
                         if isinstance(vs, tuple):
                             vs = list(vs)
                         if not isinstance(vs, list):
-                            raise self.error(BAD_ARGUMENT, f"{spec.name} `{p.name}` expects a list "
-                                             f"of streams, found {kind_word(vs)}", span)
+                            raise self.draft.error(BAD_ARGUMENT,
+                                                   f"{spec.name} `{p.name}` expects a list "
+                                                   f"of streams, found {kind_word(vs)}", span)
                         spans = [i.span for i in val_ast.items] \
                             if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
                     else:
-                        vs = [self.first_output(self.value(x, scope)) for x in val_ast]
+                        vs = [self.first_output(self.evaluator.value(x, scope)) for x in val_ast]
                         spans = [a.span for a in items] if items else [span] * len(vs)
                     for k, (v, sp) in enumerate(zip(vs, spans, strict=True)):
                         if v is None and p.kind == STREAMS:
                             what = f"`{val_ast.name}[{k}]`" if isinstance(val_ast, ast.Name) \
                                 else f"element [{k}] of the list"
-                            raise self.error(UNASSIGNED_ELEMENT,
-                                             f"{what} is never assigned (passed to "
-                                             f"{spec.name} `{p.name}`)", sp)
+                            raise self.draft.error(UNASSIGNED_ELEMENT,
+                                                   f"{what} is never assigned (passed to "
+                                                   f"{spec.name} `{p.name}`)", sp)
                         self.expect_stream(v, spec.name, p.name, sp)
                         stream_inputs.append((p.name, k, v, sp))
                 else:
@@ -169,14 +180,14 @@ class Caller:
         if failed:
             raise Abort()
         if isinstance(attrs.get("consumers"), int) and attrs["consumers"] > MAX_CONSUMERS:
-            raise self.error(PROGRAM_TOO_LARGE,
-                             f"{spec.name} with {attrs['consumers']:,} consumers: at "
-                             f"most {MAX_CONSUMERS:,} are allowed", arg_spans["consumers"])
+            raise self.draft.error(PROGRAM_TOO_LARGE,
+                                   f"{spec.name} with {attrs['consumers']:,} consumers: at "
+                                   f"most {MAX_CONSUMERS:,} are allowed", arg_spans["consumers"])
         name = name_hint or self.anon_name(spec.name, e.span, scope)
-        node = self.new_node(spec.name, name, scope, e.span, e.func_span, attrs,
-                             [(pn, k) for pn, k, _, _ in stream_inputs], arg_spans)
+        node = self.draft.new_node(spec.name, name, scope, e.span, e.func_span, attrs,
+                                   [(pn, k) for pn, k, _, _ in stream_inputs], arg_spans)
         for slot, (_, _, v, sp) in enumerate(stream_inputs):
-            self.edges.append((v, node.name, slot, sp))
+            self.draft.edges.append((v, node.name, slot, sp))
         n_out = len(node.outputs)
         vals = [StreamVal(node.name, i, node.port_label(i)) for i in range(n_out)]
         if spec.name in ARRAY_OUTPUT_OPS:
@@ -188,36 +199,22 @@ class Caller:
     def first_output(self, v: Any) -> Any:
         """A multi-output call used as one stream stands for its first output."""
         if isinstance(v, tuple) and v and all(isinstance(x, StreamVal) for x in v):
-            self.nodes[v[0].node].discarded.update(x.port for x in v[1:])
+            self.draft.nodes[v[0].node].discarded.update(x.port for x in v[1:])
             return v[0]
         return v
 
     def expect_stream(self, v: Any, op: str, param: str, span: Span) -> None:
         if not isinstance(v, (StreamVal, Pending)):
-            raise self.error(BAD_ARGUMENT, f"{op} `{param}` expects a stream, found {kind_word(v)}",
-                             span)
+            raise self.draft.error(BAD_ARGUMENT,
+                                   f"{op} `{param}` expects a stream, found {kind_word(v)}",
+                                   span)
 
     def anon_name(self, op: str, span: Span, scope: Scope) -> str:
         base = f"{scope.prefix}{op}@{span.line}"
         name = base + scope.suffix
-        if name in self.nodes:
+        if name in self.draft.nodes:
             name = f"{base}:{span.col}{scope.suffix}"
         return name
-
-    def new_node(self, op: str, name: str, scope: Scope, span: Span, name_span: Span,
-                 attrs: dict, inputs: list, arg_spans: dict) -> OpNode:
-        spec = OPS[op]
-        if len(self.nodes) >= MAX_NODES:
-            self.error(PROGRAM_TOO_LARGE, f"the program has more than {MAX_NODES:,} operator "
-                       "instances", span)
-            raise Fatal()
-        while name in self.nodes:
-            name += "'"
-        node = OpNode(name, op, attrs, inputs, list(spec.outputs(attrs)), span, arg_spans,
-                      scope.cluster, array_outputs=op in ARRAY_OUTPUT_OPS)
-        self.nodes[name] = node
-        self.last_node = node
-        return node
 
     def attr_value(self, e: ast.Expr, p, op: str, scope: Scope, span: Span) -> Any:
         kind = p.kind
@@ -226,16 +223,18 @@ class Caller:
                 return FnValue(e.name, (), e.span)
             if isinstance(e, ast.Call):
                 return self.fn_value(e, scope)
-            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{kind_word(self.value(e, scope))}", span)
+            raise self.draft.error(BAD_ARGUMENT,
+                                   f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
+                                   f"{kind_word(self.evaluator.value(e, scope))}", span)
         if kind == "dtype":
             if isinstance(e, ast.Name) and e.name in DTYPE_BYTES:
                 return e.name
             if isinstance(e, ast.Name):
-                raise self.error(UNKNOWN_TYPE_OR_ROLE, f"unknown element type `{e.name}`"
-                                 + did_you_mean(e.name, DTYPE_BYTES), e.span)
-            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}", span)
-        v = self.value(e, scope)
+                raise self.draft.error(UNKNOWN_TYPE_OR_ROLE, f"unknown element type `{e.name}`"
+                                       + did_you_mean(e.name, DTYPE_BYTES), e.span)
+            raise self.draft.error(BAD_ARGUMENT,
+                                   f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}", span)
+        v = self.evaluator.value(e, scope)
         ok = {
             "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
             "ints": lambda x: isinstance(x, list) and all(
@@ -247,38 +246,42 @@ class Caller:
             "tensor": lambda x: isinstance(x, TensorRef),
         }[kind](v)
         if not ok:
-            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
-                             f"{kind_word(v)}", span)
+            raise self.draft.error(BAD_ARGUMENT,
+                                   f"{op} `{p.name}` expects {_KIND_EXPECT[kind]}, found "
+                                   f"{kind_word(v)}", span)
         low = getattr(p, "minimum", None)
         if low is not None and any(i < low for i in (v if isinstance(v, list) else [v])):
-            raise self.error(BAD_ARGUMENT, f"{op} `{p.name}` must be >= {low}, found {v}"
-                             + (f" (leave it out to take the hardware's {p.hw})" if p.hw else ""),
-                             span)
+            raise self.draft.error(BAD_ARGUMENT, f"{op} `{p.name}` must be >= {low}, found {v}"
+                                   + (f" (leave it out to take the hardware's {p.hw})"
+                                      if p.hw else ""), span)
         return v
 
     def fn_value(self, e: ast.Call, scope: Scope, allowed=None) -> FnValue:
         kwargs = []
         for a in e.args:
             if a.name is None:
-                raise self.error(MISPLACED_ARGUMENT, f"arguments of `{e.func}` must be named "
-                                          f"(`{e.func}(name=value)`)", a.span)
+                raise self.draft.error(MISPLACED_ARGUMENT,
+                                       f"arguments of `{e.func}` must be named "
+                                       f"(`{e.func}(name=value)`)", a.span)
             if allowed is not None and a.name not in allowed:
-                raise self.error(UNKNOWN_PARAMETER, f"`{e.func}` has no parameter `{a.name}`"
-                                 + did_you_mean(a.name, allowed), a.span)
-            v = self.value(a.value, scope)
+                raise self.draft.error(UNKNOWN_PARAMETER, f"`{e.func}` has no parameter `{a.name}`"
+                                       + did_you_mean(a.name, allowed), a.span)
+            v = self.evaluator.value(a.value, scope)
             if not isinstance(v, (int, bool, str)):
-                raise self.error(BAD_ARGUMENT, f"argument `{a.name}` of `{e.func}` must be an "
-                                          f"integer, boolean or string, found {kind_word(v)}",
-                                 a.span)
+                raise self.draft.error(BAD_ARGUMENT,
+                                       f"argument `{a.name}` of `{e.func}` must be an "
+                                       f"integer, boolean or string, found {kind_word(v)}",
+                                       a.span)
             kwargs.append((a.name, v))
         return FnValue(e.func, tuple(kwargs), e.span)
 
     def graph_call(self, e: ast.Call, g: GraphVal, scope: Scope, name_hint: str | None) -> Any:
         d = g.definition
         if d.name in self.graph_stack:
-            raise self.error(RECURSIVE_GRAPH, f"graph `{d.name}` instantiates itself (through "
-                             + " -> ".join(self.graph_stack + [d.name]) + "); recursion is "
-                             "not allowed", e.span)
+            raise self.draft.error(RECURSIVE_GRAPH,
+                                   f"graph `{d.name}` instantiates itself (through "
+                                   + " -> ".join(self.graph_stack + [d.name]) + "); recursion is "
+                                   "not allowed", e.span)
         args = self.bind_args(e, list(d.params), f"graph `{d.name}`")
         inst = name_hint or self.anon_name(d.name, e.span, scope)
         body = Scope(g.scope, inst + ".", "",
@@ -286,26 +289,26 @@ class Caller:
         body.has_return = False
         for p in d.params:
             if p.name in args:
-                v = self.value(args[p.name][0], scope)
+                v = self.evaluator.value(args[p.name][0], scope)
             elif p.default is not None:
-                v = self.value(p.default, g.scope)
+                v = self.evaluator.value(p.default, g.scope)
             else:
-                raise self.error(MISSING_ARGUMENT,
-                                 f"graph `{d.name}` needs argument `{p.name}`", e.span)
+                raise self.draft.error(MISSING_ARGUMENT,
+                                       f"graph `{d.name}` needs argument `{p.name}`", e.span)
             if p.type is not None and isinstance(v, StreamVal) and \
-                    not self.mentions_poison(p.type, g.scope):
+                    not self.evaluator.mentions_poison(p.type, g.scope):
                 # the parameter's annotation is checked on the producing port
-                node = self.nodes[v.node]
+                node = self.draft.nodes[v.node]
                 node.annotations.setdefault(v.port, []).append(
                     TypeAnnotation(p.type, g.scope.int_env()))
             body.names[p.name] = Entry(v, "param" if isinstance(v, int) else "value", p.span,
                                        used=True)
         self.graph_stack.append(d.name)
-        errors = len(self.bag.errors)
+        errors = len(self.draft.bag.errors)
         try:
-            self.block(d.body, body)
+            self.run_block(d.body, body)
         finally:
             self.graph_stack.pop()
-        if body.returned is None and len(self.bag.errors) > errors:
+        if body.returned is None and len(self.draft.bag.errors) > errors:
             raise Abort()  # the body's errors are reported; its result is unusable
         return body.returned

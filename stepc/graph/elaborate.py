@@ -29,20 +29,18 @@ from stepc.codes import (
 from stepc.diagnostics import DiagnosticBag, Note, StepError
 from stepc.grammar import ast
 from stepc.graph.bindings import Binder
+from stepc.graph.calls import Calls
 from stepc.graph.declarations import Declarations, import_path
+from stepc.graph.draft import Draft
 from stepc.graph.limits import MAX_LOOP, Abort, Fatal
 from stepc.graph.program import (
     Assumption,
     Cluster,
-    OpNode,
     Program,
     StreamRefTerm,
-    Tensor,
 )
 from stepc.graph.scope import POISON, Entry, GraphVal, Pending, Scope, StreamVal, kind_word
 from stepc.graph.values import Evaluator
-from stepc.graph.wiring import wire
-from stepc.ops import OPS
 from stepc.source import SourceFile, Span
 
 MAX_ITERATIONS = 1_000_000  # loop iterations of one program, nested loops included
@@ -51,37 +49,31 @@ FAILING_ITERATIONS = 16  # iterations in a row whose statements failed: the loop
 Loader = Callable[[str, Span], tuple[SourceFile, ast.Module]]
 
 
-class Elaborator(Declarations, Binder, Evaluator):
-    """Builds a `Program` from a parsed main module."""
+class Elaborator:
+    """Builds a `Program` from a parsed main module: runs its statements, handing
+    expressions to the `Evaluator`, calls to `Calls`, bindings to the `Binder` and
+    declarations to `Declarations`, all writing into one `Draft`."""
 
     def __init__(self, main: ast.Module, src: SourceFile, overrides: dict[str, int],
                  loader: Loader, main_path: str | None):
         self.main, self.overrides = main, dict(overrides)
         self.loader, self.main_path = loader, main_path
-        self.sources = {src.name: src}
-        self.bag = DiagnosticBag()
-        self.nodes: dict[str, OpNode] = {}
-        self.edges: list[tuple[Any, str, int, Span]] = []  # (StreamVal|Pending, dst, slot, span)
-        self.tensors: dict[str, Tensor] = {}
-        self.params: dict[str, int] = {}
-        self.param_spans: dict[str, Span] = {}
-        self.assumptions: list[Assumption] = []
-        self.pendings: list[Pending] = []
+        self.draft = Draft(main, src)
+        self.evaluator = Evaluator(self.draft)
+        self.calls = Calls(self.draft, self.evaluator, self.block)
+        self.evaluator.calls = self.calls
+        self.binder = Binder(self.draft, self.evaluator)
+        self.declarations = Declarations(self.draft, self.evaluator, self.calls, self.binder)
         self.used_overrides: set[str] = set()
         self.imported: set[str] = set()
-        self.import_stack: list[str] = []
         self.global_scope = Scope(None)
-        self.named: set[tuple[str, int]] = set()  # streams referenced by name
-        self.walked_arrays: dict[int, tuple[list | tuple, int]] = {}  # see `referenced`
-        self.graph_stack: list[str] = []  # graphs being instantiated (recursion check)
         self.iterations = 0  # loop iterations unrolled so far
         self.aborted = 0  # statements that failed so far
         self.truncated = False  # a size limit stopped elaboration
-        self.hit_poison = False  # a statement was skipped for a failed definition
 
     # ================================================================ driver
     def run(self) -> Program:
-        self.import_stack.append(self.main_path or self.main.name)
+        self.draft.import_stack.append(self.main_path or self.main.name)
         try:
             self.block(self.main.statements, self.global_scope, top=True)
         except Fatal:
@@ -89,9 +81,9 @@ class Elaborator(Declarations, Binder, Evaluator):
         self.finish_pendings()
         for name, e in self.global_scope.names.items():
             # a statement skipped for a failed definition may have been a param's only use
-            if e.kind == "param" and not e.used and not self.hit_poison:
-                self.bag.warning(UNUSED_PARAM, f"parameter `{name}` is never used", e.span)
-        return self.build()
+            if e.kind == "param" and not e.used and not self.evaluator.hit_poison:
+                self.draft.bag.warning(UNUSED_PARAM, f"parameter `{name}` is never used", e.span)
+        return self.draft.build(self.evaluator.named)
 
     def block(self, stmts, scope: Scope, top: bool = False) -> None:
         for s in stmts:
@@ -109,7 +101,7 @@ class Elaborator(Declarations, Binder, Evaluator):
         elif isinstance(s, ast.Binding):
             names = [t.name for t in s.targets if not t.indices and t.name != "_"]
         elif isinstance(s, ast.ForLoop):  # the arrays its body would have built
-            names, scope = _bound_in(s.body), self.array_owner(scope)
+            names, scope = _bound_in(s.body), Binder.array_owner(scope)
         else:
             return
         for name in names:
@@ -126,7 +118,7 @@ class Elaborator(Declarations, Binder, Evaluator):
             entry = scope.lookup(node.name)
             if entry is not None:
                 entry.used = True
-                self.referenced(entry.value)
+                self.evaluator.referenced(entry.value)
         elif isinstance(node, (tuple, list)):
             for x in node:
                 self.mention(x, scope)
@@ -139,69 +131,61 @@ class Elaborator(Declarations, Binder, Evaluator):
     def statement(self, s, scope: Scope, top: bool) -> None:
         if isinstance(s, ast.Import):
             if not top:
-                raise self.error(TOP_LEVEL_ONLY,
-                                 "`import` is only allowed at the top level", s.span)
+                raise self.draft.error(TOP_LEVEL_ONLY,
+                                       "`import` is only allowed at the top level", s.span)
             self.do_import(s, scope)
         elif isinstance(s, ast.Param):
             if not top or scope is not self.global_scope:
-                raise self.error(TOP_LEVEL_ONLY, "`param` is only allowed at the top level", s.span)
+                raise self.draft.error(TOP_LEVEL_ONLY,
+                                       "`param` is only allowed at the top level", s.span)
             self.do_param(s, scope)
         elif isinstance(s, ast.TensorDecl):
-            self.do_tensor(s, scope)
+            self.declarations.do_tensor(s, scope)
         elif isinstance(s, ast.StreamDecl):
-            self.do_stream_decl(s, scope)
+            self.declarations.do_stream_decl(s, scope)
         elif isinstance(s, ast.Assume):
             self.do_assume(s, scope)
         elif isinstance(s, ast.ForLoop):
             self.do_for(s, scope)
         elif isinstance(s, ast.GraphDef):
-            self.define(scope, s.name, GraphVal(s, scope), "graph", s.name_span)
+            self.binder.define(scope, s.name, GraphVal(s, scope), "graph", s.name_span)
         elif isinstance(s, ast.Return):
             if scope.has_return is None:
-                raise self.error(RETURN_OUTSIDE_GRAPH,
-                                 "`return` is only allowed inside a `graph` body",
-                                 s.span)
-            vals = [self.value(v, scope) for v in s.values]
+                raise self.draft.error(RETURN_OUTSIDE_GRAPH,
+                                       "`return` is only allowed inside a `graph` body",
+                                       s.span)
+            vals = [self.evaluator.value(v, scope) for v in s.values]
             scope.returned = vals[0] if len(vals) == 1 else tuple(vals)
             scope.has_return = True
         elif isinstance(s, ast.Binding):
-            self.do_binding(s, scope)
+            self.binder.do_binding(s, scope)
         elif isinstance(s, ast.CallStatement):
-            v = self.call(s.call, scope, anonymous=True)
+            v = self.calls.call(s.call, scope, anonymous=True)
             if v is not None and not isinstance(v, (StreamVal, list, tuple)):
-                raise self.error(NOTHING_TO_BIND, f"this statement computes {kind_word(v)} and "
-                                          "discards it", s.span)
-
-    def define(self, scope: Scope, name: str, value: Any, kind: str, span: Span) -> None:
-        prev = scope.names.get(name)
-        if prev is not None:
-            notes = [Note(f"`{name}` was first defined here", prev.span)] if prev.span else []
-            raise self.error(ALREADY_DEFINED,
-                             f"`{name}` is already defined in this scope", span, notes)
-        if name in OPS:
-            raise self.error(ALREADY_DEFINED, f"`{name}` is the name of an operator and cannot be "
-                                      "redefined", span)
-        scope.names[name] = Entry(value, kind, span)
+                raise self.draft.error(NOTHING_TO_BIND,
+                                       f"this statement computes {kind_word(v)} and "
+                                       "discards it", s.span)
 
     def do_import(self, s: ast.Import, scope: Scope) -> None:
-        path = import_path(self.import_stack[-1], s.path)
-        if path in self.import_stack:
-            chain = " -> ".join(self.import_stack[self.import_stack.index(path):] + [path])
-            raise self.error(IMPORT_CYCLE, f"import cycle: {chain}", s.span)
+        path = import_path(self.draft.import_stack[-1], s.path)
+        if path in self.draft.import_stack:
+            stack = self.draft.import_stack
+            chain = " -> ".join(stack[stack.index(path):] + [path])
+            raise self.draft.error(IMPORT_CYCLE, f"import cycle: {chain}", s.span)
         if path in self.imported:
             return
         try:
             src, module = self.loader(path, s.span)
         except StepError as e:
-            self.bag.extend(e.diagnostics)
+            self.draft.bag.extend(e.diagnostics)
             raise Abort() from None
-        self.sources[src.name] = src
+        self.draft.sources[src.name] = src
         self.imported.add(path)
-        self.import_stack.append(path)
+        self.draft.import_stack.append(path)
         try:
             self.block(module.statements, scope, top=True)
         finally:
-            self.import_stack.pop()
+            self.draft.import_stack.pop()
 
     def do_param(self, s: ast.Param, scope: Scope) -> None:
         prev = scope.names.get(s.name)
@@ -209,44 +193,27 @@ class Elaborator(Declarations, Binder, Evaluator):
             # which value is meant is unclear: what depends on the param is not elaborated
             # (no loop unrolled to either bound), so this one error is all that is reported
             prev.value, prev.used = POISON, True
-            self.params.pop(s.name, None)
-            self.define(scope, s.name, None, "param", s.name_span)
+            self.draft.params.pop(s.name, None)
+            self.binder.define(scope, s.name, None, "param", s.name_span)
         if s.name in self.overrides:
             value = self.overrides[s.name]
             self.used_overrides.add(s.name)
         else:
-            value = self.eval_int(s.value, scope)
-        self.define(scope, s.name, value, "param", s.name_span)
-        self.params[s.name] = value
-        self.param_spans[s.name] = s.name_span
-
-    def mark_used(self, node: Any, scope: Scope) -> None:
-        """Params named inside a type annotation count as used; a poisoned one (its
-        definition failed) silently fails the statement."""
-        if self.mentions_poison(node, scope):
-            raise self.poisoned()
-        if isinstance(node, ast.Name):
-            entry = scope.lookup(node.name)
-            if entry is not None:
-                entry.used = True
-        elif isinstance(node, tuple):
-            for x in node:
-                self.mark_used(x, scope)
-        elif hasattr(node, "__dataclass_fields__"):
-            for f in node.__dataclass_fields__:
-                if f != "span":
-                    self.mark_used(getattr(node, f), scope)
+            value = self.evaluator.eval_int(s.value, scope)
+        self.binder.define(scope, s.name, value, "param", s.name_span)
+        self.draft.params[s.name] = value
+        self.draft.param_spans[s.name] = s.name_span
 
     def do_for(self, s: ast.ForLoop, scope: Scope) -> None:
-        lo, hi = self.eval_int(s.start, scope), self.eval_int(s.end, scope)
+        lo, hi = self.evaluator.eval_int(s.start, scope), self.evaluator.eval_int(s.end, scope)
         if hi - lo > MAX_LOOP:
-            raise self.error(PROGRAM_TOO_LARGE,
-                             f"loop of {hi - lo:,} iterations: stepc unrolls loops "
-                             f"and allows at most {MAX_LOOP:,}", s.span)
+            raise self.draft.error(PROGRAM_TOO_LARGE,
+                                   f"loop of {hi - lo:,} iterations: stepc unrolls loops "
+                                   f"and allows at most {MAX_LOOP:,}", s.span)
         self.iterations += max(hi - lo, 0)
         if self.iterations > MAX_ITERATIONS:
-            self.error(PROGRAM_TOO_LARGE, f"the program's loops unroll to more than "
-                       f"{MAX_ITERATIONS:,} iterations", s.span)
+            self.draft.error(PROGRAM_TOO_LARGE, f"the program's loops unroll to more than "
+                             f"{MAX_ITERATIONS:,} iterations", s.span)
             raise Fatal()
         exported: dict[str, list] = {}
         group = f"for@{s.span.file}:{s.span.line}:{s.span.col}"
@@ -275,8 +242,9 @@ class Elaborator(Declarations, Binder, Evaluator):
             for k, e in items:
                 arr[k] = e.value
             if name in scope.names:
-                self.bag.error(ALREADY_DEFINED, f"`{name}` is already defined in this scope", span,
-                               [Note(f"`{name}` was first defined here", scope.names[name].span)])
+                self.draft.bag.error(ALREADY_DEFINED, f"`{name}` is already defined in this scope",
+                                     span, [Note(f"`{name}` was first defined here",
+                                                 scope.names[name].span)])
                 continue
             scope.names[name] = Entry(arr, "array", span, used=True)
 
@@ -284,51 +252,44 @@ class Elaborator(Declarations, Binder, Evaluator):
         streams: list[StreamRefTerm] = []
         lhs = self.assume_term(s.lhs, scope, streams)
         rhs = self.assume_term(s.rhs, scope, streams)
-        self.assumptions.append(Assumption(lhs, s.op, rhs, s.span, tuple(streams)))
+        self.draft.assumptions.append(Assumption(lhs, s.op, rhs, s.span, tuple(streams)))
 
     def assume_term(self, e: ast.Expr, scope: Scope, streams: list) -> Any:
         if isinstance(e, ast.Call) and e.func in ("shape", "dim"):
             want = 1 if e.func == "shape" else 2
             if len(e.args) != want:
-                raise self.error(MISSING_ARGUMENT, f"`{e.func}` takes {want} argument"
-                                 + ("s" if want > 1 else ""), e.span)
-            v = self.value(e.args[0].value, scope)
+                raise self.draft.error(MISSING_ARGUMENT, f"`{e.func}` takes {want} argument"
+                                       + ("s" if want > 1 else ""), e.span)
+            v = self.evaluator.value(e.args[0].value, scope)
             if not isinstance(v, (StreamVal, Pending)):
-                raise self.error(BAD_ARGUMENT, f"`{e.func}` expects a stream, found {kind_word(v)}",
-                                 e.args[0].span)
+                raise self.draft.error(BAD_ARGUMENT,
+                                       f"`{e.func}` expects a stream, found {kind_word(v)}",
+                                       e.args[0].span)
             ref = self.stream_ref(v, e.args[0].span)
             streams.append(ref)
             if e.func == "shape":
                 return ("shape", ref)
-            return ("dim", ref, self.eval_int(e.args[1].value, scope))
+            return ("dim", ref, self.evaluator.eval_int(e.args[1].value, scope))
         if isinstance(e, ast.ListLit):
-            return ("dims", tuple(self.eval_sym(i, scope) for i in e.items))
-        return self.eval_sym(e, scope)
+            return ("dims", tuple(self.evaluator.eval_sym(i, scope) for i in e.items))
+        return self.evaluator.eval_sym(e, scope)
 
     def stream_ref(self, v, span: Span) -> StreamRefTerm:
         if isinstance(v, Pending):
             if v.bound is None:
-                raise self.error(USED_BEFORE_BOUND,
-                                 f"`{v.name}` is not bound yet; assume facts about it "
-                                          "after its producer", span)
+                raise self.draft.error(USED_BEFORE_BOUND,
+                                       f"`{v.name}` is not bound yet; assume facts about it "
+                                       "after its producer", span)
             v = v.bound
         return StreamRefTerm(v.node, v.port, span)
 
     # ================================================================ finishing
     def finish_pendings(self) -> None:
-        for p in self.pendings:
+        for p in self.draft.pendings:
             if p.bound is None and not p.failed:
-                self.bag.error(UNBOUND_DECLARED_STREAM,
-                               f"feedback stream `{p.name}` is declared but never "
-                                        "bound to a producer", p.span)
-
-    def build(self) -> Program:
-        nodes, edges, feedback, poisoned = wire(self.nodes, self.edges, self.pendings)
-        prog = Program(self.main.name, nodes, edges, self.tensors, self.params,
-                       self.param_spans, self.assumptions, feedback, self.sources,
-                       named=self.named, poisoned=poisoned)
-        prog.order = {n: i for i, n in enumerate(nodes)}
-        return prog
+                self.draft.bag.error(UNBOUND_DECLARED_STREAM,
+                                     f"feedback stream `{p.name}` is declared but never "
+                                     "bound to a producer", p.span)
 
 
 def _bound_in(stmts) -> list[str]:
@@ -351,7 +312,7 @@ def elaborate(main: ast.Module, src: SourceFile, overrides: dict[str, int] | Non
     the program is None when a size limit stopped elaboration."""
     el = Elaborator(main, src, overrides or {}, loader or _no_imports, main_path)
     prog = el.run()
-    return (None if el.truncated else prog), el.bag, el.used_overrides
+    return (None if el.truncated else prog), el.draft.bag, el.used_overrides
 
 
 def _no_imports(path: str, span: Span):

@@ -1,11 +1,11 @@
-"""Elaboration of expressions: the values names and indexing denote and integer expressions,
-with the calls of stepc.graph.calls. `Evaluator` is the half of the `Elaborator` that
-statements call into.
+"""Elaboration of expressions: the values names and indexing denote and integer expressions;
+calls are handed to stepc.graph.calls. The `Evaluator` also remembers the streams the
+source names.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import sympy
 
@@ -17,36 +17,34 @@ from stepc.codes import (
     UNDEFINED_NAME,
     USED_BEFORE_BOUND,
 )
-from stepc.diagnostics import DiagnosticBag, Note, closest, did_you_mean
+from stepc.diagnostics import Note, closest, did_you_mean
 from stepc.grammar import ast
-from stepc.graph.calls import Caller
+from stepc.graph.draft import Draft
 from stepc.graph.expr import ExprError, dim_symbol, evaluate
 from stepc.graph.limits import Abort
-from stepc.graph.program import OpNode, Tensor
+from stepc.graph.program import Tensor
 from stepc.graph.scope import POISON, Pending, Scope, StreamVal, kind_word
 from stepc.ops import OPS
 from stepc.ops.base import TensorRef
-from stepc.source import SourceFile, Span
+from stepc.source import Span
 
 
-class Evaluator(Caller):
-    """Expressions, calls and graph instances; the `Elaborator` provides the state (nodes,
-    stream uses, diagnostics) and the statements of graph bodies (`block`)."""
+class CallElaborator(Protocol):
+    """What expressions ask of the call elaborator (`stepc.graph.calls.Calls`)."""
 
-    main: ast.Module
-    bag: DiagnosticBag
-    nodes: dict[str, OpNode]
-    edges: list[tuple[Any, str, int, Span]]
-    sources: dict[str, SourceFile]
-    named: set[tuple[str, int]]
-    walked_arrays: dict[int, tuple[list | tuple, int]]  # id -> (array of streams, length)
-    graph_stack: list[str]
-    hit_poison: bool
-    last_node: OpNode
+    def call(self, e: ast.Call, scope: Scope, name_hint: str | None = None) -> Any: ...
 
-    def error(self, code: str, message: str, span: Span | None, notes=()) -> Abort:
-        self.bag.error(code, message, span, notes)
-        return Abort()
+
+class Evaluator:
+    """The values of expressions in a scope, reporting into the `Draft`."""
+
+    calls: CallElaborator  # set by the `Elaborator` once it has made the calls' elaborator
+
+    def __init__(self, draft: Draft):
+        self.draft = draft
+        self.named: set[tuple[str, int]] = set()  # streams referenced by name
+        self.walked_arrays: dict[int, tuple[list | tuple, int]] = {}  # see `referenced`
+        self.hit_poison = False  # a statement was skipped for a failed definition
 
     def poisoned(self) -> Abort:
         """Abort a statement that uses a name whose definition failed (already reported)."""
@@ -64,6 +62,23 @@ class Evaluator(Caller):
             return any(self.mentions_poison(getattr(node, f), scope)
                        for f in node.__dataclass_fields__ if f != "span")
         return False
+
+    def mark_used(self, node: Any, scope: Scope) -> None:
+        """Params named inside a type annotation count as used; a poisoned one (its
+        definition failed) silently fails the statement."""
+        if self.mentions_poison(node, scope):
+            raise self.poisoned()
+        if isinstance(node, ast.Name):
+            entry = scope.lookup(node.name)
+            if entry is not None:
+                entry.used = True
+        elif isinstance(node, tuple):
+            for x in node:
+                self.mark_used(x, scope)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if f != "span":
+                    self.mark_used(getattr(node, f), scope)
 
     # ================================================================ values
     def value(self, e: ast.Expr, scope: Scope, name_hint: str | None = None) -> Any:
@@ -95,11 +110,12 @@ class Evaluator(Caller):
             i = self.eval_int(e.index, scope)
             if isinstance(base, TensorRef):
                 if len(base.shape) <= 1:
-                    raise self.error(BAD_INDEX, f"tensor `{base}` has no dim left to index",
-                                     e.span)
+                    raise self.draft.error(BAD_INDEX, f"tensor `{base}` has no dim left to index",
+                                           e.span)
                 if not 0 <= i < base.shape[0]:
-                    raise self.error(BAD_INDEX, f"index {i} is out of range for tensor `{base}` "
-                                              f"of shape {list(base.shape)}", e.index.span)
+                    raise self.draft.error(BAD_INDEX,
+                                           f"index {i} is out of range for tensor `{base}` "
+                                           f"of shape {list(base.shape)}", e.index.span)
                 return TensorRef(base.name, base.dtype, base.shape[1:], base.index + (i,),
                                  base.span)
             if isinstance(base, (list, tuple)):
@@ -107,17 +123,19 @@ class Evaluator(Caller):
                     what = f"`{self.text_of(e.base.span)}`" if isinstance(e.base, (
                         ast.Name, ast.Index)) else "the array"
                     valid = f"indices 0..{len(base) - 1}" if base else "it is empty"
-                    raise self.error(BAD_INDEX, f"index {i} is out of range for {what} (length "
-                                              f"{len(base)}: {valid})", e.index.span)
+                    raise self.draft.error(BAD_INDEX,
+                                           f"index {i} is out of range for {what} (length "
+                                           f"{len(base)}: {valid})", e.index.span)
                 v = base[i]
                 if v is POISON:
                     raise self.poisoned()
                 if v is None:
-                    raise self.error(UNASSIGNED_ELEMENT, f"element [{i}] is never assigned", e.span)
+                    raise self.draft.error(UNASSIGNED_ELEMENT,
+                                           f"element [{i}] is never assigned", e.span)
                 return v
-            raise self.error(BAD_INDEX, f"cannot index {kind_word(base)}", e.span)
+            raise self.draft.error(BAD_INDEX, f"cannot index {kind_word(base)}", e.span)
         if isinstance(e, ast.Call):
-            return self.call(e, scope, name_hint=name_hint)
+            return self.calls.call(e, scope, name_hint=name_hint)
         return self.eval_int(e, scope)
 
     def referenced(self, v: Any) -> None:
@@ -141,17 +159,19 @@ class Evaluator(Caller):
     def undefined(self, name: str, span: Span, scope: Scope) -> Abort:
         later = self.defined_later(name)
         if later is not None:
-            return self.error(USED_BEFORE_BOUND, f"`{name}` is used before it is bound; to build a "
-                                       f"feedback edge declare it first with "
-                                       f"`stream {name} : TYPE`", span,
-                              [Note(f"`{name}` is bound here", later)])
+            return self.draft.error(USED_BEFORE_BOUND,
+                                    f"`{name}` is used before it is bound; to build a "
+                                    f"feedback edge declare it first with "
+                                    f"`stream {name} : TYPE`", span,
+                                    [Note(f"`{name}` is bound here", later)])
         options = list(scope.visible()) + list(OPS)
         for near in closest(name, options):  # a misspelled use: no cascaded warning that
             entry = scope.lookup(near)         # the stream it meant is never consumed
             if entry is not None:
                 self.referenced(entry.value)
-        return self.error(UNDEFINED_NAME, f"undefined name `{name}`" + did_you_mean(name, options),
-                          span)
+        return self.draft.error(UNDEFINED_NAME,
+                                f"undefined name `{name}`" + did_you_mean(name, options),
+                                span)
 
     def defined_later(self, name: str) -> Span | None:
         def walk(stmts):
@@ -165,7 +185,7 @@ class Evaluator(Caller):
                     if r:
                         return r
             return None
-        return walk(self.main.statements)
+        return walk(self.draft.main.statements)
 
     # ================================================================ integer expressions
     def eval_int(self, e: ast.Expr, scope: Scope) -> int:
@@ -187,8 +207,8 @@ class Evaluator(Caller):
                 return dim_symbol(name)
             if entry is None:
                 raise self.undefined(name, span, scope)
-            raise self.error(BAD_ARGUMENT, f"expected an integer, but `{name}` is "
-                             f"{kind_word(entry.value)}", span)
+            raise self.draft.error(BAD_ARGUMENT, f"expected an integer, but `{name}` is "
+                                   f"{kind_word(entry.value)}", span)
         try:
             return evaluate(e, resolve, symbolic)
         except ExprError as err:
@@ -196,10 +216,10 @@ class Evaluator(Caller):
             divisor = self.text_of(err.span)
             if err.code == DIVISION_BY_ZERO and not divisor.strip().isdigit():
                 msg = f"division by zero: `{divisor}` is 0"
-            raise self.error(err.code, msg, err.span) from None
+            raise self.draft.error(err.code, msg, err.span) from None
 
     def text_of(self, span: Span) -> str:
-        src = self.sources.get(span.file)
+        src = self.draft.sources.get(span.file)
         if src is None or span.line != span.end_line:
             return "the divisor"
         return src.line_text(span.line)[span.col - 1: span.end_col - 1]

@@ -8,14 +8,13 @@ import asyncio
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 
+from stepc.app import completion
+from stepc.app.document import shape_hints
+from stepc.app.editor import FormatError, format_text
+from stepc.app.hover import hover_text, needs_analysis
+from stepc.app.index import Outline
 from stepc.diagnostics import StepError
-from stepc.grammar.format import FormatError, format_source
-from stepc.lsp import complete as completion
-from stepc.lsp.hover import hover_text
-from stepc.lsp.index import Outline, Ref
 from stepc.lsp.session import StepServer, location, to_range, to_utf16
-from stepc.ops import OPS
-from stepc.types import fmt_shape
 
 SYMBOL_KIND = {"param": lsp.SymbolKind.Constant, "tensor": lsp.SymbolKind.Array,
                "stream": lsp.SymbolKind.Variable, "graph": lsp.SymbolKind.Function,
@@ -56,7 +55,7 @@ async def hover(ls: StepServer, params: lsp.HoverParams) -> lsp.Hover | None:
     if item is None:
         return None
     settings = ls.settings
-    if settings.hw and isinstance(item, Ref) and item.call is not None and item.name in OPS:
+    if needs_analysis(item, settings):
         # the roofline numbers need a cost analysis: made off the editor's thread
         text = await asyncio.get_running_loop().run_in_executor(
             ls.costs, hover_text, checked, item, settings)
@@ -152,7 +151,7 @@ async def formatting(ls: StepServer,
     text = doc.source
     try:
         new = await asyncio.get_running_loop().run_in_executor(
-            ls.checker, format_source, text, doc.path or doc.uri)
+            ls.checker, format_text, text, doc.path or doc.uri)
     except (StepError, FormatError) as e:
         ls.window_show_message(lsp.ShowMessageParams(
             lsp.MessageType.Warning, f"stepc fmt: not formatted: {e}"))
@@ -175,19 +174,8 @@ async def inlay_hints(ls: StepServer, params: lsp.InlayHintParams) -> list[lsp.I
     src = checked.compiled.sources.get(path)
     first, last = params.range.start.line + 1, params.range.end.line + 1
     hints = []
-    for d in checked.index.defs:
-        if d.kind != "stream" or d.span.file != path or not first <= d.span.line <= last:
-            continue
-        types = checked.index.stream_types(d)
-        if not types or src is None:
-            continue
-        t = types[0][1]
-        end_line = d.stmt.span.end_line
+    for end_line, label in shape_hints(checked, path, first, last):
         text = src.line_text(end_line)
-        label = f"{d.name}: " if len(d.stmt.targets if hasattr(d.stmt, "targets") else ()) > 1 \
-            else ""
         hints.append(lsp.InlayHint(lsp.Position(end_line - 1, to_utf16(text, len(text))),
-                                   f"{label}{fmt_shape(t.shape)} of {t.elem}",
-                                   kind=lsp.InlayHintKind.Type,
-                                   padding_left=True))
+                                   label, kind=lsp.InlayHintKind.Type, padding_left=True))
     return hints

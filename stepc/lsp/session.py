@@ -22,9 +22,9 @@ from pygls.uris import from_fs_path, to_fs_path
 from pygls.workspace import TextDocument
 
 from stepc import __version__
+from stepc.app.document import Checked, Settings, check_document
 from stepc.codes import UNKNOWN_OVERRIDE
-from stepc.diagnostics import Diagnostic, Severity, did_you_mean
-from stepc.lsp.analysis import Checked, Settings, check_document
+from stepc.diagnostics import Diagnostic, Severity, StepError, did_you_mean
 from stepc.source import SourceFile, Span
 
 DEBOUNCE = 0.3  # seconds of quiet after an edit before the document is checked
@@ -235,10 +235,10 @@ class StepServer(LanguageServer):
                 problems.append(f"stepc.defines {name}: expected an integer, found {value!r}")
         hw = options.get("hw") or None
         if hw is not None:
-            from stepc.hw.config import ConfigError, load_config
+            from stepc.app.program import load_hardware
             try:
-                load_config(str(hw), ())
-            except ConfigError as e:
+                load_hardware(str(hw))
+            except StepError as e:  # an InputError: the configuration does not load
                 problems.append(f"stepc.hw: {e}")
                 hw = None
         self.settings = Settings(defines, hw, bool(options.get("inlayHints", False)))

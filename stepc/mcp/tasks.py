@@ -69,9 +69,8 @@ def task_check(tools, args: dict) -> dict:
 
 def _vet(tools, path: str) -> None:
     """Refuse a solution that imports, or reads data from, outside the workspace."""
-    from stepc.api.program import check_guarded
-    from stepc.api.reads import data_files
-    report = check_guarded(path, {}, tools.may_import)
+    from stepc.app.program import checked_guarded, data_files
+    report = checked_guarded(path, {}, tools.may_import)
     outside = [p for p in data_files(report) if not tools.workspace.contains(p)]
     if outside:
         raise Refused(f"the solution reads the data file {outside[0]!r}, outside the "

@@ -14,7 +14,7 @@ import tempfile
 from collections import OrderedDict
 from typing import Any
 
-from stepc.api.errors import Deadlock, InputError, SimulationError
+from stepc.api import InputError, SimulationError
 from stepc.diagnostics import StepError, render_text
 from stepc.mcp.schemas import LADDER
 from stepc.mcp.workspace import MAX_FILE_BYTES, Refused, Workspace
@@ -98,8 +98,8 @@ class Tools:
 
     def warm(self) -> None:
         """Load the front end before the first call needs it (a tiny program, not kept)."""
-        from stepc.api.program import check_text
-        check_text("param N = 1\n", "<warm-up>")
+        from stepc.app.program import checked_text
+        checked_text("param N = 1\n", "<warm-up>")
 
     # ---- programs
     def source(self, args: dict) -> tuple[bytes, str, bool]:
@@ -130,8 +130,7 @@ class Tools:
     def report(self, args: dict):
         """The check report of the program the call names (cached by its bytes, name and
         params), and its `check` document."""
-        from stepc.api.program import check_guarded, check_text_guarded
-        from stepc.api.reads import data_files
+        from stepc.app.program import checked_guarded, checked_text, data_files
         data, name, is_file = self.source(args)
         params = _mapping(args, "params")
         for k, v in params.items():
@@ -145,8 +144,8 @@ class Tools:
             return hit[0], hit[1]
         # a file is read by the API (a .pb graph is imported first), text compiled as is;
         # either way an import outside the workspace is refused before it is read
-        report = check_guarded(name, params, self.may_import) if is_file else \
-            check_text_guarded(data, name, params, self.may_import)
+        report = checked_guarded(name, params, self.may_import) if is_file else \
+            checked_text(data, name, params, self.may_import)
         outside = [p for p in data_files(report) if not self.workspace.contains(p)]
         if outside:
             raise Refused(f"the program reads the data file {outside[0]!r}, outside the "
@@ -183,20 +182,26 @@ class Tools:
 
     def program(self, args: dict):
         """The checked program; its errors (or unknown params) as a StepError."""
+        return self.checked(args).program()
+
+    def checked(self, args: dict):
+        """The check report of a program that may run: its errors (or unknown params)
+        raise a StepError."""
         report, _ = self.report(args)
-        return report.program()
+        report.program()
+        return report
 
     def hw(self, args: dict) -> str | None:
         """The `hw` argument: a preset's name, or a configuration file in the workspace.
         The configuration (with `set`) is loaded here once under the workspace rule, so a
         part file it names (`[dram] part`, `set: {"dram.part": ...}`) outside the workspace
         is refused before anything reads it; the run then loads the same files."""
-        from stepc.api.inputs import hardware, hardware_presets
+        from stepc.app.program import hardware_presets, load_hardware
         hw = args.get("hw")
         if hw is not None and hw not in hardware_presets():
             hw = str(self.workspace.file(hw, "hw"))
         try:
-            hardware(hw, _mapping(args, "set"), may_read=self.may_read_config)
+            load_hardware(hw, _mapping(args, "set"), may_read=self.may_read_config)
         except InputError:
             pass  # the call reports it
         return hw
@@ -233,10 +238,10 @@ class Tools:
                 "symbols": doc["symbols"]}
 
     def analyze(self, args: dict) -> dict:
-        prog = self.program(args)
-        cost = prog.analyze(hw=self.hw(args), bind=_mapping(args, "bind"),
-                            traces=self.traces(args),
-                            onchip_model=args.get("onchip_model", "artifact"))
+        from stepc.app.program import analyze_checked
+        report = self.checked(args)
+        cost = analyze_checked(report, self.hw(args), _mapping(args, "bind"),
+                               self.traces(args), args.get("onchip_model", "artifact")).cost
         doc = cost.to_dict()
         rows = doc.pop("ops")
         if args.get("by", "statement") == "statement":
@@ -248,14 +253,14 @@ class Tools:
         return {**doc, "ops": shorten(ops), "ops_page": where, "warnings": cost.warnings}
 
     def simulate(self, args: dict) -> dict:
-        prog = self.program(args)
-        timing_only = args.get("timing_only", True)
-        try:
-            run = prog.simulate(hw=self.hw(args), set=_mapping(args, "set"),
-                                traces=self.traces(args), timing_only=timing_only,
-                                max_cycles=_int(args, "max_cycles", None, 1))
-        except Deadlock as e:
-            raise Refused(f"the simulation deadlocked:\n{e.report}") from None
+        from stepc.app.sim import simulate_checked
+        report = self.checked(args)
+        simulated = simulate_checked(report, self.hw(args), _mapping(args, "set"),
+                                     self.traces(args), args.get("timing_only", True),
+                                     _int(args, "max_cycles", None, 1))
+        if simulated.deadlock:
+            raise Refused(f"the simulation deadlocked:\n{simulated.deadlock}")
+        run = simulated.run
         busiest = sorted(run.busy.items(), key=lambda kv: -kv[1])[:BUSIEST]
         return {"program": run.program, "hw": run.hw,
                 "mode": "functional" if run.functional else "timing-only",
@@ -265,7 +270,7 @@ class Tools:
                 "warnings": run.warnings}
 
     def format(self, args: dict) -> dict:
-        from stepc.api.formatting import format_bytes
+        from stepc.app.editor import format_bytes
         data, name, _ = self.source(args)
         old, new = format_bytes(name, data)
         return {"program": name, "changed": old != new, "formatted": new}

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from stepc.torch.canon import rows_cols, unsupported
 from stepc.torch.capture import LoweringError, Node
+from stepc.torch.dense_block import DenseBlock, Handler, Val, fail
 from stepc.torch.emit import StepWriter
 from stepc.torch.layout import LayoutOps
-from stepc.torch.rowwise import RowwiseOps, Val, fail
+from stepc.torch.rowwise import RowwiseOps
 
 DENSE_PARAMS = ("TB", "TILE_F")
 
@@ -70,121 +71,17 @@ def _fused_halves(gate: Node, up: Node):
     return fused, split, (gate.args[1], up.args[1])
 
 
-class DenseLowering(LayoutOps, RowwiseOps):
-    """Walks the canonical nodes once, emitting statements; nothing is returned half-way
-    (the caller renders the writer only when the whole walk succeeded)."""
+class LinearOps:
+    """The linear family of a dense block, and the SwiGLU MLP fused."""
 
-    def __init__(self, nodes: list[Node], w: StepWriter, rows: int, tb: int, tile_f: int):
-        self.nodes, self.w, self.rows, self.tb, self.tile_f = nodes, w, rows, tb, tile_f
-        self.vals: dict[str, Val] = {}
-        self.transposed: dict[str, tuple[Node, bool]] = {}  # weight views: (param, transposed)
-        self.tensors: dict[str, str] = {}  # program tensor -> state-dict key or input name
-        self.fused: set[str] = set()
-        self.weights_declared: dict[tuple, str] = {}
+    def __init__(self, block: DenseBlock):
+        self.block, self.w = block, block.w
 
-    # ---------------------------------------------------------------- declarations
-    def weight(self, p: Node, shape: list[int] | None = None) -> str:
-        if p.op != "param":
-            raise fail(p, "expected a parameter")
-        shape = list(shape or p.shape)
-        key = (p.target, tuple(shape))
-        if key in self.weights_declared:
-            return self.weights_declared[key]
-        name = self.w.name(p.target.replace(".", "_"))
-        self.w.tensor(name, f"{p.dtype}{shape} weight = random(seed={len(self.w.tensors) + 1})",
-                      f"{p.target} {list(p.shape)}")
-        self.tensors[name] = p.target
-        self.weights_declared[key] = name
-        return name
+    def handlers(self) -> dict[str, Handler]:
+        """Each aten operator this part lowers, with its lowering."""
+        return {"linear": self.linear, "matmul": self.matmul, "mm": self.matmul,
+                "bmm": self.matmul, "addmm": self.addmm}
 
-    def _half_weight(self, p: Node, half: int | None, rows: int) -> str:
-        """A weight `[F, D]`, or half `W[h]` of a fused `[2F, D]` one (declared [2, F, D]:
-        the same row-major data, its halves indexed by the first dim)."""
-        if half is None:
-            return self.weight(p)
-        return f"{self.weight(p, [2, rows, p.shape[1]])}[{half}]"
-
-    def cols_tiles(self, n: int, node: Node) -> str:
-        if n % self.tile_f:
-            raise LoweringError(f"{node.site}: {n} columns are not a multiple of TILE_F = "
-                                f"{self.tile_f} (choose a TILE_F that divides it)")
-        return f"{n} // TILE_F"
-
-    def val(self, a, node: Node) -> Val:
-        if not isinstance(a, Node) or a.name not in self.vals:
-            raise fail(node, f"operand {getattr(a, 'name', a)!r} is not an activation stream "
-                             "(stepc lowers operators on activations and parameters)")
-        return self.vals[a.name]
-
-    def param_view(self, a) -> tuple[Node, bool] | None:
-        """A parameter, or a transpose of one: (param, transposed)."""
-        if isinstance(a, Node) and a.op == "param":
-            return a, False
-        return self.transposed.get(getattr(a, "name", None))
-
-    # ---------------------------------------------------------------- the walk
-    def run(self) -> None:
-        for node in self.nodes:
-            parts = self.swiglu_parts(node)
-            if parts:
-                self.fused |= parts.nodes
-        error = unsupported([n for n in self.nodes if n.name not in self.fused],
-                            lambda op: hasattr(self, f"op_{op}"))
-        if error:
-            raise error
-        for node in self.nodes:
-            if node.op == "input":
-                self.input(node)
-            elif node.op == "output":
-                self.output(node)
-            elif node.op == "param" or node.name in self.fused:
-                continue
-            elif node.op in ("view", "cast", "transpose", "getitem"):
-                getattr(self, f"op_{node.op}")(node)
-            elif not self._swiglu(node):
-                self.w.blank(f"{node.site.module or node.name}: aten.{node.op}"
-                             + (f" ({node.site.line})" if node.site.line else ""))
-                getattr(self, f"op_{node.op}")(node)
-
-    def input(self, node: Node) -> None:
-        rows, cols = rows_cols(node.shape)
-        if len(node.shape) < 2 or rows != self.rows:
-            raise LoweringError(f"input `{node.name}` is {list(node.shape)}: stepc lowers "
-                                f"activations [..., C] whose leading dims hold the same "
-                                f"{self.rows} rows as the first input")
-        t = self.w.name(node.name.upper())
-        folded = f" {list(node.shape)}, rows folded" if len(node.shape) > 2 else ""
-        self.w.tensor(t, f"{node.dtype}[B, {cols}] input = random(seed="
-                      f"{len(self.w.tensors) + 1})", f"forward argument `{node.name}`{folded}")
-        self.tensors[t] = node.name
-        s = self.w.name(node.name)
-        self.w.stmt(f"{s} = LinearOffChipLoad({t}, tile=[TB, {cols}], shape=[MT])",
-                    f"[MT] of [TB, {cols}]")
-        self.vals[node.name] = Val(s, node.shape, node.dtype)
-
-    def output(self, node: Node) -> None:
-        if len(node.args) != 1:
-            raise LoweringError(f"the module returns {len(node.args)} values; stepc lowers "
-                                "modules with one output tensor")
-        arg = node.args[0]
-        v = self.val(arg, node)
-        if v.heads and v.heads_at == len(v.shape) - 2:  # [.., H, Dh] is [.., H * Dh]
-            v = self._merge_heads(v, arg)
-        if v.vector or v.rows != self.rows or v.heads:
-            raise fail(arg, f"the output {list(v.shape)} is not [..., C] with the input's "
-                            f"{self.rows} rows")
-        stream = v.stream
-        if v.dtype != arg.dtype:
-            stream = self.w.name(f"{arg.name}_{arg.dtype}")
-            self.w.stmt(f"{stream} = Map({v.stream}, fn=cast, dtype={arg.dtype})",
-                        f"`.to({arg.dtype})`")
-        t = self.w.name("Y")
-        self.w.tensor(t, f"{arg.dtype}[B, {v.cols}] output", "the module's output")
-        self.tensors[t] = "output"
-        self.w.blank()
-        self.w.stmt(f"LinearOffChipStore({stream}, {t})")
-
-    # ---------------------------------------------------------------- the linear family
     def _linear(self, node: Node, x: Val, wname: str, out_cols: int, transpose: bool,
                 bias: Node | None, groups: int = 0) -> None:
         """x times a weight `[in, out]` (`[out, in]` when `transpose`), in TILE_F columns;
@@ -196,15 +93,15 @@ class DenseLowering(LayoutOps, RowwiseOps):
             raise fail(node, f"a linear layer of {list(x.shape)}, split into heads (merge "
                              "them first: `.transpose(1, 2).reshape(*input_shape, -1)`)")
         base = node.site.module or node.name
-        nt = self.cols_tiles(out_cols, node)
+        nt = self.block.cols_tiles(out_cols, node)
         tile = f"[TILE_F, {x.cols}]" if transpose else f"[{x.cols}, TILE_F]"
         xr, wl, y = self.w.name(f"{base}_x"), self.w.name(f"{base}_w"), self.w.name(base)
         self.w.stmt(f"{xr} = Repeat({x.stream}, count={nt})",
                     f"[MT, {out_cols} / TILE_F] of [TB, {x.cols}]")
         if groups:
             per_group = x.rows // groups
-            if per_group % self.tb:
-                raise fail(node, f"TB = {self.tb} does not divide the {per_group} rows of "
+            if per_group % self.block.tb:
+                raise fail(node, f"TB = {self.block.tb} does not divide the {per_group} rows of "
                                  "each batch of the batched matmul (choose a TB that does)")
             self.w.stmt(f"{wl} = Flatten(LinearOffChipLoad({wname}, tile={tile}, stride=["
                         f"{nt}, 0, 1], shape=[{groups}, {per_group} // TB, {nt}]), min=1, "
@@ -217,7 +114,7 @@ class DenseLowering(LayoutOps, RowwiseOps):
         self.w.stmt(f"{part} = Map({xr}, {wl}, fn={mm}, dtype={node.dtype})",
                     "[MT, .] of [TB, TILE_F]")
         if bias is not None:
-            b = self.weight(bias, [1, out_cols])
+            b = self.block.weight(bias, [1, out_cols])
             bl = self.w.name(f"{base}_b")
             self.w.stmt(f"{bl} = LinearOffChipLoad({b}, tile=[1, TILE_F], stride=[0, 1], "
                         f"shape=[MT, {nt}])")
@@ -225,20 +122,20 @@ class DenseLowering(LayoutOps, RowwiseOps):
             self.w.stmt(f"{part2} = Map({part}, {bl}, fn=add)", "+ bias")
             part = part2
         self.w.stmt(f"{y} = Accum({part}, fn=retile_col, rank=1)", f"[MT] of [TB, {out_cols}]")
-        self.vals[node.name] = Val(y, node.shape, node.dtype)
+        self.block.vals[node.name] = Val(y, node.shape, node.dtype)
 
-    def op_linear(self, node: Node) -> None:
+    def linear(self, node: Node) -> None:
         x, wp = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else None
-        xv = self.val(x, node)
+        xv = self.block.val(x, node)
         if not (isinstance(wp, Node) and wp.op == "param" and len(wp.shape) == 2):
             raise fail(node, "the weight must be a [out, in] parameter")
-        self._linear(node, xv, self.weight(wp), wp.shape[0], True, bias)
+        self._linear(node, xv, self.block.weight(wp), wp.shape[0], True, bias)
 
-    def op_matmul(self, node: Node, bias: Node | None = None) -> None:
+    def matmul(self, node: Node, bias: Node | None = None) -> None:
         a, b = node.args[0], node.args[1]
-        pv = self.param_view(b)
-        x = self.val(a, node)
+        pv = self.block.param_view(b)
+        x = self.block.val(a, node)
         if pv is not None and len(pv[0].shape) == 3 and bias is None:
             self._batched(node, x, *pv)
             return
@@ -248,9 +145,7 @@ class DenseLowering(LayoutOps, RowwiseOps):
                              "[G, N, in] by a parameter [G, in, out] (not of two activations)")
         p, transposed = pv
         out_cols = p.shape[0] if transposed else p.shape[1]
-        self._linear(node, x, self.weight(p), out_cols, transposed, bias)
-
-    op_mm = op_bmm = op_matmul
+        self._linear(node, x, self.block.weight(p), out_cols, transposed, bias)
 
     def _batched(self, node: Node, x: Val, p: Node, transposed: bool) -> None:
         """`bmm(x [G, N, in], W [G, in, out])` (or `W.transpose(1, 2)` of `[G, out, in]`):
@@ -263,14 +158,14 @@ class DenseLowering(LayoutOps, RowwiseOps):
                                                                 else "")
                              + f" (stepc lowers [{groups}, N, {inner}] activations by it)")
         out_cols = p.shape[1] if transposed else p.shape[2]
-        self._linear(node, x, self.weight(p), out_cols, transposed, None, groups)
+        self._linear(node, x, self.block.weight(p), out_cols, transposed, None, groups)
 
-    def op_addmm(self, node: Node) -> None:
+    def addmm(self, node: Node) -> None:
         bias, a, b = node.args[:3]
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
             raise fail(node, "alpha and beta other than 1")
         node.args = (a, b)
-        self.op_matmul(node, bias)
+        self.matmul(node, bias)
 
     # ---------------------------------------------------------------- SwiGLU
     @staticmethod
@@ -302,18 +197,18 @@ class DenseLowering(LayoutOps, RowwiseOps):
                            {fused.name, split.name, gate.name, up.name, a.name, mul.name},
                            f"{fused.site.module}[{hg}]", f"{fused.site.module}[{hu}]")
 
-    def _swiglu(self, down: Node) -> bool:
+    def swiglu(self, down: Node) -> bool:
         """One fused block that streams TILE_F columns of the intermediate at a time."""
         parts = self.swiglu_parts(down)
         if parts is None:
             return False
-        x = self.val(parts.x, down)
+        x = self.block.val(parts.x, down)
         wd = down.args[1]
         f = wd.shape[1]
         base = down.site.module.rsplit(".", 1)[0] if "." in down.site.module else "mlp"
-        nt = self.cols_tiles(f, down)
-        g, u = (self._half_weight(p, half, f) for p, half in (parts.gate, parts.up))
-        d = self.weight(wd)
+        nt = self.block.cols_tiles(f, down)
+        g, u = (self.block.half_weight(p, half, f) for p, half in (parts.gate, parts.up))
+        d = self.block.weight(wd)
         s = {k: self.w.name(f"{base}_{k}" if base != "mlp" else k)
              for k in ("xr", "wg", "wu", "wd", "gate", "up", "act", "h", "down")}
         dt = f", dtype={down.dtype}" if down.dtype != x.dtype else ""
@@ -338,14 +233,92 @@ class DenseLowering(LayoutOps, RowwiseOps):
                     "rank=1)", f"{down.site.module}: [MT] of [TB, {wd.shape[0]}]")
         out = s["down"]
         if len(down.args) > 2 and down.args[2] is not None:
-            bt = self.weight(down.args[2], [1, wd.shape[0]])
+            bt = self.block.weight(down.args[2], [1, wd.shape[0]])
             bl = self.w.name(f"{base}_b")
             self.w.stmt(f"{bl} = LinearOffChipLoad({bt}, tile=[1, {wd.shape[0]}], stride=[0], "
                         "shape=[MT])")
             out = self.w.name(f"{base}_out")
             self.w.stmt(f"{out} = Map({s['down']}, {bl}, fn=add)", "+ bias")
-        self.vals[down.name] = Val(out, down.shape, down.dtype)
+        self.block.vals[down.name] = Val(out, down.shape, down.dtype)
         return True
+
+
+class DenseLowering:
+    """Walks the canonical nodes once, emitting statements; nothing is returned half-way
+    (the caller renders the writer only when the whole walk succeeded). Each node goes to
+    the part whose table names its operator."""
+
+    def __init__(self, nodes: list[Node], w: StepWriter, rows: int, tb: int, tile_f: int):
+        self.nodes, self.w = nodes, w
+        self.block = DenseBlock(w, rows, tb, tile_f)
+        self.linear = LinearOps(self.block)
+        self.layout = LayoutOps(self.block)
+        self.rowwise = RowwiseOps(self.block)
+        self.handlers: dict[str, Handler] = {**self.linear.handlers(),
+                                             **self.layout.handlers(),
+                                             **self.rowwise.handlers()}
+        self.fused: set[str] = set()
+
+    def run(self) -> None:
+        for node in self.nodes:
+            parts = LinearOps.swiglu_parts(node)
+            if parts:
+                self.fused |= parts.nodes
+        error = unsupported([n for n in self.nodes if n.name not in self.fused],
+                            lambda op: op in self.handlers)
+        if error:
+            raise error
+        for node in self.nodes:
+            if node.op == "input":
+                self.input(node)
+            elif node.op == "output":
+                self.output(node)
+            elif node.op == "param" or node.name in self.fused:
+                continue
+            elif node.op in ("view", "cast", "transpose", "getitem"):
+                self.handlers[node.op](node)
+            elif not self.linear.swiglu(node):
+                self.w.blank(f"{node.site.module or node.name}: aten.{node.op}"
+                             + (f" ({node.site.line})" if node.site.line else ""))
+                self.handlers[node.op](node)
+
+    def input(self, node: Node) -> None:
+        rows, cols = rows_cols(node.shape)
+        if len(node.shape) < 2 or rows != self.block.rows:
+            raise LoweringError(f"input `{node.name}` is {list(node.shape)}: stepc lowers "
+                                f"activations [..., C] whose leading dims hold the same "
+                                f"{self.block.rows} rows as the first input")
+        t = self.w.name(node.name.upper())
+        folded = f" {list(node.shape)}, rows folded" if len(node.shape) > 2 else ""
+        self.w.tensor(t, f"{node.dtype}[B, {cols}] input = random(seed="
+                      f"{len(self.w.tensors) + 1})", f"forward argument `{node.name}`{folded}")
+        self.block.tensors[t] = node.name
+        s = self.w.name(node.name)
+        self.w.stmt(f"{s} = LinearOffChipLoad({t}, tile=[TB, {cols}], shape=[MT])",
+                    f"[MT] of [TB, {cols}]")
+        self.block.vals[node.name] = Val(s, node.shape, node.dtype)
+
+    def output(self, node: Node) -> None:
+        if len(node.args) != 1:
+            raise LoweringError(f"the module returns {len(node.args)} values; stepc lowers "
+                                "modules with one output tensor")
+        arg = node.args[0]
+        v = self.block.val(arg, node)
+        if v.heads and v.heads_at == len(v.shape) - 2:  # [.., H, Dh] is [.., H * Dh]
+            v = self.layout.merge_heads(v, arg)
+        if v.vector or v.rows != self.block.rows or v.heads:
+            raise fail(arg, f"the output {list(v.shape)} is not [..., C] with the input's "
+                            f"{self.block.rows} rows")
+        stream = v.stream
+        if v.dtype != arg.dtype:
+            stream = self.w.name(f"{arg.name}_{arg.dtype}")
+            self.w.stmt(f"{stream} = Map({v.stream}, fn=cast, dtype={arg.dtype})",
+                        f"`.to({arg.dtype})`")
+        t = self.w.name("Y")
+        self.w.tensor(t, f"{arg.dtype}[B, {v.cols}] output", "the module's output")
+        self.block.tensors[t] = "output"
+        self.w.blank()
+        self.w.stmt(f"LinearOffChipStore({stream}, {t})")
 
 
 def lower_dense(nodes: list[Node], w: StepWriter, sched: dict) -> tuple[dict[str, str], dict]:
@@ -384,7 +357,7 @@ def lower_dense(nodes: list[Node], w: StepWriter, sched: dict) -> tuple[dict[str
     w.param("MT", "B // TB", "row tiles")
     lw = DenseLowering(nodes, w, rows, tb, used.get("TILE_F", 1))
     lw.run()
-    return lw.tensors, used
+    return lw.block.tensors, used
 
 
 def _divisor(n: int, cap: int) -> int:

@@ -11,30 +11,38 @@ import math
 
 from stepc.torch.canon import rows_cols
 from stepc.torch.capture import Node
-from stepc.torch.rowwise import Val, fail
+from stepc.torch.dense_block import DenseBlock, Handler, Val, fail
 
 
 class LayoutOps:
-    """The layout operators of `DenseLowering` (which provides `w`, `vals`, `val` and
-    `param_view`, and `transposed`, the weight views)."""
+    """The layout operators of a dense block; a transpose of a weight is recorded in the
+    block's weight views."""
 
-    def op_view(self, node: Node) -> None:
+    def __init__(self, block: DenseBlock):
+        self.block, self.w = block, block.w
+
+    def handlers(self) -> dict[str, Handler]:
+        """Each aten operator this part lowers, with its lowering."""
+        return {"view": self.view, "cast": self.cast, "transpose": self.transpose,
+                "getitem": self.getitem, "split": self.split}
+
+    def view(self, node: Node) -> None:
         src = node.args[0]
-        if self.param_view(src) is not None:
+        if self.block.param_view(src) is not None:
             raise fail(node, "a reshape of a parameter (stepc reads weights in their "
                              "declared shape)")
-        v = self.val(src, node)
+        v = self.block.val(src, node)
         rows, cols = rows_cols(node.shape)
         if v.heads:
             self._view_heads(node, v)
         elif self._splits_heads(node, v):
-            self.vals[node.name] = self._split_heads(node, v)
+            self.block.vals[node.name] = self._split_heads(node, v)
         elif not v.vector and (rows, cols) == (v.rows, v.cols):
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype)
+            self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype)
         elif v.cols == 1 and math.prod(node.shape) == v.rows:
             # [R] <-> [R, 1]: a reduced row vector gains or loses its unit dim
             vector = not node.shape or node.shape[-1] != 1 or rows != v.rows
-            self.vals[node.name] = Val(v.stream, node.shape, v.dtype, vector)
+            self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype, vector)
         else:
             raise fail(node, f"a reshape of {list(v.shape)} to {list(node.shape)} moves data "
                              "across the last dim (stepc streams rows of it)")
@@ -65,7 +73,7 @@ class LayoutOps:
         self.w.stmt(f"{out}, _ = Reshape({flat}, chunk={heads})", f"[MT, {heads}] of [TB, {dh}]")
         return Val(out, node.shape, v.dtype, heads=heads, heads_at=len(node.shape) - 2)
 
-    def _merge_heads(self, v: Val, node: Node) -> Val:
+    def merge_heads(self, v: Val, node: Node) -> Val:
         """`[MT, H] of [TB, Dh]` -> `[MT] of [TB, H * Dh]`, the heads side by side."""
         out = self.w.name(f"{node.site.module or node.name}_merged")
         cols = v.heads * v.cols
@@ -78,29 +86,29 @@ class LayoutOps:
         (`[.., H, Dh] -> [.., H * Dh]`, with H just before the last dim)."""
         shape = tuple(node.shape)
         if shape == tuple(v.shape):
-            self.vals[node.name] = Val(v.stream, shape, v.dtype, v.vector, **v.layout())
+            self.block.vals[node.name] = Val(v.stream, shape, v.dtype, v.vector, **v.layout())
         elif v.heads_at == len(v.shape) - 2 and shape == tuple(v.shape[:-2]) + (
                 v.heads * v.cols,) and not v.vector:
-            self.vals[node.name] = self._merge_heads(v, node)
+            self.block.vals[node.name] = self.merge_heads(v, node)
         else:
             raise fail(node, f"a reshape of {list(v.shape)} (split into {v.heads} heads at "
                              f"dim {v.heads_at}) to {list(node.shape)} moves data between "
                              "heads and rows (stepc merges the heads back only from "
                              "[.., heads, head_dim])")
 
-    def op_cast(self, node: Node) -> None:
+    def cast(self, node: Node) -> None:
         """The stream is unchanged; its consumers compute in the cast's dtype."""
-        v = self.val(node.args[0], node)
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **v.layout())
+        v = self.block.val(node.args[0], node)
+        self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **v.layout())
 
-    def op_transpose(self, node: Node) -> None:
+    def transpose(self, node: Node) -> None:
         src = node.args[0]
-        pv = self.param_view(src)
+        pv = self.block.param_view(src)
         if pv is not None and (len(node.shape) == 2 or (  # W.t(); W.transpose(1, 2)
                 len(node.shape) == 3 and self._perm(node, 3) == [0, 2, 1])):
-            self.transposed[node.name] = (pv[0], not pv[1])
+            self.block.transposed[node.name] = (pv[0], not pv[1])
             return
-        v = self.val(src, node)
+        v = self.block.val(src, node)
         perm = self._perm(node, len(v.shape))
         # the heads are a stream dim of their own: moving them past the rows relabels
         moved = [d for d in perm if v.shape[d] != 1 and not (v.heads and d == v.heads_at)]
@@ -108,7 +116,7 @@ class LayoutOps:
             raise fail(node, f"a transpose of the activation {list(v.shape)} to "
                              f"{list(node.shape)} reorders its rows or columns")
         layout = {"heads": v.heads, "heads_at": perm.index(v.heads_at)} if v.heads else {}
-        self.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **layout)
+        self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **layout)
 
     @staticmethod
     def _perm(node: Node, ndim: int) -> list[int]:
@@ -125,10 +133,10 @@ class LayoutOps:
         perm[a], perm[b] = perm[b], perm[a]
         return perm
 
-    def op_getitem(self, node: Node) -> None:
+    def getitem(self, node: Node) -> None:
         raise fail(node, "an element of a multi-output operator")
 
-    def op_split(self, node: Node) -> None:
+    def split(self, node: Node) -> None:
         raise fail(node, "a split of an activation's columns, other than the gate and up "
                          "halves of a fused projection feeding a SwiGLU "
                          "(`down(silu(gate) * up)`)")

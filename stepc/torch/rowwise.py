@@ -10,10 +10,10 @@ HF's hand-written RMSNorm (`x.to(f32)`, `pow(2).mean(-1, keepdim=True)`,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from stepc.torch.canon import rows_cols
-from stepc.torch.capture import LoweringError, Node
+from stepc.torch.capture import Node
+from stepc.torch.dense_block import DenseBlock, Handler, Val, fail
 
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 UNARY = {"silu": "silu", "exp": "exp", "sigmoid": "sigmoid", "tanh": "tanh", "rsqrt": "rsqrt",
@@ -37,47 +37,23 @@ ROWWISE_KINDS = {
 }
 
 
-@dataclass
-class Val:
-    """An activation stream `[MT] of [TB, cols]` holding a tensor of torch shape `shape`."""
-
-    stream: str
-    shape: tuple
-    dtype: str  # the element type of the stream's tiles
-    vector: bool = False  # reduced without keepdim: every dim is rows, one column
-    per_tile: bool = False  # computed from a [C] parameter: one [1, C] tile per row tile
-    heads: int = 0  # split into heads: `[MT, heads] of [TB, cols]`, the heads dim of the
-    heads_at: int = -1  # torch shape at `heads_at` (a view [.., H, Dh], then transposes)
-
-    @property
-    def tiles(self) -> str:
-        """The stream's shape: `[MT]`, or `[MT, H]` split into heads."""
-        return f"[MT, {self.heads}]" if self.heads else "[MT]"
-
-    def layout(self) -> dict:
-        """The head split, for a value computed from this one."""
-        return {"heads": self.heads, "heads_at": self.heads_at}
-
-    @property
-    def rows(self) -> int:
-        return rows_cols(self.shape, self.vector)[0]
-
-    @property
-    def cols(self) -> int:
-        return rows_cols(self.shape, self.vector)[1]
-
-
-def fail(node: Node, why: str) -> LoweringError:
-    return LoweringError(f"unsupported: aten.{node.op} in {node.site}: {why}")
-
-
 def _number(x) -> str:
     return repr(float(x))
 
 
 class RowwiseOps:
-    """The element-wise and reduction operators of `DenseLowering` (which provides `w`,
-    `vals`, `val`, `weight` and `param_view`)."""
+    """The element-wise and reduction operators of a dense block."""
+
+    def __init__(self, block: DenseBlock):
+        self.block, self.w = block, block.w
+
+    def handlers(self) -> dict[str, Handler]:
+        """Each aten operator this part lowers, with its lowering."""
+        return {**dict.fromkeys(BINARY, self.binary), "rsub": self.rsub, "neg": self.neg,
+                **dict.fromkeys(UNARY, self.unary), "gelu": self.gelu, "pow": self.pow,
+                "sqrt": self.sqrt, **dict.fromkeys(REDUCTIONS, self.reduce),
+                "rms_norm": self.rms_norm, "layer_norm": self.layer_norm,
+                "softmax": self.softmax}
 
     def _map(self, node: Node, args: list[str], fn: str, first_dtype: str,
              vector: bool = False, comment: str = "", per_tile: bool = False,
@@ -90,14 +66,14 @@ class RowwiseOps:
                   **(like.layout() if like else {}))
         self.w.stmt(f"{s} = Map({', '.join(args)}, fn={fn}{dt})",
                     comment or f"{out.tiles} of [TB, {cols}]")
-        self.vals[node.name] = out
+        self.block.vals[node.name] = out
 
     def _operand(self, a, other: Val | None, node: Node) -> tuple[str, str, bool]:
         """A binary operand as a stream: (stream, dtype, vector). A parameter `[C]`
         (or `[1, ..., C]`) is loaded once per row tile and broadcasts over the rows."""
-        pv = self.param_view(a)
+        pv = self.block.param_view(a)
         if pv is None:
-            v = self.val(a, node)
+            v = self.block.val(a, node)
             return v.stream, v.dtype, v.vector
         p, _ = pv
         cols = p.shape[-1] if p.shape else 1
@@ -112,24 +88,24 @@ class RowwiseOps:
         if math.prod(p.shape) != cols:
             raise fail(node, f"the parameter `{p.target}` {list(p.shape)} does not broadcast "
                              "along rows (stepc broadcasts a [C] parameter over the rows)")
-        wt = self.weight(p, [1, cols])
+        wt = self.block.weight(p, [1, cols])
         wl = self.w.name(f"{p.target.replace('.', '_')}_rows")
         view = f"stride=[0, 0], shape=[MT, {heads}]" if heads else "stride=[0], shape=[MT]"
         self.w.stmt(f"{wl} = LinearOffChipLoad({wt}, tile=[1, {cols}], {view})",
                     f"`{p.target}`, once per row tile" + (" and head" if heads else ""))
         return wl
 
-    def _binary(self, node: Node) -> None:
+    def binary(self, node: Node) -> None:
         if node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2:
             raise fail(node, "alpha other than 1")
         a, b = node.args
         if not isinstance(a, Node) or not isinstance(b, Node):
             self._with_number(node, a, b)
             return
-        if self.param_view(a) is not None and self.param_view(b) is not None:
+        if self.block.param_view(a) is not None and self.block.param_view(b) is not None:
             raise fail(node, "an operation of two parameters (fold it into the weights)")
-        va = None if self.param_view(a) is not None else self.val(a, node)
-        vb = None if self.param_view(b) is not None else self.val(b, node)
+        va = None if self.block.param_view(a) is not None else self.block.val(a, node)
+        vb = None if self.block.param_view(b) is not None else self.block.val(b, node)
         sa, da, veca = self._operand(a, vb, node)
         sb, _, vecb = self._operand(b, va, node)
         x, y = va or vb, vb or va
@@ -148,8 +124,6 @@ class RowwiseOps:
         self._map(node, [sa, sb], fn, da, veca and (vecb or vb is None), per_tile=per_tile,
                   like=x)
 
-    op_add = op_sub = op_mul = op_div = op_maximum = op_minimum = _binary
-
     def _with_number(self, node: Node, a, b) -> None:
         """`x op c` or `c op x` with a Python number c, as `affine(scale, shift)`."""
         x, c, first = (a, b, True) if isinstance(a, Node) else (b, a, False)
@@ -157,8 +131,8 @@ class RowwiseOps:
             raise fail(node, f"operand {c!r} is neither a tensor nor a number")
         if not math.isfinite(c):
             raise fail(node, f"the number {c!r} (STeP's affine takes finite numbers)")
-        pv = self.param_view(x)
-        v = self.val(x, node) if pv is None else Val(
+        pv = self.block.param_view(x)
+        v = self.block.val(x, node) if pv is None else Val(
             self._param_rows(pv[0], node), pv[0].shape, pv[0].dtype, per_tile=True)
         scale, shift = {
             ("add", True): (1, c), ("add", False): (1, c),
@@ -177,29 +151,27 @@ class RowwiseOps:
         fn = f"affine({', '.join(attrs)})" if attrs else "cast"
         self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile, like=v)
 
-    def op_rsub(self, node: Node) -> None:
+    def rsub(self, node: Node) -> None:
         self._with_number(node, node.args[0], node.args[1])
 
-    def op_neg(self, node: Node) -> None:
-        v = self.val(node.args[0], node)
+    def neg(self, node: Node) -> None:
+        v = self.block.val(node.args[0], node)
         self._map(node, [v.stream], 'affine(scale="-1.0")', v.dtype, v.vector,
                   per_tile=v.per_tile, like=v)
 
-    def _unary(self, node: Node) -> None:
-        v = self.val(node.args[0], node)
+    def unary(self, node: Node) -> None:
+        v = self.block.val(node.args[0], node)
         self._map(node, [v.stream], UNARY[node.op], v.dtype, v.vector, per_tile=v.per_tile,
                   like=v)
 
-    op_silu = op_exp = op_sigmoid = op_tanh = op_rsqrt = op_relu = _unary
-
-    def op_gelu(self, node: Node) -> None:
-        v = self.val(node.args[0], node)
+    def gelu(self, node: Node) -> None:
+        v = self.block.val(node.args[0], node)
         approx = node.kwargs.get("approximate", "none")
         fn = "gelu" if approx == "none" else f'gelu(approximate="{approx}")'
         self._map(node, [v.stream], fn, v.dtype, v.vector, per_tile=v.per_tile, like=v)
 
-    def op_pow(self, node: Node) -> None:
-        v, e = self.val(node.args[0], node), node.args[1]
+    def pow(self, node: Node) -> None:
+        v, e = self.block.val(node.args[0], node), node.args[1]
         if isinstance(e, (Node, bool)) or not isinstance(e, (int, float)):
             raise fail(node, "a tensor exponent (stepc raises to a number)")
         if not math.isfinite(e):
@@ -207,14 +179,14 @@ class RowwiseOps:
         self._map(node, [v.stream], f'pow(exponent="{_number(e)}")', v.dtype, v.vector,
                   per_tile=v.per_tile, like=v)
 
-    def op_sqrt(self, node: Node) -> None:
-        v = self.val(node.args[0], node)
+    def sqrt(self, node: Node) -> None:
+        v = self.block.val(node.args[0], node)
         self._map(node, [v.stream], 'pow(exponent="0.5")', v.dtype, v.vector,
                   per_tile=v.per_tile, like=v)
 
     # ---------------------------------------------------------------- reductions
-    def _reduce(self, node: Node) -> None:
-        v = self.val(node.args[0], node)
+    def reduce(self, node: Node) -> None:
+        v = self.block.val(node.args[0], node)
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
         dims = [dims] if isinstance(dims, int) else list(dims or [])
@@ -227,10 +199,8 @@ class RowwiseOps:
         self._map(node, [v.stream], REDUCTIONS[node.op], v.dtype, vector=not keepdim,
                   comment=f"{v.tiles} of [TB, 1]", like=v)
 
-    op_mean = op_sum = op_amax = _reduce
-
-    def op_rms_norm(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
+    def rms_norm(self, node: Node) -> None:
+        x = self.block.val(node.args[0], node)
         shape, wp = node.args[1], node.args[2] if len(node.args) > 2 else None
         eps = node.args[3] if len(node.args) > 3 else node.kwargs.get("eps")
         if list(shape) != [x.cols] or x.vector:
@@ -243,17 +213,17 @@ class RowwiseOps:
                     f"{x.tiles} of [TB, 1]: 1/sqrt(mean(x^2) + eps)")
         self.w.stmt(f"{n} = Map({x.stream}, {r}, fn=mul)", f"{x.tiles} of [TB, {x.cols}]")
         if wp is None:
-            self.vals[node.name] = Val(n, node.shape, x.dtype, **x.layout())
+            self.block.vals[node.name] = Val(n, node.shape, x.dtype, **x.layout())
             return
         wl = (self._param_rows(wp, node, x.heads) if wp.op == "param"  # or computed from one
-              else self.val(wp, node).stream)
+              else self.block.val(wp, node).stream)
         y = self.w.name(base)
         self.w.stmt(f"{y} = Map({n}, {wl}, fn=mul)", f"{x.tiles} of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, node.shape, x.dtype, **x.layout())
+        self.block.vals[node.name] = Val(y, node.shape, x.dtype, **x.layout())
 
-    def op_layer_norm(self, node: Node) -> None:
+    def layer_norm(self, node: Node) -> None:
         """`(x - mean) * rsqrt(var + eps) * weight + bias`, in f32 (as torch computes it)."""
-        x = self.val(node.args[0], node)
+        x = self.block.val(node.args[0], node)
         shape, wp, bp, eps = (list(node.args[1:5]) + [None] * 4)[:4]
         if list(shape) != [x.cols] or x.vector or x.per_tile:
             raise fail(node, f"normalized_shape {list(shape)} (stepc normalises the last dim)")
@@ -273,16 +243,16 @@ class RowwiseOps:
             dt = f", dtype={node.dtype}" if last and node.dtype != "f32" else ""
             if isinstance(other, Node):  # a parameter, or computed from one (weight + 1)
                 other = (self._param_rows(other, node, x.heads) if other.op == "param"
-                         else self.val(other, node).stream)
+                         else self.block.val(other, node).stream)
             nxt = self.w.name(base if last else f"{base}_{fn}")
             operands = f"{out}, {other}" if other is not None else out
             self.w.stmt(f"{nxt} = Map({operands}, fn={fn}{dt})",
                         f"{x.tiles} of [TB, {x.cols}]" if last else "")
             out = nxt
-        self.vals[node.name] = Val(out, node.shape, node.dtype, **x.layout())
+        self.block.vals[node.name] = Val(out, node.shape, node.dtype, **x.layout())
 
-    def op_softmax(self, node: Node) -> None:
-        x = self.val(node.args[0], node)
+    def softmax(self, node: Node) -> None:
+        x = self.block.val(node.args[0], node)
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
         if x.vector or not isinstance(dim, int) or dim % len(x.shape) != len(x.shape) - 1:
             raise fail(node, f"softmax over dim {dim} of {list(x.shape)} (stepc reduces "
@@ -295,4 +265,4 @@ class RowwiseOps:
         self.w.stmt(f"{e} = Map({s}, fn=exp)")
         self.w.stmt(f"{d} = Map({e}, fn=row_sum)", f"{x.tiles} of [TB, 1]")
         self.w.stmt(f"{y} = Map({e}, {d}, fn=div)", f"{x.tiles} of [TB, {x.cols}]")
-        self.vals[node.name] = Val(y, node.shape, node.dtype, **x.layout())
+        self.block.vals[node.name] = Val(y, node.shape, node.dtype, **x.layout())

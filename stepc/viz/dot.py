@@ -22,6 +22,8 @@ from stepc.ops.base import fmt_attr
 from stepc.typecheck.checker import TypedProgram
 from stepc.types import fmt_shape
 
+LARGE_GRAPH = 500  # operators above which an uncollapsed diagram is illegible
+
 FAMILY_COLORS = {
     "offchip": "#d0d0d0",
     "onchip": "#fdd49e",

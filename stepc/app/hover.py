@@ -1,6 +1,6 @@
-"""Hover text (Markdown): a stream's inferred type and where its symbols came from, an
-operator's signature and doc (with roofline numbers when a hardware preset is set), a
-param's value and how to override it."""
+"""The language server's hover text (Markdown): a stream's inferred type and where its
+symbols came from, an operator's signature and doc (with roofline numbers when a hardware
+preset is set), a param's value and how to override it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 
 import sympy
 
+from stepc.app.document import Checked, Settings
+from stepc.app.index import Def, Ref
 from stepc.grammar import ast
-from stepc.lsp.analysis import Checked, Settings
-from stepc.lsp.index import Def, Ref
 from stepc.ops import FUNCTIONS, OPS
 from stepc.types import DTYPE_BYTES, StreamType, fmt_dim, fmt_shape
 
@@ -130,8 +130,9 @@ def operator_text(checked: Checked, call: ast.Call, settings: Settings) -> str:
 def roofline_text(checked: Checked, node: str, hw: str) -> str:
     """Off-chip bytes, FLOPs and roofline cycles of one operator instance and of the
     whole program on hardware `hw` (the analysis is made once per check and preset)."""
-    from stepc.analyze import analyze, roofline, roofline_terms
+    from stepc.analyze import analyze, roofline
     from stepc.hw.config import ConfigError, load_config
+    from stepc.report.roofline import operator_roofline_text
 
     if hw not in checked.costs:
         try:
@@ -141,16 +142,14 @@ def roofline_text(checked: Checked, node: str, hw: str) -> str:
         a = analyze(checked.compiled.typed, "artifact", config)
         checked.costs[hw] = (a, config, roofline(a, config))
     a, config, roof = checked.costs[hw]
-    cost = next((o for o in a.ops if o.node == node), None)
-    lines = [f"roofline on `{hw}`:"]
-    if cost is not None:
-        mem, comp = roofline_terms(cost.off_chip, cost.flops, config.peak_bw,
-                                   cost.compute_bw)
-        bound = sympy.Max(*[t for t in (mem, comp) if t != 0] or [0])
-        lines.append(f"- this operator: {fmt_dim(cost.off_chip)} bytes off-chip, "
-                     f"{fmt_dim(cost.flops)} FLOPs; at least {fmt_dim(bound)} cycles")
-    lines.append(f"- the program: at least {fmt_dim(roof.cycles)} cycles ({roof.bound} bound)")
-    return "\n".join(lines)
+    return operator_roofline_text(a, config, roof, hw, node)
+
+
+def needs_analysis(item: Def | Ref, settings: Settings) -> bool:
+    """Whether the hover of `item` makes a cost analysis (an operator call's roofline,
+    with a hardware preset set): slow enough to make off the editor's thread."""
+    return bool(settings.hw) and isinstance(item, Ref) and item.call is not None and \
+        item.name in OPS
 
 
 def function_text(name: str) -> str:

@@ -1,4 +1,5 @@
-"""`stepc fmt` through the API: a .step file's text in canonical layout."""
+"""The editor's use case `stepc fmt` (and the language server's formatting): a .step file's
+text in canonical layout. Light: loads the parser, not the checker."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ from stepc.diagnostics import StepError
 from stepc.grammar.format import FormatError, format_source
 from stepc.grammar.parse import decode_source
 
-__all__ = ["FormatError", "format_bytes"]
+__all__ = ["FormatError", "format_bytes", "format_text"]
+
+
+def format_text(text: str, name: str) -> str:
+    """`text` in canonical layout; raises StepError (a syntax error) or FormatError (the
+    layout would change the program)."""
+    return format_source(text, name)
 
 
 def format_bytes(name: str, data: bytes) -> tuple[str, str]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from stepc.app.index import Index
 from stepc.grammar.lexer import KEYWORDS, tokenize
-from stepc.lsp.index import Index
 from stepc.ops import FUNCTIONS, INITS, OPS
 from stepc.ops.base import REQUIRED, fmt_attr
 from stepc.types import DTYPE_BYTES

@@ -1,4 +1,4 @@
-"""Files written through the API: diagrams (DOT text, or SVG/PNG/PDF through Graphviz, never
+"""Files the front ends write: diagrams (DOT text, or SVG/PNG/PDF through Graphviz, never
 over a file stepc did not write), a run's Perfetto trace and arrays, each written whole or
 not at all."""
 

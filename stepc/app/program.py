@@ -1,0 +1,216 @@
+"""The use cases of one program: `check` it, `analyze` its cost, draw it (`dot`).
+
+Each checks the program first: an override that names no `param`, or hardware that does
+not load, raises InputError; a program with errors comes back as a result holding its
+check report (`checked`), for the front end to report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stepc.api import CheckReport, Cost, Program
+    from stepc.hw import HardwareConfig
+
+def hardware_presets() -> list[str]:
+    """The names of the bundled hardware presets (light: loads no sympy)."""
+    from stepc.hw.config import preset_names
+    return preset_names()
+
+
+def checked_program(path: str, defines: Mapping[str, int]) -> CheckReport:
+    """The check report of the program file `path` ('-': standard input) with `defines`
+    overriding its `param`s; an override naming no `param` raises InputError."""
+    from stepc.api import InputError, check
+    report = check(path, **defines)
+    unknown = report.unknown_params()
+    if unknown:
+        raise InputError("; ".join(d.message for d in unknown), unknown,
+                         report.compiled.sources)
+    return report
+
+
+def checked_guarded(path: str, params: Mapping[str, int], may_read: Callable[[str], None]
+                    ) -> CheckReport:
+    """The check report of a program file, `may_read(path)` called before each file it
+    imports is read: it raises to refuse the file (its exception ends the check)."""
+    from stepc.api import CheckReport
+    from stepc.frontend import compile_file
+    return CheckReport(compile_file(path, dict(params), may_read))
+
+
+def checked_text(text: str | bytes, name: str, params: Mapping[str, int] | None = None,
+                 may_read: Callable[[str], None] | None = None) -> CheckReport:
+    """The check report of program text named `name` (bytes read as UTF-8), its imports
+    vetted by `may_read` as `checked_guarded` does (None: not vetted)."""
+    from stepc.api import CheckReport
+    from stepc.frontend import compile_text
+    return CheckReport(compile_text(text, name, dict(params or {}), may_read))
+
+
+def load_hardware(hw: str | None, sets: Sequence[str] | Mapping[str, Any] = (),
+                  roofline: bool = False, may_read: Callable[[str], None] | None = None
+                  ) -> tuple[HardwareConfig, list[str]]:
+    """The preset or TOML file `hw` with `sets`, and a warning for each setting the run
+    will not read (`roofline`: the analyzer's bound is the reader); InputError if bad.
+    `may_read` is asked before each file is read (it raises to refuse)."""
+    from stepc.api import hardware
+    return hardware(hw, sets, roofline, may_read)
+
+
+@dataclass
+class Checked:
+    """`stepc check FILE`: what checking found, errors or not."""
+
+    checked: CheckReport
+    show_types: bool = False  # the text report lists every stream's type
+    show_all: bool = False  # ... every loop iteration's
+
+    @property
+    def unreadable(self) -> bool:
+        return self.checked.unreadable
+
+    def to_dict(self) -> dict:
+        return self.checked.to_dict()
+
+    def render(self, console: Console) -> None:
+        """The types listing (with `show_types`, when the program type-checked)."""
+        if self.show_types and self.checked.compiled.typed is not None:
+            console.print(self.checked.types_text(self.show_all), markup=False,
+                          soft_wrap=True, end="")
+
+
+def check(path: str, defines: Mapping[str, int], show_types: bool = False,
+          show_all: bool = False) -> Checked:
+    """`stepc check`: parse, elaborate and type-check a program file."""
+    return Checked(checked_program(path, defines), show_types, show_all)
+
+
+@dataclass
+class Analyzed:
+    """`stepc analyze FILE`: the cost, or the check report of a program with errors."""
+
+    checked: CheckReport
+    cost: Cost | None = None
+    fifos: dict[str, Any] | None = None  # with `fifo_bytes`
+    warnings: list[str] = field(default_factory=list)  # settings the analysis does not read
+    show_all: bool = False  # the text report lists every operator instance
+
+    def to_dict(self) -> dict:
+        return {**self.cost.to_dict(), **(self.fifos or {})}
+
+    def render(self, console: Console) -> None:
+        from stepc.report.fifo import fifo_line
+        self.cost.render(console, self.show_all)
+        if self.fifos:
+            console.print(fifo_line(self.fifos), markup=False, soft_wrap=True)
+
+
+def analyze(path: str, defines: Mapping[str, int], hw: str | None = None,
+            sets: Sequence[str] = (), binds: Mapping[str, int] | None = None,
+            traces: Mapping[str, str] | None = None, onchip_model: str = "artifact",
+            fifo_bytes: bool = False, show_all: bool = False) -> Analyzed:
+    """`stepc analyze`: off-chip traffic, on-chip memory, FLOPs and intensity of a program
+    file, bound by `binds` and `traces`; with `hw` or `sets`, the roofline too."""
+    report = checked_program(path, defines)
+    config, warnings = load_hardware(hw, sets, roofline=not fifo_bytes) if (hw or sets) \
+        else (None, [])
+    if not report.ok:
+        return Analyzed(report, warnings=warnings)
+    cost = report.program().analyze(hw=config, bind=binds, traces=traces,
+                                    onchip_model=onchip_model)
+    fifos = None
+    if fifo_bytes:
+        from stepc.app.fifo import fifo_totals
+        fifos = fifo_totals(report.compiled, config, cost.bindings, cost.totals["on_chip_bytes"])
+    return Analyzed(report, cost, fifos, warnings, show_all)
+
+
+def analyze_checked(report: CheckReport, hw: str | None = None,
+                    binds: Mapping[str, int] | None = None,
+                    traces: Mapping[str, str] | None = None,
+                    onchip_model: str = "artifact") -> Analyzed:
+    """`analyze` of a program already checked (a front end's cached report): its errors
+    raise StepError, a bad setting InputError."""
+    cost = report.program().analyze(hw=hw, bind=binds, traces=traces,
+                                    onchip_model=onchip_model)
+    return Analyzed(report, cost, warnings=cost.warnings)
+
+
+@dataclass
+class Drawing:
+    """`stepc dot FILE`: the program's graph as DOT text."""
+
+    checked: CheckReport
+    text: str = ""
+    operators: int = 0
+    collapsed: bool = False
+
+    @property
+    def illegible(self) -> bool:
+        """Drawn whole, too many operators for its text to be read."""
+        from stepc.viz.dot import LARGE_GRAPH
+        return not self.collapsed and self.operators > LARGE_GRAPH
+
+    def to_dict(self) -> dict:
+        return {"program": self.checked.name, "dot": self.text}
+
+    def render(self, console: Console) -> None:
+        console.print(self.text, markup=False, soft_wrap=True, end="")
+
+
+def draw(path: str, defines: Mapping[str, int], collapse: bool = False,
+         annotate: str | None = None, binds: Mapping[str, int] | None = None,
+         traces: Mapping[str, str] | None = None, onchip_model: str = "artifact") -> Drawing:
+    """`stepc dot`: DOT text of a program file, shaded by `annotate`: "analysis" (its
+    traffic shares, bound by `binds` and `traces`) or a JSON file of node shades."""
+    report = checked_program(path, defines)
+    if not report.ok:
+        return Drawing(report)
+    prog: Program = report.program()
+    if annotate == "analysis":
+        text = prog.dot(collapse, prog.analyze(bind=binds, traces=traces,
+                                               onchip_model=onchip_model))
+    elif annotate is not None:
+        text = prog.dot(collapse, heat_file(annotate), f"{prog.name}: shaded by {annotate}")
+    else:
+        text = prog.dot(collapse)
+    return Drawing(report, text, prog.operators, collapse)
+
+
+def heat_file(path: str) -> dict:
+    """Node shades from a JSON file {"heat": {node: {"fraction": f, "note": s}}}."""
+    import json
+
+    from stepc.api import InputError
+    from stepc.app.files import heat
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return {k: heat(float(v["fraction"]), str(v.get("note", "")))
+                for k, v in doc["heat"].items()}
+    except FileNotFoundError:
+        raise InputError(f"--annotate {path}: expected `analysis` or a JSON file "
+                         "that exists") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"--annotate {path}: expected JSON "
+                         f"{{\"heat\": {{node: {{\"fraction\": ...}}}}}} ({e})") from None
+
+
+def data_files(report: CheckReport) -> list[str]:
+    """The data files a checked program reads besides its sources (`file(path=...)`
+    tensors, `external(..., file=...)` defaults), as the simulator opens them: for front
+    ends that keep a program inside a directory."""
+    from stepc.ops import OPS
+    typed = report.compiled.typed
+    if typed is None:
+        return []
+    paths = [dict(t.source.kwargs)["path"] for t in typed.program.tensors.values()
+             if t.source is not None and t.source.name == "file"]
+    paths += [n.attrs["gen"]["file"] for n in typed.program.nodes.values()
+              if OPS[n.op].external and isinstance(n.attrs.get("gen", {}).get("file"), str)]
+    return [p for p in paths if isinstance(p, str)]
