@@ -163,5 +163,6 @@ class Binder:
     def array_owner(scope: Scope) -> Scope:
         """`out[i] = ...` inside a loop builds one array in the loop's enclosing scope."""
         while scope.is_loop:
+            assert scope.parent is not None  # a loop's body has the scope around the loop
             scope = scope.parent
         return scope

@@ -39,6 +39,10 @@ _KIND_EXPECT = {
     STREAM: "a stream", STREAMS: "a list of streams", VARSTREAMS: "a stream",
 }
 
+# a parameter's argument: its expression and span (a variadic parameter's first), and every
+# argument given for the parameter (a variadic one takes the positional ones left)
+BoundArg = tuple[ast.Expr, Span, list[ast.Arg]]
+
 
 class Calls:
     """The values of calls: operator calls become nodes of the `Draft`, graph calls run
@@ -65,8 +69,7 @@ class Calls:
                                    f"`{e.func}` is {kind_word(entry.value)}, not an "
                                    "operator or graph", e.func_span)
         raise self.draft.error(UNKNOWN_OPERATOR, f"unknown operator `{e.func}`" + did_you_mean(
-            e.func, list(OPS) + [n for n in scope.visible()
-                                 if isinstance(scope.lookup(n).value, GraphVal)]), e.func_span)
+            e.func, list(OPS) + _graph_names(scope)), e.func_span)
 
     def reference_args(self, e: ast.Call, scope: Scope) -> None:
         """The arguments of a call that cannot be made still count as uses of their streams."""
@@ -80,13 +83,13 @@ class Calls:
                     entry.used = True
                     self.evaluator.referenced(entry.value)
 
-    def bind_args(self, e: ast.Call, params: tuple | list,
-                  what: str) -> dict[str, tuple[Any, Span]]:
-        """Match positional and keyword args to params; returns name -> (ast value, span)."""
-        out: dict[str, Any] = {}
+    def bind_args(self, e: ast.Call, params: tuple | list, what: str) -> dict[str, BoundArg]:
+        """Match positional and keyword args to params; returns name -> (ast value, span,
+        its arguments)."""
+        out: dict[str, BoundArg] = {}
         names = [p.name for p in params]
         pos = [a for a in e.args if a.name is None]
-        kw = [a for a in e.args if a.name is not None]
+        kw = [(a.name, a) for a in e.args if a.name is not None]
         seen_kw = False
         for a in e.args:
             if a.name is not None:
@@ -101,27 +104,23 @@ class Calls:
             if i >= len(pos):
                 break
             if getattr(p, "kind", None) == VARSTREAMS:
-                out[p.name] = (tuple(a.value for a in pos[i:]), pos[i].span, pos[i:])
+                out[p.name] = (pos[i].value, pos[i].span, pos[i:])
                 i = len(pos)
                 break
-            out[p.name] = (pos[i].value, pos[i].span, None)
+            out[p.name] = (pos[i].value, pos[i].span, [pos[i]])
             i += 1
         if i < len(pos):
             raise self.draft.error(MISPLACED_ARGUMENT,
                                    f"{what} takes at most {i} positional argument"
                                    f"{'s' if i != 1 else ''}, found {len(pos)}", pos[i].span)
-        for a in kw:
-            if a.name not in names:
-                raise self.draft.error(UNKNOWN_PARAMETER, f"{what} has no parameter `{a.name}`"
-                                       + did_you_mean(a.name, names), a.span)
-            if a.name in out:
+        for name, a in kw:
+            if name not in names:
+                raise self.draft.error(UNKNOWN_PARAMETER, f"{what} has no parameter `{name}`"
+                                       + did_you_mean(name, names), a.span)
+            if name in out:
                 raise self.draft.error(MISPLACED_ARGUMENT,
-                                       f"parameter `{a.name}` is given twice", a.span)
-            p = next(p for p in params if p.name == a.name)
-            if getattr(p, "kind", None) == VARSTREAMS:
-                out[a.name] = ((a.value,), a.span, None)
-            else:
-                out[a.name] = (a.value, a.span, None)
+                                       f"parameter `{name}` is given twice", a.span)
+            out[name] = (a.value, a.span, [a])
         return out
 
     def op_call(self, e: ast.Call, scope: Scope, name_hint: str | None) -> Any:
@@ -143,7 +142,7 @@ class Calls:
                 elif not p.is_stream:
                     attrs[p.name] = p.default
                 continue
-            val_ast, span, items = args[p.name]
+            val_ast, span, given = args[p.name]
             arg_spans[p.name] = span
             try:
                 if p.kind == STREAM:
@@ -162,8 +161,9 @@ class Calls:
                         spans = [i.span for i in val_ast.items] \
                             if isinstance(val_ast, ast.ListLit) else [span] * len(vs)
                     else:
-                        vs = [self.first_output(self.evaluator.value(x, scope)) for x in val_ast]
-                        spans = [a.span for a in items] if items else [span] * len(vs)
+                        vs = [self.first_output(self.evaluator.value(a.value, scope))
+                              for a in given]
+                        spans = [a.span for a in given]
                     for k, (v, sp) in enumerate(zip(vs, spans, strict=True)):
                         if v is None and p.kind == STREAMS:
                             what = f"`{val_ast.name}[{k}]`" if isinstance(val_ast, ast.Name) \
@@ -312,3 +312,13 @@ class Calls:
         if body.returned is None and len(self.draft.bag.errors) > errors:
             raise Abort()  # the body's errors are reported; its result is unusable
         return body.returned
+
+
+def _graph_names(scope: Scope) -> list[str]:
+    """The names of the graphs `scope` sees."""
+    names = []
+    for name in scope.visible():
+        entry = scope.lookup(name)
+        if entry is not None and isinstance(entry.value, GraphVal):
+            names.append(name)
+    return names

@@ -143,7 +143,7 @@ class Program:
     def graph(self) -> nx.MultiDiGraph:
         """The program as a networkx multigraph (one edge per stream, data key `edge`)."""
         import networkx as nx
-        g = nx.MultiDiGraph()
+        g: nx.MultiDiGraph[str] = nx.MultiDiGraph()
         g.add_nodes_from(self.nodes)
         for e in self.edges:
             g.add_edge(e.src, e.dst, edge=e)

@@ -73,7 +73,8 @@ class Scope:
         return None
 
     def visible(self) -> list[str]:
-        out, s = [], self
+        out: list[str] = []
+        s: Scope | None = self
         while s is not None:
             out.extend(s.names)
             s = s.parent

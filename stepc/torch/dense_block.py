@@ -95,4 +95,5 @@ class DenseBlock:
         """A parameter, or a transpose of one: (param, transposed)."""
         if isinstance(a, Node) and a.op == "param":
             return a, False
-        return self.transposed.get(getattr(a, "name", None))
+        name = getattr(a, "name", None)
+        return self.transposed.get(name) if isinstance(name, str) else None

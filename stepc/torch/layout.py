@@ -115,8 +115,9 @@ class LayoutOps:
         if moved != sorted(moved) or node.shape[-1] != v.shape[-1]:
             raise fail(node, f"a transpose of the activation {list(v.shape)} to "
                              f"{list(node.shape)} reorders its rows or columns")
-        layout = {"heads": v.heads, "heads_at": perm.index(v.heads_at)} if v.heads else {}
-        self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector, **layout)
+        self.block.vals[node.name] = Val(v.stream, node.shape, v.dtype, v.vector,
+                                         heads=v.heads, heads_at=perm.index(v.heads_at)) \
+            if v.heads else Val(v.stream, node.shape, v.dtype, v.vector)
 
     @staticmethod
     def _perm(node: Node, ndim: int) -> list[int]:

@@ -109,6 +109,7 @@ class RowwiseOps:
         sa, da, veca = self._operand(a, vb, node)
         sb, _, vecb = self._operand(b, va, node)
         x, y = va or vb, vb or va
+        assert x is not None and y is not None  # two parameters were refused above
         if x.layout() != y.layout() or (x.heads and (x.per_tile or y.per_tile)):
             raise fail(node, f"operands {list(x.shape)} and {list(y.shape)} are split into "
                              "heads differently")
