@@ -32,6 +32,13 @@ class Compiled:
     def ok(self) -> bool:
         return self.typed is not None and not self.diagnostics.errors
 
+    @property
+    def typed_program(self) -> TypedProgram:
+        """The checked program, for code that reads it once compilation went through."""
+        if self.typed is None:
+            raise ValueError(f"{self.name}: the program did not check")
+        return self.typed
+
 
 def read_source(path: str, span: Span | None = None) -> SourceFile:
     """Read a program file ('-' is standard input) by the one rule of
@@ -139,11 +146,12 @@ class ImportWalk:
             if name in self.found:
                 continue
             try:
-                self.found[name] = load_file(name, None)
+                loaded = load_file(name, None)
             except (OSError, StepError):
                 self.found[name] = None
                 continue
-            todo += _imports(name, self.found[name][1])
+            self.found[name] = loaded
+            todo += _imports(name, loaded[1])
 
     def load(self, name: str, span: Span):
         found = self.found.get(name)

@@ -65,13 +65,6 @@ def _total(m: Measurement, name: str, attr: str):
     return dim_json(made[name] if made is not None else m.analysis.total(attr))
 
 
-def _simulation(m: Measurement) -> SimResult:
-    """The simulation a simulated metric reads (`Measurement` asks for it only with one)."""
-    if m.result is None:
-        raise ValueError("only a simulation measures this")
-    return m.result
-
-
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -79,7 +72,7 @@ def _number(v) -> bool:
 @metric("cycles", "cycles", "cycles", simulated=True)
 def cycles(m: Measurement) -> int:
     """Cycles until the last operator finished."""
-    return _simulation(m).cycles
+    return m.simulation.cycles
 
 
 @metric("bytes", "off-chip traffic (bytes)", "off-chip bytes")
@@ -111,7 +104,7 @@ def flops(m: Measurement):
         simulated=True, higher_is_better=True)
 def compute_utilization(m: Measurement) -> float | None:
     """FLOPs per cycle as a share of the allocated compute."""
-    alloc, run = m["allocated_compute"], _simulation(m)
+    alloc, run = m["allocated_compute"], m.simulation
     return run.flops / run.cycles / alloc if alloc and run.cycles else None
 
 
@@ -119,7 +112,7 @@ def compute_utilization(m: Measurement) -> float | None:
         simulated=True, higher_is_better=True)
 def bw_utilization(m: Measurement) -> float | None:
     """Achieved off-chip bandwidth as a share of the peak."""
-    run = _simulation(m)
+    run = m.simulation
     return run.achieved_bw / m.hw.peak_bw if run.cycles else None
 
 
@@ -133,7 +126,7 @@ def allocated_compute(m: Measurement) -> int:
         memory_model="dram")
 def row_hit_rate(m: Measurement) -> float | None:
     """Share of memory requests that found their DRAM row open (the dram model only)."""
-    return _simulation(m).row_hit_rate
+    return m.simulation.row_hit_rate
 
 
 @metric("FLOPs/byte", "operational intensity (FLOPs per off-chip byte)",
@@ -171,6 +164,13 @@ class Measurement:
         raise AttributeError(name)
 
     @property
+    def simulation(self) -> SimResult:
+        """The run, for what only a simulation measures (ValueError without one)."""
+        if self.result is None:
+            raise ValueError("only a simulation measures this")
+        return self.result
+
+    @property
     def values(self) -> dict[str, Any]:
         """Every metric this measurement gives (the simulated ones need `result`)."""
         return {name: self[name] for name, spec in METRICS.items()
@@ -191,7 +191,7 @@ class Measurement:
         out = {"status": "deadlock" if self.deadlocked else "ok", **self.values,
                "hbm_model": self.hw.hbm.model}
         if milestones:
-            out["finished"] = finish_cycles(_simulation(self).ops, milestones)
+            out["finished"] = finish_cycles(self.simulation.ops, milestones)
         return out
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import sympy
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from stepc.analyze.analysis import Analysis, Roofline, add_all
@@ -129,7 +129,7 @@ def _symbol_lines(a: Analysis) -> list[str]:
             reason = re.sub(rf"\b{f[1][0]}\b", "i", reason)
         key = (f[0] if f else name, info.kind, info.span, reason, name in a.bindings)
         groups.setdefault(key, []).append(name)
-    lines = []
+    lines: list[str] = []
     for (_fam, _kind, _span, reason, _bound), names in groups.items():
         if len(fold_names(names)) != 1:  # not one run of a family: a line per symbol
             lines.extend(_symbol_line(a, [n], a.symbols[n].reason) for n in names)
@@ -185,8 +185,10 @@ def render_text(a: Analysis, console: Console, show_all: bool = False,
     grouped = any(r.count > 1 for r in rows)
     table = Table(box=box.SIMPLE_HEAD, title=f"{a.program}  (on-chip model: {a.mode})",
                   title_justify="left")
-    cols = [("operator", "left"), ("op", "left")] + ([("n", "right")] if grouped else []) + \
-        [("off-chip bytes", "right"), ("on-chip bytes", "right"), ("FLOPs", "right")]
+    cols: list[tuple[str, JustifyMethod]] = [("operator", "left"), ("op", "left")]
+    if grouped:
+        cols.append(("n", "right"))
+    cols += [("off-chip bytes", "right"), ("on-chip bytes", "right"), ("FLOPs", "right")]
     for col, just in cols:
         table.add_column(col, justify=just)
     hidden = 0

@@ -13,7 +13,7 @@ from stepc.analyze import roofline_terms
 from stepc.types import fmt_dim
 
 if TYPE_CHECKING:
-    from stepc.analyze import Analysis, Roofline
+    from stepc.analyze.analysis import Analysis, Roofline
     from stepc.hw import HardwareConfig
 
 

@@ -23,7 +23,7 @@ def busiest(r: SimResult, n: int = 5):
 
 def render_text(m: Measurement, console: Console) -> None:
     """The one-screen summary of a measured run."""
-    r, analysis_totals = m.result, m.analysis_totals
+    r, analysis_totals = m.simulation, m.analysis_totals
     def line(text: str) -> None:
         console.print(text, soft_wrap=True, highlight=False)
     mode = "functional" if r.functional else "timing-only"

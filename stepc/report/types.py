@@ -31,7 +31,7 @@ _NUMBER = re.compile(r"(\d+)")  # split keeps the numbers
 def types_text(result: Compiled, show_all: bool = False) -> str:
     """Every stream with its inferred type, then every symbol and where it came from, then
     the facts; iterations folded unless `show_all`."""
-    typed = result.typed
+    typed = result.typed_program
     rows = [(f"{span.file}:{span.line}:{span.col}", label, str(t))
             for _node, _port, label, span, t in typed.streams_in_order()]
     if not show_all:
@@ -39,6 +39,7 @@ def types_text(result: Compiled, show_all: bool = False) -> str:
     lines = []
     w0 = max((len(r[0]) for r in rows), default=0)
     w1 = max((len(r[1]) for r in rows), default=0)
+    count: list[int]  # the iterations a folded row stands for
     for loc, label, t, *count in rows:
         suffix = f"  ({count[0]})" if count else ""
         lines.append(f"{loc:<{w0}}  {label:<{w1}} : {t}{suffix}")
@@ -126,7 +127,7 @@ def _fold_texts(texts: list[str]) -> list[str]:
 
 def _symbol_lines(result: Compiled, show_all: bool) -> list[str]:
     """One line per symbol, or (folded) per family of symbols one statement made."""
-    typed = result.typed
+    typed = result.typed_program
     resolved = {s.name: fmt_dim(v) for s, v in typed.subst.items()}
     infos = typed.symbols.infos
     groups: dict[tuple, list[str]] = {}
@@ -153,7 +154,7 @@ def _symbol_lines(result: Compiled, show_all: bool) -> list[str]:
 
 
 def _symbol_line(result: Compiled, names: list[str], shown: str) -> str:
-    typed = result.typed
+    typed = result.typed_program
     info = typed.symbols.infos[names[0]]
     resolved = {s.name: fmt_dim(v) for s, v in typed.subst.items()}
     where = f" ({info.span})" if info.span else ""
