@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from stepc.app.index import Index
+from stepc.grammar import ast
 from stepc.grammar.lexer import KEYWORDS, tokenize
 from stepc.ops import FUNCTIONS, INITS, OPS
 from stepc.ops.base import REQUIRED, fmt_attr
@@ -42,7 +43,7 @@ class CallContext:
 def call_context(before: str) -> CallContext | None:
     """The call the cursor (at the end of `before`) is inside, if any."""
     tokens = [t for t in tokenize(before) if t.kind != "comment"]
-    stack: list[list] = []  # [func, arg, keywords, last keyword]
+    stack: list[list | None] = []  # [func, arg, keywords, last keyword]; None: a `[`
     prev = None
     for _i, t in enumerate(tokens):
         if t.text == "(":
@@ -164,6 +165,7 @@ def signature(ctx: CallContext, index: Index | None) -> tuple[str, list[tuple[st
                       and d.name == ctx.func), None)
         if graph is None:
             return None
+        assert isinstance(graph.stmt, ast.GraphDef)  # a graph's definition is its statement
         names = [p.name for p in graph.stmt.params]
         params = [(n, "") for n in names]
         doc = f"graph defined at {graph.span}"

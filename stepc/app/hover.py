@@ -36,6 +36,7 @@ def hover_text(checked: Checked, item: Def | Ref, settings: Settings) -> str | N
     if d.kind == "stream":
         return stream_text(checked, d)
     if d.kind == "graph":
+        assert isinstance(d.stmt, ast.GraphDef)  # a graph's definition is its statement
         params = ", ".join(p.name for p in d.stmt.params)
         return f"```step\ngraph {d.name}({params})\n```\n\ndefined at `{_where(d.span)}`"
     if d.kind == "loopvar":
@@ -63,7 +64,7 @@ def stream_text(checked: Checked, d: Def) -> str:
 
 def symbol_lines(checked: Checked, types: list[StreamType]) -> list[str]:
     """One line per symbol of the types: its kind, what introduced it and why."""
-    typed = checked.compiled.typed
+    typed = checked.compiled.typed_program
     names: list[str] = []
     for t in types:
         expr = sympy.Add(*t.shape) + t.elem.bytes
@@ -85,6 +86,7 @@ def symbol_lines(checked: Checked, types: list[StreamType]) -> list[str]:
 def param_text(checked: Checked, d: Def, settings: Settings) -> str:
     typed = checked.compiled.typed
     value = typed.program.params.get(d.name) if typed is not None else None
+    assert isinstance(d.stmt, ast.Param)  # a param's definition is its statement
     declared = d.stmt.value
     text = f"```step\nparam {d.name} = {value if value is not None else '?'}\n```"
     if d.name in settings.defines:
@@ -139,7 +141,7 @@ def roofline_text(checked: Checked, node: str, hw: str) -> str:
             config = load_config(hw, ())
         except ConfigError as e:
             return f"roofline: hardware `{hw}`: {e}"
-        a = analyze(checked.compiled.typed, "artifact", config)
+        a = analyze(checked.compiled.typed_program, "artifact", config)
         checked.costs[hw] = (a, config, roofline(a, config))
     a, config, roof = checked.costs[hw]
     return operator_roofline_text(a, config, roof, hw, node)

@@ -27,7 +27,7 @@ class Def:
     kind: str
     span: Span  # the name itself
     scope: tuple
-    stmt: object = None  # the AST statement (or graph parameter) that defines it
+    stmt: ast.Statement | ast.GraphParam  # the AST statement (or graph parameter) defining it
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,8 @@ class Index:
                     self.calls.setdefault(_key(node.span), []).append(name)
 
     # ------------------------------------------------------------ building
-    def _define(self, name: str, kind: str, span: Span, scope: tuple, stmt=None) -> None:
+    def _define(self, name: str, kind: str, span: Span, scope: tuple,
+                stmt: ast.Statement | ast.GraphParam) -> None:
         self.defs.append(Def(name, kind, span, scope, stmt))
 
     def _statements(self, statements, scope: tuple, file: str) -> list[Outline]:
@@ -216,7 +217,8 @@ class Index:
     # ------------------------------------------------------------ queries
     def at(self, file: str, line: int, col: int) -> Def | Ref | None:
         """The definition or reference under a 1-based position."""
-        for item in (*self.defs, *self.refs):
+        items: tuple[Def | Ref, ...] = (*self.defs, *self.refs)
+        for item in items:
             if item.span.file == file and contains(item.span, line, col):
                 return item
         return None

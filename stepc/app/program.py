@@ -101,10 +101,12 @@ class Analyzed:
     show_all: bool = False  # the text report lists every operator instance
 
     def to_dict(self) -> dict:
+        assert self.cost is not None  # a program with errors gives its check report
         return {**self.cost.to_dict(), **(self.fifos or {})}
 
     def render(self, console: Console) -> None:
         from stepc.report.fifo import fifo_line
+        assert self.cost is not None  # a program with errors gives its check report
         self.cost.render(console, self.show_all)
         if self.fifos:
             console.print(fifo_line(self.fifos), markup=False, soft_wrap=True)

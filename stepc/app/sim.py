@@ -41,16 +41,19 @@ class Simulated:
     values: dict[str, np.ndarray] | None = None  # tensor values from a weights file
 
     def to_dict(self) -> dict:
+        assert self.run is not None  # a program with errors gives its check report
         return {**self.run.to_dict(), **(self.fifos or {})}
 
     def render(self, console: Console) -> None:
         from stepc.report.fifo import fifo_line
+        assert self.run is not None  # a program with errors gives its check report
         self.run.render(console)
         if self.fifos:
             console.print(fifo_line(self.fifos), markup=False, soft_wrap=True)
 
     def inputs(self) -> dict[str, np.ndarray]:
         """The input, weight and scratch tensors the run started from."""
+        assert self.program is not None  # only a checked program runs
         return self.program.inputs(self.values)
 
 

@@ -49,6 +49,7 @@ class Lowered:
 
     def save_weights(self, path: str) -> None:
         """The module's weights and the seeded inputs, for `stepc sim --weights`."""
+        assert self.inputs is not None  # lowered with real values, as saving weights asks
         self.program.save_weights(path, *self.inputs)
 
 

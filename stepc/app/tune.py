@@ -60,7 +60,8 @@ def tune(files: Sequence[str], params: Mapping[str, list],
         limits = [Budget.parse(metric, limit) for metric, limit in budgets]
         goals = [Objective.parse(o) for o in objectives]
         return TuneOutcome(search(
-            space, objectives=goals, budgets=limits, traces=traces, aggregate=aggregate,
+            space, objectives=goals, budgets=limits,
+            traces=None if traces is None else dict(traces), aggregate=aggregate,
             hw=hw, sets=tuple(sets), model=model, out=out, resume=resume, jobs=jobs,
             executor=executor, margin=margin, confirm=confirm, max_confirm=max_confirm,
             sampler=sampler, trials=trials, max_exhaustive=max_exhaustive, seed=seed,
