@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,7 @@ def _read_state_dict(p: Path) -> dict[str, np.ndarray]:
             for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def match_weights(tensors: dict, arrays: dict[str, np.ndarray], prefix: str | None = None,
+def match_weights(tensors: Mapping, arrays: dict[str, np.ndarray], prefix: str | None = None,
                   allow_missing: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
     """The values of the program's tensors found in `arrays`, and the notes to print.
 
@@ -159,7 +160,7 @@ def _prefixes(key: str) -> list[str]:
     return [""] + [".".join(parts[:i]) + "." for i in range(1, len(parts))]
 
 
-def _tensor_name(rest: str, tensors: dict) -> str | None:
+def _tensor_name(rest: str, tensors: Mapping) -> str | None:
     """The program tensor a key names: itself, or with its dots read as underscores."""
     if rest in tensors:
         return rest
@@ -167,7 +168,7 @@ def _tensor_name(rest: str, tensors: dict) -> str | None:
     return name if name in tensors else None
 
 
-def _best_prefix(names: dict, tensors: dict) -> str:
+def _best_prefix(names: dict, tensors: Mapping) -> str:
     """The prefix under which keys name the most tensors (weights first); several that tie
     are ambiguous."""
     score: dict[str, tuple[int, int]] = {}

@@ -36,7 +36,7 @@ def size_fifos(compiled: Compiled, hw=None,
         raise InputError(f"tolerance: expected a fraction from 0 to 10 (0.01 is 1%), found "
                          f"{tolerance!r}")
     config, _warnings = hardware(hw, set)
-    typed = compiled.typed
+    typed = compiled.typed_program
     try:
         arrays = trace_arrays(traces)
         bindings = {k: v for k, v in trace_bindings(typed, arrays).items()} if arrays else {}
@@ -70,21 +70,22 @@ def size_fifos(compiled: Compiled, hw=None,
         report.within_tolerance = outcome.within_tolerance
         report.fan_outs = _fan_outs(typed, outcome.fan_outs)
     if outcome is not None and outcome.cycles:
-        report.confirmation = _confirmed(compiled, report, classes, config, arrays, bindings)
+        report.confirmation = _confirmed(compiled, outcome.cycles, report, classes, config,
+                                         arrays, bindings)
     return report
 
 
-def _confirmed(compiled, report: FifoReport, classes, config, arrays, bindings):
+def _confirmed(compiled, cycles: int, report: FifoReport, classes, config, arrays, bindings):
     """The run of the program with the searched depths written into its text; raises
-    SimulationError when it is not the search's answer."""
+    SimulationError when it is not the search's answer (`cycles` and the report's bytes)."""
     from stepc.fifo.confirm import confirm
     from stepc.sim.kernel import SimError
 
     try:
         done = confirm(compiled, classes, config, arrays, bindings)
     except SimError as e:
-        raise SimulationError.of(e, compiled.typed.program.nodes) from None
-    why = done.disagreement(report.cycles, report.fifo_bytes)
+        raise SimulationError.of(e, compiled.typed_program.program.nodes) from None
+    why = done.disagreement(cycles, report.fifo_bytes)
     if why is not None:
         raise SimulationError(f"{compiled.name}: the searched FIFO depths are not confirmed: "
                               f"{why}; no depths are reported")
@@ -168,4 +169,4 @@ def fifo_capacity_bytes(compiled: Compiled, hw=None, bindings: Mapping[str, Any]
     from stepc.fifo.capacity import fifo_bytes
 
     config = hw if hw is not None and not isinstance(hw, str) else hardware(hw)[0]
-    return plain(fifo_bytes(compiled.typed, config, dict(bindings or {})))
+    return plain(fifo_bytes(compiled.typed_program, config, dict(bindings or {})))

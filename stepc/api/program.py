@@ -175,7 +175,7 @@ class Program:
 
     def __init__(self, compiled: Compiled):
         self._compiled = compiled
-        self.typed = compiled.typed
+        self.typed = compiled.typed_program
 
     @property
     def name(self) -> str:

@@ -58,6 +58,13 @@ class Cost:
     roofline_bound: Any = field(default=None, repr=False)  # the Roofline, for renderers
     typed: Any = field(default=None, repr=False)  # the checked program, for trace hints
 
+    @property
+    def _analysis(self) -> Analysis:
+        """The bound analysis the totals come from (`analyze_program` gives every Cost one)."""
+        if self.analysis is None:
+            raise ValueError(f"{self.program}: a Cost made without its analysis")
+        return self.analysis
+
     @cached_property
     def per_op(self) -> dict[str, dict[str, Any]]:
         """Operator -> {op, off_chip_bytes, on_chip_bytes, on_chip_bytes_on_demand, flops,
@@ -67,19 +74,19 @@ class Cost:
                          "on_chip_bytes": plain(o.on_chip),
                          "on_chip_bytes_on_demand": plain(o.on_chip_on_demand),
                          "flops": plain(o.flops), "compute_bw": o.compute_bw}
-                for o in self.analysis.ops}
+                for o in self._analysis.ops}
 
     def render(self, console, show_all: bool = False) -> None:
         """The report of `stepc analyze` on a rich Console: one row per statement (every
         operator instance with `show_all`), totals, the roofline with hw, hints for the
         dims left free."""
         from stepc.report.analyze import render_text
-        render_text(self.analysis, console, show_all, self.hw, self.roofline_bound, self.typed)
+        render_text(self._analysis, console, show_all, self.hw, self.roofline_bound, self.typed)
 
     def to_dict(self) -> dict:
         """The document of `stepc analyze --format json`."""
         from stepc.analyze.report import to_json
-        return to_json(self.analysis, self.hw, self.roofline_bound)
+        return to_json(self._analysis, self.hw, self.roofline_bound)
 
 
 def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None, traces,
@@ -95,7 +102,7 @@ def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None
         raise InputError(f"onchip_model: expected 'artifact' or 'paper', found {onchip_model!r}")
     config, warnings = hardware(hw, sets, roofline=True) if (hw is not None or sets) \
         else (None, [])
-    typed = compiled.typed
+    typed = compiled.typed_program
     a = analyze(typed, onchip_model, config)
     values: dict = {}
     if traces or any("file" in n.attrs.get("gen", {}) for n in typed.program.nodes.values()
@@ -139,7 +146,7 @@ class Run:
     @property
     def result(self) -> SimResult:
         """Every counter of the run."""
-        return self.measurement.result
+        return self.measurement.simulation
 
     @property
     def program(self) -> str:
@@ -235,7 +242,7 @@ def tensor_bytes(compiled: Compiled) -> int:
 
     from stepc.types import DTYPE_BYTES
     return sum(math.prod(t.shape) * DTYPE_BYTES[t.dtype]
-               for t in compiled.typed.program.tensors.values())
+               for t in compiled.typed_program.program.tensors.values())
 
 
 def _cycle_progress(progress):
@@ -273,7 +280,7 @@ def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | N
         values = tensor_values(compiled, values)
     if timing_only is None:
         timing_only = tensor_bytes(compiled) > FUNCTIONAL_LIMIT
-    typed = compiled.typed
+    typed = compiled.typed_program
     tick = _cycle_progress(progress)
     a = analyze(typed, "artifact", config)
     try:
@@ -298,7 +305,7 @@ def simulate_program(compiled: Compiled, hw, sets, traces, timing_only: bool | N
 
 def tensor_values(compiled: Compiled, values) -> dict[str, np.ndarray]:
     """`simulate(values=...)` as arrays, each naming a tensor of the program."""
-    tensors = compiled.typed.program.tensors
+    tensors = compiled.typed_program.program.tensors
     out = {}
     for name, value in mapping_arg("values", values, "tensor names to arrays").items():
         if name not in tensors:
@@ -336,7 +343,8 @@ def dot_text(compiled: Compiled, collapse: bool, annotate, title: str | None) ->
     elif annotate is not None:
         heat = {k: v if isinstance(v, Heat) else Heat(fraction(k, v))
                 for k, v in annotate.items()}
-    return to_dot(compiled.typed, collapse=collapse, heat=heat, title=title or default_title)
+    return to_dot(compiled.typed_program, collapse=collapse, heat=heat,
+                  title=title or default_title)
 
 
 def fraction(node: str, value) -> float:
