@@ -26,6 +26,7 @@ FLOORS = [
     # below), source text, small shared utilities, hardware configs, trace files
     ("stepc", "stepc.codes", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
      "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw",
+     "stepc.registry",
      "stepc.spelling"),
     ("stepc.diagnostics", "stepc.types"),
     ("stepc.ops",),
