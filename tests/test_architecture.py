@@ -1,5 +1,7 @@
 """The house as a drawing of its imports: no circle among stepc's modules, no arrow from a
-lower floor up to a higher one, and the CLI entering the toolchain only through the API.
+lower floor up to a higher one (annotations and modules named by string included), the front
+ends entering the toolchain only through the use cases, and only the API's public names
+imported from outside it.
 
 Imports are read from the source with `ast`, never run: module-level imports and the lazy
 ones inside functions both count (a lazy import still runs when its function does). Imports
@@ -24,6 +26,7 @@ FLOORS = [
     # below), source text, small shared utilities, hardware configs, trace files
     ("stepc", "stepc.codes", "stepc.source", "stepc.sympy_lazy", "stepc.canon", "stepc.schemas",
      "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw",
+     "stepc.registry",
      "stepc.spelling"),
     ("stepc.diagnostics", "stepc.types"),
     ("stepc.ops",),
@@ -48,14 +51,6 @@ FLOORS = [
     ("stepc.cli", "stepc.lsp", "stepc.docgen", "stepc.mcp"),
     ("stepc.__main__",),
 ]
-
-# What the CLI may import besides itself: the API and small leaf utilities (the memory
-# models' table gives its choices). The commands of from-torch, import and export enter
-# through their own packages' front doors.
-CLI_MAY_IMPORT = ("stepc", "stepc.api", "stepc.app", "stepc.report", "stepc.codes", "stepc.diagnostics", "stepc.outputs",
-                  "stepc.spelling", "stepc.hw.memory",
-                  "stepc.source", "stepc.tables", "stepc.lsp", "stepc.torch", "stepc.interop",
-                  "stepc.mcp")
 
 # Known circles and upward arrows being removed in their own changes; each entry is
 # (importer, imported). Remove an entry when its import is gone (the test says so).
@@ -182,15 +177,6 @@ def test_no_import_cycles(annotations):
     assert circles == []
 
 
-@pytest.mark.xdist_group("architecture")
-def test_the_cli_enters_through_the_api():
-    outside = [where(m, t) for m, targets in import_graph().items() if m.startswith("stepc.cli")
-               for t in targets if not t.startswith("stepc.cli")
-               and not any(t == ok or t.startswith(ok + ".") and ok != "stepc"
-                           for ok in CLI_MAY_IMPORT)]
-    assert outside == []
-
-
 @pytest.mark.parametrize("entry", sorted(ALLOWED))
 @pytest.mark.xdist_group("architecture")
 def test_allowed_entries_are_still_needed(entry):
@@ -200,21 +186,126 @@ def test_allowed_entries_are_still_needed(entry):
 
 
 @pytest.mark.xdist_group("architecture")
-def test_the_package_root_names_only_api_modules():
-    """`stepc.<name>` loads its module by name on first use (the one import by string, the
-    API's public face): every such module is on the API's floor or below."""
-    import stepc
-    for name, module in stepc._LAZY.items():
-        assert floor(module) <= floor("stepc.api"), (name, module)
+def test_annotations_do_not_run_up_a_floor():
+    """An import under `if TYPE_CHECKING:` is still a reader's arrow: it may not point up."""
+    upward = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line}: {m} -> {t}"
+              for m, targets in import_graph(annotations=True).items()
+              for t, line in targets.items() if floor(t) > floor(m)]
+    assert upward == []
+
+
+# What a front end may import besides its own package and the other front ends: the use
+# cases, the renderers and the leaf utilities.
+FRONT_ENDS = ("stepc.cli", "stepc.mcp", "stepc.lsp")
+FRONT_ENDS_MAY_IMPORT = ("stepc.app", "stepc.report", "stepc.codes", "stepc.diagnostics",
+                         "stepc.outputs", "stepc.source", "stepc.spelling", "stepc.tables",
+                         "stepc.hw.memory")
+
+
+def within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 @pytest.mark.xdist_group("architecture")
-def test_the_mcp_server_enters_through_the_api():
-    """stepc.mcp is a front end like the CLI: the API and the leaf utilities only (the
-    memory models' table gives its schemas' choices)."""
-    may = ("stepc", "stepc.api", "stepc.codes", "stepc.diagnostics", "stepc.source",
-           "stepc.hw.memory")
-    outside = [where(m, t) for m, targets in import_graph().items() if m.startswith("stepc.mcp")
-               for t in targets if not t.startswith("stepc.mcp")
-               and not any(t == ok or t.startswith(ok + ".") and ok != "stepc" for ok in may)]
+def test_front_ends_enter_through_the_use_cases():
+    outside = [where(m, t) for m, targets in import_graph().items() if within(m, FRONT_ENDS)
+               for t in targets
+               if t != "stepc" and not within(t, FRONT_ENDS + FRONT_ENDS_MAY_IMPORT)]
     assert outside == []
+
+
+def api_imports(module: str) -> list[tuple[int, str]]:
+    """(line, name) of each name `module` takes from stepc.api or one of its submodules."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                node.module.startswith("stepc.api"):
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names
+                      if a.name.startswith("stepc.api.")]
+    return found
+
+
+@pytest.mark.xdist_group("architecture")
+def test_outside_the_api_only_its_public_names_are_imported():
+    import stepc.api
+    public = {f"stepc.api.{name}" for name in stepc.api.__all__}
+    private = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line}: {name}"
+               for m in MODULES if not within(m, ("stepc.api",))
+               for line, name in api_imports(m) if name not in public]
+    assert private == []
+
+
+def string_registries() -> dict[str, dict[str, int]]:
+    """Modules named by string in a module-level table (`"stepc.x.y"` or
+    `"stepc.x.y:attr"`), resolved like imports: module -> {named module: line}."""
+    found: dict[str, dict[str, int]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+                continue
+            for const in ast.walk(node):
+                if isinstance(const, ast.Constant) and isinstance(const.value, str) and \
+                        const.value.startswith("stepc.") and " " not in const.value:
+                    name = const.value.partition(":")[0]
+                    found.setdefault(module, {})[name] = const.lineno
+    return found
+
+
+def defines(module: str, attr: str) -> bool:
+    tree = ast.parse(MODULES[module].read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).partition(".")[0] for a in node.names}
+    return attr in names
+
+
+def named_attributes(tree: ast.AST) -> set[tuple[str, str]]:
+    """(module, attribute) pairs named as `"stepc.x:attr"` or `("stepc.x", "attr")`."""
+    pairs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.startswith("stepc.") and ":" in node.value:
+            pairs.add(tuple(node.value.split(":", 1)))
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts) \
+                and node.elts[0].value.startswith("stepc.") and node.elts[1].value.isidentifier():
+            pairs.add((node.elts[0].value, node.elts[1].value))
+    return pairs
+
+
+@pytest.mark.xdist_group("architecture")
+def test_string_registries_name_real_modules_below_them():
+    """Tables that name a module by string (the command table, the package's and the API's
+    lazy names, the lowering families) are imports a reader cannot grep: each name resolves
+    to a module (and attribute) of stepc, on its table's floor or below. The package root's
+    lazy names are the API's public face: they count from the API's floor."""
+    bad = []
+    for module, named in string_registries().items():
+        path = MODULES[module].relative_to(PACKAGE.parent)
+        source = MODULES[module].read_text()
+        home = floor("stepc.api") if module == "stepc" else floor(module)
+        for name, line in named.items():
+            if name not in MODULES:
+                bad.append(f"{path}:{line}: {name!r} is no module of stepc")
+            elif floor(name) > home:
+                bad.append(f"{path}:{line}: {module} -> {name} runs up a floor")
+        for name, attr in named_attributes(ast.parse(source)):
+            if name in MODULES and not defines(name, attr):
+                bad.append(f"{path}: {name}:{attr}: {name} defines no {attr}")
+    assert bad == []
+
+
+@pytest.mark.xdist_group("architecture")
+def test_the_string_registries_are_found():
+    """The scan above sees the tables it is meant to (a test that it cannot pass vacuously)."""
+    tables = string_registries()
+    assert {"stepc", "stepc.api", "stepc.cli.group", "stepc.torch.families"} <= set(tables)
+    assert "stepc.cli.sim" in tables["stepc.cli.group"]

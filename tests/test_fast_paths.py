@@ -10,10 +10,11 @@ import pytest
 import sympy
 from bundled import program_params
 
-from stepc.analyze import analyze, fold, report
+from stepc.analyze import analyze, fold
 from stepc.analyze.analysis import _charged_when, _nonempty, cost_formulas
 from stepc.analyze.bindings import _selector_stand_in, _stand_in
 from stepc.canon import symbols_in
+from stepc.report import analyze as report
 
 PROGRAMS = Path(__file__).parent.parent / "programs"
 BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))

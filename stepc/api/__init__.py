@@ -18,6 +18,7 @@ _NAMES = {
     "Cost": "stepc.api.results", "Run": "stepc.api.results",
     "apply_depths": "stepc.api.fifo",
     "hardware": "stepc.api.inputs", "hardware_presets": "stepc.api.inputs",
+    "trace_arrays": "stepc.api.inputs",
     "SweepResults": "stepc.api.study", "plan_sweep": "stepc.api.study",
     "reproduce": "stepc.api.study", "sweep": "stepc.api.study",
     "Diagnostic": "stepc.diagnostics", "Note": "stepc.diagnostics",

@@ -8,3 +8,9 @@ file with `--set` strings, `--bind` values, trace paths) and returns one result 
 diagnostics, `SimulationError`, `Deadlock`) or `stepc.diagnostics.StepError`; a program
 with errors comes back as a result holding its diagnostics. What stays in a front end is
 its own concern: parsing arguments, exit codes, output paths, the protocol."""
+
+from stepc.api import Deadlock, InputError, SimulationError
+from stepc.diagnostics import StepError
+
+# the coded errors a use case raises, for the front ends to map to exit codes
+__all__ = ["Deadlock", "InputError", "SimulationError", "StepError"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepc.api import InputError, apply_depths
-from stepc.app.hardware import hardware
+from stepc.app.inputs import hardware
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,7 +53,7 @@ def size_fifos(path: str, defines: Mapping[str, int] | None = None, hw: str | No
     unbounded-FIFO cycles; with `apply`, those depths written into its files unless it
     deadlocks. `warn` hears each setting the run will not read, before any compiling.
     Raises InputError and SimulationError."""
-    from stepc.app.program import checked_program
+    from stepc.app.inputs import checked_program
     config = hardware(hw, sets, warn)
     checked = checked_program(path, dict(defines or {}))
     if not checked.ok:

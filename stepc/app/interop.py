@@ -113,8 +113,7 @@ def export_graph(file: str, output: str, defines: dict[str, int], hw: str,
         from stepc.interop.write.export import export_program
     except ImportError:
         raise NeedsProtobuf() from None
-    from stepc.api import check
-    from stepc.api.inputs import hardware, trace_arrays
+    from stepc.api import check, hardware, trace_arrays
     report = check(file, **defines)
     try:
         prog = report.program()

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stepc.app.hardware import hardware
+from stepc.app.inputs import hardware
 from stepc.rewrite import REWRITES, RewriteError
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def rewrite_file(name: str, path: str, defines: Mapping[str, int] | None = None,
     `hw`; `out_path` is where the text will be written. With `verify`, both programs are
     simulated on `hw` with the inputs of `seed`. Raises RewriteError (`.kind`: usage,
     program or internal) and InputError."""
-    from stepc.app.program import checked_program
+    from stepc.app.inputs import checked_program
     from stepc.rewrite import apply
     from stepc.rewrite.options import rewrite_options
     from stepc.rewrite.verify import verify as check_rewrite

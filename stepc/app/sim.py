@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepc.api import InputError
 from stepc.app.fifo import fifo_totals
-from stepc.app.program import checked_program, load_hardware
+from stepc.app.inputs import checked_program, load_hardware
 
 if TYPE_CHECKING:
     import numpy as np

@@ -70,8 +70,8 @@ def parse_defines(values: tuple[str, ...]) -> dict[str, int]:
 def compiled_or_exit(file: str, defines: tuple[str, ...]) -> CheckReport:
     """The checked program of `file` with the -D values; its diagnostics and exit 1 if it
     has errors (unknown -D names are usage errors)."""
-    from stepc.api import InputError
-    from stepc.app.program import checked_program
+    from stepc.app import InputError
+    from stepc.app.inputs import checked_program
     try:
         report = checked_program(file, parse_defines(defines))
     except InputError as e:
@@ -157,7 +157,7 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), de
 
 def presets(default: str | None = None) -> str:
     """The hardware presets, for help texts (read from the package, so new ones show)."""
-    from stepc.app.program import hardware_presets  # light: help loads no sympy
+    from stepc.app.inputs import hardware_presets  # light: help loads no sympy
     return ", ".join(f"{n} (default)" if n == default else n for n in hardware_presets())
 
 
@@ -192,8 +192,8 @@ def warn(warnings: list[str]) -> None:
 def load_hw(hw: str | None, sets: tuple[str, ...]):
     """The hardware configuration; warns about each `--set` the run will not read (for
     `stepc fifo`)."""
-    from stepc.api import InputError
-    from stepc.app.program import load_hardware
+    from stepc.app import InputError
+    from stepc.app.inputs import load_hardware
     try:
         config, warnings = load_hardware(hw, sets)
     except InputError as e:

@@ -68,7 +68,7 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
       stepc fifo programs/swiglu.step --static --format json
       stepc fifo my.step --tolerance 2 --apply
     """
-    from stepc.api import InputError, SimulationError
+    from stepc.app import InputError, SimulationError
     from stepc.app.fifo import size_fifos
 
     if apply_depths:

@@ -49,7 +49,7 @@ Examples:
 def plot_cmd(ctx, results, x, y, label, group, logx, logy, bar_metric, relative, out, force):
     """Plot sweep results: Pareto scatter plots (default) or bar charts. A point run more
     than once (a resumed sweep) is plotted from its last record."""
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.study import plot
 
     def given(name: str) -> bool:
@@ -112,7 +112,7 @@ whose program, traces, hardware and stepc are unchanged (--fresh: none).""")
 def reproduce_cmd(figure, data, out_dir, jobs, model, fresh):
     from rich.console import Console
 
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.study import Interrupted, figure_names, reproduce
 
     failed = 0

@@ -15,7 +15,7 @@ from stepc.diagnostics import render_text
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from stepc.api import StepError
+    from stepc.app import StepError
 
 
 @click.command("import", short_help="Read a STeP IR graph (.pb) as a .step program.")
@@ -39,7 +39,7 @@ def import_cmd(graph, out, force):
     """
     if out:
         check_new_output("-o", out, force)
-    from stepc.api import InputError, StepError
+    from stepc.app import InputError, StepError
     from stepc.app.interop import NeedsProtobuf, import_graph
     try:
         result = import_graph(graph, out)
@@ -81,7 +81,7 @@ def export_cmd(file, out, defines, hw, traces, force):
     """
     from stepc.cli.common import input_error, parse_defines
     check_new_output("-o", out, force)
-    from stepc.api import InputError, StepError
+    from stepc.app import InputError, StepError
     from stepc.app.interop import NeedsProtobuf, export_graph, side_directory
     side = side_directory(out)
     if os.path.exists(side) and not force:

@@ -55,7 +55,7 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
     """
     if show_all and not show_types:
         raise click.UsageError("--all lists every loop iteration of --types: give --types too")
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.program import check
 
     try:
@@ -113,7 +113,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
       stepc analyze programs/moe_static.step --trace routing=ids.npy
       stepc analyze programs/moe_simple.step --bind D_0=4 --bind D_1=6 --format json
     """
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.program import analyze
 
     defined, bound, traced = parse_defines(defines), int_pairs(binds, "--bind"), \
@@ -165,7 +165,7 @@ def dot_cmd(file, defines, out, collapse, annotate, binds, traces, onchip_model,
       stepc sim programs/swiglu.step --format json > r.json
       stepc dot programs/swiglu.step --annotate r.json -o swiglu.png
     """
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.files import DrawingError, check_drawing, write_drawing
     from stepc.app.program import draw
 

@@ -60,7 +60,7 @@ def rewrite_cmd(name, file, defines, out, force, tile, hw, keep_memory_tiles, ve
       stepc rewrite downtile programs/swiglu.step --tile 16x16 -o swiglu_16.step
       stepc rewrite downtile programs/swiglu.step --hw hdl-like --verify -o s.step
     """
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.rewrite import REWRITES, RewriteError, rewrite_file
     if name not in REWRITES:
         raise click.UsageError(f"no rewrite `{name}` (known: {', '.join(sorted(REWRITES))})")

@@ -83,8 +83,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
       stepc sim programs/moe_static.step --trace routing=ids.npy --timing-only
       stepc sim programs/moe_simple.step --out results/ --trace-out run.json
     """
-    from stepc.api import InputError, SimulationError
-    from stepc.app import sim
+    from stepc.app import InputError, SimulationError, sim
 
     for flag, path in (("--out", out_dir), ("--inputs-out", inputs_out)):
         if path:
@@ -174,7 +173,7 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
 
 def _write_inputs(simulated: Simulated, inputs_out: str) -> None:
     """`--inputs-out`: the tensors a functional run started from, as .npy files."""
-    from stepc.api import SimulationError
+    from stepc.app import SimulationError
     from stepc.app.files import write_array
     if not simulated.run.functional:
         click.echo(f"--inputs-out {inputs_out}: nothing written: a timing-only run uses no "

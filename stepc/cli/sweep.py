@@ -156,7 +156,7 @@ def _sweep(files, defines, grids, hws, sets, traces, jobs, out, resume, timing_o
            pareto, baselines, on_demand, backend, scheduler) -> None:
     from rich.console import Console
 
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.study import Interrupted, sweep
     from stepc.diagnostics import StepError
 

@@ -43,7 +43,7 @@ def list_cmd(fmt: str) -> None:
 def show_cmd(name: str, no_reference: bool) -> None:
     """The statement of task NAME, the declarations a solution must make, how it is scored,
     and the reference solution."""
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.tasks import show_task
     try:
         shown = show_task(name)
@@ -68,7 +68,7 @@ def check_cmd(name: str, file: str, seed: int | None, time_limit: float | None,
     compare its outputs with the task's numpy reference; report its cycles, on-chip bytes
     and off-chip traffic on the task's preset and its reward (reference cycles / its
     cycles; 0 when it fails)."""
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.tasks import check_task
     from stepc.report.tasks import check_report
     try:

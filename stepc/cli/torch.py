@@ -151,7 +151,7 @@ def from_torch_cmd(spec, inputs, layers, whole, batch, past, dtype, hf_config, t
                                                         if weights_out else []) + [
             ("--external-out", p) for p in streams.values()]:
         check_new_output(flag, path, force)
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.torch import LoweringFailed, ModuleRefused, TorchMissing, lower
     try:
         lowered = lower(spec, args, layers=layers, whole=whole, batch=batch, past=past,

@@ -136,7 +136,7 @@ def tune_cmd(files, spaces, defines, wheres, budgets, objectives, traces, aggreg
              max_exhaustive, seed, jobs, out, resume, backend, scheduler, fmt, fifo_bytes):
     """Find the best schedule of .step programs under budgets without simulating the whole
     grid: exact analysis, roofline bound, fluid screen, then the chosen model confirms."""
-    from stepc.api import InputError
+    from stepc.app import InputError
     from stepc.app.tune import Interrupted, tune
 
     if scheduler and backend != "dask":

@@ -235,7 +235,7 @@ class StepServer(LanguageServer):
                 problems.append(f"stepc.defines {name}: expected an integer, found {value!r}")
         hw = options.get("hw") or None
         if hw is not None:
-            from stepc.app.program import load_hardware
+            from stepc.app.inputs import load_hardware
             try:
                 load_hardware(str(hw))
             except StepError as e:  # an InputError: the configuration does not load

@@ -90,7 +90,7 @@ def _error(message: str) -> types.CallToolResult:
 def _program_resources() -> dict[str, tuple]:
     """The bundled programs as resources; when this copy of stepc lacks them, none, and
     the log says so."""
-    from stepc.api import InputError
+    from stepc.app import InputError
     try:
         found = _reference().programs()
     except InputError as e:
@@ -112,7 +112,7 @@ def build(workspace: Workspace, time_limit: float = TIME_LIMIT,
     from mcp.shared.exceptions import MCPError
 
     from stepc import __version__
-    from stepc.api import InputError
+    from stepc.app import InputError
 
     worker = worker or Worker(str(workspace.root), memory_mib)
     resources = {**RESOURCES, **_program_resources()}

@@ -69,7 +69,7 @@ def task_check(tools, args: dict) -> dict:
 
 def _vet(tools, path: str) -> None:
     """Refuse a solution that imports, or reads data from, outside the workspace."""
-    from stepc.app.program import checked_guarded, data_files
+    from stepc.app.inputs import checked_guarded, data_files
     report = checked_guarded(path, {}, tools.may_import)
     outside = [p for p in data_files(report) if not tools.workspace.contains(p)]
     if outside:

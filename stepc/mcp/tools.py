@@ -14,7 +14,7 @@ import tempfile
 from collections import OrderedDict
 from typing import Any
 
-from stepc.api import InputError, SimulationError
+from stepc.app import InputError, SimulationError
 from stepc.diagnostics import StepError, render_text
 from stepc.mcp.schemas import LADDER
 from stepc.mcp.workspace import MAX_FILE_BYTES, Refused, Workspace
@@ -98,7 +98,7 @@ class Tools:
 
     def warm(self) -> None:
         """Load the front end before the first call needs it (a tiny program, not kept)."""
-        from stepc.app.program import checked_text
+        from stepc.app.inputs import checked_text
         checked_text("param N = 1\n", "<warm-up>")
 
     # ---- programs
@@ -130,7 +130,7 @@ class Tools:
     def report(self, args: dict):
         """The check report of the program the call names (cached by its bytes, name and
         params), and its `check` document."""
-        from stepc.app.program import checked_guarded, checked_text, data_files
+        from stepc.app.inputs import checked_guarded, checked_text, data_files
         data, name, is_file = self.source(args)
         params = _mapping(args, "params")
         for k, v in params.items():
@@ -196,7 +196,7 @@ class Tools:
         The configuration (with `set`) is loaded here once under the workspace rule, so a
         part file it names (`[dram] part`, `set: {"dram.part": ...}`) outside the workspace
         is refused before anything reads it; the run then loads the same files."""
-        from stepc.app.program import hardware_presets, load_hardware
+        from stepc.app.inputs import hardware_presets, load_hardware
         hw = args.get("hw")
         if hw is not None and hw not in hardware_presets():
             hw = str(self.workspace.file(hw, "hw"))

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stepc.registry import registrar
+
 BUILDERS: dict[str, Callable] = {}
-
-
-def memory_model(name: str) -> Callable[[Callable], Callable]:
-    """Register the decorated `builder(kernel, hw)` as the simulator of `hbm.model = name`."""
-    def register(builder: Callable) -> Callable:
-        if name in BUILDERS:
-            raise ValueError(f"memory model {name} already has a builder "
-                             f"({BUILDERS[name].__module__}.{BUILDERS[name].__name__})")
-        BUILDERS[name] = builder
-        return builder
-    return register
+memory_model = registrar(BUILDERS, "memory model", "a builder")
