@@ -1,12 +1,13 @@
 """A reproduced figure's report.md (stepc.report.reproduction) rendered from its evaluated
 result (stepc.reproduction.report): what ran, the claims table, the reasons claims
-failed (grouped when shared), the measures and the points' table."""
+failed (grouped when shared), the measures, the points' table and the plots."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from stepc.report.reproduction import figure_report
+from stepc.reproduction.figure_plots import Bars, Plot
 from stepc.reproduction.report import (
     ClaimResult,
     FigureResult,
@@ -38,7 +39,8 @@ def _claim(text: str, holds: bool | None, verdict: str, failure: str = "",
 def test_a_small_result_renders_to_its_report():
     """Before: two points (one failed), five claims (one reproduced, two failing for one
     reason, one failing with no known quirk, one waiting for data, one of stepc's checks),
-    two measures, synthetic traces. Expected: the report's lines, in order."""
+    two measures, synthetic traces, a bar plot and a plot not drawn. Expected: the
+    report's lines, in order."""
     claims = [_claim("a holds", True, "reproduced"),
               _claim("b misses", False, "NOT reproduced", "the artifact rounds up"),
               _claim("c misses", False, "NOT reproduced", "the artifact rounds up"),
@@ -46,10 +48,13 @@ def test_a_small_result_renders_to_its_report():
               _claim("e waits", None, "needs the paper's data (--data)")]
     measures = [MeasureResult("ratio", 0.123456, "", "of  two"),
                 MeasureResult("missing", None, "no point `x`", "")]
+    plots = [Plot("figure.png", "Speedups", Bars(["B", "x / y"], ["B=8", "B=16"],
+                                                 {"x": [1.23456, None]}, ["x"])),
+             Plot("figure-2.png", "Cycles", error="no matplotlib")]
     done = Reproduced("out/fig0/report.md", reused=1, simulated=1)
     result = FigureResult("0", SPEC, RECORDS, "ref", None, ["kv: seeded synthetic lengths"],
                           ["- `fast`: TB = 16"], {"new": 1}, "0.1.0+abc", claims, measures,
-                          ("cycles", "off_chip_bytes"), ["![figure](figure.png)"], done)
+                          ("cycles", "off_chip_bytes"), plots, done)
     assert figure_report(result).splitlines() == [
         "# Figure 0: Speed of a tiny kernel",
         "",
@@ -110,7 +115,13 @@ def test_a_small_result_renders_to_its_report():
         "| fast | TB=16, kv=low | 1,234 | 2.5 |",
         "| slow | - | error | error |",
         "",
-        "![figure](figure.png)",
+        "| B | x / y |",
+        "|---|---|",
+        "| B=8 | 1.235 |",
+        "| B=16 | - |",
+        "",
+        "![Speedups](figure.png)",
+        "(no plot figure-2.png: no matplotlib)",
     ]
 
 

@@ -12,6 +12,7 @@ from stepc.reproduction.report import COLUMN_NAMES
 from stepc.reproduction.spec import fmt_value
 
 if TYPE_CHECKING:
+    from stepc.reproduction.figure_plots import Bars, Plot
     from stepc.reproduction.report import FigureResult, Reproduced
 
 NO_QUIRK = ("no known artifact quirk explains it: "
@@ -36,7 +37,7 @@ def figure_report(result: FigureResult) -> str:
         lines += [f"- {' '.join(q.split())}" for q in spec["quirks"]]
     lines += _point_lines(result)
     if result.plots:
-        lines += [""] + result.plots
+        lines += [""] + _plot_lines(result.plots)
     return "\n".join(lines) + "\n"
 
 
@@ -115,6 +116,27 @@ def _point_lines(result: FigureResult) -> list[str]:
                      " | ".join(fmt_value(r.get(c)) if r.get("status") == "ok" else
                                 str(r.get("status")) for c in columns) + " |")
     return lines
+
+
+def _plot_lines(plots: list[Plot]) -> list[str]:
+    """Each plot's bars (a bar plot's values), then its image or why it was not drawn."""
+    lines = []
+    for plot in plots:
+        if plot.bars is not None:
+            lines += _bar_table(plot.bars)
+        lines.append(f"(no plot {plot.name}: {plot.error})" if plot.error else
+                     f"![{plot.title}]({plot.name})")
+    return lines
+
+
+def _bar_table(bars: Bars) -> list[str]:
+    """A Markdown table of grouped bars: one row per group, one column per series."""
+    out = ["| " + " | ".join(bars.header) + " |", "|---|" + "---|" * len(bars.series)]
+    for i, n in enumerate(bars.names):
+        out.append(f"| {n} | " + " | ".join("-" if bars.cols[s][i] is None else
+                                            f"{bars.cols[s][i]:.3f}" for s in bars.series)
+                   + " |")
+    return out + [""]
 
 
 def _point_name(rec: dict) -> str:

@@ -8,6 +8,7 @@ import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stepc.explore.runner import code_digest
 from stepc.measure import METRICS as MEASURED
@@ -21,6 +22,9 @@ from stepc.reproduction.claims import (
     load_references,
 )
 from stepc.reproduction.spec import Expanded, program_root
+
+if TYPE_CHECKING:
+    from stepc.reproduction.figure_plots import Plot
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
 COLUMN_NAMES = {name: m.column for name, m in MEASURED.items()}
@@ -83,7 +87,7 @@ class FigureResult:
     claims: list[ClaimResult]
     measures: list[MeasureResult]
     columns: tuple[str, ...]  # the metrics of the points' table
-    plots: list[str]  # report lines that show the plots
+    plots: list[Plot]  # drawn in the figure's directory
     summary: Reproduced
 
     @property
