@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import stepc.api
 import stepc.reproduction.run as rp
 from stepc.cli import main
 from stepc.measure import finish_cycles
@@ -81,7 +82,7 @@ REAL_SPEC = load_spec
 def test_reproduce_17_chooses_from_figure_9_and_reports_the_eight_numbers(tmp_path,
                                                                           monkeypatch):
     monkeypatch.setattr(rp, "load_spec", _small)
-    done = list(rp.reproduce_figures(["17"], None, str(tmp_path), jobs=2))
+    done = list(stepc.api.reproduce(["17"], None, str(tmp_path), jobs=2))
     assert len(done) == 1 and done[0].failed_points == 0, done
     assert (tmp_path / "fig9" / "results.jsonl").is_file()  # kept for `reproduce 9`
     assert not (tmp_path / "fig9" / "report.md").exists()  # not asked for
@@ -103,7 +104,7 @@ def test_reproduce_17_chooses_from_figure_9_and_reports_the_eight_numbers(tmp_pa
     rows = [r for r in report.splitlines() if r.startswith("| qwen_memory |")]
     assert f"MOE_TILE={chosen['qwen_memory']}" in rows[0]
     # a second run reuses every point of both figures
-    again = list(rp.reproduce_figures(["9", "17"], None, str(tmp_path), jobs=2))
+    again = list(stepc.api.reproduce(["9", "17"], None, str(tmp_path), jobs=2))
     assert [d.simulated for d in again] == [0, 0]
     assert (tmp_path / "fig9" / "report.md").is_file()
 

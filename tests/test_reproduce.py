@@ -12,12 +12,14 @@ import copy
 import json
 import math
 import shutil
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import stepc.api
 from stepc.cli import main
 from stepc.reproduction import run as rp
 from stepc.reproduction import spec as rs
@@ -45,6 +47,12 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
 NEW = ["12", "13", "14", "15", "17", "21"]
 ALL = ["8", "9", "10", *NEW]
+
+
+def reproduce_one(figure: str, data: str | None, out: str, jobs: int):
+    """One figure reproduced through the public API, its report.md written: its summary."""
+    with closing(stepc.api.reproduce(figure, data, out, jobs)) as done:
+        return next(done)
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +198,7 @@ def _small_fig14() -> dict:
 def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypatch):
     spec = _small_fig14()
     monkeypatch.setattr(rp, "load_spec", lambda fig: spec)
-    done = rp.reproduce("14", None, str(tmp_path), jobs=2)
+    done = reproduce_one("14", None, str(tmp_path), jobs=2)
     assert not done.ok and done.not_reproduced >= 1  # the impossible claim
     report = Path(done.report).read_text()
     assert "Points: 18 (18 ok)" in report
@@ -214,7 +222,7 @@ def test_small_reproduction_of_figure_14_on_synthetic_traces(tmp_path, monkeypat
     assert (fig / "figure.png").exists() and (fig / "results.csv").exists()
     assert len(list((fig / "traces").glob("*.synthetic.npy"))) == 9
     # resumed: nothing re-runs, the same claims come out
-    again = rp.reproduce("14", None, str(tmp_path), jobs=1)
+    again = reproduce_one("14", None, str(tmp_path), jobs=1)
     assert (again.reused, again.simulated) == (18, 0)
     report2 = (fig / "report.md").read_text()
     assert claim_rows(report2) == rows and "Reused 18 point(s)" in report2
@@ -356,7 +364,7 @@ def test_figure_8_cycles_against_the_published_reference(tmp_path):
     the HDL's 5 (read from ../shared/data at run time)."""
     if not (DATA / "fig8").is_dir():
         pytest.skip(f"no Figure 8 reference data under {DATA} (../shared/data is absent)")
-    done = rp.reproduce("8", str(DATA), str(tmp_path), jobs=2)
+    done = reproduce_one("8", str(DATA), str(tmp_path), jobs=2)
     rows = claim_rows(Path(done.report).read_text())
     missed = [row[1] for row in rows if row[5] not in ("reproduced", "in-sample target met")]
     # the HDL-like model's 5-point correlation is capped by the HDL's TI = 128 bump
@@ -387,19 +395,19 @@ def fig8_once(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig8-once")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path_factory.mktemp("elsewhere"))  # from outside the repository
-        rp.reproduce("8", None, str(out), jobs=2)
+        reproduce_one("8", None, str(out), jobs=2)
     return out
 
 
 @pytest.mark.xdist_group("fig8-once")
 def test_an_edited_result_is_simulated_again(tmp_path, fig8_once):
     shutil.copytree(fig8_once, tmp_path, dirs_exist_ok=True)
-    done = rp.reproduce("8", None, str(tmp_path), jobs=1)
+    done = reproduce_one("8", None, str(tmp_path), jobs=1)
     assert (done.reused, done.simulated) == (20, 0)
     results = tmp_path / "fig8" / "results.jsonl"
     true_cycles = json.loads(results.read_text().splitlines()[3])["cycles"]
     _edit_record(results, 3, cycles=99_999)
-    again = rp.reproduce("8", None, str(tmp_path), jobs=1)
+    again = reproduce_one("8", None, str(tmp_path), jobs=1)
     assert (again.reused, again.simulated) == (19, 1)
     report = Path(again.report).read_text()
     assert "simulated 1 now (1 record altered)" in report

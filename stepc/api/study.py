@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepc.api.arguments import (
@@ -245,8 +246,12 @@ def reproduce(figures: str | Sequence[str], data: str | None = None,
 
 def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, model: str,
                fresh: bool, progress, on_figure) -> Iterator[Reproduced]:
-    """`reproduce` once its arguments are checked: a generator of the figures' summaries."""
+    """`reproduce` once its arguments are checked: a generator of the figures' summaries,
+    each figure's report.md written as it arrives."""
+    from contextlib import closing
+
     from stepc.explore.runner import ResultsFileError
+    from stepc.report.reproduction import figure_report
     from stepc.reproduction.run import reproduce_figures
     from stepc.reproduction.spec import SpecError
 
@@ -258,7 +263,11 @@ def _reproduce(names: list[str], data: str | None, out: str, jobs: int | None, m
         return per_record
 
     try:
-        yield from reproduce_figures(names, data, out, jobs or (os.cpu_count() or 1), model,
-                                     collecting, fresh)
+        with closing(reproduce_figures(names, data, out, jobs or (os.cpu_count() or 1),
+                                       model, collecting, fresh)) as results:
+            for result in results:  # closed with this generator: its pool stops at once
+                done = result.summary
+                Path(done.report).write_text(figure_report(result), encoding="utf-8")
+                yield done
     except (SpecError, ResultsFileError) as e:
         raise InputError(str(e)) from None

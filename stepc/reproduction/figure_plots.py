@@ -1,10 +1,11 @@
 """The plots of a reproduced figure, drawn from its spec's `plot` tables: scatter plots of
 one metric over another (or over a param such as R or B), bars of one series' metric
-over another's (a speedup), and grouped bars of claim expressions, each with a table of the
-bars for the report."""
+over another's (a speedup), and grouped bars of claim expressions, each with the bars'
+values for the report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from stepc.explore.plot import PlotError, metric_label
@@ -18,31 +19,48 @@ from stepc.reproduction.claims import (
 )
 
 
-def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[str]:
+@dataclass(frozen=True)
+class Bars:
+    """The values of grouped bars: one row per group, one column per series."""
+    header: list[str]
+    names: list[str]
+    cols: dict[str, list[float | None]]
+    series: list[str]
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One plot of a figure: its file and title, its bars' values, or why it was not drawn."""
+    name: str
+    title: str
+    bars: Bars | None = None  # a bar plot's values, kept even when it could not be drawn
+    error: str = ""
+
+
+def spec_plots(spec: dict, records: list[dict], fig_dir: Path) -> list[Plot]:
     """Every plot of the spec (`plot` is a table or a list of tables): figure.png,
-    figure-2.png, ...; report lines that show them (or say why one could not be drawn)."""
+    figure-2.png, ... drawn; what the report shows of each."""
     opts_list = spec.get("plot") or []
     if isinstance(opts_list, dict):
         opts_list = [opts_list]
     x_of = {sw.get("name") or Path(sw["program"]).stem: sw["plot_x"]
             for sw in spec.get("sweep", []) if "plot_x" in sw}
-    lines = []
+    plots = []
     for i, opts in enumerate(opts_list):
         name = "figure.png" if i == 0 else f"figure-{i + 1}.png"
+        bars, error = None, ""
         try:
             kind = opts.get("kind", "scatter")
             if kind in ("ratio", "bars"):
                 make = _ratio_bars if kind == "ratio" else _expression_bars
-                table, draw = make(opts, records, fig_dir / name)
-                lines += table  # the bars' values, even without matplotlib
+                bars, draw = make(opts, records, fig_dir / name)  # even without matplotlib
                 draw()
             else:
                 _scatter_plot(opts, records, x_of, fig_dir / name)
         except PlotError as e:
-            lines.append(f"(no plot {name}: {e})")
-            continue
-        lines.append(f"![{opts.get('title', 'figure')}]({name})")
-    return lines
+            error = str(e)
+        plots.append(Plot(name, opts.get("title", "figure"), bars, error))
+    return plots
 
 
 def _value(rec: dict, name: str):
@@ -80,7 +98,7 @@ def _scatter_plot(opts: dict, records: list[dict], x_of: dict[str, str], path: P
 def _ratio_bars(opts: dict, records: list[dict], path: Path):
     """Bars of series[metric] / over[metric] for points matched on `match` keys, grouped by
     `group` keys (reduced by a geometric mean when a group holds several points): a table of
-    the bars for the report, and a function drawing them."""
+    the bars' values, and a function drawing them."""
     metric = opts.get("metric", "cycles")
     over, series = opts["over"], opts["series"]
     match = opts["match"]
@@ -111,8 +129,7 @@ def _ratio_bars(opts: dict, records: list[dict], path: Path):
     ylabel = opts.get("ylabel", f"{metric} / {over} {metric}")
     head = "geomean of " if reduce == "geomean" else ""
     header = [" ".join(group)] + [f"{head}{s} / {over}" for s in series]
-    return _bar_table(header, names, cols, series), _bar_drawing(names, cols, ylabel, path,
-                                                                  opts)
+    return Bars(header, names, cols, series), _bar_drawing(names, cols, ylabel, path, opts)
 
 
 def _expression_bars(opts: dict, records: list[dict], path: Path):
@@ -131,17 +148,7 @@ def _expression_bars(opts: dict, records: list[dict], path: Path):
     names = list(opts["groups"])
     ylabel = opts.get("ylabel", "")
     header = [ylabel or "group"] + list(series)
-    return _bar_table(header, names, cols, series), _bar_drawing(names, cols, ylabel, path,
-                                                                  opts)
-
-
-def _bar_table(header: list[str], names: list[str], cols: dict, series: list[str]) -> list[str]:
-    """A Markdown table of grouped bars: one row per group, one column per series."""
-    out = ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(series)]
-    for i, n in enumerate(names):
-        out.append(f"| {n} | " + " | ".join("-" if cols[s][i] is None else f"{cols[s][i]:.3f}"
-                                            for s in series) + " |")
-    return out + [""]
+    return Bars(header, names, cols, series), _bar_drawing(names, cols, ylabel, path, opts)
 
 
 def _bar_drawing(names: list[str], cols: dict, ylabel: str, path: Path, opts: dict):

@@ -1,5 +1,6 @@
-"""A figure's report: its CSV, plots and report.md from its sweep's outcome, with each
-claim's value beside the paper's, the checks, the notes and the points' table."""
+"""A figure's results: its CSV and plots written from its sweep's outcome, and what its
+report shows evaluated (each claim's value beside the paper's, the checks, the measures,
+the points), for stepc.report to render as report.md."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stepc.explore.runner import code_digest
 from stepc.measure import METRICS as MEASURED
@@ -19,7 +21,10 @@ from stepc.reproduction.claims import (
     fill_measured,
     load_references,
 )
-from stepc.reproduction.spec import Expanded, fmt_value, program_root
+from stepc.reproduction.spec import Expanded, program_root
+
+if TYPE_CHECKING:
+    from stepc.reproduction.figure_plots import Plot
 
 DEFAULT_COLUMNS = ("cycles", "off_chip_bytes", "on_chip_bytes", "on_chip_bytes_on_demand")
 COLUMN_NAMES = {name: m.column for name, m in MEASURED.items()}
@@ -44,153 +49,121 @@ class Reproduced:
         return not self.not_reproduced and not self.failed_points
 
 
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim judged on the run: its value as shown, its verdict and their reasons."""
+    text: str
+    paper: str  # the paper's own number or bound, `-` when it states none
+    accepted: str  # the accepted values, with where the expected value comes from
+    shown: str  # stepc's value (`-` when it needs data, `n/a (why)` when it cannot be had)
+    verdict: str
+    holds: bool | None  # None: it needs the paper's data
+    counts: bool  # a reproduction, not one of stepc's own checks
+    reason: str  # why the accepted values are what they are
+    failure: str = ""  # the claim's quirk with the run's numbers filled in, when it fails
 
-def write_report(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcome,
-            model: str, data: str | None) -> Reproduced:
-    """Write a figure's CSV, plots and report from its sweep's outcome."""
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """A measurement with no claim of the paper to compare: its value or why it has none."""
+    text: str
+    value: float | None
+    error: str  # why there is no value
+    note: str
+
+
+@dataclass
+class FigureResult:
+    """A figure's run evaluated: what its report.md shows, and its summary."""
+    figure: str
+    spec: dict
+    records: list[dict]  # one per point, with its selector labels
+    model: str
+    data: str | None
+    notes: list[str]  # synthetic stand-ins for the paper's traces
+    chosen: list[str]  # params chosen from other figures' results, and why
+    why_run: dict[str, int]  # reason -> points (re)run for it
+    digest: str  # stepc's code
+    claims: list[ClaimResult]
+    measures: list[MeasureResult]
+    columns: tuple[str, ...]  # the metrics of the points' table
+    plots: list[Plot]  # drawn in the figure's directory
+    summary: Reproduced
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether synthetic stand-ins replaced some of the paper's traces."""
+        return bool(self.notes)
+
+
+def evaluate_figure(figure: str, spec: dict, exp: Expanded, sweep, fig_dir: Path, outcome,
+                    model: str, data: str | None) -> FigureResult:
+    """Write a figure's CSV and plots from its sweep's outcome and evaluate its claims."""
     records = [{**r, "labels": exp.labels.get(p.ident, {})}
                for p, r in zip(sweep.points, outcome.records)]
     _write_csv(records, fig_dir / "results.csv")
     from stepc.reproduction.figure_plots import spec_plots
-    plot_lines = spec_plots(spec, records, fig_dir)
-    done = Reproduced(str(fig_dir / "report.md"), reused=outcome.reused,
-                      simulated=outcome.ran - outcome.shared, shared=outcome.shared,
-                      failed_points=sum(r.get("status") != "ok" for r in records))
-    lines = [f"# Figure {figure}: {spec['title']}", ""]
-    lines += _run_lines(spec, records, outcome, exp.notes, model, data)
-    if exp.chosen:
-        lines += ["", "Params chosen from other figures' results:", "", *exp.chosen]
-    if spec.get("note"):
-        lines += ["", " ".join(spec["note"].split())]
+    plots = spec_plots(spec, records, fig_dir)
+    summary = Reproduced(str(fig_dir / "report.md"), reused=outcome.reused,
+                         simulated=outcome.ran - outcome.shared, shared=outcome.shared,
+                         failed_points=sum(r.get("status") != "ok" for r in records))
     references = load_references(spec, data)
-    lines += _claim_lines(spec, records, references, done, bool(exp.notes))
-    if spec.get("assumptions"):
-        lines += ["", "Assumptions (what the paper does not pin down):", ""]
-        lines += [f"- {' '.join(a.split())}" for a in spec["assumptions"]]
-    if spec.get("quirks"):
-        lines += ["", "Known quirks of the paper's artifact that this figure touches:", ""]
-        lines += [f"- {' '.join(q.split())}" for q in spec["quirks"]]
-    lines += _point_lines(spec, records, figure)
-    if plot_lines:
-        lines += [""] + plot_lines
-    Path(done.report).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return done
+    claims = [_judged(Claim.from_spec(c), records, references)
+              for c in spec.get("claim", [])]
+    for c in claims:
+        _count(c, summary)
+    return FigureResult(figure, spec, records, model, data, exp.notes, exp.chosen,
+                        dict(outcome.why_run), code_digest(), claims,
+                        [_measured(m, records, references) for m in spec.get("measure", [])],
+                        _columns(spec, figure), plots, summary)
 
 
-def _run_lines(spec: dict, records: list[dict], outcome, notes: list[str], model: str,
-               data: str | None) -> list[str]:
-    """What ran: points, reused and simulated, memory model, data, stepc's code."""
-    errors = sorted({r.get("error", "") for r in records if r.get("status") == "error"})
-    lines = [f"- error: {e}" for e in errors[:3]]
-    uses_traces = any(sw.get("trace") for sw in spec.get("sweep", []))
-    source = ("synthetic where noted" if notes else "the paper's traces") if uses_traces \
-        else "no traces needed"
-    own = [sw.get("name") or Path(sw["program"]).stem for sw in spec.get("sweep", [])
-           if sw.get("own_model")]
-    models = f"`{model}`" + (f" (own preset model: {', '.join(own)})" if own else "")
-    lines.append(f"Points: {len(records)} ({sum(r['status'] == 'ok' for r in records)} ok). "
-                 f"HBM model: {models}. Data: {source}.")
-    why = ", ".join(f"{n} {reason}" for reason, n in sorted(outcome.why_run.items()))
-    lines.append(f"Reused {outcome.reused} point(s) from an earlier run in this directory "
-                 f"(same program and imports, traces, hardware and stepc); simulated "
-                 f"{outcome.ran - outcome.shared} now" + (f" ({why})" if why else "") +
-                 (f", and took {outcome.shared} from the identical points of other figures "
-                  "in this run" if outcome.shared else "") + f". stepc {code_digest()}.")
-    lines += [f"- {n}" for n in notes]
-    for name, ref in spec.get("reference", {}).items():
-        where = f"`{ref['file']}` under {data}" if data else "not at hand (no --data)"
-        lines.append(f"- reference `{name}`: {ref.get('about', ref['file'])}; {where}")
-    return lines
+def _judged(claim: Claim, records: list[dict], references: dict) -> ClaimResult:
+    """A claim's value over the records, and whether it holds."""
+    holds = None
+    try:
+        ours = evaluate_claim(claim.value, records, references)
+        shown = claim.shown(ours)
+        holds = claim.holds(ours)
+        verdict = claim.verdict(holds)
+    except NeedsData as e:
+        shown, verdict = "-", str(e)
+    except SpecError as e:
+        shown, verdict, holds = f"n/a ({e})", claim.verdict(False), False
+    failure = fill_measured(" ".join(claim.quirk.split()), records, references) \
+        if holds is False else ""
+    return ClaimResult(claim.text, claim.paper_shown(), claim.accepted(), shown, verdict,
+                       holds, claim.counts, claim.reason, failure)
 
 
-def _claim_lines(spec: dict, records: list[dict], references: dict, done: Reproduced,
-                 synthetic: bool) -> list[str]:
-    """The claims table, why the tolerances are what they are, why claims failed, and
-    measurements without a paper claim."""
-    lines = ["", "| # | claim | paper | accepted | stepc | |", "|---|---|---|---|---|---|"]
-    failed: list[tuple[Claim, str]] = []
-    reasons = []
-    for i, c in enumerate(spec.get("claim", []), 1):
-        claim = Claim.from_spec(c)
-        holds = None
-        try:
-            ours = evaluate_claim(claim.value, records, references)
-            shown = claim.shown(ours)
-            holds = claim.holds(ours)
-            verdict = claim.verdict(holds)
-        except NeedsData as e:
-            shown, verdict = "-", str(e)
-        except SpecError as e:
-            shown, verdict, holds = f"n/a ({e})", claim.verdict(False), False
-        if holds is None:
-            done.needs_data += 1
-        elif not claim.counts:
-            done.checks_met += holds
-            done.checks_missed += not holds
-        elif holds:
-            done.reproduced += 1
-        else:
-            done.not_reproduced += 1
-        if holds is False:
-            failed.append((claim, shown))
-            verdict += " (synthetic data)" if synthetic else ""
-        lines.append(f"| {i} | {claim.text} | {claim.paper_shown()} | {claim.accepted()} | "
-                     f"{shown} | {verdict} |")
-        reasons.append(f"{i}. {claim.reason}")
-    lines += ["", "Why each claim's accepted values are what they are:", "", *reasons]
-    if any(not Claim.from_spec(c).counts for c in spec.get("claim", [])):
-        lines += ["", ("The paper column holds only the paper's own numbers; a value from "
-                       "the artifact, its data or a target of stepc's is named in the "
-                       "accepted column. stepc's own targets and claims judged on the points "
-                       "a model was fitted on (in-sample) are checks, not reproductions: they "
-                       "are not counted among the claims reproduced.")]
-    if failed:
-        lines += ["", "Why these claims are not reproduced or checks not met (likely reasons):",
-                  ""]
-        why_of: dict[str, list[str]] = {}  # claims sharing a reason are listed together
-        for claim, shown in failed:
-            why = fill_measured(" ".join(claim.quirk.split()), records, references) or \
-                "no known artifact quirk explains it: " \
-                "a difference between stepc and the artifact to investigate"
-            why += "" if why.endswith((".", "!", "?", ")")) else "."
-            why_of.setdefault(why, []).append(f"**{claim.text}** (stepc {shown})")
-        for why, claims in why_of.items():
-            if synthetic:
-                why += " This run also used synthetic stand-ins for the paper's traces."
-            lines.append(f"- {'; '.join(claims)}: {why}")
-    if spec.get("measure"):
-        lines += ["", "Measured, with no claim of the paper to compare:", "",
-                  "| measure | stepc | note |", "|---|---|---|"]
-        for m in spec["measure"]:
-            try:
-                shown = f"{evaluate_claim(m['value'], records, references):.4g}"
-            except (NeedsData, SpecError) as e:
-                shown = f"- ({e})"
-            lines.append(f"| {m['text']} | {shown} | {' '.join(m.get('note', '').split())} |")
-    return lines
+def _count(claim: ClaimResult, summary: Reproduced) -> None:
+    """Add a judged claim to the figure's counts."""
+    if claim.holds is None:
+        summary.needs_data += 1
+    elif not claim.counts:
+        summary.checks_met += claim.holds
+        summary.checks_missed += not claim.holds
+    elif claim.holds:
+        summary.reproduced += 1
+    else:
+        summary.not_reproduced += 1
 
 
-def _point_lines(spec: dict, records: list[dict], figure: str) -> list[str]:
-    columns = spec.get("columns", DEFAULT_COLUMNS)
+def _measured(measure: dict, records: list[dict], references: dict) -> MeasureResult:
+    try:
+        value, error = evaluate_claim(measure["value"], records, references), ""
+    except (NeedsData, SpecError) as e:
+        value, error = None, str(e)
+    return MeasureResult(measure["text"], value, error, measure.get("note", ""))
+
+
+def _columns(spec: dict, figure: str) -> tuple[str, ...]:
+    """The metrics of the points' table: the spec's `columns`, all known metrics."""
+    columns = tuple(spec.get("columns", DEFAULT_COLUMNS))
     bad = [c for c in columns if c not in METRICS]
     if bad:
         raise SpecError(f"figure {figure}: unknown report column(s) {', '.join(bad)}")
-    lines = ["", "| series | point | " + " | ".join(COLUMN_NAMES[c] for c in columns) + " |",
-             "|---|---|" + "---|" * len(columns)]
-    for r in records:
-        lines.append(f"| {r.get('tag')} | {_point_name(r)} | " +
-                     " | ".join(fmt_value(r.get(c)) if r.get("status") == "ok" else
-                                str(r.get("status")) for c in columns) + " |")
-    return lines
-
-
-def _point_name(rec: dict) -> str:
-    """Params and trace (window label, else file name) of a record."""
-    parts = [f"{k}={v}" for k, v in sorted(rec["params"].items())]
-    labels = rec.get("labels", {})
-    for stream, path in sorted(rec.get("traces", {}).items()):
-        parts.append(f"{stream}={labels.get(stream) or os.path.basename(path)}")
-    return ", ".join(parts) or "-"
+    return columns
 
 
 def _write_csv(records: list[dict], path: Path) -> None:

@@ -1,12 +1,13 @@
 """Reproducing figures of the paper: run their specs' points through one pool of workers
-(figures whose params are chosen from others' results after those), then report each."""
+(figures whose params are chosen from others' results after those), then evaluate each."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from stepc.explore.runner import Sweep
-from stepc.reproduction.report import Reproduced, write_report
+from stepc.reproduction.report import FigureResult, evaluate_figure
 from stepc.reproduction.spec import (
     Expanded,
     SpecError,
@@ -16,7 +17,7 @@ from stepc.reproduction.spec import (
     load_spec,
 )
 
-__all__ = ["Reproduced", "reproduce", "reproduce_figures"]
+__all__ = ["reproduce_figures"]
 
 
 def make_sweep(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
@@ -41,29 +42,20 @@ def make_sweep(figure: str, data: str | None, out_dir: str, jobs: int, model: st
     return spec, exp, Sweep(exp.points, str(results), jobs), fig_dir
 
 
-def reproduce(figure: str, data: str | None, out_dir: str, jobs: int, model: str = "ref",
-              progress=None, fresh: bool = False) -> Reproduced:
-    """Run a figure's spec (reusing records of an earlier run whose inputs are unchanged,
-    unless `fresh`); write results, CSV, plots and report."""
-    from contextlib import closing
-
-    with closing(reproduce_figures([figure], data, out_dir, jobs, model,
-                                   lambda _: progress, fresh)) as done:
-        return next(done)
-
-
 def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: int,
                       model: str = "ref", progress=lambda figure: None,
-                      fresh: bool = False):
-    """`reproduce` for several figures through one pool of `jobs` workers: every figure's
-    points are submitted first, so no worker idles while a figure waits for its last
-    point. A figure whose params are chosen from other figures' results (`[choose]`) is
-    submitted once those are in; a figure it needs that was not asked for runs too (its
-    records are kept, its report is not written). Yields each asked figure's `Reproduced`
-    (`progress(figure)` gives the figure's per-record callback): first those that others
-    choose from, then the others in the order asked, then those that choose. The points
-    of figures on a chain of choices run before the others, so that a figure waiting on
-    another's results does not start last and leave a worker idle at the end."""
+                      fresh: bool = False) -> Iterator[FigureResult]:
+    """Run figures' specs (reusing records of an earlier run whose inputs are unchanged,
+    unless `fresh`) through one pool of `jobs` workers: every figure's points are
+    submitted first, so no worker idles while a figure waits for its last point. A figure
+    whose params are chosen from other figures' results (`[choose]`) is submitted once
+    those are in; a figure it needs that was not asked for runs too (its records are
+    kept, it is not evaluated). Writes each asked figure's CSV and plots and yields its
+    `FigureResult` (`progress(figure)` gives the figure's per-record callback): first
+    those that others choose from, then the others in the order asked, then those that
+    choose. The points of figures on a chain of choices run before the others, so that a
+    figure waiting on another's results does not start last and leave a worker idle at
+    the end."""
     from stepc.explore.pool import LocalPool
 
     needs = {f: depends_on(load_spec(f)) for f in figures}
@@ -103,7 +95,8 @@ def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: 
                                for p, r in zip(sweep.points, outcome.records)]
             start_ready()
             if figure in figures:
-                yield write_report(figure, spec, exp, sweep, fig_dir, outcome, model, data)
+                yield evaluate_figure(figure, spec, exp, sweep, fig_dir, outcome, model,
+                                      data)
     finally:
         if any(p.futures for p in pending):
             pool.terminate()  # stopped early: the remaining points are not wanted
