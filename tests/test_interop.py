@@ -400,7 +400,7 @@ def test_folded_import_of_a_moe_graph_has_loops_of_loops(monkeypatch, tmp_path):
     assert "binary_map_759 = Map(flat_partition_758[e], retile_streamify_630[e]" in text
     assert len(text.splitlines()) < 60
     (tmp_path / "folded.step").write_text(text)
-    monkeypatch.setattr(fold, "_blocks", lambda sigs, i, n: 1)  # one level of loops
+    monkeypatch.setattr(fold, "_blocks", lambda sigs, run_at, i, n: 1)  # one level of loops
     flat = import_graph(graph, str(tmp_path)).text
     assert "for r in" not in flat and len(flat.splitlines()) > 300
     (tmp_path / "flat.step").write_text(flat)
