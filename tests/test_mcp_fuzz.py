@@ -159,7 +159,7 @@ def server(tmp_path):
 
 @pytest.fixture(scope="module")
 def one_server(tmp_path_factory):
-    """A server the refusal cases share (each starts in seconds)."""
+    """A server the short fuzz and the refusal cases share (each start takes seconds)."""
     with _started(tmp_path_factory.mktemp("names")) as raw:
         yield raw
 
@@ -187,8 +187,8 @@ def _fuzz(server: RawServer, seed: int, count: int) -> None:
         assert "result" in after and not after["result"].get("isError"), after
 
 
-def test_mutated_tool_calls_get_answers_and_no_internal_error(server):
-    _fuzz(server, seed=1, count=24)
+def test_mutated_tool_calls_get_answers_and_no_internal_error(one_server):
+    _fuzz(one_server, seed=1, count=24)
 
 
 @pytest.mark.slow
