@@ -13,15 +13,16 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp")
-
 from stepc.mcp.schemas import TOOLS  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("mcp_fuzz")
+# the server's own process loads the MCP SDK; this one only needs to know it is there
+pytestmark = [pytest.mark.xdist_group("mcp_fuzz"),
+              pytest.mark.skipif(find_spec("mcp") is None, reason="the MCP SDK is not installed")]
 
 REPO = Path(__file__).resolve().parents[1]
 SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
