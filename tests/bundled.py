@@ -1,7 +1,7 @@
-"""The bundled programs (programs/*.step), each compiled and simulated once per test session
-(once per worker under pytest-xdist), for the tests that only read a run: the `bundled`
-fixture of tests/conftest.py hands out one `BundledRuns` per session. Runs are
-timing-only; a test must not change what it is given."""
+"""The bundled programs (programs/*.step), each compiled, analyzed and simulated once per test
+session (once per worker under pytest-xdist), for the tests that only read a run or an
+analysis: the `bundled` fixture of tests/conftest.py hands out one `BundledRuns` per
+session. Runs are timing-only; a test must not change what it is given."""
 
 from __future__ import annotations
 
@@ -48,10 +48,12 @@ def _key(params: dict | None) -> tuple:
 
 
 class BundledRuns:
-    """Compiled bundled programs and their timing-only runs, made on first use and kept."""
+    """Compiled bundled programs, their analyses and timing-only runs, made on first use and
+    kept."""
 
     def __init__(self) -> None:
         self._typed: dict[tuple, object] = {}
+        self._analyses: dict[tuple, object] = {}
         self._runs: dict[tuple, object] = {}
 
     def typed(self, program: str, params: dict | None = None):
@@ -64,6 +66,15 @@ class BundledRuns:
             assert result.ok, result.diagnostics.items
             self._typed[key] = result.typed
         return self._typed[key]
+
+    def analysis(self, program: str, params: dict | None = None, mode: str = "artifact"):
+        """The cost formulas of the checked program (`analyze` in `mode`, no hardware)."""
+        key = (program, _key(params), mode)
+        if key not in self._analyses:
+            from stepc.analyze import analyze
+
+            self._analyses[key] = analyze(self.typed(program, params), mode)
+        return self._analyses[key]
 
     def run(self, program: str, params: dict | None = None, hw: str = "paper-eval",
             ref_strategy: str = "auto"):

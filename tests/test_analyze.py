@@ -256,19 +256,24 @@ def test_cli_analyze_trace_name_checked(tmp_path):
                                      "programs/attention_coarse.step"])
 def test_kv_lens_trace_binds_the_lengths(program, tmp_path, monkeypatch):
     """`--trace kv_lens=...` binds the ragged KV-tile counts as a routing trace binds the
-    token counts: the traffic analyze then reports is the simulator's, exactly."""
+    token counts: the traffic analyze then reports is the simulator's, exactly (at the
+    program's small size, tests/bundled.py)."""
+    from bundled import SMALL
+
     from stepc.sim.run import simulate
 
     monkeypatch.chdir(REPO)
-    lens = np.random.default_rng(3).integers(0, 3000, size=64)
+    params = SMALL[Path(program).stem]
+    lens = np.random.default_rng(3).integers(0, 3000, size=params["B"])
     path = tmp_path / "lens.npy"
     np.save(path, lens)
-    r = CliRunner().invoke(main, ["analyze", program, "--trace", f"kv_lens={path}",
-                                  "--format", "json"])
+    defines = [a for k, v in params.items() for a in ("-D", f"{k}={v}")]
+    r = CliRunner().invoke(main, ["analyze", program, *defines, "--trace",
+                                  f"kv_lens={path}", "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert isinstance(doc["totals"]["off_chip_bytes"], int), doc["totals"]["off_chip_bytes"]
-    typed = compile_file(program).typed
+    typed = compile_file(program, params).typed
     run = simulate(typed, load_config("paper-eval"), {"kv_lens": lens}, functional=False)
     assert doc["totals"]["off_chip_bytes"] == run.useful_bytes
     assert doc["totals"]["flops"] == run.flops

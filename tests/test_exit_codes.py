@@ -30,10 +30,10 @@ def run(*args: str):
 def test_ctrl_c_exits_130_with_one_line(command, tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr("stepc.api.check", interrupt)  # as the use cases call it (first:
-    # stepc.api's name is looked up, and restored, before its module's is patched)
-    monkeypatch.setattr("stepc.api.program.check", interrupt)
+    # stepc.api keeps the `check` it resolves lazily: patched first, it keeps (and the undo
+    # restores) the real one, not the stand-in of stepc.api.program patched before it
     monkeypatch.setattr("stepc.api.check", interrupt)  # as the use cases name it
+    monkeypatch.setattr("stepc.api.program.check", interrupt)
     args = [a.format(tmp=tmp_path) for a in command]
     res = run(*args[:1], *(args[1:2] if command[0] == "rewrite" else []), SWIGLU,
               *(args[2:] if command[0] == "rewrite" else args[1:]))

@@ -10,7 +10,7 @@ import pytest
 import sympy
 from bundled import program_params
 
-from stepc.analyze import analyze, fold
+from stepc.analyze import fold
 from stepc.analyze.analysis import _charged_when, _nonempty, cost_formulas
 from stepc.analyze.bindings import _selector_stand_in, _stand_in
 from stepc.canon import symbols_in
@@ -22,9 +22,15 @@ BUNDLED = sorted(p.name for p in PROGRAMS.glob("*.step"))
 
 @pytest.fixture(params=[program_params([p], pytest.mark.xdist_group(Path(p).stem))[0]
                         for p in BUNDLED], ids=BUNDLED)
-def typed(request, bundled):
-    """The session's compile of the program, on the worker of its other tests (its group)."""
-    return bundled.typed(Path(request.param).stem)
+def program(request) -> str:
+    """A bundled program's name, its tests on the worker of its other tests (its group)."""
+    return Path(request.param).stem
+
+
+@pytest.fixture
+def typed(program, bundled):
+    """The session's compile of the program."""
+    return bundled.typed(program)
 
 
 def test_selector_stand_in_equals_numpy_trace(typed):
@@ -76,9 +82,9 @@ def test_tensors_still_work_after_the_stand_in():
     assert _python(code) == "2*A(i) + B(i) True sympy.tensor.tensor"
 
 
-def test_cost_formulas_mention_the_symbols_of_every_cost(typed):
+def test_cost_formulas_mention_the_symbols_of_every_cost(program, typed, bundled):
     for mode in ("artifact", "paper"):
-        a = analyze(typed, mode)
+        a = bundled.analysis(program, mode=mode)
         direct = symbols_in([e for o in a.ops for e in (o.off_chip, o.on_chip,
                                                         o.on_chip_on_demand, o.flops)])
         assert symbols_in(cost_formulas(a.ops)) == direct
@@ -90,8 +96,8 @@ class _DirectFold(fold._FoldPrinter):
         return fold._canonical(term, letter)
 
 
-def test_folding_memo_equals_direct(typed):
-    a = analyze(typed)
+def test_folding_memo_equals_direct(program, bundled):
+    a = bundled.analysis(program)
     exprs = [e for r in report._rows(a, True) for e in (r.off_chip, r.on_chip, r.flops)]
     exprs += list(a.totals.values())
     for e in exprs:
@@ -111,8 +117,8 @@ def test_folding_memo_keeps_mixed_and_unindexed_terms_apart():
     assert fold.fmt_folded(e).count("Σ") == 1
 
 
-def test_charged_when_memo_equals_direct(typed):
-    a = analyze(typed)
+def test_charged_when_memo_equals_direct(program, bundled):
+    a = bundled.analysis(program)
     for o in a.ops:
         if o.on_chip == 0:
             continue

@@ -25,16 +25,47 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from gen_moe import generate  # noqa: E402
 
 MOE = REPO / "programs" / "moe_simple.step"
+pytestmark = pytest.mark.xdist_group("lsp")  # the tests share a server, on one worker
 
 
-@pytest.fixture
-def client():
+def started() -> LspClient:
     c = LspClient(str(REPO))
     c.request("initialize", {"processId": None, "rootUri": REPO.as_uri(), "capabilities": {},
                              "initializationOptions": {"stepc": {"inlayHints": True}}})
     c.notify("initialized", {})
+    return c
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    c = started()
     yield c
     c.close()
+
+
+@pytest.fixture
+def client(shared_server):
+    """The module's server, for a test that leaves its settings alone and opens documents
+    of its own (a start of the server costs seconds)."""
+    shared_server.notifications.clear()
+    return shared_server
+
+
+@pytest.fixture
+def own_client():
+    """A server of the test's own, whose settings it changes."""
+    c = started()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def moe(tmp_path) -> Path:
+    """moe_simple.step in the test's own folder: its document on the shared server is the
+    test's alone."""
+    path = tmp_path / MOE.name
+    path.write_text(MOE.read_text(encoding="utf-8"), encoding="utf-8")
+    return path
 
 
 def open_doc(c: LspClient, path: Path, text: str | None = None) -> tuple[str, list[dict]]:
@@ -84,10 +115,10 @@ def apply(text: str, edits: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def test_editing_a_bundled_program(client):
+def test_editing_a_bundled_program(client, moe):
     text = MOE.read_text(encoding="utf-8")
     lines = text.split("\n")
-    uri, diags = open_doc(client, MOE)
+    uri, diags = open_doc(client, moe)
     assert diags == []
 
     # hover a stream: its inferred type and shape
@@ -144,10 +175,10 @@ def test_editing_a_bundled_program(client):
     assert diagnostics(client, uri, 5) == []
 
 
-def test_navigation_outline_signatures_and_inlay_hints(client):
+def test_navigation_outline_signatures_and_inlay_hints(client, moe):
     text = MOE.read_text(encoding="utf-8")
     lines = text.split("\n")
-    uri, _ = open_doc(client, MOE)
+    uri, _ = open_doc(client, moe)
 
     line, col = find(lines, "xe = Expand(xr")
     use = col + len("xe = Expand(")
@@ -187,9 +218,12 @@ def test_navigation_outline_signatures_and_inlay_hints(client):
     assert any(h["label"] == "[10, 1] of Tile<bf16, [1, 64]>" for h in hints)
 
 
-def test_errors_in_an_imported_file_show_at_the_import(client):
-    lib = REPO / "programs" / "lib" / "attention.step"
-    main = REPO / "programs" / "attention_dynamic.step"
+def test_errors_in_an_imported_file_show_at_the_import(client, tmp_path):
+    (tmp_path / "lib").mkdir()  # copies: their documents are the test's alone
+    lib, main = tmp_path / "lib" / "attention.step", tmp_path / "attention_dynamic.step"
+    for copy in (lib, main):
+        copy.write_text((REPO / "programs" / copy.relative_to(tmp_path)).read_text(
+            encoding="utf-8"), encoding="utf-8")
     lib_uri, _ = open_doc(client, lib)
     main_uri, diags = open_doc(client, main)
     assert [d for d in diags if d["severity"] == 1] == []
@@ -212,7 +246,8 @@ def test_errors_in_an_imported_file_show_at_the_import(client):
                m["range"]["start"]["line"] == line for m in main_diags)
 
 
-def test_settings_override_params_and_bad_ones_are_refused(client):
+def test_settings_override_params_and_bad_ones_are_refused(own_client):
+    client = own_client
     uri, _ = open_doc(client, MOE)
     client.notify("workspace/didChangeConfiguration",
                   {"settings": {"stepc": {"defines": {"CHUNK": 5, "NOPE": 1}, "hw": "no-such",
@@ -260,23 +295,24 @@ def test_checks_of_a_large_program_stay_off_the_editors_thread(client, tmp_path)
     hover = client.request("textDocument/hover", at(uri, line, 0))
     assert hover is not None and "Strm<" in hover["contents"]["value"]
     assert not [n for n in client.notifications
-                if n["method"] == "textDocument/publishDiagnostics"], \
-        "the hover waited for the check"
+                if n["method"] == "textDocument/publishDiagnostics"
+                and n["params"]["uri"] == uri], "the hover waited for the check"
     diagnostics(client, uri, 2)
 
     for version in range(3, 13):  # keystrokes faster than the debounce
         change(client, uri, version, text + " " * version)
     assert [d for d in diagnostics(client, uri, 12) if d["severity"] == 1] == []
     stale = [n for n in client.notifications if n["method"] ==
-             "textDocument/publishDiagnostics" and n["params"].get("version") != 12]
+             "textDocument/publishDiagnostics" and n["params"]["uri"] == uri
+             and n["params"].get("version") != 12]
     assert stale == []
 
 
-def test_a_hover_right_after_opening_waits_for_the_check(client):
+def test_a_hover_right_after_opening_waits_for_the_check(client, moe):
     """No diagnostics awaited first: the hover waits for the document's first check."""
     text = MOE.read_text(encoding="utf-8")
     line, char = find(text.split("\n"), "rows = Flatten")
-    uri = MOE.as_uri()
+    uri = moe.as_uri()
     client.notify("textDocument/didOpen", {"textDocument": {
         "uri": uri, "languageId": "step", "version": 1, "text": text}})
     hover = client.request("textDocument/hover", at(uri, line, char))
@@ -285,8 +321,8 @@ def test_a_hover_right_after_opening_waits_for_the_check(client):
     assert any(s["name"] == "route" for s in symbols)
 
 
-def test_requests_with_impossible_positions_get_an_answer(client):
-    uri, _ = open_doc(client, MOE)
+def test_requests_with_impossible_positions_get_an_answer(client, moe):
+    uri, _ = open_doc(client, moe)
     for position in ({"line": -1, "character": 0}, {"line": 0, "character": -5},
                      {"line": 2**40, "character": 0}):
         client.next_id += 1
@@ -300,8 +336,8 @@ def test_requests_with_impossible_positions_get_an_answer(client):
     assert client.request("textDocument/hover", at(uri, 10**6, 10**6)) is None
 
 
-def test_a_wrong_content_length_is_answered_and_the_next_message_read(client):
-    uri, _ = open_doc(client, MOE)
+def test_a_wrong_content_length_is_answered_and_the_next_message_read(client, moe):
+    uri, _ = open_doc(client, moe)
     body = json.dumps({"jsonrpc": "2.0", "id": 900, "method": "textDocument/hover",
                        "params": at(uri, 0, 0)}).encode()
     client.send_raw(f"Content-Length: {len(body) - 10}\r\n\r\n".encode() + body)

@@ -10,20 +10,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
+import anyio
 import pytest
-
-pytest.importorskip("mcp")
-
-import anyio  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from stepc.codes import UNKNOWN_OPERATOR  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("mcp_session")  # one server session, on one worker
+# one server session, on one worker; the MCP SDK is imported where it is used (a second
+# of loading each worker would pay to collect these tests)
+pytestmark = [pytest.mark.xdist_group("mcp_session"),
+              pytest.mark.skipif(find_spec("mcp") is None, reason="the MCP SDK is not installed")]
 
 REPO = Path(__file__).resolve().parents[1]
 SWIGLU = (REPO / "programs" / "swiglu.step").read_text(encoding="utf-8")
@@ -35,7 +33,9 @@ SESSION_LIMIT = 120  # the session's --time-limit, seconds
 LONG_RUN = {"path": "swiglu.step", "timing_only": False, "params": {"B": 65536, "TB": 1}}
 
 
-def server(workspace: Path, *options: str) -> StdioServerParameters:
+def server(workspace: Path, *options: str):
+    from mcp.client.stdio import StdioServerParameters
+
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "stepc", "mcp", "--workspace", ".", *options],
                                  env={"PYTHONPATH": str(REPO)}, cwd=str(workspace))
@@ -43,6 +43,10 @@ def server(workspace: Path, *options: str) -> StdioServerParameters:
 
 async def session_flow(workspace: Path) -> dict:
     """The agent's calls; each result kept for the test to read."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import stdio_client
+    from mcp.shared.exceptions import MCPError
+
     seen: dict = {"not_protocol": []}
 
     async def on_message(message) -> None:  # a line of stdout that is not JSON-RPC

@@ -24,8 +24,13 @@ def test_an_attribute_equal_to_the_hardware_is_no_override():
     assert "program overrides" not in r.stdout
 
 
+# attention_dynamic at a small size: the bundled size's operators and attributes, smaller
+# tiles and streams
+SMALL_ATTENTION = ("-D", "B=8", "-D", "HEAD_DIM=16", "-D", "TILE_N=64", "-D", "MAXN=4096")
+
+
 def test_overrides_are_one_line_per_hardware_key():
-    r = run("sim", "programs/attention_dynamic.step", "--timing-only")
+    r = run("sim", "programs/attention_dynamic.step", "--timing-only", *SMALL_ATTENTION)
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if "program overrides:" in line)
@@ -33,8 +38,8 @@ def test_overrides_are_one_line_per_hardware_key():
     assert lines[first + 1].split()[0] == "fabric.fifo_depth"
     assert "program overrides" not in lines[first + 2] and "fifo_depth" not in lines[first + 2]
     # a key set by --set to the operators' value is no longer overridden
-    r = run("sim", "programs/attention_dynamic.step", "--timing-only", "--set",
-            "fabric.compute_bw=2048")
+    r = run("sim", "programs/attention_dynamic.step", "--timing-only", *SMALL_ATTENTION,
+            "--set", "fabric.compute_bw=2048")
     assert r.exit_code == 0 and "fabric.compute_bw" not in r.stdout
 
 

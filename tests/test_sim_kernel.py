@@ -279,7 +279,7 @@ def test_every_program_traffic_matches_analysis(program, params, bundled):
     session's run of the program, shared with its cycles record)."""
     run = bundled.run(program, params)
     assert run.deadlock is None
-    bound = analyze(bundled.typed(program, params)).bind(dict(run.bindings))
+    bound = bundled.analysis(program, params).bind(dict(run.bindings))
     assert run.useful_bytes == bound.totals["off_chip_bytes"]
 
 

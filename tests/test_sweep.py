@@ -93,7 +93,9 @@ def test_dask_backend_equals_local(tmp_path):
     distributed = pytest.importorskip("distributed")
     points = small_points(tmp_path)
     local = {r["key"]: r for r in Sweep(points, str(tmp_path / "a.jsonl"), jobs=2).run().records}
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    # one worker process (a second one costs seconds): the points cross to it and back as
+    # on a cluster
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         remote = Sweep(points, str(tmp_path / "b.jsonl"),

@@ -16,7 +16,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from stepc.analyze import analyze, trace_bindings  # noqa: E402
 from stepc.cli import main  # noqa: E402
-from stepc.frontend import compile_file, compile_source  # noqa: E402
+from stepc.frontend import compile_source  # noqa: E402
 from stepc.hw import load_config  # noqa: E402
 from stepc.sim.run import simulate  # noqa: E402
 from stepc.source import SourceFile  # noqa: E402
@@ -127,16 +127,15 @@ def test_moe_block_matches_module(tiling, dtype):
 
 @pytest.mark.parametrize("tiling,program", [("static", "moe_static"),
                                             ("dynamic", "moe_dynamic")])
-def test_qwen3_moe_analyzes_like_the_bundled_program(tiling, program):
+def test_qwen3_moe_analyzes_like_the_bundled_program(tiling, program, bundled):
     with torch.device("meta"):
         m = MoEBlock()  # Qwen3-30B-A3B: D 2048, F 768, E 128, top-8
         x = torch.empty(64, 2048, dtype=torch.bfloat16)
     prog = from_torch(m, (x,), schedule=tiling, verify=False)  # on the meta device
     ids = synthetic_routing(64, 128, 8, seed=7)
     mine = compiled(prog)
-    ref = compile_file(str(ROOT / "programs" / f"{program}.step"))
     a = analyze(mine.typed).bind(trace_bindings(mine.typed, {"routing": ids}))
-    b = analyze(ref.typed).bind(trace_bindings(ref.typed, {"routing": ids}))
+    b = bundled.analysis(program).bind(trace_bindings(bundled.typed(program), {"routing": ids}))
     assert a.totals == b.totals
     assert a.allocated_compute == b.allocated_compute
 

@@ -287,9 +287,9 @@ def test_cli_layers_round_trip_qwen2_moe(tmp_path, monkeypatch):
                              "kv_lens=lens.npy", "--trace", "routing_0=r0.npy", "--trace",
                              "routing_1=r1.npy", "--out", "out"])
     assert r.exit_code == 0, r.output
-    stack = build_stack(from_hf_config(QWEN2_MOE, 2, B, P, verify=False).module.config, 2,
-                        "cpu", seed=0)
-    prog = from_hf_config(QWEN2_MOE, 2, B, P, SMALL, verify=False).on_module(stack)
+    prog = from_hf_config(QWEN2_MOE, 2, B, P, SMALL, verify=False)
+    stack = build_stack(prog.module.config, 2, "cpu", seed=0)
+    prog = prog.on_module(stack)
     args = prog.seeded_inputs(example_inputs(stack, B, P, "f32", "cpu"), seed=0)
     with torch.no_grad():
         ref = stack(args[0], attention_mask=args[2], cache=args[3],

@@ -258,7 +258,7 @@ def _trace(folder: str) -> np.ndarray:
 
 @pytest.mark.parametrize("tiling", ["static", "dynamic",
                                     pytest.param("timemux", marks=pytest.mark.slow)])
-def test_qwen3_30b_a3b_analyzes_like_the_bundled_programs(tiling):
+def test_qwen3_30b_a3b_analyzes_like_the_bundled_programs(tiling, bundled):
     ids = _trace("qwen_b64")
     config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128,
                             num_experts_per_tok=8)
@@ -266,9 +266,9 @@ def test_qwen3_30b_a3b_analyzes_like_the_bundled_programs(tiling):
         m = Qwen3MoeSparseMoeBlock(config)
         x = torch.empty(1, 64, 2048, dtype=torch.bfloat16)
     mine = compiled(from_torch(m, (x,), schedule=tiling, verify=False))  # meta device
-    ref = compile_file(str(ROOT / "programs" / f"moe_{tiling}.step"))
+    ref = f"moe_{tiling}"  # the session's compile and analysis (tests/bundled.py)
     a = analyze(mine.typed).bind(trace_bindings(mine.typed, {"routing": ids}))
-    b = analyze(ref.typed).bind(trace_bindings(ref.typed, {"routing": ids}))
+    b = bundled.analysis(ref).bind(trace_bindings(bundled.typed(ref), {"routing": ids}))
     assert a.totals == b.totals
     assert a.allocated_compute == b.allocated_compute
 
