@@ -430,7 +430,7 @@ def test_fresh_simulates_everything_again(tmp_path, monkeypatch):
     points: what is reused is the point, not how much)."""
     spec = _small_fig8()
     monkeypatch.setattr(rp, "load_spec", lambda fig: spec)
-    first = rp.reproduce("8", None, str(tmp_path), jobs=1)
+    first = reproduce_one("8", None, str(tmp_path), jobs=1)
     assert (first.reused, first.simulated) == (0, 4)
     r = CliRunner().invoke(main, ["reproduce", "8", "--out", str(tmp_path), "--fresh",
                                   "-j", "2"])
