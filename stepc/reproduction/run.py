@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 from stepc.explore.runner import Sweep
@@ -44,7 +44,7 @@ def make_sweep(figure: str, data: str | None, out_dir: str, jobs: int, model: st
 
 def reproduce_figures(figures: list[str], data: str | None, out_dir: str, jobs: int,
                       model: str = "ref", progress=lambda figure: None,
-                      fresh: bool = False) -> Iterator[FigureResult]:
+                      fresh: bool = False) -> Generator[FigureResult, None, None]:
     """Run figures' specs (reusing records of an earlier run whose inputs are unchanged,
     unless `fresh`) through one pool of `jobs` workers: every figure's points are
     submitted first, so no worker idles while a figure waits for its last point. A figure
