@@ -32,9 +32,15 @@ class Checked:
     def to_dict(self) -> dict:
         return self.checked.to_dict()
 
+    @property
+    def lists_types(self) -> bool:
+        """The text report has a types listing (with `show_types`, when the program
+        type-checked); without one it is empty."""
+        return self.show_types and self.checked.compiled.typed is not None
+
     def render(self, console: Console) -> None:
-        """The types listing (with `show_types`, when the program type-checked)."""
-        if self.show_types and self.checked.compiled.typed is not None:
+        """The types listing, if `lists_types`."""
+        if self.lists_types:
             console.print(self.checked.types_text(self.show_all), markup=False,
                           soft_wrap=True, end="")
 
