@@ -46,9 +46,15 @@ class Checked:
 
 
 def check(path: str, defines: Mapping[str, int], show_types: bool = False,
-          show_all: bool = False) -> Checked:
-    """`stepc check`: parse, elaborate and type-check a program file."""
-    return Checked(checked_program(path, defines), show_types, show_all)
+          show_all: bool = False, printed_only: bool = False) -> Checked:
+    """`stepc check`: parse, elaborate and type-check a program file. `printed_only`: the
+    result is only reported (never analyzed or simulated), so its static dims may stay
+    Python integers and a program without symbolic dims is checked without loading sympy."""
+    if not printed_only:
+        return Checked(checked_program(path, defines), show_types, show_all)
+    from stepc.sympy_lazy import static_dims_as_ints
+    with static_dims_as_ints():
+        return Checked(checked_program(path, defines), show_types, show_all)
 
 
 @dataclass

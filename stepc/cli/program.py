@@ -57,21 +57,19 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
         raise click.UsageError("--all lists every loop iteration of --types: give --types too")
     from stepc.app import InputError
     from stepc.app.program import check
-    from stepc.sympy_lazy import static_dims_as_ints
 
-    with static_dims_as_ints():  # the process prints the report and exits: no sympy needed
-        try:
-            checked = check(file, parse_defines(defines), show_types, show_all)
-        except InputError as e:
-            input_error(e)
-        report = checked.checked
-        code = EXIT_USAGE if report.unreadable else _exit_code(report, werror)
-        if fmt == "json":
-            click.echo(json.dumps(checked.to_dict(), indent=2, sort_keys=True))
-        else:
-            if checked.lists_types:
-                print_report(checked.render)
-            emit_diagnostics(report.compiled, werror=werror)
+    try:
+        checked = check(file, parse_defines(defines), show_types, show_all, printed_only=True)
+    except InputError as e:
+        input_error(e)
+    report = checked.checked
+    code = EXIT_USAGE if report.unreadable else _exit_code(report, werror)
+    if fmt == "json":
+        click.echo(json.dumps(checked.to_dict(), indent=2, sort_keys=True))
+    else:
+        if checked.lists_types:
+            print_report(checked.render)
+        emit_diagnostics(report.compiled, werror=werror)
     sys.exit(code)
 
 
