@@ -5,7 +5,7 @@ same run, runs interleaved; and the bare interpreter's start, which every comman
     python benchmarks/bench_startup.py --baseline OLD_TREE [--repeat 9]
 
 OLD_TREE is a checkout of the code to compare with (say `git worktree add --detach OLD
-COMMIT`); each tree runs as `python -m stepc` with the tree first on PYTHONPATH. Prints
+COMMIT`); each tree runs as `python -m stepc` from its root, first on PYTHONPATH. Prints
 medians, the ratio new/old of the whole command and of its part above the interpreter's
 start, and the load average before and after.
 """
@@ -31,10 +31,11 @@ INTERPRETER = "python -c pass"
 
 
 def cpu_seconds(argv: list[str], tree: Path) -> float:
-    """User + system CPU seconds of one process run from this repository's root."""
+    """User + system CPU seconds of one process run from the root of `tree` (`python -m`
+    puts the working directory first on the module path)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            cwd=ROOT, env=env)
+                            cwd=tree, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
