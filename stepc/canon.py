@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
-import sympy
-from sympy.core.relational import Relational
-from sympy.logic.boolalg import BooleanFunction
+from stepc.sympy_lazy import is_sympy
 
-# Rebuilt without evaluation: their evaluation (assumption queries, collapsing) already
-# happened on the canonical copy, and a renaming does not change its outcome.
-_SETTLED = (Relational, BooleanFunction, sympy.Piecewise, sympy.ceiling, sympy.floor,
-            sympy.Max, sympy.Min)
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
+
+
+@functools.cache
+def _settled() -> tuple:
+    """Rebuilt without evaluation: their evaluation (assumption queries, collapsing) already
+    happened on the canonical copy, and a renaming does not change its outcome."""
+    return (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
+            sympy.Piecewise, sympy.ceiling, sympy.floor, sympy.Max, sympy.Min)
 
 
 def rename(e, mapping: dict):
@@ -26,14 +33,14 @@ def rename(e, mapping: dict):
     assumptions), rebuilt without re-deciding relations."""
     if isinstance(e, tuple):
         return tuple(rename(x, mapping) for x in e)
-    if not isinstance(e, sympy.Basic):
+    if not is_sympy(e):
         return e
     if not e.args:
         return mapping.get(e, e) if e.is_Symbol else e
     args = [rename(a, mapping) for a in e.args]
     if all(a is b for a, b in zip(args, e.args, strict=True)):
         return e
-    if isinstance(e, _SETTLED):
+    if isinstance(e, _settled()):
         return e.func(*args, evaluate=False)
     return e.func(*args)
 
@@ -57,7 +64,7 @@ def symbols_in(exprs: list) -> set:
 def canonical(exprs: tuple) -> tuple[tuple, dict]:
     """`exprs` with their symbols renamed `_c0, _c1, ...` (in order of name), and the map
     back to the original symbols."""
-    free = symbols_in([e for e in exprs if isinstance(e, sympy.Basic)])
+    free = symbols_in([e for e in exprs if is_sympy(e)])
     fwd = {s: sympy.Symbol(f"_c{i}", **s.assumptions0)
            for i, s in enumerate(sorted(free, key=lambda s: s.name))}
     return rename(exprs, fwd), {v: k for k, v in fwd.items()}
@@ -73,6 +80,8 @@ def memo_renamed(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*exprs):
+        if not any(map(is_sympy, exprs)):  # no symbols to rename
+            return fn(*exprs)
         key, back = canonical(exprs)
         if key not in cache:
             if len(cache) >= MEMO_SIZE:

@@ -1,63 +1,94 @@
 """Stream types: element types (tiles, selectors, buffers, tuples, scalars) and symbolic shapes.
 
 A rank-N stream has shape `[D_N, ..., D_1, D_0]` (N + 1 dims, outermost first), as in the
-paper. Each dim is a sympy expression: an Integer for a static dim, otherwise an expression
-over symbols. Whether a symbol is dynamic-regular or ragged is recorded in a `SymbolTable`;
-by the absorbing rule a ragged dim is always a bare ragged symbol.
+paper. Each dim is a sympy expression: an Integer for a static dim (or a `StaticDim`, an int,
+when checking without sympy: stepc.sympy_lazy), otherwise an expression over symbols.
+Whether a symbol is dynamic-regular or ragged is recorded in a `SymbolTable`; by the
+absorbing rule a ragged dim is always a bare ragged symbol.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeAlias
-
-import sympy
-from sympy.printing.str import StrPrinter
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from stepc.canon import memo_renamed
 from stepc.source import Span
-from stepc.sympy_lazy import defer_tensor_module
+from stepc.sympy_lazy import StaticDim, defer_tensor_module, dim, product, total
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 defer_tensor_module()
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "bool": 1}
 INT_DTYPES = ("i32", "u32", "u64")
 
-Dim: TypeAlias = sympy.Expr
+Dim: TypeAlias = "sympy.Expr"
+
+
+def _integer(x: object) -> bool:
+    """An int (a static dim, or a Python integer), not a bool."""
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 # ------------------------------------------------------------------ printing
-class DimPrinter(StrPrinter):
-    """Prints dims the way the paper writes them: ceil(D_0/4), (1 if D_0 > 0 else 0)."""
+def printed_int(n: int) -> str:
+    """An integer in digits, or as its power of two when it is longer than any count (the
+    size of a tensor of a thousand dims): Python refuses to print those."""
+    if n.bit_length() <= PRINTED_BITS:
+        return str(n)
+    return f"{'-' if n < 0 else ''}~2^{abs(n).bit_length() - 1}"
 
-    def _print_ceiling(self, e):
-        return f"ceil({self._print(e.args[0])})"
 
-    def _print_floor(self, e):
-        return f"floor({self._print(e.args[0])})"
+@functools.cache
+def _printer_class() -> type:
+    """DimPrinter, defined when first needed (it is a sympy printer)."""
+    from sympy.printing.str import StrPrinter
 
-    def _print_Piecewise(self, e):
-        (v1, c1), (v2, _) = e.args[0], e.args[-1]
-        return f"({self._print(v1)} if {self._print(c1)} else {self._print(v2)})"
+    class DimPrinter(StrPrinter):
+        """Prints dims the way the paper writes them: ceil(D_0/4), (1 if D_0 > 0 else 0)."""
 
-    def _print_StrictGreaterThan(self, e):
-        return f"{self._print(e.lhs)} > {self._print(e.rhs)}"
+        def _print_ceiling(self, e):
+            return f"ceil({self._print(e.args[0])})"
 
-    def _print_Integer(self, e):
-        return self._print_int(int(e))
+        def _print_floor(self, e):
+            return f"floor({self._print(e.args[0])})"
 
-    def _print_int(self, n: int) -> str:
-        """An integer in digits, or as its power of two when it is longer than any count
-        (the size of a tensor of a thousand dims): Python refuses to print those."""
-        if n.bit_length() <= PRINTED_BITS:
-            return str(n)
-        return f"{'-' if n < 0 else ''}~2^{abs(n).bit_length() - 1}"
+        def _print_Piecewise(self, e):
+            (v1, c1), (v2, _) = e.args[0], e.args[-1]
+            return f"({self._print(v1)} if {self._print(c1)} else {self._print(v2)})"
+
+        def _print_StrictGreaterThan(self, e):
+            return f"{self._print(e.lhs)} > {self._print(e.rhs)}"
+
+        def _print_Integer(self, e):
+            return printed_int(int(e))
+
+        def _print_int(self, n: int) -> str:
+            return printed_int(n)
+
+    return DimPrinter
+
+
+def __getattr__(name: str) -> Any:
+    """`DimPrinter` (the printer of dims, a sympy StrPrinter) is built on first use."""
+    if name == "DimPrinter":
+        return _printer_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _printer() -> Any:
+    return _printer_class()({"order": "none"})
 
 
 PRINTED_BITS = 1024  # integers longer than this print as ~2^k
-_PRINTER = DimPrinter({"order": "none"})
 _PRINTED: dict = {}  # (type, dim) -> its text: a program prints the same dims many times
 PRINTED_SIZE = 65536  # dims kept (then the memo starts over)
 
@@ -66,7 +97,7 @@ def fmt_dim(d: Dim) -> str:
     key = (type(d), d)  # the type too: 2 == 2.0, but they print differently
     text = _PRINTED.get(key)
     if text is None:
-        text = _PRINTER.doprint(d)
+        text = printed_int(d) if _integer(d) else _printer().doprint(d)
         if len(_PRINTED) >= PRINTED_SIZE:
             _PRINTED.clear()
         _PRINTED[key] = text
@@ -76,6 +107,8 @@ def fmt_dim(d: Dim) -> str:
 def dim_json(e) -> int | float | str | None:
     """A value in stepc's JSON documents: an int when integral, a float when numeric (None
     for NaN), else the expression as stepc prints it."""
+    if _integer(e):
+        return int(e)
     e = sympy.sympify(e)
     if e.is_Integer:
         return int(e)
@@ -123,7 +156,7 @@ class Select:
 
     @property
     def bytes(self) -> Dim:
-        return sympy.Integer(self.n)
+        return dim(self.n)
 
     def __str__(self) -> str:
         return f"{self.kind}<{self.n}>"
@@ -138,7 +171,7 @@ class Buffer:
 
     @property
     def bytes(self) -> Dim:
-        return sympy.Mul(*self.shape) * self.tile.bytes
+        return product(self.shape) * self.tile.bytes
 
     def __str__(self) -> str:
         return f"Buffer<{self.tile}, {fmt_shape(self.shape)}>"
@@ -152,7 +185,7 @@ class Scalar:
 
     @property
     def bytes(self) -> Dim:
-        return sympy.Integer(DTYPE_BYTES[self.dtype])
+        return dim(DTYPE_BYTES[self.dtype])
 
     def __str__(self) -> str:
         return self.dtype
@@ -166,7 +199,7 @@ class Tuple:
 
     @property
     def bytes(self) -> Dim:
-        return sympy.Add(*(e.bytes for e in self.elems))
+        return total(e.bytes for e in self.elems)
 
     def __str__(self) -> str:
         return "(" + ", ".join(str(e) for e in self.elems) + ")"
@@ -195,7 +228,7 @@ class StreamType:
     @cached_property
     def card(self) -> Dim:
         """||X||: the number of elements the stream carries (computed once per type)."""
-        return sympy.Mul(*self.shape)
+        return product(self.shape)
 
     def __str__(self) -> str:
         return f"Strm<{self.elem}, {self.rank}>{fmt_shape(self.shape)}"
@@ -260,6 +293,8 @@ class SymbolTable:
 
 def equal(a: Dim, b: Dim) -> bool | None:
     """Three-valued dim equality: True (proved), False (refuted), None (unknown)."""
+    if _integer(a) and _integer(b):
+        return a == b
     a, b = sympy.sympify(a), sympy.sympify(b)
     if a == b:
         return True
@@ -268,15 +303,13 @@ def equal(a: Dim, b: Dim) -> bool | None:
     return _equal_symbolic(a, b)
 
 
-_NONLINEAR = (sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod, sympy.Min, sympy.Max)
-
-
 @memo_renamed
 def _equal_symbolic(a: Dim, b: Dim) -> bool | None:
     if (a - b).has(sympy.Piecewise):
         return _equal_by_cases(sympy.piecewise_fold(a - b))
     diff = sympy.expand(a - b)
-    if not diff.is_number and diff.has(*_NONLINEAR):
+    if not diff.is_number and diff.has(sympy.ceiling, sympy.floor, sympy.Piecewise, sympy.Mod,
+                                       sympy.Min, sympy.Max):
         diff = sympy.simplify(diff)
     if diff == 0:
         return True
@@ -308,17 +341,28 @@ def _equal_by_cases(diff) -> bool | None:
     return None
 
 
-@memo_renamed
 def divides(s: int, d: Dim) -> bool | None:
     """Whether static `s` divides dim `d` (three-valued)."""
     if d.is_Integer:
         return int(d) % s == 0
+    return _divides_symbolic(s, d)
+
+
+@memo_renamed
+def _divides_symbolic(s: int, d: Dim) -> bool | None:
     if (d / s).is_integer:
         return True
     return None
 
 
-@memo_renamed
 def ceil_div(d: Dim, s: int) -> Dim:
-    """ceiling(d / s), built once per form of `d` (its evaluation asks sympy's assumptions)."""
+    """ceiling(d / s)."""
+    if type(d) is StaticDim and s:
+        return StaticDim(-(-d // s))
+    return _ceil_div_symbolic(d, s)
+
+
+@memo_renamed
+def _ceil_div_symbolic(d: Dim, s: int) -> Dim:
+    """Built once per form of `d` (its evaluation asks sympy's assumptions)."""
     return sympy.ceiling(d / s)

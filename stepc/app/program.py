@@ -32,17 +32,29 @@ class Checked:
     def to_dict(self) -> dict:
         return self.checked.to_dict()
 
+    @property
+    def lists_types(self) -> bool:
+        """The text report has a types listing (with `show_types`, when the program
+        type-checked); without one it is empty."""
+        return self.show_types and self.checked.compiled.typed is not None
+
     def render(self, console: Console) -> None:
-        """The types listing (with `show_types`, when the program type-checked)."""
-        if self.show_types and self.checked.compiled.typed is not None:
+        """The types listing, if `lists_types`."""
+        if self.lists_types:
             console.print(self.checked.types_text(self.show_all), markup=False,
                           soft_wrap=True, end="")
 
 
 def check(path: str, defines: Mapping[str, int], show_types: bool = False,
-          show_all: bool = False) -> Checked:
-    """`stepc check`: parse, elaborate and type-check a program file."""
-    return Checked(checked_program(path, defines), show_types, show_all)
+          show_all: bool = False, printed_only: bool = False) -> Checked:
+    """`stepc check`: parse, elaborate and type-check a program file. `printed_only`: the
+    result is only reported (never analyzed or simulated), so its static dims may stay
+    Python integers and a program without symbolic dims is checked without loading sympy."""
+    if not printed_only:
+        return Checked(checked_program(path, defines), show_types, show_all)
+    from stepc.sympy_lazy import static_dims_as_ints
+    with static_dims_as_ints():
+        return Checked(checked_program(path, defines), show_types, show_all)
 
 
 @dataclass

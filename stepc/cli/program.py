@@ -59,7 +59,7 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
     from stepc.app.program import check
 
     try:
-        checked = check(file, parse_defines(defines), show_types, show_all)
+        checked = check(file, parse_defines(defines), show_types, show_all, printed_only=True)
     except InputError as e:
         input_error(e)
     report = checked.checked
@@ -67,7 +67,8 @@ def check_cmd(file: str, defines: tuple[str, ...], show_types: bool, show_all: b
     if fmt == "json":
         click.echo(json.dumps(checked.to_dict(), indent=2, sort_keys=True))
     else:
-        print_report(checked.render)
+        if checked.lists_types:
+            print_report(checked.render)
         emit_diagnostics(report.compiled, werror=werror)
     sys.exit(code)
 

@@ -8,9 +8,6 @@ import threading
 from collections import OrderedDict
 from importlib import resources
 
-import textx
-from textx import metamodel_from_str
-
 from stepc.codes import NOT_TEXT, SYNTAX_ERROR
 from stepc.diagnostics import Diagnostic, Note, Severity, StepError
 from stepc.grammar import ast
@@ -22,7 +19,9 @@ from stepc.source import SourceFile
 
 @functools.cache
 def metamodel():
-    """The textX metamodel of the .step grammar (built once per process)."""
+    """The textX metamodel of the .step grammar (built once per process; textX loads only
+    when the fast parser declines a text)."""
+    from textx import metamodel_from_str
     text = resources.files("stepc.grammar").joinpath("step.tx").read_text(encoding="utf-8")
     return metamodel_from_str(text, autokwd=True, use_regexp_group=False)
 
@@ -208,6 +207,7 @@ def _parse_textx(src: SourceFile) -> ast.Module:
 def _textx_model(src: SourceFile, start: int = 0):
     """textX's model of the text from offset `start` (where a statement starts) on; a
     syntax error raises StepError, located in the whole text."""
+    import textx
     try:
         with _TEXTX_LOCK:
             return metamodel().model_from_str(src.text[start:])

@@ -7,8 +7,7 @@ and `assume` facts (where unknown names are symbolic dims).
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import (
     BAD_ARGUMENT,
@@ -19,6 +18,11 @@ from stepc.codes import (
 )
 from stepc.grammar import ast
 from stepc.source import Span
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 INT_BUILTINS = ("ceildiv", "min", "max")
 DIM_BUILTINS = ("ceil", "floor")
@@ -38,7 +42,14 @@ def dim_symbol(name: str) -> sympy.Symbol:
 Resolver = Callable[[str, Span], "int | sympy.Expr"]
 
 
+def _integers(*values) -> bool:
+    """Every value an int (not a bool): symbolic evaluation stays in integers, whose results
+    equal sympy's (floor(a/b) == a // b, Mod(a, b) == a % b for integers)."""
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
 def _apply(e: ast.BinOp, a, b, symbolic: bool):
+    symbolic = symbolic and not (e.op in ("//", "%") and _integers(a, b))
     if e.op in ("//", "%", "/") and b == 0:
         raise ExprError(DIVISION_BY_ZERO, "division by zero", e.rhs.span)
     if e.op == "+":
@@ -54,6 +65,8 @@ def _apply(e: ast.BinOp, a, b, symbolic: bool):
     if not symbolic:
         raise ExprError(NOT_INTEGER, "`/` is not integer division: use `//` or "
                                  "`ceildiv(a, b)`", e.span)
+    if _integers(a, b) and a % b == 0:
+        return a // b
     return sympy.sympify(a) / b
 
 
@@ -86,15 +99,17 @@ def evaluate(e: ast.Expr, resolve: Resolver, symbolic: bool):
         if e.func == "ceildiv":
             if vals[1] == 0:
                 raise ExprError(DIVISION_BY_ZERO, "division by zero", e.args[1].span)
-            if symbolic:
+            if symbolic and not _integers(*vals):
                 return sympy.ceiling(sympy.sympify(vals[0]) / vals[1])
             return -(-vals[0] // vals[1])
         if e.func in DIM_BUILTINS:
             if not symbolic:
                 raise ExprError(NOT_INTEGER, f"`{e.func}` is for symbolic dims; use "
                                          "`ceildiv(a, b)` or `//`", e.span)
+            if _integers(*vals):
+                return vals[0]
             return (sympy.ceiling if e.func == "ceil" else sympy.floor)(vals[0])
-        if symbolic:
+        if symbolic and not _integers(*vals):
             return (sympy.Min if e.func == "min" else sympy.Max)(*vals)
         return (min if e.func == "min" else max)(vals)
     if isinstance(e, ast.Call):

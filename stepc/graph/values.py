@@ -5,9 +5,7 @@ source names.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-import sympy
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stepc.codes import (
     BAD_ARGUMENT,
@@ -27,6 +25,10 @@ from stepc.graph.scope import POISON, Pending, Scope, StreamVal, kind_word
 from stepc.ops import OPS
 from stepc.ops.base import TensorRef
 from stepc.source import Span
+from stepc.sympy_lazy import dim
+
+if TYPE_CHECKING:
+    import sympy
 
 
 class CallElaborator(Protocol):
@@ -192,7 +194,7 @@ class Evaluator:
         return int(self._eval(e, scope, symbolic=False))
 
     def eval_sym(self, e: ast.Expr, scope: Scope) -> sympy.Expr:
-        return sympy.sympify(self._eval(e, scope, symbolic=True))
+        return dim(self._eval(e, scope, symbolic=True))
 
     def _eval(self, e: ast.Expr, scope: Scope, symbolic: bool):
         def resolve(name: str, span: Span):

@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
-
-import sympy
+from typing import TYPE_CHECKING, Any
 
 from stepc.codes import RANK_MISMATCH, SHAPE_MISMATCH, UNPROVEN_EQUALITY, WRONG_ELEMENT_KIND
 from stepc.source import Span
+from stepc.sympy_lazy import dim
 from stepc.types import (
     ElemType,
     StreamType,
@@ -28,6 +27,9 @@ from stepc.types import (
     fmt_dim,
     fmt_shape,
 )
+
+if TYPE_CHECKING:
+    import sympy
 
 REQUIRED = object()
 
@@ -147,7 +149,7 @@ class InferCtx:
 
     def absorb(self, expr, tag: str, reason: str):
         """The absorbing rule: an expression over a ragged dim becomes a fresh ragged dim."""
-        expr = sympy.sympify(expr)
+        expr = dim(expr)
         if self.symbols.is_ragged(expr) and not expr.is_Symbol:
             return self.fresh(tag, "ragged", reason)
         return expr
@@ -245,7 +247,7 @@ class TraceStep:
 
 
 def _zero(ctx: CostCtx, *mode) -> sympy.Expr:
-    return sympy.Integer(0)
+    return dim(0)
 
 
 @dataclass(frozen=True)
@@ -295,4 +297,4 @@ class OpSpec:
 
 
 def stream(elem: ElemType, shape) -> StreamType:
-    return StreamType(elem, tuple(sympy.sympify(d) for d in shape))
+    return StreamType(elem, tuple(dim(d) for d in shape))

@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import (
     BAD_ARGUMENT,
@@ -25,6 +24,7 @@ from stepc.codes import (
     WRONG_OPERAND_TYPE,
 )
 from stepc.ops.base import FnValue, OpError, Param
+from stepc.sympy_lazy import dim
 from stepc.types import (
     INT_DTYPES,
     Dim,
@@ -38,6 +38,9 @@ from stepc.types import (
     equal,
     fmt_dim,
 )
+
+if TYPE_CHECKING:
+    import sympy
 
 FN_REQUIRED = object()  # default marking a function attribute that must be given
 ELEMENTWISE, CONTRACTION, GROUP = "elementwise", "contraction", "group"  # FnSpec.split
@@ -223,7 +226,7 @@ def _pow_apply(elems, fn, ctx):
 
 def _rowwise_apply(elems, fn, ctx):
     t = _tile(elems[0], fn.name)
-    return Tile(t.dtype, t.rows, sympy.Integer(1))
+    return Tile(t.dtype, t.rows, dim(1))
 
 
 def _accum_same(elems, n, fn, ctx):
@@ -245,7 +248,7 @@ def _retile_col(elems, n, fn, ctx):
 
 
 def _zero(elems, fn):
-    return sympy.Integer(0)
+    return dim(0)
 
 
 def _set_offset(elems, fn, ctx):
@@ -263,7 +266,7 @@ def _row_append(elems, fn, ctx):
 def _cache_write_addr(elems, fn, ctx):
     _int_tile(elems[0], fn.name, "request index")
     _int_tile(elems[1], fn.name, "length")
-    return Tile("u64", sympy.Integer(1), sympy.Integer(1))
+    return Tile("u64", dim(1), dim(1))
 
 
 def _int_unary(elems, fn, ctx):
@@ -274,7 +277,7 @@ def _int_unary(elems, fn, ctx):
 
 
 def _signal(elems, n, fn, ctx):
-    return Tile("u64", sympy.Integer(1), sympy.Integer(1))
+    return Tile("u64", dim(1), dim(1))
 
 
 def _retile_streamify(elem, fn, ctx):
@@ -284,8 +287,8 @@ def _retile_streamify(elem, fn, ctx):
         raise OpError(BAD_FUNCTION_ATTRIBUTE,
                       f"`retile_streamify` split must be \"row\" or \"col\", "
                                f"found \"{split}\"", "fn")
-    count, piece = (t.rows, Tile(t.dtype, sympy.Integer(1), t.cols)) if split == "row" else \
-        (t.cols, Tile(t.dtype, t.rows, sympy.Integer(1)))
+    count, piece = (t.rows, Tile(t.dtype, dim(1), t.cols)) if split == "row" else \
+        (t.cols, Tile(t.dtype, t.rows, dim(1)))
     if fn.get("filter", False):
         count = ctx.fresh("V", "ragged", "valid (non-padding) rows of each tile")
     return (count,), piece
@@ -299,7 +302,7 @@ def _expert_addr(elem, fn, ctx):
     if not isinstance(n, int) or n <= 0:
         raise OpError(BAD_FUNCTION_ATTRIBUTE,
                       "`expert_addr` needs tiles=N (weight tiles per expert, > 0)", "fn")
-    return (1, n, 1), Tile("u64", sympy.Integer(1), sympy.Integer(1))
+    return (1, n, 1), Tile("u64", dim(1), dim(1))
 
 
 def _cache_read_addr(elem, fn, ctx):
@@ -310,7 +313,7 @@ def _cache_read_addr(elem, fn, ctx):
     _int_tile(elem.elems[0], fn.name, "request index")
     _int_tile(elem.elems[1], fn.name, "length")
     n = ctx.fresh("L", "ragged", "KV tiles of each request (cache_read_addr)")
-    return (1, n), Tile("u64", sympy.Integer(1), sympy.Integer(1))
+    return (1, n), Tile("u64", dim(1), dim(1))
 
 
 def _filter_last_tile(elem, fn, ctx):
@@ -320,7 +323,7 @@ def _filter_last_tile(elem, fn, ctx):
 
 
 def _flatmap_zero(elems, fn):
-    return sympy.Integer(0)
+    return dim(0)
 
 
 _ELEMWISE_DOC = ("Elementwise `{op}` of two tiles with broadcasting (each dim equal, or 1 on "

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import difflib
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import (
     FUNCTION_NOT_USABLE,
@@ -24,7 +23,13 @@ from stepc.ops.base import (
     stream,
 )
 from stepc.ops.functions import FUNCTIONS, INITS, FnCtx, FnSpec, check_fn_attrs
+from stepc.sympy_lazy import dim, product
 from stepc.types import DTYPE_BYTES, StreamType, Tile, Tuple, fmt_shape
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 def lookup_fn(ctx: InferCtx, use: str) -> FnSpec:
@@ -106,7 +111,7 @@ def _accum(ctx: InferCtx):
     first, elems = _elements(ctx, spec, "accum")
     check_init(ctx)
     b = _reduce_rank(ctx, first)
-    n = sympy.Mul(*first.shape[len(first.shape) - b:])
+    n = product(first.shape[len(first.shape) - b:])
     acc = spec.accum(elems, n, ctx.attrs["fn"], fn_ctx(ctx))
     return [stream(_retype(ctx, acc), first.shape[: len(first.shape) - b])]
 
@@ -116,7 +121,7 @@ def _scan(ctx: InferCtx):
     first, elems = _elements(ctx, spec, "scan")
     check_init(ctx)
     _reduce_rank(ctx, first)
-    acc = spec.accum(elems, sympy.Integer(1), ctx.attrs["fn"], fn_ctx(ctx))
+    acc = spec.accum(elems, dim(1), ctx.attrs["fn"], fn_ctx(ctx))
     return [stream(_retype(ctx, acc), first.shape)]
 
 
@@ -124,7 +129,7 @@ def _flatmap(ctx: InferCtx):
     spec = lookup_fn(ctx, "flatmap")
     first, elems = _elements(ctx, spec, "flatmap")
     inner, elem = spec.inner(elems[0], ctx.attrs["fn"], fn_ctx(ctx))
-    inner = tuple(sympy.sympify(d) for d in inner)
+    inner = tuple(dim(d) for d in inner)
     merged = ctx.absorb(first.shape[-1] * inner[0], "n", "elements produced by FlatMap")
     return [stream(_retype(ctx, elem), first.shape[:-1] + (merged,) + inner[1:])]
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import (
     BAD_ARGUMENT,
@@ -29,7 +28,11 @@ from stepc.ops.base import (
     require_tile,
     stream,
 )
+from stepc.sympy_lazy import dim
 from stepc.types import INT_DTYPES, Scalar, StreamType, Tile, fmt_dim, fmt_shape
+
+if TYPE_CHECKING:
+    pass
 
 
 def tiled_shape(t: TensorRef, tile: list[int], arg: str = "tile") -> tuple[int, ...]:
@@ -80,7 +83,7 @@ def _load(ctx: InferCtx):
     t: TensorRef = ctx.attrs["tensor"]
     tiled = tiled_shape(t, ctx.attrs["tile"])
     stride, shape = affine_view(tiled, ctx.attrs["stride"], ctx.attrs["shape"], "tiles")
-    tile = Tile(t.dtype, sympy.Integer(ctx.attrs["tile"][0]), sympy.Integer(ctx.attrs["tile"][1]))
+    tile = Tile(t.dtype, dim(ctx.attrs["tile"][0]), dim(ctx.attrs["tile"][1]))
     ref: StreamType | None = ctx.inputs.get("ref")
     return [stream(tile, (ref.shape if ref is not None else ()) + tuple(shape))]
 
@@ -118,7 +121,7 @@ def _random_load(ctx: InferCtx):
     addr = _int_addr(ctx, "raddr")
     t: TensorRef = ctx.attrs["tensor"]
     tiled_shape(t, ctx.attrs["tile"])
-    tile = Tile(t.dtype, sympy.Integer(ctx.attrs["tile"][0]), sympy.Integer(ctx.attrs["tile"][1]))
+    tile = Tile(t.dtype, dim(ctx.attrs["tile"][0]), dim(ctx.attrs["tile"][1]))
     return [stream(tile, addr.shape)]
 
 

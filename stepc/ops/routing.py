@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import (
     BAD_ARGUMENT,
@@ -12,7 +12,13 @@ from stepc.codes import (
     SELECTOR_MISMATCH,
 )
 from stepc.ops.base import STREAM, STREAMS, InferCtx, OpError, OpSpec, Param, TraceStep, stream
+from stepc.sympy_lazy import dim, product, total
 from stepc.types import Select, StreamType, Tile, ceil_div, equal, fmt_shape
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 def _selector(ctx: InferCtx, name: str, n: int, what: str) -> StreamType:
@@ -111,9 +117,9 @@ def _eager_merge(ctx: InferCtx):
     if a is not None and ins[0].rank != a:
         raise OpError(RANK_MISMATCH, f"EagerMerge at rank {a} needs rank-{a} inputs, found rank "
                                f"{ins[0].rank} {fmt_shape(ins[0].shape)}", "ins", 0)
-    total = ctx.absorb(sympy.Add(*(st.shape[0] for st in ins)), "n", "chunks merged")
-    return [stream(elem, (total,) + ins[0].shape[1:]),
-            stream(Select(len(ins)), (total,))]
+    merged = ctx.absorb(total(st.shape[0] for st in ins), "n", "chunks merged")
+    return [stream(elem, (merged,) + ins[0].shape[1:]),
+            stream(Select(len(ins)), (merged,))]
 
 
 def _parallelize(ctx: InferCtx):
@@ -126,7 +132,7 @@ def _parallelize(ctx: InferCtx):
         raise OpError(RANK_MISMATCH, f"Parallelize rank must be between 0 and the input's rank "
                                f"{st.rank}, found {p}", "rank")
     split = len(st.shape) - p
-    chunks = ctx.absorb(sympy.Mul(*st.shape[:split]), "n", "chunks to distribute")
+    chunks = ctx.absorb(product(st.shape[:split]), "n", "chunks to distribute")
     return [stream(st.elem, (ctx.absorb(ceil_div(chunks - i, n), f"{i}",
                                          f"chunks dealt to output {i}"),) + st.shape[split:])
             for i in range(n)]
@@ -146,14 +152,14 @@ def _reassemble_onchip(c, mode):
         return 0
     out, sel_rank = c.outputs[0], c.inputs["sel"].rank
     dims = out.shape[-1:] if sel_rank == 0 else out.shape[sel_rank - 1:]
-    return sympy.Mul(*dims) * out.elem.bytes
+    return product(dims) * out.elem.bytes
 
 
 # ---- trace bindings: what a traced selector or traced integer values decide
 def _partition_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:
     """Each output's element count: how many selector elements route to it."""
     counts = selection.sum(axis=0)
-    return [(st.shape[0], sympy.Integer(int(counts[i]))) for i, st in enumerate(outputs)]
+    return [(st.shape[0], dim(int(counts[i]))) for i, st in enumerate(outputs)]
 
 
 def _reassemble_selected(outputs: list[StreamType], sel_rank: int, selection) -> list:

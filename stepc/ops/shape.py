@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.canon import memo_renamed
 from stepc.codes import (
@@ -18,7 +18,13 @@ from stepc.codes import (
     WRONG_ELEMENT_KIND,
 )
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TraceStep, stream
+from stepc.sympy_lazy import dim, product
 from stepc.types import Buffer, Scalar, StreamType, Tuple, ceil_div, divides, fmt_dim, fmt_shape
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 def _flatten(ctx: InferCtx):
@@ -31,7 +37,7 @@ def _flatten(ctx: InferCtx):
                                f"rank, input {fmt_shape(st.shape)}), found min={lo} max={hi}",
                       "max" if hi > st.rank else "min")
     n = len(st.shape)
-    merged = ctx.absorb(sympy.Mul(*st.shape[n - 1 - hi: n - lo]), "f",
+    merged = ctx.absorb(product(st.shape[n - 1 - hi: n - lo]), "f",
                         "dims merged by Flatten")
     return [stream(st.elem, st.shape[: n - 1 - hi] + (merged,) + st.shape[n - lo:])]
 
@@ -68,7 +74,7 @@ def _reshape(ctx: InferCtx):
                                f"{partial} a partial last chunk: give `pad=zero` to pad it",
                       "chunk")
     outer = ctx.absorb(ceil_div(d, s), "c", "chunks made by Reshape")
-    shape = st.shape[:i] + (outer, sympy.Integer(s)) + st.shape[i + 1:]
+    shape = st.shape[:i] + (outer, dim(s)) + st.shape[i + 1:]
     return [stream(st.elem, shape), stream(Scalar("bool"), shape)]
 
 
@@ -84,13 +90,13 @@ def _promote(ctx: InferCtx):
     p = ctx.attrs["rank"]
     if p is None or p == st.rank + 1:
         outer = st.shape[0]
-        new = sympy.Integer(1 if outer > 0 else 0) if outer.is_Integer else _nonempty(outer)
+        new = dim(1 if outer > 0 else 0) if outer.is_Integer else _nonempty(outer)
         return [stream(st.elem, (ctx.absorb(new, "p", "outer dim of Promote"),) + st.shape)]
     if not 0 <= p <= st.rank + 1:
         raise OpError(RANK_MISMATCH, f"Promote rank must be between 0 and {st.rank + 1}, found {p}",
                       "rank")
     i = len(st.shape) - p
-    return [stream(st.elem, st.shape[:i] + (sympy.Integer(1),) + st.shape[i:])]
+    return [stream(st.elem, st.shape[:i] + (dim(1),) + st.shape[i:])]
 
 
 def _expand(ctx: InferCtx):
@@ -136,7 +142,7 @@ def _repeat(ctx: InferCtx):
     r = ctx.attrs["count"]
     if r < 1:
         raise OpError(BAD_ARGUMENT, f"`count` must be >= 1, found {r}", "count")
-    return [stream(st.elem, st.shape + (sympy.Integer(r),))]
+    return [stream(st.elem, st.shape + (dim(r),))]
 
 
 def _zip(ctx: InferCtx):

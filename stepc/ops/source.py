@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import BAD_ARGUMENT, DTYPE_MISMATCH, TILE_DOES_NOT_FIT
 from stepc.ops.base import STREAM, InferCtx, OpError, OpSpec, Param, TensorRef, stream
+from stepc.sympy_lazy import dim
 from stepc.types import INT_DTYPES, Select, Tile
+
+if TYPE_CHECKING:
+    pass
 
 
 def _external(ctx: InferCtx):
@@ -38,7 +42,7 @@ def _select_gen(ctx: InferCtx):
 
 def _metadata_gen(ctx: InferCtx):
     t = _int_tensor(ctx)
-    return [stream(Tile(t.dtype, sympy.Integer(1), sympy.Integer(1)), t.shape)]
+    return [stream(Tile(t.dtype, dim(1), dim(1)), t.shape)]
 
 
 def _sink(ctx: InferCtx):

@@ -8,14 +8,14 @@ Partition produced: `rows : Strm<Tile<bf16, [1, 64]>, 1>[N0, 1] = ...`.
 from __future__ import annotations
 
 import difflib
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import ANNOTATION_MISMATCH, CANNOT_NAME_DIM, UNKNOWN_TYPE_OR_ROLE
 from stepc.grammar import ast
 from stepc.graph.expr import ExprError, dim_symbol, evaluate
 from stepc.graph.program import TypeAnnotation
 from stepc.ops.base import sanitize
+from stepc.sympy_lazy import dim
 from stepc.types import (
     DTYPE_BYTES,
     Buffer,
@@ -28,6 +28,11 @@ from stepc.types import (
     equal,
     fmt_dim,
 )
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 class AnnotationError(Exception):
@@ -61,7 +66,7 @@ class Annotator:
             new_names.add(name)
             return dim_symbol(name)
         try:
-            return sympy.sympify(evaluate(d, resolve, symbolic=True))
+            return dim(evaluate(d, resolve, symbolic=True))
         except ExprError as e:
             raise AnnotationError(e.code, e.message, e.span) from None
 
@@ -83,7 +88,7 @@ class Annotator:
                     tuple(self._dim(d, env, new_names, origin, span) for d in e.dims))
         if isinstance(e, ast.SelectTypeAst):
             n = self._dim(e.n, env, new_names, None, span)
-            if not (isinstance(n, sympy.Integer) and n > 0):
+            if not (n.is_Integer and n > 0):
                 raise AnnotationError(ANNOTATION_MISMATCH,
                                       f"selector width must be a positive integer, "
                                                f"found {n}", e.n.span)
@@ -217,7 +222,7 @@ class Annotator:
     # ------------------------------------------------------------ substitution
     def substitute(self, t: StreamType, mapping: dict) -> StreamType:
         return StreamType(_subst_elem(t.elem, mapping),
-                          tuple(sympy.sympify(d).xreplace(mapping) for d in t.shape))
+                          tuple(dim(d).xreplace(mapping) for d in t.shape))
 
 
 def _subst_elem(e, mapping):

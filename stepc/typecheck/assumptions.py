@@ -5,12 +5,18 @@ solving a linear fact for one), and any other relation is checked or kept as a f
 
 from __future__ import annotations
 
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.codes import FALSE_ASSUMPTION, MALFORMED_ASSUMPTION
 from stepc.graph.program import Assumption
 from stepc.ops.base import OpError
+from stepc.sympy_lazy import dim, is_sympy
 from stepc.types import equal, fmt_dim, fmt_shape
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 class AssumptionSolver:
@@ -20,7 +26,7 @@ class AssumptionSolver:
     def unknown_symbols(self, a: Assumption) -> set[str]:
         out = set()
         for term in (a.lhs, a.rhs):
-            if isinstance(term, sympy.Basic):
+            if is_sympy(term):
                 out |= {s.name for s in term.free_symbols if self.symbols.get(s.name) is None}
         return out
 
@@ -65,7 +71,7 @@ class AssumptionSolver:
         return self.apply_subst_expr(t)
 
     def apply_subst_expr(self, e):
-        return sympy.sympify(e).xreplace(self.subst) if self.subst else sympy.sympify(e)
+        return dim(e).xreplace(self.subst) if self.subst else dim(e)
 
     def apply_assumption(self, a: Assumption) -> None:
         try:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
-
-import sympy
+from typing import TYPE_CHECKING
 
 from stepc.canon import symbols_in
 from stepc.codes import (
@@ -34,6 +33,11 @@ from stepc.ops.base import STREAMS, VARSTREAMS, InferCtx, OpError
 from stepc.typecheck.annotations import AnnotationError, Annotator
 from stepc.typecheck.assumptions import AssumptionSolver
 from stepc.types import Buffer, StreamType, SymbolTable, Tile, Tuple
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    from stepc.sympy_lazy import sympy
 
 
 @dataclass
