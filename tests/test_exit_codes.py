@@ -44,14 +44,21 @@ def test_ctrl_c_exits_130_with_one_line(command, tmp_path, monkeypatch):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 def test_a_real_sigint_during_a_simulation_exits_130(tmp_path):
-    """The signal itself, sent to a running `stepc sim` once the command line is loaded.
-    The run is minutes of work by construction (SwiGLU over 65,536 rows, one per tile,
-    with values), so the signal always finds it running, however fast the machine."""
-    started = "import sys; from stepc.cli import run; print('loaded', flush=True); run()"
+    """The signal itself, sent to `stepc sim` once the simulation is under way (the child
+    says so when the command calls it). The run is minutes of work by construction
+    (SwiGLU over 65,536 rows, one per tile, with values), so the signal always finds it
+    running, however fast the machine."""
+    started = ("import stepc.app.sim as s, stepc.cli.group as g\n"
+               "simulate = s.simulate\n"
+               "def announced(*a, **k):\n"
+               "    print('simulating', flush=True)\n"
+               "    return simulate(*a, **k)\n"
+               "s.simulate = announced\n"
+               "g.run()\n")
     proc = subprocess.Popen(
         [sys.executable, "-c", started, "sim", SWIGLU, "-D", "B=65536", "-D", "TB=1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    assert proc.stdout is not None and proc.stdout.readline() == "loaded\n"
+    assert proc.stdout is not None and proc.stdout.readline() == "simulating\n"
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -53,8 +53,8 @@ SCHEDULE = re.compile(r"\b(?:tiles?|static|dynamic|interleaved|coarse|time-multi
                       r"contiguous|strided)\b", re.I)
 TIME_COLUMN = re.compile(r"(?:^|\s|\()(?:s|ms|µs|seconds)\)?$|speedup", re.I)
 SCRIPT = re.compile(r"benchmarks/(\w+\.py)")
-LOAD = re.compile(r"\bload(?: average)?s?(?: of| about| below| under| at| around| from)?"
-                  r"\s?[:~<≤]?\s?\d", re.I)
+LOAD = re.compile(r"\bload(?:\s+averages?)?(?:\s+(?:of|about|below|under|at|around|from))?"
+                  r"\s*[:~<≤]?\s*\d", re.I)
 CODE_SPAN = re.compile(r"`[^`]*`")
 SENTENCE_END = re.compile(r"[.;!?](?=\s)|\n\n")
 
@@ -256,6 +256,8 @@ def test_a_figure_passes_only_with_its_script_and_load(tmp_path):
                      ("It re-checks in 0.83 s (`benchmarks/bench_y.py`, load average 2).",
                       False),
                      ("It re-checks in 0.83 s (`benchmarks/bench_x.py`, load average 2.1).",
+                      True),
+                     ("It re-checks in 0.83 s (`benchmarks/bench_x.py`, load\naverage 2.1).",
                       True),
                      ("## Speed (`benchmarks/bench_x.py`)\n\nParsing is 6x faster at "
                       "load 3.", True),
