@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_moe import generate  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 from stepc.frontend import compile_file  # noqa: E402
 
@@ -47,6 +48,7 @@ def main() -> None:
           f"(min {min(cli):.3f}, max {max(cli):.3f}, n={args.repeat})")
     print(f"front end in-process: median {statistics.median(inproc):.3f} s  "
           f"(min {min(inproc):.3f}, max {max(inproc):.3f})")
+    print(machine_line())
 
 
 if __name__ == "__main__":

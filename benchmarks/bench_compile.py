@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from machine import machine_line
+
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = (  # (label, program, params): the 128-expert MoE first, at its defaults
     ("moe_dynamic (128 experts)", "programs/moe_dynamic.step", {}),
@@ -95,7 +97,7 @@ def main() -> int:
                     f"{median(b_first, 1) / median(first, 1):>12.2f}x"
                     f"{median(b_rest, 1) / median(rest, 1):>7.2f}x")
         print(row, flush=True)
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(machine_line())
     return 0
 
 

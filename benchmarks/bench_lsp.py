@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from gen_moe import generate  # noqa: E402
 from lsp_client import LspClient  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 _CHECKED = re.compile(r"checked .* \(version (\d+)\) in ([\d.]+) s")
 
@@ -128,6 +129,7 @@ def main() -> None:
           f"max {max(hovers) * 1000:.1f} ms (n={len(hovers)})")
     print(f"a burst of {burst} keystrokes: {len(burst_checks)} check(s) run, "
           f"versions {[v for v, _ in burst_checks]}")
+    print(machine_line())
 
 
 if __name__ == "__main__":

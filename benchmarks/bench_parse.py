@@ -14,6 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
+from machine import machine_line
+
 from stepc.grammar.descent import parse_fast
 from stepc.grammar.parse import _parse_textx
 from stepc.source import SourceFile
@@ -46,6 +48,7 @@ def main() -> None:
         print(f"{path.name:28} {len(src.text) / 1024:5.1f} {old:9.2f} {new:8.2f} "
               f"{old / new:6.1f}")
     print(f"{'total':28} {'':5} {total_old:9.2f} {total_new:8.2f} {total_old / total_new:6.1f}")
+    print(machine_line())
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import load_average, machine_line
+
 from stepc.explore.runner import latest_records, read_results
 from stepc.tune import Budget, Objective, Space, tune
 
@@ -225,10 +227,6 @@ def sampler_vs_exhaustive(args) -> bool:
     return ok
 
 
-def load_average() -> str:
-    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
 def pairs(args, routing: Path, count: int) -> None:
     """Tune's time over `stepc reproduce 10`'s, measured back to back `count` times."""
     print("| pair | reproduce 10 s | load after | layer | tune s | load after | / reproduce 10 |")
@@ -266,6 +264,7 @@ def main() -> int:
     if args.pairs:
         os.makedirs(args.out, exist_ok=True)
         pairs(args, routing, args.pairs)
+        print(machine_line())
         return 0
     repro = os.path.join(args.out, "repro")
     times_path = os.path.join(args.out, "reproduce_times.json")
@@ -332,6 +331,7 @@ def main() -> int:
     ok &= figure12_compute_budget(args, repro, routing)
     ok &= sampler_vs_exhaustive(args)
     print("\nall agree with the grid" if ok else "\nDISAGREEMENT with the grid")
+    print(machine_line())
     return 0 if ok else 1
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import machine_line
 
 from stepc.frontend import compile_file
 from stepc.hw import load_config
@@ -61,6 +62,7 @@ def main() -> None:
         print(f"{model} B={p['B']} {program} {overrides.get('TILE_N', '')} ({source}, "
               f"{args.model}): {statistics.median(walls):.2f} s, {run.cycles:,} cycles, "
               f"{req / 1e6:.1f} M requests")
+    print(machine_line())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ the bundled programs."""
 from __future__ import annotations
 
 import signal
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -185,11 +184,9 @@ def test_a_million_entries_are_refused_at_once(tmp_path, exported_seeds, field):
     """A million FIFO depths took 52 s; a million shape entries did not end in a minute."""
     g = _swiglu(exported_seeds)
     _a_million(g, field)
-    start = time.perf_counter()
-    with _deadline(CASE_SECONDS, field):
+    with _deadline(CASE_SECONDS, field):  # the 52 s the depths took would overrun it
         r = _import(tmp_path, g)
     assert r.exit_code == 2 and "operator 3 (`wu`): " in r.stderr, r.stderr
-    assert time.perf_counter() - start < 10
 
 
 @pytest.mark.parametrize("change, said", [
@@ -254,13 +251,14 @@ def test_names_cannot_add_lines_to_the_program(tmp_path, exported_seeds):
 # ------------------------------------------------------------------ linear time
 def test_folding_a_chain_that_does_not_fold_takes_linear_time():
     """Each statement reads the one before: no loop. It was tried again from every statement
-    of the run (2,000 statements: 25 s)."""
+    of the run (2,000 statements: 25 s; quadratic, 10,000 would take ten minutes, far past
+    the deadline, which only guards against that, not a speed target)."""
     from stepc.interop.read.fold import Unit, fold
     units = [Unit(f"b_{i} = Broadcast(b_{i - 1}[0], consumers=1)", f"op {i}")
              for i in range(1, 10_001)]
-    start = time.perf_counter()
-    folded = fold(units, [])
-    assert time.perf_counter() - start < 5 and len(folded.body) == len(units)
+    with _deadline(CASE_SECONDS, "fold"):
+        folded = fold(units, [])
+    assert len(folded.body) == len(units)
 
 
 def test_ten_thousand_operators_of_one_name_get_short_names():
@@ -273,7 +271,9 @@ def test_ten_thousand_operators_of_one_name_get_short_names():
 
 
 def test_a_ring_of_eager_merges_is_ordered_in_linear_time():
-    """The loop finder searched the graph again from every EagerMerge (2,000: 6 s)."""
+    """The loop finder searched the graph again from every EagerMerge (2,000: 6 s;
+    quadratic, 10,000 would take minutes, past the deadline, which only guards against
+    that, not a speed target)."""
     from stepc.interop.read.reader import parse_graph
     g = ProgramGraph(name="ring")
     n = 10_000
@@ -281,9 +281,9 @@ def test_a_ring_of_eager_merges_is_ordered_in_linear_time():
         op = g.operators.add(id=i, name=f"m{i}")
         op.eager_merge.input_id_list[:] = [(i + 1) % n]
         op.eager_merge.input_stream_idx_list[:] = [1]
-    start = time.perf_counter()
-    _, ops = parse_graph(g.SerializeToString(), "ring.pb")
-    assert len(ops) == n and time.perf_counter() - start < 10
+    with _deadline(CASE_SECONDS, "ring"):
+        _, ops = parse_graph(g.SerializeToString(), "ring.pb")
+    assert len(ops) == n
 
 
 # ------------------------------------------------------------------ the export
