@@ -35,17 +35,27 @@ def _search(typed, tolerance=0.01, jobs=1):
     return search_depths(analyze_fifos(typed), hw, tolerance=tolerance, jobs=jobs)
 
 
-def test_a_prediction_that_holds_ends_the_search_in_four_runs():
+def test_a_prediction_that_holds_replaces_the_budget_search(monkeypatch):
     """The reference, then the uniform run, the static minima and the prediction: the
-    minima are over the tolerance, the prediction is not and is the answer."""
+    minima are over the tolerance, the prediction is not, and the rows are lowered from
+    it with no budget search: fewer runs than the search makes without the prediction."""
+    import stepc.fifo.search as search
     typed = compile(fork_join(4, 6, 1))._compiled.typed
     result = _search(typed, tolerance=0.0)
-    assert result.runs == 4
     assert result.log[1] == "every FIFO at its minimum: over the tolerance (stopped)"
-    assert result.log[2].startswith("each FIFO at its predicted depth: ")
+    assert result.log[2] == f"each FIFO at its predicted depth: {result.unbounded_cycles} cycles"
+    assert not any(" B per FIFO" in line for line in result.log)
+    assert result.runs == 1 + len(result.log)  # the reference, then one run per line
     assert result.within_tolerance and result.cycles == result.unbounded_cycles
     join = next(c for c in result.classes if any(k[2] == "y" and k[3] == 0 for k in c.edges))
     assert join.depth >= join.static_minimum == 4
+    monkeypatch.setattr(search, "predicted_depths", lambda edges, logs, hop: dict.fromkeys(
+        edges, 1))  # the minima: no run of its own
+    without = _search(typed, tolerance=0.0)
+    assert not any("predicted" in line for line in without.log)
+    assert any(" B per FIFO" in line for line in without.log)
+    assert result.runs < without.runs
+    assert without.cycles == result.cycles
 
 
 def _coarse():

@@ -13,7 +13,7 @@ costs only the cycles up to the bound.
 0. Every FIFO at the hardware's depth, the uniform depth the report compares with: whether
    it deadlocks (the run stops past UNIFORM_LIMIT times the reference cycles).
 1. Every class at its static minimum: when that run is within the tolerance, nothing
-   smaller exists and the search ends (the bundled MoE layers: three runs in all).
+   smaller exists and the search ends (the bundled MoE layers).
 2. Every class at the depth predicted from the reference run's occupancy log
    (`stepc.fifo.predict`): when that run is within the tolerance, the search ends there.
    Runs 0, 1 and 2 are independent: they run at once on `jobs` cores.
@@ -201,45 +201,55 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     log.append(f"every FIFO at its minimum: {_outcome(best)}")
     if good(best):  # nothing can be smaller
         return done(minimum, best, True)
+    def budget_search() -> tuple[dict[ClassKey, int], Outcome | None]:
+        """The smallest byte budget per FIFO whose run is within the tolerance (its
+        depths and run), else the high water marks' run and the fan-outs it needs."""
+        nonlocal fan_outs
+        top = max(high[k] * sizes[k] for k in high)
+        best = None  # the run at the smallest good budget, once one is found
+        low = min(sizes.values())
+        coarse, refined = True, 0
+        while low < top:
+            if coarse and top > 2 * low:  # powers of two first: the budget's magnitude
+                mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
+                if not low < mid < top:
+                    coarse = False
+                    continue
+            else:  # then halving within the last doubling
+                coarse = False
+                if refined == REFINE_STEPS:
+                    break
+                refined += 1
+                mid = (low + top) // 2
+                if not low < mid < top:
+                    break
+            m = trial(capped(mid), f"{mid:,} B per FIFO")
+            if good(m):
+                top, best = mid, m
+            else:
+                low = mid
+        depths = capped(top)
+        if best is None:  # no smaller budget was good: the high water marks themselves
+            best = runner.one(Trial(per_edge(depths)))
+            log.append(f"at the high water marks: {_outcome(best)}")
+            if not good(best):
+                def passes(edges: dict[EdgeKey, int]) -> bool:
+                    m = runner.one(Trial(per_edge(depths, edges), limit))
+                    log.append(f"the fan-outs stepc inserted at the most they held: {_outcome(m)}")
+                    return good(m)
+                fan_outs = _fan_outs_needed(classes, names, reference, preset, passes)
+                fan_outs = [FanOutNeed(k, int(typed.program.nodes[k[2]].attrs["consumers"]), d)
+                            for k, d in fan_outs]
+                return depths, best
+        return depths, best
+
     if rest:
         log.append(f"each FIFO at its predicted depth: {_outcome(rest[0])}")
-        if good(rest[0]):
-            return done(guess, rest[0], True)
-    top = max(high[k] * sizes[k] for k in high)
-    best = None  # the run at the smallest good budget, once one is found
-    low = min(sizes.values())
-    coarse, refined = True, 0
-    while low < top:
-        if coarse and top > 2 * low:  # powers of two first: the budget's magnitude
-            mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
-            if not low < mid < top:
-                coarse = False
-                continue
-        else:  # then halving within the last doubling
-            coarse = False
-            if refined == REFINE_STEPS:
-                break
-            refined += 1
-            mid = (low + top) // 2
-            if not low < mid < top:
-                break
-        m = trial(capped(mid), f"{mid:,} B per FIFO")
-        if good(m):
-            top, best = mid, m
-        else:
-            low = mid
-    depths = capped(top)
-    if best is None:  # no smaller budget was good: the high water marks themselves
-        best = runner.one(Trial(per_edge(depths)))
-        log.append(f"at the high water marks: {_outcome(best)}")
+    if rest and good(rest[0]):  # the prediction holds: lowered below as a budget's run
+        depths, best = guess, rest[0]
+    else:
+        depths, best = budget_search()
         if not good(best):
-            def passes(edges: dict[EdgeKey, int]) -> bool:
-                m = runner.one(Trial(per_edge(depths, edges), limit))
-                log.append(f"the fan-outs stepc inserted at the most they held: {_outcome(m)}")
-                return good(m)
-            fan_outs = _fan_outs_needed(classes, names, reference, preset, passes)
-            fan_outs = [FanOutNeed(k, int(typed.program.nodes[k[2]].attrs["consumers"]), d)
-                        for k, d in fan_outs]
             return done(depths, best, False)
     # Each class down to the most its FIFOs held in the good run: what it used.
     held = {c.key: fixed.get(c.key, max([1] + [best.held[names[k]] for k in c.edges]))
