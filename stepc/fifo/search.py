@@ -15,8 +15,9 @@ costs only the cycles up to the bound.
 1. Every class at its static minimum: when that run is within the tolerance, nothing
    smaller exists and the search ends (the bundled MoE layers).
 2. Every class at the depth predicted from the reference run's occupancy log
-   (`stepc.fifo.predict`): when that run is within the tolerance, the search ends there.
-   Runs 0, 1 and 2 are independent: they run at once on `jobs` cores.
+   (`stepc.fifo.predict`): when that run is within the tolerance, it stands for step 3's
+   good run (no budget search). Runs 0, 1 and 2 are independent: they run at once on
+   `jobs` cores.
 3. Else (the budget search) every class is capped at one budget of bytes `U` per FIFO (the
    depth is `U / element bytes`, never above the high water, never below the static minimum
    under the depths around it), and `U` is bisected, first over powers of two, then within
