@@ -15,9 +15,9 @@ costs only the cycles up to the bound.
 1. Every class at its static minimum: when that run is within the tolerance, nothing
    smaller exists and the search ends (the bundled MoE layers).
 2. Every class at the depth predicted from the reference run's occupancy log
-   (`stepc.fifo.predict`): when that run is within the tolerance, it stands for step 3's
-   good run (no budget search). Runs 0, 1 and 2 are independent: they run at once on
-   `jobs` cores.
+   (`stepc.fifo.predict`), unless those depths hold more bytes than the uniform depth:
+   when that run is within the tolerance, it stands for step 3's good run (no budget
+   search). Runs 0, 1 and 2 are independent: they run at once on `jobs` cores.
 3. Else (the budget search) every class is capped at one budget of bytes `U` per FIFO (the
    depth is `U / element bytes`, never above the high water, never below the static minimum
    under the depths around it), and `U` is bisected, first over powers of two, then within
@@ -193,10 +193,13 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     predicted = predicted_depths(list(of_edge), logs, hw.fabric.hop_latency)
     guess = floored({c.key: fixed.get(c.key, max(predicted[k] for k in c.edges))
                      for c in classes})
+    # The prediction keeps the cycles, not the bytes: one holding more than the uniform
+    # depth is left to the budget search, which weighs bytes.
+    light = sum(d * totals[k] for k, d in guess.items()) <= preset * sum(totals.values())
     first = [Trial(per_edge({c.key: preset for c in classes}),
                    UNIFORM_LIMIT * reference.result.cycles), Trial(per_edge(minimum), limit)]
     at_preset, best, *rest = runner.all(first + [Trial(per_edge(guess), limit)] * (
-        guess != minimum))
+        guess != minimum and light))
     uniform = None if at_preset is None else at_preset.cycles
     log.append(f"every FIFO at the uniform depth {preset}: {_outcome(at_preset)}")
     log.append(f"every FIFO at its minimum: {_outcome(best)}")
