@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stepc.api.arguments import bool_arg
+from stepc.api.arguments import bool_arg, int_arg
 from stepc.api.errors import InputError, SimulationError
 from stepc.api.inputs import hardware, trace_arrays, trace_input_error
 from stepc.report.fifo import FifoReport, FifoRow
@@ -21,16 +21,20 @@ if TYPE_CHECKING:
 def size_fifos(compiled: Compiled, hw=None,
                set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
                traces: Mapping[str, Any] | None = None, tolerance: float = 0.01,
-               search: bool = True) -> FifoReport:
+               search: bool = True, jobs: int | None = None) -> FifoReport:
     """`Program.fifo`: the static analysis, and with `search` the depths within
-    `tolerance` (a fraction) of the unbounded-FIFO cycles, by simulation."""
+    `tolerance` (a fraction) of the unbounded-FIFO cycles, by simulation (independent
+    runs `jobs` at a time; default: the machine's cores)."""
     from stepc.analyze import trace_bindings
+    from stepc.explore import MAX_JOBS
     from stepc.fifo.search import fifo_classes, search_depths
     from stepc.fifo.static import analyze_fifos
+    from stepc.fifo.trials import default_jobs
     from stepc.sim.kernel import SimError
     from stepc.traces import TraceError
 
     bool_arg("search", search)
+    jobs = default_jobs() if jobs is None else int_arg("jobs", jobs, 1, MAX_JOBS)
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
             not 0 <= tolerance < 10:
         raise InputError(f"tolerance: expected a fraction from 0 to 10 (0.01 is 1%), found "
@@ -46,7 +50,7 @@ def size_fifos(compiled: Compiled, hw=None,
     outcome = None
     if search and not analysis.loops:
         try:
-            outcome = search_depths(analysis, config, arrays, tolerance, bindings)
+            outcome = search_depths(analysis, config, arrays, tolerance, bindings, jobs)
         except TraceError as e:
             raise trace_input_error(e, compiled.sources) from None
         except SimError as e:

@@ -257,12 +257,13 @@ class Program:
     def fifo(self, hw: str | HardwareConfig | None = None,
              set: Mapping[str, Any] | Sequence[str] | None = None,  # noqa: A002
              traces: Mapping[str, Any] | None = None, tolerance: float = 0.01,
-             search: bool = True):
+             search: bool = True, jobs: int | None = None):
         """FIFO sizing (`stepc fifo`, docs/fifo.md): the static minimum depths, dead loops
-        and, with `search`, the depths within `tolerance` of unbounded-FIFO cycles; a
+        and, with `search`, the depths within `tolerance` of unbounded-FIFO cycles, its
+        independent simulations `jobs` at a time (default: the machine's cores); a
         `stepc.api.fifo.FifoReport`."""
         from stepc.api.fifo import size_fifos
-        return size_fifos(self._compiled, hw, set, traces, tolerance, search)
+        return size_fifos(self._compiled, hw, set, traces, tolerance, search, jobs)
 
     def inputs(self, values: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The contents a functional run starts from, by tensor name: every `input`,

@@ -46,12 +46,14 @@ class FifoSizing:
 def size_fifos(path: str, defines: Mapping[str, int] | None = None, hw: str | None = None,
                sets: Sequence[str] = (), traces: Mapping[str, str] | None = None,
                tolerance: float = 0.01, search: bool = True, apply: bool = False,
-               warn: Callable[[str], None] | None = None) -> FifoSizing:
+               warn: Callable[[str], None] | None = None,
+               jobs: int | None = None) -> FifoSizing:
     """Size the FIFOs of the program at `path` (`defines` override its params) on the
     hardware `hw` with `sets`, its external streams driven by `traces` (name -> file):
     the static minima and, with `search`, the depths within `tolerance` (a fraction) of
     unbounded-FIFO cycles; with `apply`, those depths written into its files unless it
-    deadlocks. `warn` hears each setting the run will not read, before any compiling.
+    deadlocks. `warn` hears each setting the run will not read, before any compiling;
+    `jobs`: the search's independent simulations run at once (default: the cores).
     Raises InputError and SimulationError."""
     from stepc.app.inputs import checked_program
     config = hardware(hw, sets, warn)
@@ -59,7 +61,7 @@ def size_fifos(path: str, defines: Mapping[str, int] | None = None, hw: str | No
     if not checked.ok:
         return FifoSizing(checked)
     report = checked.program().fifo(config, traces=dict(traces or {}), tolerance=tolerance,
-                                    search=search)
+                                    search=search, jobs=jobs)
     sizing = FifoSizing(checked, report)
     if apply and report.deadlock_free:
         try:

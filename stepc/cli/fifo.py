@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from stepc.app.study import MAX_JOBS
 from stepc.cli.common import (
     DEFINE,
     EXIT_DEADLOCK,
@@ -45,10 +46,13 @@ from stepc.cli.common import (
               help="Write the searched depths into FILE and the files it imports as "
               "`depth=` attributes (formatted like `stepc fmt`), as the confirmation run "
               "compiled them.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=MAX_JOBS), default=None,
+              metavar="N", help="Simulations the search runs at once where they are "
+              "independent (default: the number of cores); the depths do not depend on it.")
 @FORMAT
 @quick_exit
 def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, apply_depths,
-             fmt):
+             jobs, fmt):
     """How deep each FIFO of a program must be: the depth below which a FIFO on a
     reconvergent path must deadlock (static, from the stream shapes), feedback loops no
     depth can start, and the smallest depths at which simulated cycles stay within
@@ -71,6 +75,8 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
     from stepc.app import InputError, SimulationError
     from stepc.app.fifo import size_fifos
 
+    if static_only and jobs is not None:
+        raise click.UsageError("--jobs sets the search's simulations: drop --static")
     if apply_depths:
         if static_only:
             raise click.UsageError("--apply writes the searched depths: drop --static")
@@ -80,7 +86,8 @@ def fifo_cmd(file, defines, hw, sets, traces, tolerance, static_only, show_all, 
     try:
         sizing = size_fifos(file, parse_defines(defines), hw, sets,
                             dict(pairs(traces, "--trace")), tolerance / 100,
-                            search=not static_only, apply=apply_depths, warn=warning)
+                            search=not static_only, apply=apply_depths, warn=warning,
+                            jobs=jobs)
     except InputError as e:
         input_error(e, traces)
     except SimulationError as e:

@@ -51,6 +51,7 @@ def run_case(name: str, params: dict[str, int]) -> Case:
     from stepc.fifo.confirm import confirm
     from stepc.fifo.search import element_bytes, search_depths
     from stepc.fifo.static import analyze_fifos
+    from stepc.fifo.trials import default_jobs
     from stepc.frontend import compile_file
     from stepc.hw import load_config
 
@@ -60,7 +61,7 @@ def run_case(name: str, params: dict[str, int]) -> Case:
         raise SystemExit(f"{path}: does not compile")
     hw = load_config(HW)
     typed = compiled.typed
-    found = search_depths(analyze_fifos(typed), hw, tolerance=TOLERANCE)
+    found = search_depths(analyze_fifos(typed), hw, tolerance=TOLERANCE, jobs=default_jobs())
     if not found.cycles:
         raise SystemExit(f"{path}: the search found no depths that complete")
     sizes = {c.key: [element_bytes(typed, k, found.bindings) for k in c.edges]

@@ -13,15 +13,19 @@ costs only the cycles up to the bound.
 0. Every FIFO at the hardware's depth, the uniform depth the report compares with: whether
    it deadlocks (the run stops past UNIFORM_LIMIT times the reference cycles).
 1. Every class at its static minimum: when that run is within the tolerance, nothing
-   smaller exists and the search ends (the bundled MoE layers: three runs in all).
-2. Else every class is capped at one budget of bytes `U` per FIFO (the depth is
-   `U / element bytes`, never above the high water, never below the static minimum under
-   the depths around it), and `U` is bisected, first over powers of two, then within the
-   last doubling, for the smallest budget whose run completes within the tolerance: FIFOs
-   of small elements on the critical reconvergent paths get the depth they need, FIFOs of
-   large tiles only what the cycles ask.
-3. Each class is lowered to the most its FIFOs held in that good run (what it used).
-4. The rows holding the most bytes are lowered back to their minimum, the longest prefix
+   smaller exists and the search ends (the bundled MoE layers).
+2. Every class at the depth predicted from the reference run's occupancy log
+   (`stepc.fifo.predict`), unless those depths hold more bytes than the uniform depth:
+   when that run is within the tolerance, it stands for step 3's good run (no budget
+   search). Runs 0, 1 and 2 are independent: they run at once on `jobs` cores.
+3. Else (the budget search) every class is capped at one budget of bytes `U` per FIFO (the
+   depth is `U / element bytes`, never above the high water, never below the static minimum
+   under the depths around it), and `U` is bisected, first over powers of two, then within
+   the last doubling, for the smallest budget whose run completes within the tolerance:
+   FIFOs of small elements on the critical reconvergent paths get the depth they need,
+   FIFOs of large tiles only what the cycles ask.
+4. Each class is lowered to the most its FIFOs held in that good run (what it used).
+5. The rows holding the most bytes are lowered back to their minimum, the longest prefix
    of them (heaviest first, found by bisection) whose run stays within the tolerance, in
    two passes (the second skips the row the first could not lower).
 
@@ -38,9 +42,10 @@ from dataclasses import dataclass, field
 import sympy
 
 from stepc.analyze import analyze
+from stepc.fifo.predict import predicted_depths
 from stepc.fifo.static import EdgeKey, FifoAnalysis, edge_key
-from stepc.measure import Measurement, measure
-from stepc.sim.kernel import CycleLimitError
+from stepc.fifo.trials import Outcome, Runner, Trial
+from stepc.measure import measure
 
 ClassKey = tuple[str, int, bool]  # consumer call's location, input slot, settable
 UNBOUNDED_DEPTH = 1 << 20  # a depth no bundled program fills: the unbounded-FIFO reference
@@ -112,52 +117,42 @@ def fifo_classes(analysis: FifoAnalysis, default_depth: int, bindings: dict) -> 
 
 
 def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.01,
-                  bindings: dict | None = None) -> SearchResult:
-    """Per-class depths within `tolerance` of the unbounded-FIFO cycles (see the module)."""
+                  bindings: dict | None = None, jobs: int = 1) -> SearchResult:
+    """Per-class depths within `tolerance` of the unbounded-FIFO cycles (see the module),
+    independent runs `jobs` at a time (the answer is the same for any `jobs`)."""
     typed = analysis.typed
     start = time.perf_counter()
     preset = hw.fabric.fifo_depth
     classes = fifo_classes(analysis, preset, bindings or {})
-    runs = [0]
     log: list[str] = []
     costs = analyze(typed, "artifact", hw)  # once: every run binds the same analysis
+    runner = Runner(typed, hw, traces, costs, jobs)
 
-    def run(depths: dict[ClassKey, int], limit: int | None = None,
-            edges: dict[EdgeKey, int] | None = None) -> Measurement | None:
-        """One timing-only run (`edges`: single FIFOs at other depths than their class's);
-        None when it passed `limit` cycles (it stops there)."""
-        runs[0] += 1
-        per_edge = {k: depths[c.key] for c in classes for k in c.edges} | (edges or {})
-        try:
-            return measure(typed, hw, traces, functional=False, analysis=costs,
-                           depths=per_edge, max_cycles=limit)
-        except CycleLimitError:
-            if limit is None:
-                raise
-            return None
+    def per_edge(depths: dict[ClassKey, int], edges: dict[EdgeKey, int] | None = None
+                 ) -> dict[EdgeKey, int]:
+        """Each FIFO's depth: its class's (`edges`: single FIFOs at other depths)."""
+        return {k: depths[c.key] for c in classes for k in c.edges} | (edges or {})
 
-    def done(depths, m: Measurement | None, within: bool) -> SearchResult:
+    def done(depths, m: Outcome | None, within: bool) -> SearchResult:
         for c in classes:
             c.depth = depths[c.key]
         return SearchResult(classes, reference.result.cycles if not reference.deadlocked
-                            else 0, 0 if m is None or m.deadlocked else m.result.cycles,
-                            runs[0], time.perf_counter() - start, log,
+                            else 0, 0 if m is None else m.cycles,
+                            runner.runs, time.perf_counter() - start, log,
                             dict(reference.result.bindings),
                             reference.analysis_totals.get("on_chip_bytes"), uniform, within,
                             fan_outs)
 
     uniform: int | None = None
     fan_outs: list[FanOutNeed] = []
-    reference = run({c.key: UNBOUNDED_DEPTH for c in classes})
+    unbounded = {c.key: UNBOUNDED_DEPTH for c in classes}
+    runner.runs += 1  # the reference, here: its occupancy log stays in this process
+    reference = measure(typed, hw, traces, functional=False, analysis=costs,
+                        depths=per_edge(unbounded), trace_ops=True)
     if reference.deadlocked:
         log.append("deadlocks with unbounded FIFOs: no depth helps")
-        return done({c.key: UNBOUNDED_DEPTH for c in classes}, reference, False)
+        return done(unbounded, Outcome(0, {}), False)
     limit = int(reference.result.cycles * (1 + tolerance))  # a run past it stops early
-    at_preset = run({c.key: preset for c in classes},
-                    UNIFORM_LIMIT * reference.result.cycles)
-    uniform = None if at_preset is None else 0 if at_preset.deadlocked else \
-        at_preset.result.cycles
-    log.append(f"every FIFO at the uniform depth {preset}: {_outcome(at_preset)}")
     names = _channel_names(typed)
     high = {c.key: max([1] + [reference.result.fifo[names[k]][0] for k in c.edges])
             for c in classes}
@@ -184,56 +179,84 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
                 depths[c] = max(depths[c], int(bound))
         return depths
 
-    def good(m: Measurement | None) -> bool:
-        return m is not None and not m.deadlocked and m.result.cycles <= limit
+    def good(m: Outcome | None) -> bool:
+        return m is not None and not m.deadlocked and m.cycles <= limit
 
-    def trial(depths: dict[ClassKey, int], what: str) -> Measurement | None:
-        m = run(depths, limit)
+    def trial(depths: dict[ClassKey, int], what: str) -> Outcome | None:
+        m = runner.one(Trial(per_edge(depths), limit))
         log.append(f"{what}: {_outcome(m)}")
         return m
 
-    depths = floored({c.key: fixed.get(c.key, 1) for c in classes})
-    best = trial(depths, "every FIFO at its minimum")
+    # The uniform run, the static minima and the prediction: independent runs, at once.
+    minimum = floored({c.key: fixed.get(c.key, 1) for c in classes})
+    logs = {k: reference.result.fifo_logs.get(names[k], []) for k in of_edge}
+    predicted = predicted_depths(list(of_edge), logs, hw.fabric.hop_latency)
+    guess = floored({c.key: fixed.get(c.key, max(predicted[k] for k in c.edges))
+                     for c in classes})
+    # The prediction keeps the cycles, not the bytes: one holding more than the uniform
+    # depth is left to the budget search, which weighs bytes.
+    light = sum(d * totals[k] for k, d in guess.items()) <= preset * sum(totals.values())
+    first = [Trial(per_edge({c.key: preset for c in classes}),
+                   UNIFORM_LIMIT * reference.result.cycles), Trial(per_edge(minimum), limit)]
+    at_preset, best, *rest = runner.all(first + [Trial(per_edge(guess), limit)] * (
+        guess != minimum and light))
+    uniform = None if at_preset is None else at_preset.cycles
+    log.append(f"every FIFO at the uniform depth {preset}: {_outcome(at_preset)}")
+    log.append(f"every FIFO at its minimum: {_outcome(best)}")
     if good(best):  # nothing can be smaller
-        return done(depths, best, True)
-    top = max(high[k] * sizes[k] for k in high)
-    best = None  # the run at the smallest good budget, once one is found
-    low = min(sizes.values())
-    coarse, refined = True, 0
-    while low < top:
-        if coarse and top > 2 * low:  # powers of two first: the budget's magnitude
-            mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
-            if not low < mid < top:
+        return done(minimum, best, True)
+    def budget_search() -> tuple[dict[ClassKey, int], Outcome | None]:
+        """The smallest byte budget per FIFO whose run is within the tolerance (its
+        depths and run), else the high water marks' run and the fan-outs it needs."""
+        nonlocal fan_outs
+        top = max(high[k] * sizes[k] for k in high)
+        best = None  # the run at the smallest good budget, once one is found
+        low = min(sizes.values())
+        coarse, refined = True, 0
+        while low < top:
+            if coarse and top > 2 * low:  # powers of two first: the budget's magnitude
+                mid = 1 << ((low.bit_length() + top.bit_length()) // 2)
+                if not low < mid < top:
+                    coarse = False
+                    continue
+            else:  # then halving within the last doubling
                 coarse = False
-                continue
-        else:  # then halving within the last doubling
-            coarse = False
-            if refined == REFINE_STEPS:
-                break
-            refined += 1
-            mid = (low + top) // 2
-            if not low < mid < top:
-                break
-        m = trial(capped(mid), f"{mid:,} B per FIFO")
-        if good(m):
-            top, best = mid, m
-        else:
-            low = mid
-    depths = capped(top)
-    if best is None:  # no smaller budget was good: the high water marks themselves
-        best = run(depths)
-        log.append(f"at the high water marks: {_outcome(best)}")
+                if refined == REFINE_STEPS:
+                    break
+                refined += 1
+                mid = (low + top) // 2
+                if not low < mid < top:
+                    break
+            m = trial(capped(mid), f"{mid:,} B per FIFO")
+            if good(m):
+                top, best = mid, m
+            else:
+                low = mid
+        depths = capped(top)
+        if best is None:  # no smaller budget was good: the high water marks themselves
+            best = runner.one(Trial(per_edge(depths)))
+            log.append(f"at the high water marks: {_outcome(best)}")
+            if not good(best):
+                def passes(edges: dict[EdgeKey, int]) -> bool:
+                    m = runner.one(Trial(per_edge(depths, edges), limit))
+                    log.append(f"the fan-outs stepc inserted at the most they held: {_outcome(m)}")
+                    return good(m)
+                fan_outs = _fan_outs_needed(classes, names, reference, preset, passes)
+                fan_outs = [FanOutNeed(k, int(typed.program.nodes[k[2]].attrs["consumers"]), d)
+                            for k, d in fan_outs]
+                return depths, best
+        return depths, best
+
+    if rest:
+        log.append(f"each FIFO at its predicted depth: {_outcome(rest[0])}")
+    if rest and good(rest[0]):  # the prediction holds: lowered below as a budget's run
+        depths, best = guess, rest[0]
+    else:
+        depths, best = budget_search()
         if not good(best):
-            def passes(edges: dict[EdgeKey, int]) -> bool:
-                m = run(depths, limit, edges)
-                log.append(f"the fan-outs stepc inserted at the most they held: {_outcome(m)}")
-                return good(m)
-            fan_outs = _fan_outs_needed(classes, names, reference, preset, passes)
-            fan_outs = [FanOutNeed(k, int(typed.program.nodes[k[2]].attrs["consumers"]), d)
-                        for k, d in fan_outs]
             return done(depths, best, False)
     # Each class down to the most its FIFOs held in the good run: what it used.
-    held = {c.key: fixed.get(c.key, max([1] + [best.result.fifo[names[k]][0] for k in c.edges]))
+    held = {c.key: fixed.get(c.key, max([1] + [best.held[names[k]] for k in c.edges]))
             for c in classes}
     used = floored({k: min(d, held[k]) for k, d in depths.items()})
     if used != depths:
@@ -280,10 +303,10 @@ def _fan_outs_needed(classes, names, reference, preset, passes) -> list[tuple[Ed
     return list(deeper.items())
 
 
-def _outcome(m: Measurement | None) -> str:
+def _outcome(m: Outcome | None) -> str:
     if m is None:
         return "over the tolerance (stopped)"
-    return "deadlock" if m.deadlocked else f"{m.result.cycles:,} cycles"
+    return "deadlock" if m.deadlocked else f"{m.cycles:,} cycles"
 
 
 def _channel_names(typed) -> dict[EdgeKey, str]:
