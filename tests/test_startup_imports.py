@@ -1,8 +1,8 @@
 """What a quick command imports: checking a program whose dims are all numbers loads neither
-sympy nor textX, and `stepc --help` loads no command's module (it lists them from the group's
-table, whose summaries must match the commands') and so no sympy, numpy or hardware model (each
-costs a large part of a short command's time). Each runs in a fresh interpreter, where nothing
-is loaded yet."""
+sympy nor textX (nor sympy to list its types), and `stepc --help` loads no command's module
+(it lists them from the group's table, whose summaries must match the commands') and so no
+sympy, numpy or hardware model (each costs a large part of a short command's time). Each
+runs in a fresh interpreter, where nothing is loaded yet."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def test_check_of_a_concrete_program_loads_no_sympy_or_textx():
     run = loaded_by("check", "programs/swiglu.step")
     assert run["code"] == 0
     assert run["loaded"] == []  # no sympy, textX, numpy, rich
+
+
+def test_the_types_listing_of_a_concrete_program_loads_no_sympy():
+    run = loaded_by("check", "--types", "programs/swiglu.step")
+    assert run["code"] == 0
+    assert "Strm<Tile<f32, [16, 256]>, 1>[4, 1]" in run["out"]  # the listing was printed
+    assert run["loaded"] == ["rich"]  # its table; no sympy, textX or numpy
 
 
 def test_check_of_a_symbolic_program_still_uses_sympy():
