@@ -10,15 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from typing import NamedTuple
 
 import click
 
 from stepc import __version__
-from stepc.cli import common
-from stepc.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED
-from stepc.spelling import command_line
+from stepc.cli import exits
+from stepc.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED
 
 
 class _Entry(NamedTuple):
@@ -115,6 +113,8 @@ class _Group(click.Group):
         (click would print an empty line and "Aborted!" and exit 1, the code for program
         errors). Commands that keep partial results catch it first and say where."""
         try:
+            from stepc.spelling import command_line  # not needed to parse or print help
+
             with command_line():  # messages name arguments as flags (--hw, --trace)
                 return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -158,7 +158,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except SystemExit as e:
-        if common.quick_exit_requested:
+        if exits.quick_exit_requested:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if not isinstance(e.code, (int, type(None))):
                 click.echo(e.code, err=True)
@@ -172,6 +172,8 @@ def run() -> None:
     except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
         click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
         if "--debug" in sys.argv:
+            import traceback
+
             traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
 
