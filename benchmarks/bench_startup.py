@@ -34,6 +34,7 @@ def cpu_seconds(argv: list[str], tree: Path) -> float:
     """User + system CPU seconds of one process run from the root of `tree` (`python -m`
     puts the working directory first on the module path)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed stepc runs from bytecode caches
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             cwd=tree, env=env)
     _, status, usage = os.wait4(proc.pid, 0)

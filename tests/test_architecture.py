@@ -28,7 +28,7 @@ FLOORS = [
      "stepc.tables", "stepc.outputs", "stepc.traces", "stepc.weights", "stepc.hw",
      "stepc.registry",
      "stepc.spelling"),
-    ("stepc.diagnostics", "stepc.types"),
+    ("stepc.diagnostics", "stepc.types", "stepc.symbol_families"),
     ("stepc.ops",),
     ("stepc.grammar",),
     ("stepc.graph",),

@@ -5,32 +5,18 @@ A program with a loop over 128 experts has costs like `3145728*ceil(n_0/16) + ..
 terms that differ only in the first index of their indexed symbols (`n_0`, `mx_3_rows`,
 `xt_2_1_d'`) over a contiguous range of at least three indices become one Σ, and summands
 that run over the same range share it; a summand with a second index folds again inside
-(`Σ_{i<32} Σ_{j<4} xt_i_j_d'`). `fold_names` writes lists of such symbols as ranges
-(`n_0..n_127`).
+(`Σ_{i<32} Σ_{j<4} xt_i_j_d'`). The families of indexed symbols, and lists of names folded
+as ranges (`n_0..n_127`), are stepc.symbol_families'.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import re
-
 import sympy
 
-from stepc.types import DimPrinter, natural_key
+from stepc.symbol_families import MIN_FOLD, family
+from stepc.types import DimPrinter
 
-_INDEX = re.compile(r"(?<=_)(\d+)(?=_|'|$)")  # a numeric part of a name: n_12, xt_2_1_d'
-MIN_FOLD = 3  # terms a Σ must replace
 LETTERS = "ijklmn"
-
-
-@functools.lru_cache(maxsize=65536)
-def family(name: str) -> tuple[str, tuple[int, ...]] | None:
-    """(template, indices) of an indexed symbol name: `xt_2_1_d'` -> ("xt_{}_{}_d'", (2, 1))."""
-    if not re.match(r"[A-Za-z_]", name):
-        return None
-    indices = tuple(int(m) for m in _INDEX.findall(name))
-    return (_INDEX.sub("{}", name), indices) if indices else None
 
 
 class _FoldPrinter(DimPrinter):
@@ -142,30 +128,3 @@ def fmt_folded(e) -> str:
     """A symbolic expression with its sums over symbol families folded into Σ."""
     return _FoldPrinter({"order": "none"}).doprint(sympy.sympify(e))
 
-
-def fold_names(names) -> list[str]:
-    """Names in natural order; the members of a family whose indices fill a box of
-    contiguous ranges (at least three) are written as one range: n_0..n_127."""
-    names = sorted(set(names), key=natural_key)
-    fams: dict[str, list[tuple[int, ...]]] = {}
-    for n in names:
-        f = family(n)
-        if f is not None:
-            fams.setdefault(f[0], []).append(f[1])
-    folded: dict[str, str] = {}
-    for template, idx in fams.items():
-        ranges = [sorted({i[k] for i in idx}) for k in range(len(idx[0]))]
-        box = set(itertools.product(*ranges))
-        if len(idx) >= MIN_FOLD and len(box) == len(idx) == len(set(idx)) and \
-                all(r == list(range(r[0], r[-1] + 1)) for r in ranges):
-            folded[template] = (f"{template.format(*(r[0] for r in ranges))}.."
-                                f"{template.format(*(r[-1] for r in ranges))}")
-    out: list[str] = []
-    for n in names:
-        f = family(n)
-        if f is not None and f[0] in folded:
-            if folded[f[0]] not in out:
-                out.append(folded[f[0]])
-        else:
-            out.append(n)
-    return out

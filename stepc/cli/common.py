@@ -1,8 +1,5 @@
-"""What the `stepc` commands share: exit codes, options, reading -D/NAME=VALUE pairs,
-reporting diagnostics, warnings and usage errors, checking output paths.
-
-Exit codes: 0 success (warnings allowed), 1 the program has errors, 2 usage error,
-3 the simulation deadlocked, 70 internal error (a bug in stepc: please report it).
+"""What the `stepc` commands share: exit codes (from `exits`), options, reading
+-D/NAME=VALUE pairs, reporting diagnostics, warnings and usage errors, checking output paths.
 """
 
 from __future__ import annotations
@@ -16,31 +13,21 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from stepc.cli.exits import (  # noqa: F401 - the commands import them from here
+    EXIT_DEADLOCK,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROGRAM,
+    EXIT_USAGE,
+    quick_exit,
+)
 from stepc.codes import TRACE_MISMATCH
 from stepc.diagnostics import Diagnostic, Note, render_text
 
 if TYPE_CHECKING:
     from stepc.api import CheckReport, InputError
     from stepc.frontend import Compiled
-
-EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_DEADLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 70
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
-
-
-quick_exit_requested = False  # set by a command that may end the process without tearing it down
-
-
-def quick_exit(command):
-    """Mark a command that leaves no child processes or open resources behind: when it
-    ends, the process exits at once, without freeing its heap object by object (sympy's
-    caches, a simulation's arrays), which the operating system reclaims anyway."""
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        global quick_exit_requested
-        quick_exit_requested = True
-        return command(*args, **kwargs)
-    return wrapper
-
 
 def fewer_collections(command):
     """For a command that compiles one program and exits: the cyclic garbage collector runs

@@ -10,29 +10,67 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
+from typing import NamedTuple
 
 import click
 
 from stepc import __version__
-from stepc.cli import common
-from stepc.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED
-from stepc.spelling import command_line
+from stepc.cli import exits
+from stepc.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED
+
+
+class _Entry(NamedTuple):
+    """Where a command lives, and what `stepc --help` lists for it without importing it: the
+    `short_help` the command declares or, for a command that declares none (`from_help`),
+    the first sentence of its help, which click shortens to the terminal's width."""
+
+    module: str
+    attr: str
+    summary: str
+    from_help: bool = False
+
+    def stand_in(self, name: str) -> click.Command:
+        """A command that the group's help lists exactly as it lists the real one."""
+        if self.from_help:
+            return click.Command(name, help=self.summary)
+        return click.Command(name, short_help=self.summary)
+
 
 # Each command lives in the module of its family, imported only when the command line names
-# it or help lists it: `stepc check` does not load the simulator's or the sweeps' modules.
+# it: `stepc check` does not load the simulator's or the sweeps' modules, and `stepc --help`
+# loads none (tests/test_startup_imports.py checks the summaries against the commands).
 _ELSEWHERE = {
-    "check": ("stepc.cli.program", "check_cmd"), "analyze": ("stepc.cli.program", "analyze_cmd"),
-    "dot": ("stepc.cli.program", "dot_cmd"),
-    "sweep": ("stepc.cli.sweep", "sweep_cmd"), "plot": ("stepc.cli.figures", "plot_cmd"),
-    "reproduce": ("stepc.cli.figures", "reproduce_cmd"), "fmt": ("stepc.cli.editor", "fmt_cmd"),
-    "lsp": ("stepc.cli.editor", "lsp_cmd"), "from-torch": ("stepc.cli.torch", "from_torch_cmd"),
-    "tune": ("stepc.cli.tune", "tune_cmd"), "sim": ("stepc.cli.sim", "sim_cmd"),
-    "import": ("stepc.cli.interop", "import_cmd"), "export": ("stepc.cli.interop", "export_cmd"),
-    "mcp": ("stepc.cli.mcp", "mcp_cmd"),
-    "tasks": ("stepc.cli.tasks", "tasks_cmd"),
-    "rewrite": ("stepc.cli.rewrite", "rewrite_cmd"),
-    "fifo": ("stepc.cli.fifo", "fifo_cmd"),
+    "check": _Entry("stepc.cli.program", "check_cmd", "Type- and shape-check a program."),
+    "analyze": _Entry("stepc.cli.program", "analyze_cmd",
+                      "Traffic, on-chip memory, FLOPs and intensity."),
+    "dot": _Entry("stepc.cli.program", "dot_cmd", "Draw a program's graph (DOT, SVG, PNG, PDF)."),
+    "sim": _Entry("stepc.cli.sim", "sim_cmd", "Simulate a program cycle by cycle."),
+    "sweep": _Entry("stepc.cli.sweep", "sweep_cmd",
+                    "Run every combination of params x hardware x traces of .step programs, "
+                    "in parallel, and compare the points.", from_help=True),
+    "plot": _Entry("stepc.cli.figures", "plot_cmd", "Plot sweep results: Pareto scatter plots "
+                   "(default) or bar charts.", from_help=True),
+    "reproduce": _Entry("stepc.cli.figures", "reproduce_cmd",
+                        "Reproduce a figure of the paper's evaluation: run its points, put "
+                        "stepc's numbers beside the paper's claims in DIR/fig<N>/report.md.",
+                        from_help=True),
+    "tune": _Entry("stepc.cli.tune", "tune_cmd",
+                   "The best schedule under budgets, without the whole grid."),
+    "fifo": _Entry("stepc.cli.fifo", "fifo_cmd",
+                   "FIFO depths: deadlock minima and throughput depths."),
+    "fmt": _Entry("stepc.cli.editor", "fmt_cmd", "Format .step files in canonical layout."),
+    "lsp": _Entry("stepc.cli.editor", "lsp_cmd", "Run the language server (for editors)."),
+    "from-torch": _Entry("stepc.cli.torch", "from_torch_cmd",
+                         "Lower a PyTorch module to a .step program."),
+    "import": _Entry("stepc.cli.interop", "import_cmd",
+                     "Read a STeP IR graph (.pb) as a .step program."),
+    "export": _Entry("stepc.cli.interop", "export_cmd",
+                     "Write a .step program as a STeP IR graph (.pb)."),
+    "mcp": _Entry("stepc.cli.mcp", "mcp_cmd", "Serve stepc's tools to agents over MCP (stdio)."),
+    "tasks": _Entry("stepc.cli.tasks", "tasks_cmd",
+                    "Kernel-writing tasks with checkers and rewards."),
+    "rewrite": _Entry("stepc.cli.rewrite", "rewrite_cmd",
+                      "Rewrite a program (downtile: hierarchical tiling)."),
 }
 
 
@@ -42,8 +80,8 @@ class _Commands(dict):
     def __missing__(self, name: str) -> click.Command:
         if name not in _ELSEWHERE:
             raise KeyError(name)
-        module, attr = _ELSEWHERE[name]
-        command = self[name] = getattr(importlib.import_module(module), attr)
+        entry = _ELSEWHERE[name]
+        command = self[name] = getattr(importlib.import_module(entry.module), entry.attr)
         return command
 
     def get(self, name, default=None):
@@ -54,7 +92,7 @@ class _Commands(dict):
 
 
 class _Group(click.Group):
-    """The `stepc` group: commands of other modules load when used (or listed by help)."""
+    """The `stepc` group: commands of other modules load when used."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,11 +101,20 @@ class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_ELSEWHERE})
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands section of the help, from `_ELSEWHERE`'s summaries: no command's
+        module is imported to list it."""
+        listed = {**{name: entry.stand_in(name) for name, entry in _ELSEWHERE.items()},
+                  **dict(self.commands)}  # the commands loaded or defined here as they are
+        click.Group(commands=listed).format_commands(ctx, formatter)
+
     def invoke(self, ctx: click.Context):
         """Run the command; Ctrl-C ends every command the same way: one line, exit 130
         (click would print an empty line and "Aborted!" and exit 1, the code for program
         errors). Commands that keep partial results catch it first and say where."""
         try:
+            from stepc.spelling import command_line  # not needed to parse or print help
+
             with command_line():  # messages name arguments as flags (--hw, --trace)
                 return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -111,7 +158,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except SystemExit as e:
-        if common.quick_exit_requested:
+        if exits.quick_exit_requested:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if not isinstance(e.code, (int, type(None))):
                 click.echo(e.code, err=True)
@@ -125,6 +172,8 @@ def run() -> None:
     except Exception as e:  # noqa: BLE001 - the last resort: exit 70 with a message
         click.echo(internal_error_message(e, debug="--debug" in sys.argv), err=True)
         if "--debug" in sys.argv:
+            import traceback
+
             traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
 

@@ -13,10 +13,11 @@ from rich.table import Table
 
 from stepc.analyze.analysis import Analysis, Roofline, add_all
 from stepc.analyze.bindings import trace_decidable
-from stepc.analyze.fold import family, fmt_folded, fold_names
+from stepc.analyze.fold import fmt_folded
 from stepc.hw import HardwareConfig
 from stepc.report.roofline import roofline_lines
 from stepc.report.types import KINDS
+from stepc.symbol_families import family, fold_names
 from stepc.tables import print_table
 from stepc.types import natural_key
 

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from stepc.analyze.fold import MIN_FOLD, fold_names
+from stepc.symbol_families import MIN_FOLD, fold_names
 from stepc.types import fmt_dim
 
 if TYPE_CHECKING:
