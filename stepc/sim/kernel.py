@@ -47,7 +47,7 @@ class Channel:
 
     __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
                  "send_waiter", "src", "dst", "high_water", "count", "elem_bytes", "reserved",
-                 "log")
+                 "log", "looks", "looked_at")
 
     def __init__(self, name: str, cap: int, src: str, dst: str):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
@@ -62,6 +62,9 @@ class Channel:
         self.elem_bytes = 0  # bytes of the largest element sent
         self.reserved = False  # a SEND_ALL claimed a slot here and waits for the others
         self.log: list | None = None  # (time, +1 | -1) occupancy changes, when tracing
+        self.looks: list | None = None  # per element, when tracing: the cycle its consumer
+        #                                 first wanted it (its first peek, else its take)
+        self.looked_at: int | None = None  # the head's first peek, while it waits
 
 
 class Ctx:
@@ -214,6 +217,9 @@ class Kernel:
         ch.credits.append(t + 1)
         if ch.log is not None:
             ch.log.append((t + 1, -1))
+        if ch.looks is not None:
+            ch.looks.append(t if ch.looked_at is None else ch.looked_at)
+            ch.looked_at = None
         if ch.send_waiter is not None:
             w, ch.send_waiter = ch.send_waiter, None
             self._wake(w)
@@ -257,6 +263,8 @@ class Kernel:
                         ctx.t = head[0]
                     if code == RECV:
                         self._release(ch, ctx.t)
+                    elif ch.looks is not None and ch.looked_at is None:
+                        ch.looked_at = ctx.t
                     value, op = head, None
                 elif code == POP:
                     self._release(op[1], ctx.t)
@@ -275,6 +283,8 @@ class Kernel:
                         head = q[0]
                         if head[0] > ctx.t:
                             ctx.t = head[0]
+                        if ch.looks is not None and ch.looked_at is None:
+                            ch.looked_at = ctx.t
                         heads.append(head)
                     value, op = heads, None
                 elif code == POP_ALL:
