@@ -12,7 +12,7 @@ from stepc.types import StreamType, Tile
 def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dict[str, sympy.Expr]:
     """The program's symbolic dims as a run determined them: `bindings` (those its data
     fixed) and those the element counts of its FIFOs (`chans`, by edge) fix."""
-    counts = {}
+    counts: dict[tuple[str, int], tuple[StreamType, int, list[set]]] = {}
     for (src, port, _dst, _slot), ch in chans.items():
         st = typed.types.get((src, port))
         if st is None:
