@@ -30,6 +30,17 @@ def test_the_replay_holds_back_a_producer_that_ran_ahead():
     assert edge_depth(AHEAD[:-1], hop=1, fork=False) == 4  # left in the FIFO: all it held
 
 
+def test_a_consumer_that_looks_ahead_needs_its_elements_when_it_looks():
+    """A load peeks at its next address at cycle 2 but takes it (and frees the slot) only
+    at 10, after its burst: one slot would delay the second address past the peek."""
+    log = [(0, 1), (1, 1), (11, -1), (21, -1)]  # sent at 0 and 1, taken at 10 and 20
+    assert edge_depth(log, hop=1, fork=False) == 1  # taken late: one slot seems enough
+    looks = [1, 11]  # the second address wanted at 11, the cycle after the first take
+    assert replay(log, 1, hop=1, looks=looks) == (1, 10)
+    assert edge_depth(log, hop=1, fork=False, looks=[1, 2]) == 2  # wanted at 2: two slots
+    assert edge_depth(log, hop=1, fork=False, looks=looks) == 2
+
+
 def _search(typed, tolerance=0.01, jobs=1):
     hw, _ = hardware("paper-eval")
     return search_depths(analyze_fifos(typed), hw, tolerance=tolerance, jobs=jobs)
@@ -48,7 +59,7 @@ def test_a_prediction_that_holds_replaces_the_budget_search(monkeypatch):
     assert not any(" B per FIFO" in line for line in result.log)
     assert result.runs == 1 + len(result.log)  # the reference, then one run per line
     assert result.within_tolerance and result.cycles <= result.unbounded_cycles
-    monkeypatch.setattr(search, "predicted_depths", lambda edges, logs, hop: dict.fromkeys(
+    monkeypatch.setattr(search, "predicted_depths", lambda edges, logs, looks, hop: dict.fromkeys(
         edges, 1))  # the minima: no run of its own
     without = _search(typed, tolerance=0.0)
     assert not any("predicted" in line for line in without.log)
@@ -70,10 +81,14 @@ def _coarse():
     return compile_file("programs/attention_coarse.step", {**ATTENTION, "NB": 2}).typed
 
 
-def test_a_prediction_over_the_tolerance_falls_back_to_the_budget_search():
-    """attention_coarse's K and V loads peek at their addresses before they take them, so
-    the replay keeps too few of them: the prediction's run is over the tolerance and the
-    budget search finds depths within it."""
+def test_a_prediction_over_the_tolerance_falls_back_to_the_budget_search(monkeypatch):
+    """attention_coarse's K and V loads peek at their addresses before they take them; a
+    replay blind to those looks keeps too few addresses: the prediction's run is over the
+    tolerance and the budget search finds depths within it."""
+    import stepc.fifo.search as search
+    real = search.predicted_depths
+    monkeypatch.setattr(search, "predicted_depths",
+                        lambda edges, logs, looks, hop: real(edges, logs, {}, hop))
     result = _search(_coarse())
     assert "each FIFO at its predicted depth: over the tolerance (stopped)" in result.log
     assert any(" B per FIFO: " in line for line in result.log[3:])

@@ -190,7 +190,8 @@ def search_depths(analysis: FifoAnalysis, hw, traces=None, tolerance: float = 0.
     # The uniform run, the static minima and the prediction: independent runs, at once.
     minimum = floored({c.key: fixed.get(c.key, 1) for c in classes})
     logs = {k: reference.result.fifo_logs.get(names[k], []) for k in of_edge}
-    predicted = predicted_depths(list(of_edge), logs, hw.fabric.hop_latency)
+    looks = {k: reference.result.fifo_looks.get(names[k], []) for k in of_edge}
+    predicted = predicted_depths(list(of_edge), logs, looks, hw.fabric.hop_latency)
     guess = floored({c.key: fixed.get(c.key, max(predicted[k] for k in c.edges))
                      for c in classes})
     # The prediction keeps the cycles, not the bytes: one holding more than the uniform

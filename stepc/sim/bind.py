@@ -12,17 +12,21 @@ from stepc.types import StreamType, Tile
 def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dict[str, sympy.Expr]:
     """The program's symbolic dims as a run determined them: `bindings` (those its data
     fixed) and those the element counts of its FIFOs (`chans`, by edge) fix."""
-    counts = {}
+    counts: dict[tuple[str, int], tuple[StreamType, int, list[set]]] = {}
     for (src, port, _dst, _slot), ch in chans.items():
         st = typed.types.get((src, port))
-        if st is not None and any(d.free_symbols for d in st.shape):
-            counts[(src, port)] = (st, ch.count)
+        if st is None:
+            continue
+        known_symbols = counts.get((src, port))
+        symbols = known_symbols[2] if known_symbols else [d.free_symbols for d in st.shape]
+        if any(symbols):
+            counts[(src, port)] = (st, ch.count, symbols)
     merges, declared = _merged_tiles(typed), _declared_dims(typed)
     while True:  # each pass can fix dims that the next pass needs
         known = len(bindings)
         values = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()}
-        for st, count in counts.values():
-            _bind_from_count(st, count, bindings, values)
+        for st, count, symbols in counts.values():
+            _bind_from_count(st, count, symbols, bindings, values)
         for sym, dims in merges:
             _bind_largest(sym, dims, bindings, values)
         for sym, dim in declared:
@@ -32,10 +36,12 @@ def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dic
     return {k: sympy.sympify(v) for k, v in bindings.items()}
 
 
-def _bind_from_count(st: StreamType, count: int, bindings: dict, values: dict) -> None:
-    """A stream whose shape has one unknown symbol as a dim: its element count fixes it
-    (to the mean, for a ragged dim, which keeps cardinalities exact)."""
-    unknown = [d for d in st.shape if d.free_symbols and not d.free_symbols <= values.keys()]
+def _bind_from_count(st: StreamType, count: int, symbols: list[set], bindings: dict,
+                     values: dict) -> None:
+    """A stream whose shape has one unknown symbol as a dim (`symbols`: each dim's free
+    symbols): its element count fixes it (to the mean, for a ragged dim, which keeps
+    cardinalities exact)."""
+    unknown = [d for d, syms in zip(st.shape, symbols) if syms and not syms <= values.keys()]
     if len(unknown) != 1 or not unknown[0].is_Symbol or unknown[0].name in bindings:
         return
     sym = unknown[0]

@@ -2,7 +2,8 @@
 
 Each operator instance is a Python generator (a *context*) with its own integer clock. It
 yields small tuples to the kernel (`PEEK`, `POP`, `SEND`, `SELECT`, `MEM`, `ISSUE`,
-`AWAIT`, `FIRST`, ...); delays
+`AWAIT`, `FIRST`, ...; `PEEK_ALL`, `POP_ALL` and `SEND_ALL` do over a list of channels
+what the single operations do one after the other, in one resume of the generator); delays
 are plain additions to `ctx.t`. A FIFO holds `(visible_time, payload, stop)` entries and a
 deque of credit (slot-free) times, following the DAM channel rules: an element sent at
 clock c is visible at `max(stamp, c + 1)`; a dequeue at clock c frees its slot at c + 1;
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 
 from stepc.sim.tokens import TileVal
 
-PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, RESERVE, ISSUE, AWAIT, FIRST = range(11)
+PEEK, POP, RECV, SEND, SEND_AT, SELECT, MEM, ISSUE, AWAIT, FIRST, PEEK_ALL, POP_ALL, \
+    SEND_ALL = range(13)
 
 
 class SimError(Exception):
@@ -45,7 +47,7 @@ class Channel:
 
     __slots__ = ("name", "q", "credits", "cap", "outstanding", "closed", "recv_waiter",
                  "send_waiter", "src", "dst", "high_water", "count", "elem_bytes", "reserved",
-                 "log")
+                 "log", "looks", "looked_at")
 
     def __init__(self, name: str, cap: int, src: str, dst: str):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
@@ -58,8 +60,11 @@ class Channel:
         self.high_water = 0
         self.count = 0
         self.elem_bytes = 0  # bytes of the largest element sent
-        self.reserved = False  # a slot was claimed by RESERVE for the next SEND
+        self.reserved = False  # a SEND_ALL claimed a slot here and waits for the others
         self.log: list | None = None  # (time, +1 | -1) occupancy changes, when tracing
+        self.looks: list | None = None  # per element, when tracing: the cycle its consumer
+        #                                 first wanted it (its first peek, else its take)
+        self.looked_at: int | None = None  # the head's first peek, while it waits
 
 
 class Ctx:
@@ -182,12 +187,39 @@ class Kernel:
     def next_event_time(self) -> int | None:
         return self.heap[0][0] if self.heap else None
 
+    def _put(self, ctx: Ctx, ch: Channel, payload, stop: int, at: int) -> None:
+        """Enqueue an element sent at `ctx.t` into `ch` (its slot claimed), visible a hop
+        later or at `at` if later, and wake the receiver."""
+        vis = ctx.t + self.hop
+        if self.max_cycles is not None and vis > self.max_cycles:
+            raise CycleLimitError(f"the run passed --max-cycles {self.max_cycles:,} "
+                                  f"(cycle {vis:,})", ctx.name)
+        if at > vis:
+            vis = at
+        q = ch.q
+        q.append((vis, payload, stop))
+        if ch.log is not None:
+            ch.log.append((ctx.t, 1))
+        ch.outstanding += 1
+        ch.count += 1
+        if len(q) > ch.high_water:
+            ch.high_water = len(q)
+            nb = payload.nbytes if type(payload) is TileVal else 8
+            if nb > ch.elem_bytes:
+                ch.elem_bytes = nb
+        if ch.recv_waiter is not None:
+            w, ch.recv_waiter = ch.recv_waiter, None
+            self._wake(w)
+
     def _release(self, ch: Channel, t: int) -> None:
         """Dequeue the head of `ch` at clock `t`: its credit returns at t + 1."""
         ch.q.popleft()
         ch.credits.append(t + 1)
         if ch.log is not None:
             ch.log.append((t + 1, -1))
+        if ch.looks is not None:
+            ch.looks.append(t if ch.looked_at is None else ch.looked_at)
+            ch.looked_at = None
         if ch.send_waiter is not None:
             w, ch.send_waiter = ch.send_waiter, None
             self._wake(w)
@@ -210,7 +242,13 @@ class Kernel:
                 if op is None:
                     op = gen.send(value)
                 code = op[0]
-                if code == PEEK or code == RECV:
+                if code == SEND or code == SEND_AT:
+                    ch = op[1]
+                    if not _claim_slot(ch, ctx, op):
+                        return
+                    self._put(ctx, ch, op[2], op[3], op[4] if code == SEND_AT else 0)
+                    value, op = None, None
+                elif code == PEEK or code == RECV:
                     ch = op[1]
                     q = ch.q
                     if not q:
@@ -225,42 +263,43 @@ class Kernel:
                         ctx.t = head[0]
                     if code == RECV:
                         self._release(ch, ctx.t)
+                    elif ch.looks is not None and ch.looked_at is None:
+                        ch.looked_at = ctx.t
                     value, op = head, None
                 elif code == POP:
                     self._release(op[1], ctx.t)
                     value, op = None, None
-                elif code == RESERVE:  # claim a slot now; the next SEND uses it
-                    ch = op[1]
-                    if not ch.reserved and not _claim_slot(ch, ctx, op):
-                        return
-                    ch.reserved = True
+                elif code == PEEK_ALL:  # every channel's head, in order (None: ended)
+                    heads = []
+                    for ch in op[1]:
+                        q = ch.q
+                        if not q:
+                            if ch.closed:
+                                heads.append(None)
+                                continue
+                            ch.recv_waiter = ctx  # retried from the first: peeks are
+                            ctx.blocked = op  # idempotent for the only consumer
+                            return
+                        head = q[0]
+                        if head[0] > ctx.t:
+                            ctx.t = head[0]
+                        if ch.looks is not None and ch.looked_at is None:
+                            ch.looked_at = ctx.t
+                        heads.append(head)
+                    value, op = heads, None
+                elif code == POP_ALL:
+                    for ch in op[1]:
+                        self._release(ch, ctx.t)
                     value, op = None, None
-                elif code == SEND or code == SEND_AT:
-                    ch = op[1]
-                    if ch.reserved:
+                elif code == SEND_ALL:  # a slot in every channel (in order), then the copies
+                    for ch in op[1]:
+                        if not ch.reserved:
+                            if not _claim_slot(ch, ctx, op):
+                                return
+                            ch.reserved = True
+                    for ch in op[1]:
                         ch.reserved = False
-                    elif not _claim_slot(ch, ctx, op):
-                        return
-                    vis = ctx.t + self.hop
-                    if self.max_cycles is not None and vis > self.max_cycles:
-                        raise CycleLimitError(f"the run passed --max-cycles "
-                                              f"{self.max_cycles:,} "
-                                       f"(cycle {vis:,})", ctx.name)
-                    if code == SEND_AT and op[4] > vis:
-                        vis = op[4]
-                    ch.q.append((vis, op[2], op[3]))
-                    if ch.log is not None:
-                        ch.log.append((ctx.t, 1))
-                    ch.outstanding += 1
-                    ch.count += 1
-                    if len(ch.q) > ch.high_water:
-                        ch.high_water = len(ch.q)
-                        nb = op[2].nbytes if type(op[2]) is TileVal else 8
-                        if nb > ch.elem_bytes:
-                            ch.elem_bytes = nb
-                    if ch.recv_waiter is not None:
-                        w, ch.recv_waiter = ch.recv_waiter, None
-                        self._wake(w)
+                        self._put(ctx, ch, op[2], op[3], 0)
                     value, op = None, None
                 elif code == SELECT:
                     ctx.selecting = op[1]
@@ -388,11 +427,15 @@ class Kernel:
             if op is None:
                 out.append(Blocked(ctx.name, ctx.op, "never scheduled", "", "", ""))
                 continue
+            if op[0] == PEEK_ALL:  # the first input it waits on
+                op = (PEEK, next(ch for ch in op[1] if not ch.q and not ch.closed))
+            elif op[0] == SEND_ALL:  # the first output without a free slot
+                op = (SEND, next(ch for ch in op[1] if not ch.reserved))
             if op[0] in (PEEK, RECV, FIRST):
                 ch = op[1]
                 out.append(Blocked(ctx.name, ctx.op, "empty input", ch.name, ch.src,
                                    f"0/{ch.cap}"))
-            elif op[0] in (SEND, SEND_AT, RESERVE):
+            elif op[0] in (SEND, SEND_AT):
                 ch = op[1]
                 out.append(Blocked(ctx.name, ctx.op, "full output", ch.name, ch.dst,
                                    f"{ch.outstanding}/{ch.cap}"))

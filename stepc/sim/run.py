@@ -72,6 +72,8 @@ class SimResult:
     wall_seconds: float = 0.0
     trace: dict[str, list] = field(default_factory=dict)  # node -> [(start, dur, label)]
     fifo_logs: dict[str, list] = field(default_factory=dict)  # FIFO -> occupancy changes
+    fifo_looks: dict[str, list] = field(default_factory=dict)  # FIFO -> per element, the
+    #                                   cycle its consumer first wanted it (traced runs)
     fifo: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # high water, cap, n
     fifo_bytes: int = 0  # sum over FIFOs of high-water elements x element bytes
     memory: MemoryStats = field(default_factory=MemoryStats)  # the memory model's counters
@@ -212,7 +214,7 @@ def wire_fifos(prog, kernel: Kernel, default_depth: int, depths: dict[EdgeKey, i
         ch = kernel.channel(f"{prog.nodes[e.src].port_label(e.port)} -> {e.dst}",
                             depth, e.src, e.dst)
         if trace_ops:
-            ch.log = []
+            ch.log, ch.looks = [], []
         chans[(e.src, e.port, e.dst, e.slot)] = ch
         outs[e.src][e.port] = ch
         pname, idx = node.inputs[e.slot]
@@ -284,7 +286,8 @@ def collect(built: Build, bindings: dict[str, sympy.Expr], wall: float) -> SimRe
         trace={c.name: c.trace for c in kernel.contexts if c.trace},
         fifo={ch.name: (ch.high_water, ch.cap, ch.count) for ch in kernel.channels},
         fifo_bytes=sum(ch.high_water * ch.elem_bytes for ch in kernel.channels),
-        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log}, memory=stats,
+        fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log},
+        fifo_looks={ch.name: ch.looks for ch in kernel.channels if ch.looks}, memory=stats,
         overrides=hardware_overrides(prog.nodes.values(), built.hw))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from stepc.ops.functions import FUNCTIONS
 from stepc.sim.behaviors.table import behavior
 from stepc.sim.fabric import fn_flops
-from stepc.sim.kernel import PEEK, POP, SEND, SimError
+from stepc.sim.kernel import PEEK_ALL, POP_ALL, SEND, SimError
 from stepc.sim.tokens import TileVal, with_last
 from stepc.sim.values import FLATMAP, MAP, accum_init, accum_update
 
@@ -20,10 +20,7 @@ def _inputs(ins) -> list:
 
 def _peek_all(chans, node):
     """Peek every input (clock jumps to the latest arrival); None when all ended."""
-    heads = []
-    for ch in chans:
-        h = yield (PEEK, ch)
-        heads.append(h)
+    heads = yield (PEEK_ALL, chans)
     if all(h is None for h in heads):
         return None
     if any(h is None for h in heads):
@@ -72,8 +69,7 @@ def map_(ctx, node, ins, outs, env, info):
             res.first = first
         if out is not None:
             yield (SEND, out, res, heads[0][2])
-        for ch in chans:
-            yield (POP, ch)
+        yield (POP_ALL, chans)
 
 
 @behavior("Accum")
@@ -108,8 +104,7 @@ def accum(ctx, node, ins, outs, env, info):
             # tile for a zero-initialised one, nothing for an empty (retiling) one
             cycles = max(cycles, -(-acc.nbytes // bw))
         first = env.run_element(ctx, free, heads, cycles, name)
-        for ch in chans:
-            yield (POP, ch)
+        yield (POP_ALL, chans)
         acc = accum_update(name, acc, args, fn, dtype, env.functional)
         if s >= b:
             if isinstance(acc, TileVal):
@@ -149,8 +144,7 @@ def scan(ctx, node, ins, outs, env, info):
                           None if acc.data is None else acc.data.copy(), first)
         if out is not None:
             yield (SEND, out, emitted, s)
-        for ch in chans:
-            yield (POP, ch)
+        yield (POP_ALL, chans)
         if s >= b:
             acc, fresh = None, True
 
@@ -180,5 +174,4 @@ def flatmap(ctx, node, ins, outs, env, info):
             raise SimError(f"FlatMap `{fn.name}` produced nothing for an element that closes "
                            f"level {s}; the fused stop encoding cannot represent an empty "
                            "sub-tensor", node.name)
-        for ch in chans:
-            yield (POP, ch)
+        yield (POP_ALL, chans)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stepc.sim.behaviors.table import behavior
-from stepc.sim.kernel import PEEK, POP, RECV, RESERVE, SELECT, SEND, SEND_AT, SimError
+from stepc.sim.kernel import PEEK, POP, RECV, SELECT, SEND, SEND_ALL, SEND_AT, SimError
 from stepc.sim.tokens import TileVal
 
 
@@ -177,7 +177,4 @@ def broadcast(ctx, node, ins, outs, env, info):
         if head is None:
             return
         _, val, s = head
-        for o in targets:
-            yield (RESERVE, o)
-        for o in targets:
-            yield (SEND, o, val, s)
+        yield (SEND_ALL, targets, val, s)
