@@ -23,8 +23,7 @@ are not measurements of stepc's speed):
   paper's schedules (tile, static, dynamic, interleaved, coarse, time-multiplexed,
   contiguous, strided): those are ratios of simulated cycles, not of run time.
 Numbers without a time or rate unit (cycle counts, bytes, sizes, `B/cycle`, `GB/s`) never
-match. Figures measured before their script existed are listed in LOAD_TO_RECORD, each
-with the script that will measure it and why its load is missing.
+match.
 """
 
 from __future__ import annotations
@@ -58,13 +57,6 @@ LOAD = re.compile(r"\bload(?:\s+averages?)?(?:\s+(?:of|about|below|under|at|arou
 CODE_SPAN = re.compile(r"`[^`]*`")
 SENTENCE_END = re.compile(r"[.;!?](?=\s)|\n\n")
 
-# (file, script): figures measured before the script existed; the script prints the load
-# on its next run, and the figure's sentence says it was not recorded.
-LOAD_TO_RECORD = {
-    ("README.md", "bench_suite.py"): "the default suite's time, measured by the lead with "
-                                     "pytest itself; bench_suite.py takes minutes of every "
-                                     "core, so it is run at release time",
-}
 
 
 @dataclass
@@ -199,12 +191,11 @@ def problems(root: Path) -> list[str]:
                 continue
             names, loads = _context(bs, i)
             scripts = [s for s in SCRIPT.findall(names) if (root / "benchmarks" / s).is_file()]
-            excused = any((name, s) in LOAD_TO_RECORD for s in scripts)
             for line, figure in figures:
                 if not scripts:
                     out.append(f"{name}:{line}: `{figure}`: its paragraph, caption or "
                                f"heading names no existing benchmarks/*.py script")
-                elif not LOAD.search(loads) and not excused:
+                elif not LOAD.search(loads):
                     out.append(f"{name}:{line}: `{figure}`: its paragraph or caption "
                                f"states no load average")
     return out
