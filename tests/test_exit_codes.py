@@ -42,6 +42,19 @@ def test_ctrl_c_exits_130_with_one_line(command, tmp_path, monkeypatch):
     assert "Aborted" not in res.output
 
 
+def test_ctrl_c_while_the_group_parses_its_options_exits_130(monkeypatch):
+    """Before any command runs (click's own parsing would print "Aborted!" and exit 1)."""
+    from stepc.cli.group import _Group
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(_Group.__mro__[1], "parse_args", interrupt)
+    res = run("check", SWIGLU)
+    assert res.exit_code == 130, res.output
+    assert res.output.strip().splitlines() == \
+        ["stepc: interrupted (Ctrl-C): nothing more was done"], res.output
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 def test_a_real_sigint_during_a_simulation_exits_130(tmp_path):
     """The signal itself, sent to `stepc sim` once the simulation is under way (the child

@@ -108,6 +108,14 @@ class _Group(click.Group):
                   **dict(self.commands)}  # the commands loaded or defined here as they are
         click.Group(commands=listed).format_commands(ctx, formatter)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse the group's own options; Ctrl-C while parsing ends as in a command (click
+        would print "Aborted!" and exit 1)."""
+        try:
+            return super().parse_args(ctx, args)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+
     def invoke(self, ctx: click.Context):
         """Run the command; Ctrl-C ends every command the same way: one line, exit 130
         (click would print an empty line and "Aborted!" and exit 1, the code for program
