@@ -93,15 +93,16 @@ def static_dims_as_ints() -> Iterator[None]:
         _AS_INTS.reset(token)
 
 
-def _plain(x: object) -> bool:
-    """An integer that is not a bool (sympy makes a bool a logical value, not a number)."""
+def is_int(x: object) -> bool:
+    """An integer that is not a bool (sympy makes a bool a logical value, not a number): a
+    Python int or a `StaticDim`."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
 def dim(value: Any) -> Any:
     """`value` as a dim: a `StaticDim` for an integer inside `static_dims_as_ints()`, else
     the sympy expression of `value` (`sympy.sympify`)."""
-    if _plain(value) and (type(value) is StaticDim or _AS_INTS.get()):
+    if is_int(value) and (type(value) is StaticDim or _AS_INTS.get()):
         return StaticDim(value)
     return sympy.sympify(value)
 
@@ -127,7 +128,7 @@ def _integer_op(name: str, exact):
     other operand is an integer and `exact` answers (not None), else sympy's Integer
     operator (the result and its type as a sympy Integer would give)."""
     def op(self, other):
-        if _plain(other):
+        if is_int(other):
             value = exact(int(self), int(other))
             if value is not None:
                 return StaticDim(value)
@@ -146,7 +147,7 @@ def _compare(name: str):
     int_op = getattr(int, name)
 
     def op(self, other):
-        if _plain(other):
+        if is_int(other):
             return int_op(self, other)
         if isinstance(other, (float, complex)) or is_sympy(other):
             return getattr(sympy.Integer(int(self)), name)(other)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from stepc.canon import memo_renamed
 from stepc.source import Span
-from stepc.sympy_lazy import StaticDim, defer_tensor_module, dim, product, total
+from stepc.sympy_lazy import StaticDim, defer_tensor_module, dim, is_int, product, total
 
 if TYPE_CHECKING:
     import sympy
@@ -30,11 +30,6 @@ DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "boo
 INT_DTYPES = ("i32", "u32", "u64")
 
 Dim: TypeAlias = "sympy.Expr"
-
-
-def _integer(x: object) -> bool:
-    """An int (a static dim, or a Python integer), not a bool."""
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 # ------------------------------------------------------------------ printing
@@ -97,7 +92,7 @@ def fmt_dim(d: Dim) -> str:
     key = (type(d), d)  # the type too: 2 == 2.0, but they print differently
     text = _PRINTED.get(key)
     if text is None:
-        text = printed_int(d) if _integer(d) else _printer().doprint(d)
+        text = printed_int(d) if is_int(d) else _printer().doprint(d)
         if len(_PRINTED) >= PRINTED_SIZE:
             _PRINTED.clear()
         _PRINTED[key] = text
@@ -107,7 +102,7 @@ def fmt_dim(d: Dim) -> str:
 def dim_json(e) -> int | float | str | None:
     """A value in stepc's JSON documents: an int when integral, a float when numeric (None
     for NaN), else the expression as stepc prints it."""
-    if _integer(e):
+    if is_int(e):
         return int(e)
     e = sympy.sympify(e)
     if e.is_Integer:
@@ -293,7 +288,7 @@ class SymbolTable:
 
 def equal(a: Dim, b: Dim) -> bool | None:
     """Three-valued dim equality: True (proved), False (refuted), None (unknown)."""
-    if _integer(a) and _integer(b):
+    if is_int(a) and is_int(b):
         return a == b
     a, b = sympy.sympify(a), sympy.sympify(b)
     if a == b:

@@ -18,6 +18,7 @@ from stepc.codes import (
 )
 from stepc.grammar import ast
 from stepc.source import Span
+from stepc.sympy_lazy import is_int
 
 if TYPE_CHECKING:
     import sympy
@@ -45,7 +46,7 @@ Resolver = Callable[[str, Span], "int | sympy.Expr"]
 def _integers(*values) -> bool:
     """Every value an int (not a bool): symbolic evaluation stays in integers, whose results
     equal sympy's (floor(a/b) == a // b, Mod(a, b) == a % b for integers)."""
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return all(is_int(v) for v in values)
 
 
 def _apply(e: ast.BinOp, a, b, symbolic: bool):
