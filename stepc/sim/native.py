@@ -1,0 +1,27 @@
+"""Which simulator core runs: the compiled modules (`stepc/**/*.pyx`, built into the wheel by
+hatch_build.py, or in a checkout by `python hatch_build.py`) when present, else the Python
+ones, which give the same cycles more slowly. `STEPC_PURE_PYTHON=1` in the environment
+chooses the Python core (read at each run)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+PURE_PYTHON_VARIABLE = "STEPC_PURE_PYTHON"
+
+
+def compiled(module: str):
+    """The compiled module `module` (a dotted name), or None when it was not built or the
+    environment asks for the Python core."""
+    if os.environ.get(PURE_PYTHON_VARIABLE) == "1":
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def core_name() -> str:
+    """`native` when the compiled core is built and chosen, else `python`."""
+    return "native" if compiled("stepc.sim._kernel") is not None else "python"
