@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_addoption(parser, pluginmanager):
@@ -19,6 +23,33 @@ def pytest_addoption(parser, pluginmanager):
         help="(Re)write the golden .expect files of tests/golden instead of comparing "
              "against them.",
     )
+
+
+def _native_sources_built() -> bool:
+    """Every Cython source of the checkout has a compiled module at least as new."""
+    for source in ROOT.joinpath("stepc").rglob("*.pyx"):
+        built = [p.stat().st_mtime for p in source.parent.glob(source.stem + ".*.so")]
+        if not built or max(built) < source.stat().st_mtime:
+            return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """The simulator's native core built in place before the workers start (the tests run
+    the checkout, not an installed wheel), when a source changed since the last build;
+    without a compiler the tests run the Python core and the native-only tests skip."""
+    if hasattr(config, "workerinput") or _native_sources_built():
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    try:
+        hook.build_in_place(ROOT)
+    except Exception as e:  # no compiler or no Cython: the Python core runs
+        config.native_build_error = f"{type(e).__name__}: {e}"
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +88,11 @@ def pytest_terminal_summary(terminalreporter):
         except PackageNotFoundError:
             found.append(f"{package} not installed")
     terminalreporter.write_line("from-torch ran against " + ", ".join(found))
+    from stepc.sim.native import core_name
+
+    error = getattr(terminalreporter.config, "native_build_error", None)
+    terminalreporter.write_line(f"simulator core: {core_name()}" +
+                                (f" (the native build failed: {error})" if error else ""))
     if not terminalreporter.stats.get("skipped"):
         return
     missing = []

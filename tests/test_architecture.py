@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,20 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+# the Python modules and the Cython sources of compiled ones (stepc/**/*.pyx)
+MODULES = {module_name(p): p for p in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyx")])}
+PYTHON_IMPORT = re.compile(r"(from \S+ import |import )(?!.*\bcimport\b)")
+
+
+def source(module: str) -> str:
+    """A module's text as Python: of a Cython source, its Python imports alone (in place,
+    each on its own line: what the import rules read)."""
+    path = MODULES[module]
+    text = path.read_text()
+    if path.suffix == ".pyx":
+        text = "\n".join(line if PYTHON_IMPORT.match(line) else ""
+                         for line in text.splitlines())
+    return text
 
 
 def owner(name: str) -> str | None:
@@ -101,7 +115,7 @@ def imports(module: str, annotations: bool = False) -> dict[str, int]:
                 if target is not None and target != module:
                     found.setdefault(target, child.lineno)
             visit(child)
-    visit(ast.parse(path.read_text(), str(path)))
+    visit(ast.parse(source(module), str(path)))
     return found
 
 
@@ -217,7 +231,7 @@ def test_front_ends_enter_through_the_use_cases():
 def api_imports(module: str) -> list[tuple[int, str]]:
     """(line, name) of each name `module` takes from stepc.api or one of its submodules."""
     found = []
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in ast.walk(ast.parse(source(module))):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module and \
                 node.module.startswith("stepc.api"):
             found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
@@ -241,8 +255,8 @@ def string_registries() -> dict[str, dict[str, int]]:
     """Modules named by string in a module-level table (`"stepc.x.y"` or
     `"stepc.x.y:attr"`), resolved like imports: module -> {named module: line}."""
     found: dict[str, dict[str, int]] = {}
-    for module, path in MODULES.items():
-        for node in ast.parse(path.read_text()).body:
+    for module in MODULES:
+        for node in ast.parse(source(module)).body:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)):
                 continue
             for const in ast.walk(node):
@@ -254,7 +268,7 @@ def string_registries() -> dict[str, dict[str, int]]:
 
 
 def defines(module: str, attr: str) -> bool:
-    tree = ast.parse(MODULES[module].read_text())
+    tree = ast.parse(source(module))
     names = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -290,14 +304,14 @@ def test_string_registries_name_real_modules_below_them():
     bad = []
     for module, named in string_registries().items():
         path = MODULES[module].relative_to(PACKAGE.parent)
-        source = MODULES[module].read_text()
+        text = source(module)
         home = floor("stepc.api") if module == "stepc" else floor(module)
         for name, line in named.items():
             if name not in MODULES:
                 bad.append(f"{path}:{line}: {name!r} is no module of stepc")
             elif floor(name) > home:
                 bad.append(f"{path}:{line}: {module} -> {name} runs up a floor")
-        for name, attr in named_attributes(ast.parse(source)):
+        for name, attr in named_attributes(ast.parse(text)):
             if name in MODULES and not defines(name, attr):
                 bad.append(f"{path}: {name}:{attr}: {name} defines no {attr}")
     assert bad == []

@@ -81,6 +81,20 @@ def test_stepc_is_imported_from_the_environment(installed, workspace):
     assert not Path(where).is_relative_to(REPO)
 
 
+def test_the_wheel_carries_the_native_core(installed, workspace):
+    """The wheel built on a machine with a C compiler holds the compiled simulator core, and
+    the installed copy runs it (the same cycles as the Python core, as the tree's tests
+    show)."""
+    from stepc.sim.native import MODULES
+    core = run(installed / "python", "-c", "from stepc.sim.native import core_name; "
+               "print(core_name())", cwd=workspace).stdout.strip()
+    assert core == "native", core
+    for module in MODULES:
+        where = run(installed / "python", "-c", f"import {module} as m; print(m.__file__)",
+                    cwd=workspace).stdout.strip()
+        assert where.endswith(".so") and Path(where).is_relative_to(installed.parent), where
+
+
 def test_the_command_line(installed, workspace):
     from stepc.api.program import load
     assert "Usage: stepc" in run(installed / "stepc", "--help", cwd=workspace).stdout

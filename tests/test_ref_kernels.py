@@ -1,8 +1,9 @@
 """The `ref` memory model's strategies (`stepc.sim.hbm.ref.STRATEGIES`) serve every request
-identically: the closed form per stretch of constant ports (the default), numpy in pickup
-order, the plain request loop in Python under windows cut by the pickups alone, the same
-loop compiled by numba (`stepc[fast]`), and the memory window's generic numpy path. Same
-cycles, same per-channel counts, on every bundled program and on the validation fabric."""
+identically: the whole window service compiled (the default where the native core is
+built), the closed form per stretch of constant ports, numpy in pickup order, the plain
+request loop in Python under windows cut by the pickups alone, the same loop compiled by
+numba (`stepc[fast]`), and the memory window's generic numpy path. Same cycles, same
+per-channel counts, on every bundled program and on the validation fabric."""
 
 from __future__ import annotations
 
@@ -14,9 +15,19 @@ from stepc.hw import load_config
 from stepc.sim.hbm import make_memory, ref
 from stepc.sim.hbm.ref import STRATEGIES, RefHbm
 from stepc.sim.kernel import Kernel
+from stepc.sim.native import PURE_PYTHON_VARIABLE, compiled
 from stepc.sim.run import simulate
 
 OTHERS = [s for s in STRATEGIES if s != "auto"]
+NATIVE = compiled("stepc.sim.hbm._ref_pool") is not None
+
+
+def needs(strategy: str) -> None:
+    """Skip a strategy whose compiled part is not installed."""
+    if strategy == "numba":
+        pytest.importorskip("numba")
+    if strategy == "native" and not NATIVE:
+        pytest.skip("the native core is not built (python hatch_build.py)")
 
 
 def assert_same(a, b) -> None:
@@ -37,8 +48,7 @@ def served_only_by(run, *paths: str) -> bool:
 @pytest.mark.parametrize("program", [pytest.param(p, marks=pytest.mark.xdist_group(f"{p}-small"))
                                      for p in PROGRAMS])
 def test_every_strategy_agrees_on_every_bundled_program(program, strategy, bundled):
-    if strategy == "numba":
-        pytest.importorskip("numba")
+    needs(strategy)
     params = SMALL.get(program)
     run = bundled.run(program, params, ref_strategy=strategy)
     assert served_only_by(run, strategy, "in-order" if strategy == "closed" else strategy)
@@ -57,8 +67,7 @@ def test_every_strategy_agrees_at_the_bundled_sizes(program, strategy, bundled):
 @pytest.mark.parametrize("strategy", OTHERS)
 def test_every_strategy_agrees_on_the_validation_fabric(strategy, bundled):
     """8 channels, four requests per message: the closed form steps aside."""
-    if strategy == "numba":
-        pytest.importorskip("numba")
+    needs(strategy)
     for ti in (16, 256):
         params = {"TB": 16, "TI": ti}
         run = bundled.run("swiglu", params, "hdl-validation", strategy)
@@ -71,7 +80,7 @@ def test_streamed_tiles_see_the_same_first_responses(bundled):
     typed = bundled.typed("moe_static", MOE)
     hw = load_config("paper-eval", ("fabric.stream_tile=1",))
     auto = simulate(typed, hw, functional=False)
-    for strategy in ("closed", "in-order", "python", "generic"):
+    for strategy in ("closed", "in-order", "python", "generic") + (("native",) if NATIVE else ()):
         assert_same(simulate(typed, hw, functional=False, ref_strategy=strategy), auto)
 
 
@@ -79,14 +88,15 @@ def test_streamed_tiles_see_the_same_first_responses(bundled):
 def test_the_closed_form_serves_every_request_of_a_moe_layer(bundled):
     """The MoE layer (one request per message) is served in closed form throughout,
     however many ports issue at once: nothing request by request, no numba."""
-    run = bundled.run("moe_static")
+    run = bundled.run("moe_static", ref_strategy="closed")
     assert run.read_requests > 0 and served_only_by(run, "closed")
 
 
 def test_the_compiled_kernel_is_taken_once_a_run_is_long(monkeypatch, bundled):
-    """Short runs stay in Python and numpy (numba's start-up would not pay); a run past
-    the threshold (lowered here from 20 M requests) switches."""
+    """Without the native core, short runs stay in Python and numpy (numba's start-up would
+    not pay); a run past the threshold (lowered here from 20 M requests) switches."""
     pytest.importorskip("numba")
+    monkeypatch.setenv(PURE_PYTHON_VARIABLE, "1")
     monkeypatch.setattr(ref, "COMPILE_AFTER", 50_000)
     typed = bundled.typed("swiglu", {"TB": 16, "TI": 16})
     by = simulate(typed, load_config("hdl-validation"), functional=False).memory.served_by
@@ -94,9 +104,30 @@ def test_the_compiled_kernel_is_taken_once_a_run_is_long(monkeypatch, bundled):
     assert by.get("python", 0) + by.get("in-order", 0) > 50_000
 
 
+def test_the_native_pool_serves_plain_pools_and_only_those(monkeypatch, bundled):
+    """`auto` takes the compiled pool where it is built and no arbiter or credit limit
+    applies; with `STEPC_PURE_PYTHON=1` the Python model serves, with the same cycles."""
+    needs("native")
+    typed = bundled.typed("swiglu", {"TB": 16, "TI": 16})
+    native = simulate(typed, load_config("paper-eval"), functional=False)
+    assert served_only_by(native, "native")
+    monkeypatch.setenv(PURE_PYTHON_VARIABLE, "1")
+    python = simulate(typed, load_config("paper-eval"), functional=False)
+    assert "native" not in python.memory.served_by
+    assert_same(native, python)
+    assert (native.memory.first_cycle, native.memory.last_cycle) == \
+        (python.memory.first_cycle, python.memory.last_cycle)
+    monkeypatch.delenv(PURE_PYTHON_VARIABLE)
+    limited = load_config("paper-eval", ("hbm.outstanding=64",))
+    assert "native" not in simulate(typed, limited, functional=False).memory.served_by
+    with pytest.raises(ValueError, match="serves pools without hbm.arbiter_grants"):
+        make_memory(Kernel(), limited, "native")
+
+
 def test_an_unknown_strategy_is_refused():
     hw = load_config("paper-eval")
-    with pytest.raises(ValueError, match="unknown ref strategy 'fast': one of auto, closed"):
+    with pytest.raises(ValueError,
+                       match="unknown ref strategy 'fast': one of auto, native, closed"):
         RefHbm(Kernel(), hw.hbm, strategy="fast")
     with pytest.raises(ValueError, match="applies to hbm.model = ref, not fluid"):
         make_memory(Kernel(), load_config("paper-eval", ("hbm.model=fluid",)), "python")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import stepc
+from stepc.sim.native import MODULES as COMPILED_MODULES
 
 RECORD_ENTRY = "stepc.explore.worker"  # the module a worker runs a point in
 DATA_SUFFIXES = (".tx", ".toml")  # the grammar, hardware presets and parts
@@ -45,7 +46,8 @@ def code_digest() -> str:
 def record_sources(root: Path) -> set[str]:
     """The package's Python files (relative to `root`) a record can depend on: the modules
     `RECORD_ENTRY` imports, transitively, imports inside functions included (the root
-    package's lazy names are the public API's, not a record's)."""
+    package's lazy names are the public API's, not a record's), and the Cython sources of
+    the compiled modules the simulator loads by name."""
     seen: dict[str, Path] = {}
     todo = [RECORD_ENTRY]
     while todo:
@@ -55,6 +57,8 @@ def record_sources(root: Path) -> set[str]:
             continue
         seen[name] = path
         todo += _imported_modules(path, name)
+        if name == "stepc.sim.native":
+            todo += COMPILED_MODULES
         todo.append(name.rpartition(".")[0])  # importing a module runs its package's init
     return {p.relative_to(root).as_posix() for p in seen.values()}
 
@@ -65,7 +69,7 @@ def _module_file(root: Path, name: str) -> Path | None:
     if parts[0] != "stepc":
         return None
     base = root.joinpath(*parts[1:])
-    for path in (base / "__init__.py", base.with_suffix(".py")):
+    for path in (base / "__init__.py", base.with_suffix(".py"), base.with_suffix(".pyx")):
         if path.is_file():
             return path
     return None
@@ -74,8 +78,12 @@ def _module_file(root: Path, name: str) -> Path | None:
 def _imported_modules(path: Path, name: str) -> list[str]:
     """The modules a file imports by statement (`from a import b` names a and a.b)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    text = path.read_text()
+    if path.suffix == ".pyx":  # Cython: its Python imports alone
+        text = "\n".join(line for line in text.splitlines()
+                         if line.startswith(("import ", "from ")) and " cimport " not in line)
     out = []
-    for node in ast.walk(ast.parse(path.read_bytes())):
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

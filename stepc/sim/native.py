@@ -9,6 +9,8 @@ import importlib
 import os
 
 PURE_PYTHON_VARIABLE = "STEPC_PURE_PYTHON"
+# the compiled modules, each beside the Python code it stands in for
+MODULES = ("stepc.sim.hbm._ref_pool",)
 
 
 def compiled(module: str):
@@ -23,5 +25,9 @@ def compiled(module: str):
 
 
 def core_name() -> str:
-    """`native` when the compiled core is built and chosen, else `python`."""
-    return "native" if compiled("stepc.sim._kernel") is not None else "python"
+    """`native` when every compiled module is built and chosen, `python` when none is, else
+    the ones that are."""
+    built = [m for m in MODULES if compiled(m) is not None]
+    if len(built) == len(MODULES):
+        return "native"
+    return f"native ({', '.join(built)}), else python" if built else "python"

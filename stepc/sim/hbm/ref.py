@@ -14,7 +14,8 @@ from stepc.sim.hbm.ref_in_order import serve_in_order
 from stepc.sim.hbm.ref_periodic import serve_periodic
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.table import memory_model
-from stepc.sim.hbm.window import WindowedMemory
+from stepc.sim.hbm.window import MemoryStats, WindowedMemory
+from stepc.sim.native import compiled
 
 
 def _load_compiled():
@@ -37,7 +38,10 @@ PYTHON_BELOW = 1_000  # requests of a window below which a Python loop beats num
 # How windows whose ports each issue one message per cycle (no arbiter, no credit limit)
 # are served; windows with an arbiter or a credit limit always take the generic path.
 STRATEGIES = {
-    "auto": "the closed form where it applies, else the fastest loop for the window's size",
+    "auto": "the native pool where it applies, else the closed form where it applies, else "
+            "the fastest loop for the window's size",
+    "native": "the whole window service compiled (stepc's native core; no arbiter or credit "
+              "limit)",
     "closed": "the closed form where it applies, else numpy in pickup order",
     "numba": "the request loop compiled by numba (`stepc[fast]`)",
     "python": "the request loop in Python, under windows cut by the pickups alone: the "
@@ -48,9 +52,23 @@ STRATEGIES = {
 
 
 @memory_model("ref")
-def from_config(kernel, hw, strategy: str = "auto") -> RefHbm:
-    """The reference pool, serving its windows the way `strategy` says."""
-    return RefHbm(kernel, hw.hbm, want_first=hw.fabric.stream_tile, strategy=strategy)
+def from_config(kernel, hw, strategy: str = "auto"):
+    """The reference pool, serving its windows the way `strategy` says: compiled as a whole
+    (`native`) where the native core is built and no arbiter or credit limit applies, under
+    `auto`; else `RefHbm`."""
+    cfg = hw.hbm
+    plain = not cfg.arbiter_grants and not cfg.outstanding
+    if strategy in ("auto", "native"):
+        pool = compiled("stepc.sim.hbm._ref_pool") if plain else None
+        if pool is not None:
+            stats = MemoryStats(per_channel=np.zeros(cfg.channels, dtype=np.int64))
+            return pool.RefPool(kernel, cfg, stats, hw.fabric.stream_tile)
+        if strategy == "native":
+            raise ValueError("the native ref strategy needs stepc's compiled core (built with "
+                             "the wheel; in a checkout: python hatch_build.py)" if plain else
+                             "the native ref strategy serves pools without hbm.arbiter_grants "
+                             "or hbm.outstanding")
+    return RefHbm(kernel, cfg, want_first=hw.fabric.stream_tile, strategy=strategy)
 
 
 class RefHbm(WindowedMemory):
@@ -61,6 +79,9 @@ class RefHbm(WindowedMemory):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown ref strategy {strategy!r}: one of "
                              f"{', '.join(STRATEGIES)}")
+        if strategy == "native":
+            raise ValueError("RefHbm serves the Python strategies; ref.from_config builds "
+                             "the native pool")
         super().__init__(kernel, cfg.channels, cfg.arbiter_grants, cfg.outstanding)
         self.cfg = cfg
         self.want_first = want_first  # track each burst's first response (streamed tiles)
