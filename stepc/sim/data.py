@@ -77,7 +77,7 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
             arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
         rows, dims_of_trace = selector_ids(arr, n, len(st.shape), name, st)
         shape = list(dims_of_trace)
-        values = [tuple(sorted({int(i) for i in row})) for row in rows]
+        values = [tuple(sorted(set(row))) for row in rows.astype(np.int64).tolist()]
     elif isinstance(st.elem, Tile):
         if arr is not None and arr.size and arr.max() > MAX_KV_LENGTH:
             raise TraceError(f"trace for `{name}` holds {int(arr.max()):,}: values of an "

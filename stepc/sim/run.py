@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from stepc.sim.tokens import NP_DTYPES
 from stepc.spelling import given
 from stepc.traces import TraceError, external_file
 from stepc.typecheck.checker import TypedProgram
+
+RUN_GC_ALLOCATIONS = 100_000  # net allocations between sweeps of the youngest generation
 
 if TYPE_CHECKING:
     from stepc.analyze import Analysis
@@ -258,12 +261,18 @@ def run(kernel: Kernel) -> float:
     """Run the kernel to the end; the wall-clock seconds it took. An error at an operator
     is raised anew (without the kernel's frames)."""
     start = time.perf_counter()
+    thresholds = gc.get_threshold()
+    # a run allocates millions of short-lived tuples and tiles and few cycles: the
+    # collector's youngest generation is swept every RUN_GC_ALLOCATIONS allocations, not 700
+    gc.set_threshold(max(thresholds[0], RUN_GC_ALLOCATIONS), *thresholds[1:])
     try:
         kernel.run()
     except SimError as e:
         if e.node is None:
             raise
         raise type(e)(str(e), e.node) from None
+    finally:
+        gc.set_threshold(*thresholds)
     return time.perf_counter() - start
 
 
