@@ -63,7 +63,8 @@ cdef class Burst:
 cdef class RefPool:
     """The reference simulator's channel pool, served in C (see the module docstring)."""
 
-    cdef public object kernel, stats, pending_at, free
+    cdef public object kernel, pending_at, free
+    cdef object _stats  # the shared statistics, brought up to date when read
     cdef public long long offset, min_latency
     cdef public bint want_first
     cdef long long n, ii
@@ -77,7 +78,7 @@ cdef class RefPool:
     cdef long long last_cycle
 
     def __init__(self, kernel, cfg, stats, bint want_first):
-        self.kernel, self.stats, self.pending_at = kernel, stats, None
+        self.kernel, self._stats, self.pending_at = kernel, stats, None
         self.n, self.ii = cfg.channels, cfg.request_interval
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
         self.want_first = want_first
@@ -200,11 +201,16 @@ cdef class RefPool:
                 if b.next_cycle < lo:
                     lo = b.next_cycle
             self._schedule(cycle if cycle > lo else lo)
+
+    @property
+    def stats(self):
+        """The pool's `MemoryStats`, up to date."""
         self._publish()
+        return self._stats
 
     cdef void _publish(self):
         """Bring the shared statistics up to date."""
-        st = self.stats
+        st = self._stats
         st.read_requests += self.reads
         st.write_requests += self.writes
         self.reads = self.writes = 0
@@ -295,15 +301,17 @@ cdef class RefPool:
         cdef long long* earliest = <long long*>malloc(nk * sizeof(long long))
         cdef long long* served = <long long*>malloc(nk * sizeof(long long))
         cdef Py_ssize_t* cur = <Py_ssize_t*>malloc((np_ + 1) * sizeof(Py_ssize_t))
-        cdef Py_ssize_t k, p, end
+        cdef Py_ssize_t* live = <Py_ssize_t*>malloc((np_ + 1) * sizeof(Py_ssize_t))
+        cdef Py_ssize_t k, p, j, end, n_live = 0
+        cdef long long change = lo  # the next cycle at which a port starts or ends a burst
         cdef Burst b
         cdef long long n = self.n, ii = self.ii, lat = self.min_latency
-        cdef long long offset = self.offset, c, r, count, ch, t, step, hi_t, lo_t
+        cdef long long offset = self.offset, c, r, count, ch, t, step, hi_t, lo_t, arrive
         cdef long long* fp = &self.free_v[0]
         cdef long long* cp = &self.per_channel[0]
         try:
             if per == NULL or last_count == NULL or latest == NULL or earliest == NULL or \
-                    served == NULL or cur == NULL:
+                    served == NULL or cur == NULL or live == NULL:
                 raise MemoryError()
             for k in range(nk):
                 b = <Burst>picked[k]
@@ -313,26 +321,38 @@ cdef class RefPool:
             for p in range(np_):
                 cur[p] = 0 if p == 0 else w.port_end[p - 1]
             for c in range(lo, hi):
+                arrive = c + 1
                 ch = offset  # (offset + i(i+1)/2) mod n, kept without dividing
                 step = 0  # (i + 1) mod n, for the cycle's i-th request
-                for p in range(np_):
-                    k, end = cur[p], w.port_end[p]
-                    while k < end and w.end[k] <= c:
-                        k += 1
-                    cur[p] = k
-                    if k == end or w.start[k] > c:
-                        continue
+                if c == change:  # the ports issuing from this cycle on, in port order
+                    n_live, change = 0, hi
+                    for p in range(np_):
+                        k, end = cur[p], w.port_end[p]
+                        while k < end and w.end[k] <= c:
+                            k += 1
+                        cur[p] = k
+                        if k == end:
+                            continue
+                        if w.start[k] > c:
+                            if w.start[k] < change:
+                                change = w.start[k]
+                            continue
+                        live[n_live] = k
+                        n_live += 1
+                        if w.end[k] < change:
+                            change = w.end[k]
+                for j in range(n_live):
+                    k = live[j]
                     count = last_count[k] if last_count[k] >= 0 and c == w.end[k] - 1 \
                         else per[k]
-                    hi_t, lo_t = latest[k], earliest[k]
+                    hi_t, lo_t = latest[k], earliest[k]  # of the requests' starts
                     for r in range(count):
-                        t = fp[ch] if fp[ch] > c + 1 else c + 1
+                        t = fp[ch]
+                        if t < arrive:
+                            t = arrive
                         fp[ch] = t + ii
-                        t += lat
-                        if t > hi_t:
-                            hi_t = t
-                        if t < lo_t:
-                            lo_t = t
+                        hi_t = t if t > hi_t else hi_t
+                        lo_t = t if t < lo_t else lo_t
                         cp[ch] += 1
                         step += 1
                         if step == n:
@@ -352,10 +372,10 @@ cdef class RefPool:
                     self.writes += served[k]
                 else:
                     self.reads += served[k]
-                if latest[k] > b.completion:
-                    b.completion = latest[k]
-                if self.want_first and earliest[k] < b.first_c:
-                    b.first_c = earliest[k]
+                if latest[k] + lat > b.completion:
+                    b.completion = latest[k] + lat
+                if self.want_first and earliest[k] + lat < b.first_c:
+                    b.first_c = earliest[k] + lat
         finally:
             cfree(per)
             cfree(last_count)
@@ -363,3 +383,4 @@ cdef class RefPool:
             cfree(earliest)
             cfree(served)
             cfree(cur)
+            cfree(live)
