@@ -35,6 +35,10 @@ cdef int PEEK_ALL = _rules.PEEK_ALL
 cdef int POP_ALL = _rules.POP_ALL
 cdef int SEND_ALL = _rules.SEND_ALL
 
+# a deque's methods, called without looking them up on each deque
+cdef object _append = deque.append
+cdef object _popleft = deque.popleft
+
 
 cdef class Channel:
     """A bounded single-producer single-consumer FIFO (see `stepc.sim.kernel.Channel`)."""
@@ -106,7 +110,7 @@ cdef inline bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
             ch.send_waiter = ctx
             ctx.blocked = op
             return False
-        c = ch.credits.popleft()
+        c = _popleft(ch.credits)
         ch.outstanding -= 1
         if c > ctx.t:
             ctx.t = c
@@ -161,7 +165,7 @@ cdef class Kernel:
     def add(self, Ctx ctx, gen):
         ctx.gen = gen
         self.contexts.append(ctx)
-        self.ready.append(ctx)
+        _append(self.ready, ctx)
 
     def at(self, t, int kind, obj, value=None):
         """Schedule a time-ordered event: 0 = resume a select, 1 = wake (memory done),
@@ -177,7 +181,7 @@ cdef class Kernel:
         ready, heap = self.ready, self.heap
         while True:
             while ready:
-                self._step(ready.popleft())
+                self._step(_popleft(ready))
                 self.steps += 1
                 if self.progress is not None and self.steps % 4096 == 0:
                     self.progress(max(c.t for c in self.contexts))
@@ -220,7 +224,7 @@ cdef class Kernel:
         if at > vis:
             vis = at
         q = ch.q
-        q.append((vis, payload, stop))
+        _append(q, (vis, payload, stop))
         if ch.log is not None:
             ch.log.append((ctx.t, 1))
         ch.outstanding += 1
@@ -240,8 +244,8 @@ cdef class Kernel:
     cdef int _release(self, Channel ch, long long t) except -1:
         """Dequeue the head of `ch` at clock `t`: its credit returns at t + 1."""
         cdef Ctx w
-        ch.q.popleft()
-        ch.credits.append(t + 1)
+        _popleft(ch.q)
+        _append(ch.credits, t + 1)
         if ch.log is not None:
             ch.log.append((t + 1, -1))
         if ch.looks is not None:
@@ -259,7 +263,7 @@ cdef class Kernel:
             if ctx.selecting is not None:
                 self._try_select(ctx)
             else:
-                self.ready.append(ctx)
+                _append(self.ready, ctx)
         return 0
 
     @cython.boundscheck(True)
@@ -425,7 +429,7 @@ cdef class Kernel:
             ctx.selecting = None
             ctx.blocked = None
             ctx.value = -1
-            self.ready.append(ctx)
+            _append(self.ready, ctx)
             return 0
         for ch in ctx.selecting:
             if not ch.q and not ch.closed:
