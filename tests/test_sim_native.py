@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import os
 
-import numpy as np
 import pytest
 from bundled import PROGRAMS, SMALL
 from click.testing import CliRunner
