@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 
+import numpy as np
 import pytest
 from bundled import PROGRAMS, SMALL
 from click.testing import CliRunner
@@ -197,3 +198,16 @@ def test_the_environment_chooses_the_core(monkeypatch):
     choose(monkeypatch, "native")
     assert python_core.core().__name__ == "stepc.sim._kernel"
     assert os.environ.get(native.PURE_PYTHON_VARIABLE) is None
+
+
+def test_the_compiled_clock_takes_integers_only(monkeypatch):
+    """A C clock would drop a float's fraction: it refuses one, and takes numpy integers."""
+    choose(monkeypatch, "native")
+    ctx = python_core.core().Kernel().context("a", "x")
+    ctx.t = np.int64(5)
+    ctx.work(np.int64(6), np.int32(4), "w")
+    assert (ctx.t, ctx.busy, type(ctx.t)) == (10, 4, int)
+    with pytest.raises(TypeError):
+        ctx.t = 1.5
+    with pytest.raises(TypeError):
+        ctx.work(0, 2.5)

@@ -11,6 +11,7 @@ from cpython.ref cimport PyObject, Py_XDECREF
 
 from collections import deque
 from heapq import heappop, heappush
+from operator import index
 
 from stepc.sim import kernel as _rules
 from stepc.sim.kernel import Blocked, CycleLimitError, SimError
@@ -38,6 +39,14 @@ cdef int SEND_ALL = _rules.SEND_ALL
 # a deque's methods, called without looking them up on each deque
 cdef object _append = deque.append
 cdef object _popleft = deque.popleft
+
+
+cdef inline long long _cycle(object value) except? -1:
+    """A cycle from Python as a C integer: an int or an integer type such as numpy's (a
+    float is refused, where a C conversion would drop its fraction)."""
+    if type(value) is not int:
+        value = index(value)
+    return value
 
 
 cdef class Channel:
@@ -72,7 +81,8 @@ cdef class Ctx:
 
     cdef public str name, op
     cdef public object gen
-    cdef public long long t, busy, fired, mem_ops, last_mem
+    cdef long long clock  # `t`, its clock
+    cdef public long long busy, fired, mem_ops, last_mem
     cdef public bint done
     cdef public list outs
     cdef public object value, blocked, selecting, spans, trace
@@ -80,7 +90,7 @@ cdef class Ctx:
     def __init__(self, str name, str op):
         self.name, self.op = name, op
         self.gen = None
-        self.t = 0
+        self.clock = 0
         self.done = False
         self.outs = []
         self.busy = 0
@@ -92,13 +102,23 @@ cdef class Ctx:
         self.mem_ops = 0
         self.last_mem = 0
 
-    cpdef work(self, long long start, long long cycles, label=""):
+    @property
+    def t(self):
+        """Its clock."""
+        return self.clock
+
+    @t.setter
+    def t(self, value):
+        self.clock = _cycle(value)
+
+    def work(self, start, cycles, label=""):
         """Record `cycles` of work starting at `start` (clock moves to start + cycles)."""
-        if cycles > 0:
-            self.busy += cycles
+        cdef long long s = _cycle(start), n = _cycle(cycles)
+        if n > 0:
+            self.busy += n
             if self.trace is not None:
                 self.trace.append((start, cycles, label))
-        self.t = start + cycles
+        self.clock = s + n
 
 
 cdef inline bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
@@ -112,8 +132,8 @@ cdef inline bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
             return False
         c = _popleft(ch.credits)
         ch.outstanding -= 1
-        if c > ctx.t:
-            ctx.t = c
+        if c > ctx.clock:
+            ctx.clock = c
     return True
 
 
@@ -196,8 +216,8 @@ cdef class Kernel:
                 obj.activate(t_obj)
             elif kind == 1:
                 ctx = obj
-                if value > ctx.t:
-                    ctx.t = value
+                if _cycle(value) > ctx.clock:
+                    ctx.clock = value
                 ctx.value = None
                 ctx.blocked = None
                 self._step(ctx)
@@ -215,7 +235,7 @@ cdef class Kernel:
     cdef int _put(self, Ctx ctx, Channel ch, payload, stop, long long at) except -1:
         """Enqueue an element sent at `ctx.t` into `ch` (its slot claimed), visible a hop
         later or at `at` if later, and wake the receiver."""
-        cdef long long vis = ctx.t + self.hop
+        cdef long long vis = ctx.clock + self.hop
         cdef long long n, nb
         cdef Ctx w
         if self._limited and vis > self._limit:
@@ -226,7 +246,7 @@ cdef class Kernel:
         q = ch.q
         _append(q, (vis, payload, stop))
         if ch.log is not None:
-            ch.log.append((ctx.t, 1))
+            ch.log.append((ctx.clock, 1))
         ch.outstanding += 1
         ch.count += 1
         n = len(q)
@@ -293,7 +313,7 @@ cdef class Kernel:
                     ch = op[1]
                     if not _claim_slot(ch, ctx, op):
                         return 0
-                    self._put(ctx, ch, op[2], op[3], op[4] if code == SEND_AT else 0)
+                    self._put(ctx, ch, op[2], op[3], _cycle(op[4]) if code == SEND_AT else 0)
                     value = None
                     op = None
                 elif code == PEEK or code == RECV:
@@ -308,17 +328,17 @@ cdef class Kernel:
                         ctx.blocked = op
                         return 0
                     head = q[0]
-                    ht = head[0]
-                    if ht > ctx.t:
-                        ctx.t = ht
+                    ht = _cycle(head[0])
+                    if ht > ctx.clock:
+                        ctx.clock = ht
                     if code == RECV:
-                        self._release(ch, ctx.t)
+                        self._release(ch, ctx.clock)
                     elif ch.looks is not None and ch.looked_at is None:
-                        ch.looked_at = ctx.t
+                        ch.looked_at = ctx.clock
                     value = head
                     op = None
                 elif code == POP:
-                    self._release(op[1], ctx.t)
+                    self._release(op[1], ctx.clock)
                     value = None
                     op = None
                 elif code == PEEK_ALL:  # every channel's head, in order (None: ended)
@@ -333,17 +353,17 @@ cdef class Kernel:
                             ctx.blocked = op  # idempotent for the only consumer
                             return 0
                         head = q[0]
-                        ht = head[0]
-                        if ht > ctx.t:
-                            ctx.t = ht
+                        ht = _cycle(head[0])
+                        if ht > ctx.clock:
+                            ctx.clock = ht
                         if ch.looks is not None and ch.looked_at is None:
-                            ch.looked_at = ctx.t
+                            ch.looked_at = ctx.clock
                         heads.append(head)
                     value = heads
                     op = None
                 elif code == POP_ALL:
                     for ch in op[1]:
-                        self._release(ch, ctx.t)
+                        self._release(ch, ctx.clock)
                     value = None
                     op = None
                 elif code == SEND_ALL:  # a slot in every channel (in order), then the copies
@@ -377,8 +397,9 @@ cdef class Kernel:
                         b.waiter = ctx
                         ctx.blocked = op
                         return 0
-                    if b.completion > ctx.t:
-                        ctx.t = b.completion
+                    ht = _cycle(b.completion)
+                    if ht > ctx.clock:
+                        ctx.clock = ht
                     value = None
                     op = None
                 elif code == FIRST:  # whichever comes first: a channel's head or a burst
@@ -458,9 +479,9 @@ cdef class Kernel:
         if not ch.q and ch.closed:
             b.watcher = None
             return 0
-        head = max(ch.q[0][0], ctx.t) if ch.q else None
-        done = max(b.completion, ctx.t) if b.done else None
-        if now is not None or head is not None and done is not None or done == ctx.t:
+        head = max(ch.q[0][0], ctx.clock) if ch.q else None
+        done = max(b.completion, ctx.clock) if b.done else None
+        if now is not None or head is not None and done is not None or done == ctx.clock:
             return 1 if done is not None and (head is None or done <= head) else 0
         if ch.recv_waiter is ctx:
             ch.recv_waiter = None

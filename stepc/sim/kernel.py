@@ -14,6 +14,10 @@ outputs depend only on input values and times. Only arrival-order-sensitive deci
 (`SELECT`, `FIRST`, the memory models) wait in a time-ordered heap and run when nothing
 else can: at that point every token still to come is stamped after the decision's time, so
 the decision sees exactly what it would at that cycle. There is no global cycle stepping.
+
+This module is the readable statement of those rules and the Python core; `_kernel.pyx`
+is the same kernel compiled (C fields, the same operations, event order and errors), and
+`core()` says which one a run builds.
 """
 
 from __future__ import annotations
