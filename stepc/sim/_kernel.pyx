@@ -170,7 +170,7 @@ cdef class Kernel:
     def max_cycles(self, value):
         self._max_cycles = value
         self._limited = value is not None
-        self._limit = value if value is not None else 0
+        self._limit = _cycle(value) if value is not None else 0
 
     # ------------------------------------------------------------ construction
     def channel(self, str name, long long cap, str src, str dst):
@@ -208,7 +208,7 @@ cdef class Kernel:
             if not heap:
                 return
             t_obj, kind, _, obj, value = heappop(heap)
-            t = t_obj
+            t = _cycle(t_obj)
             if self._limited and t > self._limit:
                 raise CycleLimitError(f"the run passed --max-cycles {self._max_cycles:,} "
                                       f"(cycle {t_obj:,})", getattr(obj, "name", None))
