@@ -14,7 +14,7 @@ from heapq import heappop, heappush
 from operator import index
 
 from stepc.sim import kernel as _rules
-from stepc.sim.kernel import Blocked, CycleLimitError, SimError
+from stepc.sim.kernel import CycleLimitError, SimError
 from stepc.sim.tokens import TileVal
 
 cdef extern from "Python.h":
@@ -470,6 +470,8 @@ cdef class Kernel:
         return self._step(ctx)
 
     # ------------------------------------------------------------ first of two
+    @cython.boundscheck(True)
+    @cython.wraparound(True)
     cdef object _first(self, Ctx ctx, tuple op, now):
         """`(FIRST, ch, burst)`: 0 if `ch`'s head (or its end) comes first, 1 if the burst's
         last response does (ties go to the burst); None: not decided yet (the rules are
