@@ -63,17 +63,7 @@ cdef class Channel:
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
         self.q = deque()
         self.credits = deque()
-        self.outstanding = 0
-        self.closed = False
-        self.recv_waiter = None
-        self.send_waiter = None
-        self.high_water = 0
-        self.count = 0
-        self.elem_bytes = 0
-        self.reserved = False
-        self.log = None
-        self.looks = None
-        self.looked_at = None
+        # the counters start at 0, the flags at False, the waiters and logs at None
 
 
 cdef class Ctx:
@@ -89,18 +79,8 @@ cdef class Ctx:
 
     def __init__(self, str name, str op):
         self.name, self.op = name, op
-        self.gen = None
-        self.clock = 0
-        self.done = False
         self.outs = []
-        self.busy = 0
-        self.value = None
-        self.blocked = None
-        self.selecting = None
-        self.trace = None
-        self.fired = 0
-        self.mem_ops = 0
-        self.last_mem = 0
+        # the clock and counters start at 0, `done` at False, the rest at None
 
     @property
     def t(self):
@@ -256,8 +236,7 @@ cdef class Kernel:
             if nb > ch.elem_bytes:
                 ch.elem_bytes = nb
         if ch.recv_waiter is not None:
-            w = ch.recv_waiter
-            ch.recv_waiter = None
+            w, ch.recv_waiter = ch.recv_waiter, None
             self._wake(w)
         return 0
 
@@ -272,8 +251,7 @@ cdef class Kernel:
             ch.looks.append(t if ch.looked_at is None else ch.looked_at)
             ch.looked_at = None
         if ch.send_waiter is not None:
-            w = ch.send_waiter
-            ch.send_waiter = None
+            w, ch.send_waiter = ch.send_waiter, None
             self._wake(w)
         return 0
 
@@ -293,7 +271,7 @@ cdef class Kernel:
         cdef PyObject *sent
         cdef int code
         cdef long long ht
-        cdef Channel ch, w_ch
+        cdef Channel ch
         cdef Ctx w
         cdef list heads
         gen = ctx.gen
@@ -314,15 +292,13 @@ cdef class Kernel:
                     if not _claim_slot(ch, ctx, op):
                         return 0
                     self._put(ctx, ch, op[2], op[3], _cycle(op[4]) if code == SEND_AT else 0)
-                    value = None
-                    op = None
+                    value = op = None
                 elif code == PEEK or code == RECV:
                     ch = op[1]
                     q = ch.q
                     if not q:
                         if ch.closed:
-                            value = None
-                            op = None
+                            value = op = None
                             continue
                         ch.recv_waiter = ctx
                         ctx.blocked = op
@@ -339,8 +315,7 @@ cdef class Kernel:
                     op = None
                 elif code == POP:
                     self._release(op[1], ctx.clock)
-                    value = None
-                    op = None
+                    value = op = None
                 elif code == PEEK_ALL:  # every channel's head, in order (None: ended)
                     heads = []
                     for ch in op[1]:
@@ -364,8 +339,7 @@ cdef class Kernel:
                 elif code == POP_ALL:
                     for ch in op[1]:
                         self._release(ch, ctx.clock)
-                    value = None
-                    op = None
+                    value = op = None
                 elif code == SEND_ALL:  # a slot in every channel (in order), then the copies
                     for ch in op[1]:
                         if not ch.reserved:
@@ -375,8 +349,7 @@ cdef class Kernel:
                     for ch in op[1]:
                         ch.reserved = False
                         self._put(ctx, ch, op[2], op[3], 0)
-                    value = None
-                    op = None
+                    value = op = None
                 elif code == SELECT:
                     ctx.selecting = op[1]
                     ctx.blocked = op
@@ -400,8 +373,7 @@ cdef class Kernel:
                     ht = _cycle(b.completion)
                     if ht > ctx.clock:
                         ctx.clock = ht
-                    value = None
-                    op = None
+                    value = op = None
                 elif code == FIRST:  # whichever comes first: a channel's head or a burst
                     value = self._first(ctx, op, None)
                     if value is None:
@@ -421,8 +393,7 @@ cdef class Kernel:
         for ch in ctx.outs:
             ch.closed = True
             if ch.recv_waiter is not None:
-                w = ch.recv_waiter
-                ch.recv_waiter = None
+                w, ch.recv_waiter = ch.recv_waiter, None
                 self._wake(w)
         return 0
 
