@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,10 +21,12 @@ from stepc.cli import main
 from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
+from stepc.hw.config import Hbm
 from stepc.sim import kernel as python_core
 from stepc.sim import native
 from stepc.sim.bind import bind_dims
-from stepc.sim.kernel import SELECT, SEND, SEND_AT, CycleLimitError, SimError
+from stepc.sim.hbm.ref import RefHbm
+from stepc.sim.kernel import FIRST, MEM, SELECT, SEND, SEND_AT, CycleLimitError, SimError
 from stepc.sim.run import build, collect, run
 
 try:
@@ -44,11 +47,13 @@ def choose(monkeypatch, core: str) -> None:
     assert native.core_name() == core
 
 
-def observe(typed, hw="paper-eval", functional=False, trace_ops=False, max_cycles=None):
-    """One run of `typed`: everything it measured, with the kernel's own state at the end
-    (per context and per FIFO) and each progress report."""
+def observe(typed, hw="paper-eval", sets=(), functional=False, trace_ops=False,
+            max_cycles=None):
+    """One run of `typed` on preset `hw` with the settings `sets`: everything it measured,
+    with the kernel's own state at the end (per context and per FIFO) and each progress
+    report."""
     reports: list[int] = []
-    built = build(typed, load_config(hw), {}, functional, trace_ops, max_cycles,
+    built = build(typed, load_config(hw, sets), {}, functional, trace_ops, max_cycles,
                   reports.append, None, None, "auto", {})
     k = built.kernel
     wall = run(k)
@@ -99,12 +104,40 @@ def test_every_bundled_program_runs_the_same_on_both_cores(program, trace_ops, m
     assert bool(fast["fifo_logs"]) == trace_ops and bool(fast["trace"]) == trace_ops
 
 
-@pytest.mark.parametrize("hw", ["hdl-like", "hdl-validation"])
-def test_other_memory_models_run_the_same(hw, monkeypatch):
-    """The `dram` and `fluid`-style presets wake contexts from their own heap events."""
-    typed = typed_program("moe_dynamic", SMALL["moe_dynamic"])
-    fast, slow = both(monkeypatch, lambda: observe(typed, hw=hw))
-    assert fast == slow
+@pytest.mark.parametrize("hw,sets", [
+    ("hdl-like", ()),  # dram, two tiles in flight per port, bounded requests
+    ("paper-eval", ("hbm.model=fluid",)),
+    ("paper-eval", ("hbm.tile_buffers=2",)),  # loads and stores wait on FIRST
+    ("paper-eval", ("hbm.tile_buffers=2", "hbm.outstanding=16", "hbm.arbiter_grants=1")),
+], ids=["dram", "fluid", "two-tiles", "two-tiles-credits"])
+@pytest.mark.parametrize("program", ["attention_dynamic", "decoder_dynamic"])
+def test_every_memory_model_wakes_contexts_the_same(program, hw, sets, monkeypatch):
+    """The memory models' own heap events (activations, wakes, FIRST decisions)."""
+    typed = typed_program(program, SMALL[program])
+    fast, slow = both(monkeypatch, lambda: observe(typed, hw=hw, sets=sets))
+    assert fast == slow and fast["deadlock"] is None
+
+
+def test_memory_operations_issued_by_mem_give_the_same_times(monkeypatch):
+    """`MEM` (issue and wait), which the bundled behaviors do not use, on contending ports."""
+    def loads():
+        core = python_core.core()
+        k = core.Kernel()
+        k.memory = RefHbm(k, Hbm(model="ref", channels=8, par_dispatch=2))
+        done = {}
+
+        def loader(ctx, i):
+            for tile in range(3):
+                yield (MEM, (0, i), 64 * (i + 1) + tile, 2, False)
+                done[(i, tile)] = ctx.t
+        for i in range(9):
+            c = k.context(f"l{i}", "load")
+            k.add(c, loader(c, i))
+        k.run()
+        return {"core": core.__name__, "done": done, "steps": k.steps, "seq": k.seq,
+                "mem_ops": [c.mem_ops for c in k.contexts]}
+    fast, slow = both(monkeypatch, loads)
+    assert fast == slow and len(fast["done"]) == 27
 
 
 @pytest.mark.parametrize("program,params", [("swiglu", {"TB": 32, "TI": 32}),
@@ -211,3 +244,47 @@ def test_the_compiled_clock_takes_integers_only(monkeypatch):
         ctx.t = 1.5
     with pytest.raises(TypeError):
         ctx.work(0, 2.5)
+
+
+@pytest.mark.parametrize("head,completion,expected", [
+    (5, 5, 1),  # a tie goes to the burst
+    (5, 6, 0),  # the head comes first
+    (None, 3, 1),  # no head yet: decided in the heap at the burst's end
+    (7, None, 0),  # the burst still running: decided in the heap at the head's time
+    ("closed", None, 0),  # the channel ended
+    (None, None, 1),  # neither: the burst ends later (its model calls `watched`)
+])
+def test_first_decides_the_same(head, completion, expected, monkeypatch):
+    """`(FIRST, ch, burst)` in each way it can be decided."""
+    def decide():
+        core = python_core.core()
+        k = core.Kernel()
+        ch = k.channel("a", 4, "src", "op")
+        if head == "closed":
+            ch.closed = True
+        elif head is not None:
+            ch.q.append((head, "x", 0))
+            ch.outstanding += 1
+        burst = SimpleNamespace(done=completion is not None, completion=completion or 0,
+                                watcher=None, waiter=None)
+        seen = []
+        op = k.context("op", "x")
+
+        def waits(ctx):
+            seen.append(((yield (FIRST, ch, burst)), ctx.t))
+
+        def memory(ctx):  # what a memory model does when the burst ends
+            ctx.t = 9
+            yield (SEND, k.channel("b", 1, "mem", "none"), 0, 0)  # runs after `op` blocks
+            if not burst.done:
+                burst.done, burst.completion = True, 9
+                if burst.watcher is not None:
+                    k.watched(burst.watcher)
+        k.add(op, waits(op))
+        mem = k.context("mem", "x")
+        k.add(mem, memory(mem))
+        k.run()
+        return {"core": core.__name__, "seen": seen, "watcher": burst.watcher is None,
+                "seq": k.seq, "steps": k.steps}
+    fast, slow = both(monkeypatch, decide)
+    assert fast == slow and fast["seen"][0][0] == expected
