@@ -37,7 +37,7 @@ from stepc.ops.base import STREAMS, VARSTREAMS, FnValue, stream
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.fabric import SimEnv
 from stepc.sim.hbm import make_memory
-from stepc.sim.kernel import RECV, Ctx, Kernel
+from stepc.sim.kernel import RECV, core
 from stepc.sim.run import simulate
 from stepc.sim.tokens import BufferVal, TileVal
 from stepc.source import SourceFile, Span
@@ -161,7 +161,7 @@ def run_net(op: str, attrs: dict, inputs: dict, *, info_in=None, info_out=None,
     full.update(attrs)
     outputs = spec.outputs(full)
     node = OpNode(op.lower(), op, full, [], outputs, Span("<test>", 1, 1, 1, 1), {})
-    kernel = Kernel()
+    kernel = core().Kernel()
     hw = hw or load_config()
     kernel.memory = make_memory(kernel, hw)
     env = SimEnv(hw, True, kernel.memory)
@@ -188,13 +188,13 @@ def run_net(op: str, attrs: dict, inputs: dict, *, info_in=None, info_out=None,
     out_caps = out_caps or {}
     outs = [kernel.channel(f"out{i}", out_caps.get(i, 1 << 30), node.name, f"c{i}")
             for i in range(len(outputs))]
-    ctx = Ctx(node.name, op)
+    ctx = kernel.context(node.name, op)
     ctx.outs = outs
     info = {"in": info_in or {}, "out": info_out or [None] * len(outputs)}
     kernel.add(ctx, BEHAVIORS[op](ctx, node, ins, outs, env, info))
     logs = {}
     for i, make in (consumers or {}).items():
-        c = Ctx(f"c{i}", "consumer")
+        c = kernel.context(f"c{i}", "consumer")
         logs[i] = []
         kernel.add(c, make(c, outs[i], logs[i]))
     kernel.run()

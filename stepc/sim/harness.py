@@ -15,7 +15,7 @@ from stepc.ops.base import STREAMS, VARSTREAMS
 from stepc.sim.behaviors import BEHAVIORS
 from stepc.sim.fabric import SimEnv
 from stepc.sim.hbm import make_memory
-from stepc.sim.kernel import Ctx, Kernel
+from stepc.sim.kernel import core
 from stepc.source import Span
 
 
@@ -31,7 +31,7 @@ def run_operator(op: str, attrs: dict, inputs: dict, *, info_in: dict | None = N
     if n_outputs is not None:
         outputs = outputs[:n_outputs]
     node = OpNode(f"{op.lower()}", op, full, [], outputs, Span("<test>", 1, 1, 1, 1), {})
-    kernel = Kernel()
+    kernel = core().Kernel()
     hw = hw or load_config()
     kernel.memory = make_memory(kernel, hw)
     env = SimEnv(hw, functional, kernel.memory)
@@ -54,7 +54,7 @@ def run_operator(op: str, attrs: dict, inputs: dict, *, info_in: dict | None = N
             chans.append(ch)
         ins[p.name] = chans if p.kind in (STREAMS, VARSTREAMS) else chans[0]
     outs = [kernel.channel(f"out{i}", 1 << 30, node.name, "test") for i in range(len(outputs))]
-    ctx = Ctx(node.name, op)
+    ctx = kernel.context(node.name, op)
     ctx.outs = outs
     info = {"in": info_in or {}, "out": info_out or [None] * len(outputs)}
     kernel.add(ctx, BEHAVIORS[op](ctx, node, ins, outs, env, info))

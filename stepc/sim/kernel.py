@@ -14,13 +14,19 @@ outputs depend only on input values and times. Only arrival-order-sensitive deci
 (`SELECT`, `FIRST`, the memory models) wait in a time-ordered heap and run when nothing
 else can: at that point every token still to come is stamped after the decision's time, so
 the decision sees exactly what it would at that cycle. There is no global cycle stepping.
+
+This module is the readable statement of those rules and the Python core; `_kernel.pyx`
+is the same kernel compiled (C fields, the same operations, event order and errors), and
+`core()` says which one a run builds.
 """
 
 from __future__ import annotations
 
 import heapq
+import sys
 from collections import deque
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from stepc.sim.tokens import TileVal
 
@@ -143,6 +149,10 @@ class Kernel:
         ch = Channel(name, cap, src, dst)
         self.channels.append(ch)
         return ch
+
+    def context(self, name: str, op: str) -> Ctx:
+        """A new context of this kernel's core (added to the run by `add`)."""
+        return Ctx(name, op)
 
     def add(self, ctx: Ctx, gen) -> None:
         ctx.gen = gen
@@ -446,3 +456,11 @@ class Kernel:
             else:
                 out.append(Blocked(ctx.name, ctx.op, "memory", "", "hbm", ""))
         return out
+
+
+def core() -> ModuleType:
+    """The module whose `Kernel`, `Ctx` and `Channel` run a simulation: the compiled
+    `stepc.sim._kernel` when it is built and chosen (`stepc.sim.native`), else this one
+    (same cycles, slower)."""
+    from stepc.sim import native
+    return native.compiled("stepc.sim._kernel") or sys.modules[__name__]

@@ -34,7 +34,7 @@ from stepc.sim.data import check_limits, external_elements, initial_value, timin
 from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
-from stepc.sim.kernel import Blocked, Channel, Ctx, Kernel, SimError
+from stepc.sim.kernel import Blocked, Channel, Kernel, SimError, core
 from stepc.sim.tokens import NP_DTYPES
 from stepc.spelling import given
 from stepc.traces import TraceError, external_file
@@ -144,7 +144,7 @@ def build(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarray]
     """The data, FIFOs and contexts of a run, checked against what a run holds and (with
     `analysis` and no `max_cycles`) how long it may take."""
     check_limits(typed, functional, traces)
-    kernel = Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
+    kernel = core().Kernel(hop=hw.fabric.hop_latency, max_cycles=max_cycles, progress=progress)
     kernel.memory = make_memory(kernel, hw, ref_strategy)
     env = SimEnv(hw, functional, kernel.memory)
     bindings, data = load_data(typed, env, traces, values)
@@ -247,7 +247,7 @@ def make_contexts(typed: TypedProgram, kernel: Kernel, env: SimEnv, ins: dict[st
                   outs: dict[str, list], trace_ops: bool) -> None:
     """One context per operator, running its behavior on its FIFOs."""
     for n, node in typed.program.nodes.items():
-        ctx = Ctx(n, node.op)
+        ctx = kernel.context(n, node.op)
         ctx.outs = [ch for ch in outs[n] if ch is not None]
         if trace_ops:
             ctx.trace = []
