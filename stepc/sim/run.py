@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -130,10 +131,25 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
     MAX_RUN_CYCLES is refused before it starts. `ref_strategy` says how the `ref` memory
     model serves requests (`stepc.sim.hbm.ref.STRATEGIES`). `depths` sets the depth of
     FIFOs by (producer, port, consumer, input slot), over `depth=` and the hardware's."""
-    built = build(typed, hw, traces or {}, functional, trace_ops, max_cycles, progress, values,
-                  analysis, ref_strategy, depths or {})
-    wall = run(built.kernel)
-    return collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+    with fewer_collections():
+        built = build(typed, hw, traces or {}, functional, trace_ops, max_cycles, progress,
+                      values, analysis, ref_strategy, depths or {})
+        wall = run(built.kernel)
+        return collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+
+
+@contextmanager
+def fewer_collections():
+    """The cyclic collector's youngest generation swept every RUN_GC_ALLOCATIONS net
+    allocations instead of 700: a run allocates its FIFOs, contexts and millions of
+    short-lived tuples and tiles, few of them in cycles, and each older-generation sweep
+    walks the whole heap (the checked program with it)."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], RUN_GC_ALLOCATIONS), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 # ---------------------------------------------------------------- build
@@ -261,18 +277,12 @@ def run(kernel: Kernel) -> float:
     """Run the kernel to the end; the wall-clock seconds it took. An error at an operator
     is raised anew (without the kernel's frames)."""
     start = time.perf_counter()
-    thresholds = gc.get_threshold()
-    # a run allocates millions of short-lived tuples and tiles and few cycles: the
-    # collector's youngest generation is swept every RUN_GC_ALLOCATIONS allocations, not 700
-    gc.set_threshold(max(thresholds[0], RUN_GC_ALLOCATIONS), *thresholds[1:])
     try:
         kernel.run()
     except SimError as e:
         if e.node is None:
             raise
         raise type(e)(str(e), e.node) from None
-    finally:
-        gc.set_threshold(*thresholds)
     return time.perf_counter() - start
 
 
