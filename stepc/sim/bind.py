@@ -3,6 +3,8 @@ from the dims inferred for declared streams' unknown (`?`) dims, pass after pass
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy
 
 from stepc.typecheck.checker import TypedProgram
@@ -12,13 +14,13 @@ from stepc.types import StreamType, Tile
 def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dict[str, sympy.Expr]:
     """The program's symbolic dims as a run determined them: `bindings` (those its data
     fixed) and those the element counts of its FIFOs (`chans`, by edge) fix."""
-    counts: dict[tuple[str, int], tuple[StreamType, int, list[set]]] = {}
+    counts: dict[tuple[str, int], tuple[StreamType, int, list[frozenset]]] = {}
     for (src, port, _dst, _slot), ch in chans.items():
         st = typed.types.get((src, port))
         if st is None:
             continue
         known_symbols = counts.get((src, port))
-        symbols = known_symbols[2] if known_symbols else [d.free_symbols for d in st.shape]
+        symbols = known_symbols[2] if known_symbols else [_free_symbols(d) for d in st.shape]
         if any(symbols):
             counts[(src, port)] = (st, ch.count, symbols)
     merges, declared = _merged_tiles(typed), _declared_dims(typed)
@@ -36,7 +38,14 @@ def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dic
     return {k: sympy.sympify(v) for k, v in bindings.items()}
 
 
-def _bind_from_count(st: StreamType, count: int, symbols: list[set], bindings: dict,
+@lru_cache(maxsize=8192)
+def _free_symbols(dim) -> frozenset:
+    """A dim's free symbols, worked out once per distinct expression (streams share their
+    dims, and sympy walks the whole expression on every `free_symbols`)."""
+    return frozenset(dim.free_symbols)
+
+
+def _bind_from_count(st: StreamType, count: int, symbols: list[frozenset], bindings: dict,
                      values: dict) -> None:
     """A stream whose shape has one unknown symbol as a dim (`symbols`: each dim's free
     symbols): its element count fixes it (to the mean, for a ragged dim, which keeps
