@@ -268,11 +268,6 @@ def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functio
     return TileVal(rows, cols, dtype, rows, False, data)
 
 
-def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
-    """acc' = fn(acc, element)."""
-    return ACCUMULATE[name][1](acc, args, fn, dtype, functional)
-
-
 # ------------------------------------------------------------------ flatmap functions
 # Each returns its pieces `(payload, stop)` as an iterable; the address generators yield
 # them one at a time, so a huge inner stream is walked (and stopped by --max-cycles) rather
