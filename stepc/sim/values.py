@@ -12,7 +12,7 @@ import numpy as np
 
 from stepc.ops.functions import FUNCTIONS
 from stepc.sim.kernel import SimError
-from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile, iter_stops
+from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile
 
 
 def _arr(t: TileVal) -> np.ndarray:
@@ -272,9 +272,15 @@ def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functio
 # Each returns its pieces `(payload, stop)` as an iterable; the address generators yield
 # them one at a time, so a huge inner stream is walked (and stopped by --max-cycles) rather
 # than built at once.
-def _rank_stops(n_outer: int, dims: list[int]):
-    """Stops of a rank-b inner stream [n_outer, dims...] (its last element closes b dims)."""
-    return iter_stops([n_outer] + dims, len(dims))
+def _last_closes(n: int, inner: int, last: int):
+    """Stops of an `n`-element inner stream of shape [1, n] (inner = 0) or [1, n, 1]
+    (inner = 1): `inner` on each element (a size-1 innermost dim closes at every element)
+    and `last` on the last one, which closes its whole rank-b stream (iter_stops of
+    [1, n(, 1)] with the last stop given); a loop, cheaper than walking the index."""
+    for k in range(n - 1):
+        yield k, inner
+    if n > 0:
+        yield n - 1, last
 
 
 def _retile_streamify(x: TileVal, fn, functional: bool):
@@ -293,21 +299,19 @@ def _expert_addr(sel, fn, functional: bool):
     if len(sel) != 1:
         raise SimError(f"expert_addr needs a one-hot selector, found {list(sel)}")
     n, base = fn.get("tiles"), fn.get("base", 0) or 0
-    e = sel[0]
-    return ((int_tile(base + e * n + i), s) for i, s in enumerate(_rank_stops(1, [n, 1])))
+    first = base + sel[0] * n
+    return ((int_tile(first + i), s) for i, s in _last_closes(n, 1, 2))
 
 
 def _cache_read_addr(pair, fn, functional: bool):
     idx, length = pair
-    i, n = idx.scalar(), length.scalar()
-    return ((int_tile(i * fn.get("row_offset") + k), s)
-            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
+    first = idx.scalar() * fn.get("row_offset")
+    return ((int_tile(first + k), s) for k, s in _last_closes(length.scalar(), 0, 1))
 
 
 def _filter_last_tile(length, fn, functional: bool):
     n = length.scalar()
-    return (((1,) if k < n - 1 else (0,), s)
-            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
+    return (((1,) if k < n - 1 else (0,), s) for k, s in _last_closes(n, 0, 1))
 
 
 FLATMAP = {
