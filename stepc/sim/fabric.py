@@ -101,8 +101,11 @@ class SimEnv:
                     totals[name] = totals.get(name, 0) + flops
             else:
                 compute = fixed
-            store = -(-payload_bytes(out) // bw) if write_back and out is not None else 0
-            return max(load, compute, store)
+            if write_back and out is not None:
+                store = -(-payload_bytes(out) // bw)
+                if store > compute:
+                    compute = store
+            return load if load > compute else compute  # max(load, compute, store)
         return cost
 
 

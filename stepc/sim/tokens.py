@@ -52,7 +52,7 @@ class TileVal:
         """The integer held by a [1, 1] tile (addresses, lengths, indices)."""
         if self.data is None:
             raise ValueError("tile has no value")
-        return int(self.data.reshape(-1)[0])
+        return int(self.data.item(0))
 
     def __repr__(self) -> str:
         return f"Tile[{self.rows}x{self.cols} {self.dtype}]"

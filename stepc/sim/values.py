@@ -26,13 +26,17 @@ def _out(rows: int, cols: int, dtype: str, valid: int, data, functional: bool) -
 
 
 def _func(ts) -> bool:
-    return all(isinstance(t, TileVal) and t.data is not None for t in ts)
+    """Whether every argument is a tile holding values (a loop: no generator per call)."""
+    for t in ts:
+        if not isinstance(t, TileVal) or t.data is None:
+            return False
+    return True
 
 
 # ------------------------------------------------------------------ map functions
 def _matmul(args, fn, dtype):
     a, b = args
-    tr = bool(fn.get("transpose", False))
+    tr = bool(fn.get("transpose", False)) if fn.kwargs else False
     n = b.rows if tr else b.cols
     data = None
     if _func(args):
