@@ -105,10 +105,11 @@ def _integer(name: str, dtype: str | None = None):
 
     def f(args, fn, dtype_):
         out = dtype or args[0].dtype
-        if any(a.data is None for a in args):
-            return TileVal(1, 1, out)
+        for a in args:
+            if a.data is None:
+                return TileVal(1, 1, out)
         value = ints([a.scalar() for a in args], fn)
-        low, high = int_range(out)
+        low, high = INT_RANGES[out]
         if not low <= value <= high:
             raise SimError(f"`{name}` gives {value:,}, which does not fit the element type "
                            f"{out} ({low:,}..{high:,})")
@@ -125,6 +126,9 @@ def int_range(dtype: str) -> tuple[float, float]:
         info = np.iinfo(np_type)
         return int(info.min), int(info.max)
     return -np.inf, np.inf
+
+
+INT_RANGES = {dtype: int_range(dtype) for dtype in NP_DTYPES}  # looked up per element
 
 
 def _gelu(args, fn, dtype):
@@ -276,17 +280,6 @@ def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functio
 # Each returns its pieces `(payload, stop)` as an iterable; the address generators yield
 # them one at a time, so a huge inner stream is walked (and stopped by --max-cycles) rather
 # than built at once.
-def _last_closes(n: int, inner: int, last: int):
-    """Stops of an `n`-element inner stream of shape [1, n] (inner = 0) or [1, n, 1]
-    (inner = 1): `inner` on each element (a size-1 innermost dim closes at every element)
-    and `last` on the last one, which closes its whole rank-b stream (iter_stops of
-    [1, n(, 1)] with the last stop given); a loop, cheaper than walking the index."""
-    for k in range(n - 1):
-        yield k, inner
-    if n > 0:
-        yield n - 1, last
-
-
 def _retile_streamify(x: TileVal, fn, functional: bool):
     split = fn.get("split", "row")
     if split == "row":
@@ -299,23 +292,36 @@ def _retile_streamify(x: TileVal, fn, functional: bool):
     return [(p, 0) for p in pieces]
 
 
+# The address generators' inner streams are [1, n] (or [1, n, 1]): each element's stop is 0
+# (1: its size-1 innermost dim closes at every element) and the last one's closes the
+# whole rank-b stream, b = 1 (2): iter_stops of that shape with its last stop given, as a
+# loop rather than an index walk.
 def _expert_addr(sel, fn, functional: bool):
     if len(sel) != 1:
         raise SimError(f"expert_addr needs a one-hot selector, found {list(sel)}")
     n, base = fn.get("tiles"), fn.get("base", 0) or 0
     first = base + sel[0] * n
-    return ((int_tile(first + i), s) for i, s in _last_closes(n, 1, 2))
+    for i in range(n - 1):
+        yield int_tile(first + i), 1
+    if n > 0:
+        yield int_tile(first + n - 1), 2
 
 
 def _cache_read_addr(pair, fn, functional: bool):
     idx, length = pair
-    first = idx.scalar() * fn.get("row_offset")
-    return ((int_tile(first + k), s) for k, s in _last_closes(length.scalar(), 0, 1))
+    first, n = idx.scalar() * fn.get("row_offset"), length.scalar()
+    for k in range(n - 1):
+        yield int_tile(first + k), 0
+    if n > 0:
+        yield int_tile(first + n - 1), 1
 
 
 def _filter_last_tile(length, fn, functional: bool):
     n = length.scalar()
-    return (((1,) if k < n - 1 else (0,), s) for k, s in _last_closes(n, 0, 1))
+    for _ in range(n - 1):
+        yield (1,), 0
+    if n > 0:
+        yield (0,), 1
 
 
 FLATMAP = {

@@ -85,33 +85,49 @@ class InFlight:
     def issue(self, requests: int, where, finish, arg):
         """Post a tile's burst (after finishing the oldest tile if every buffer is busy);
         when the tile is complete, `finish(burst, arg)` gives the operation to yield then
-        (a send), or None. Plain functions: no generator per tile."""
-        if len(self.tiles) >= self.buffers:
-            yield from self.finish_oldest()
+        (a send), or None. Plain functions: no generator per tile. This, `finish_before`
+        and `drain` each wait for a tile inline, one generator each."""
+        tiles = self.tiles
+        if len(tiles) >= self.buffers:
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
         b = yield (ISSUE, self.port, requests, self.pd, self.write, where)
-        self.tiles.append((b, self.ctx.t, finish, arg))
+        tiles.append((b, self.ctx.t, finish, arg))
 
-    def finish_oldest(self):
-        b, issued, finish, arg = self.tiles.popleft()
+    def _finished(self, entry):
+        """Count the wait for a tile now complete; the operation finishing it, or None."""
+        b, issued, finish, arg = entry
         ctx = self.ctx
-        yield (AWAIT, b)
         start = max(issued, ctx.last_mem)
         ctx.work(start, ctx.t - start, self.label)
         ctx.last_mem = ctx.t
-        op = finish(b, arg)
-        if op is not None:
-            yield op
+        return finish(b, arg)
 
     def finish_before(self, ch):
-        """Finish the tiles whose last response comes before `ch`'s next element (or end)."""
-        while self.tiles:
-            if not (yield (FIRST, ch, self.tiles[0][0])):
+        """Finish the tiles whose last response comes before `ch`'s next element (or end).
+        Callers test `tiles` first: no generator made when nothing is in flight."""
+        tiles = self.tiles
+        while tiles:
+            if not (yield (FIRST, ch, tiles[0][0])):
                 return
-            yield from self.finish_oldest()
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
 
     def drain(self):
-        while self.tiles:
-            yield from self.finish_oldest()
+        """Finish every tile in flight, oldest first."""
+        tiles = self.tiles
+        while tiles:
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
 
 
 @behavior("LinearOffChipLoad")
@@ -127,11 +143,12 @@ def linear_load(ctx, node, ins, outs, env, info):
     out = outs[0]
     ref = ins.get("ref")
     flight = InFlight(ctx, node, env, False)
+    functional = env.functional  # else a tile carries no values
 
     def send(b, at):
         """Tile number `at[0]` is complete: count it, send it with stop `at[1]`."""
         env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
-        data = _tensor_tile(env, tref, at[0], tile)
+        data = _tensor_tile(env, tref, at[0], tile) if functional else None
         if out is None:
             return None
         return (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
@@ -148,7 +165,8 @@ def linear_load(ctx, node, ins, outs, env, info):
         yield from flight.drain()
         return
     while True:
-        yield from flight.finish_before(ref)
+        if flight.tiles:
+            yield from flight.finish_before(ref)
         head = yield (PEEK, ref)
         if head is None:
             yield from flight.drain()
@@ -171,7 +189,8 @@ def linear_store(ctx, node, ins, outs, env, info):
         env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
 
     while True:
-        yield from flight.finish_before(src)
+        if flight.tiles:
+            yield from flight.finish_before(src)
         head = yield (PEEK, src)
         if head is None:
             yield from flight.drain()
@@ -210,6 +229,7 @@ def random_load(ctx, node, ins, outs, env, info):
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
     flight = InFlight(ctx, node, env, False)
+    functional = env.functional  # else a tile carries no values
 
     def send(b, head):
         """The tile read for address element `head` = (data, stop) is complete."""
@@ -220,7 +240,8 @@ def random_load(ctx, node, ins, outs, env, info):
                                    streamed(env, b)), head[1])
 
     while True:
-        yield from flight.finish_before(addr)
+        if flight.tiles:
+            yield from flight.finish_before(addr)
         head = yield (PEEK, addr)
         if head is None:
             yield from flight.drain()
@@ -232,7 +253,7 @@ def random_load(ctx, node, ins, outs, env, info):
             if not 0 <= i < total:
                 raise SimError(f"RandomOffChipLoad address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)
-            data = _tensor_tile(env, tref, i, tile)
+            data = _tensor_tile(env, tref, i, tile) if functional else None
             where = tile_addresses(env, tref, i, *tile)
         yield from flight.issue(reqs, where, send, (data, head[2]))
         if flight.buffers == 1:  # the reference holds the address until the tile is sent
@@ -254,9 +275,11 @@ def random_store(ctx, node, ins, outs, env, info):
         return (SEND, out, True, stored[1]) if out is not None else None
 
     while True:
-        yield from flight.finish_before(waddr)
+        if flight.tiles:
+            yield from flight.finish_before(waddr)
         ha = yield (PEEK, waddr)
-        yield from flight.finish_before(wdata)
+        if flight.tiles:
+            yield from flight.finish_before(wdata)
         hd = yield (PEEK, wdata)
         if ha is None or hd is None:
             if (ha is None) != (hd is None):
