@@ -75,48 +75,47 @@ class SimEnv:
         """The roofline cycles of one element of `node` applying function `fn` to `args`
         with output `out` (None: not sized by its output), as a function of the two; it
         counts the element's FLOPs into `flops`. The node's settings are read once, and
-        the FLOPs of a function (which depend only on its tiles' shapes) once per shape."""
+        the load and compute terms and FLOPs (which depend only on the arguments' shapes,
+        types and whether they sit in a memory unit) once per kind of arguments."""
         spec = FUNCTIONS[fn.name]
         bw = self.hw.fabric.onchip_bw
         fixed = spec.fixed_cycles
         compute_bw = self.compute_bw(node) if fixed is None else 0
         write_back = bool(node.attrs.get("write_back"))
-        flops_of, by_shape = spec.flops, {}
+        flops_of, by_kind = spec.flops, {}
         totals, name = self.flops, node.name
 
-        def cost(args: list, out) -> int:
+        def load_compute(args: list) -> tuple[int, int]:
+            """max(load, compute) cycles and the FLOPs of an element."""
             load = 0
             for a in args:
                 if isinstance(a, TileVal) and a.in_mu:
                     load += -(-a.nbytes // bw)
-            if fixed is None:
-                key = _shapes(args)
-                flops = by_shape.get(key) if key is not None else None
-                if flops is None:
-                    flops = int(flops_of(args, fn))
-                    if key is not None:
-                        by_shape[key] = flops
-                compute = -(-flops // compute_bw)
-                if flops:
-                    totals[name] = totals.get(name, 0) + flops
-            else:
-                compute = fixed
+            flops = 0 if fixed is not None else int(flops_of(args, fn))
+            compute = fixed if fixed is not None else -(-flops // compute_bw)
+            return max(load, compute), flops
+
+        def cost(args: list, out) -> int:
+            key: tuple | None = ()
+            for a in args:
+                if type(a) is not TileVal:
+                    key = None
+                    break
+                key += (a.rows, a.cols, a.dtype, a.in_mu)
+            known = by_kind.get(key) if key is not None else None
+            if known is None:
+                known = load_compute(args)
+                if key is not None:
+                    by_kind[key] = known
+            cycles, flops = known
+            if flops:
+                totals[name] = totals.get(name, 0) + flops
             if write_back and out is not None:
                 store = -(-payload_bytes(out) // bw)
-                if store > compute:
-                    compute = store
-            return load if load > compute else compute  # max(load, compute, store)
+                if store > cycles:
+                    return store
+            return cycles
         return cost
-
-
-def _shapes(args: list) -> tuple | None:
-    """The (rows, cols) of each argument, all tiles; None if one is not a tile."""
-    key = ()
-    for a in args:
-        if type(a) is not TileVal:
-            return None
-        key += (a.rows, a.cols)
-    return key
 
 
 @dataclass(frozen=True)
