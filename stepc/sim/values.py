@@ -38,11 +38,11 @@ def _matmul(args, fn, dtype):
     a, b = args
     tr = bool(fn.get("transpose", False)) if fn.kwargs else False
     n = b.rows if tr else b.cols
-    data = None
-    if _func(args):
-        data = _arr(a).astype(np.float32) @ (_arr(b).astype(np.float32).T if tr
-                                           else _arr(b).astype(np.float32))
-    return _out(a.rows, n, dtype, a.valid, data, data is not None)
+    if not _func(args):
+        return TileVal(a.rows, n, dtype, a.valid, False, None)  # _out without values
+    data = _arr(a).astype(np.float32) @ (_arr(b).astype(np.float32).T if tr
+                                       else _arr(b).astype(np.float32))
+    return _out(a.rows, n, dtype, a.valid, data, True)
 
 
 def _binary(op):
