@@ -214,6 +214,9 @@ def _grows(first, fn):
 
 
 def _matmul_update(acc, args, fn, dtype, functional):
+    if not _func(args):  # no values: the product would only give its valid rows, a's
+        acc.valid = args[0].valid
+        return acc
     prod = _matmul(args, fn, dtype)
     if functional and acc.data is not None and prod.data is not None:
         acc.data = acc.data + prod.data
