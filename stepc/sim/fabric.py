@@ -11,6 +11,7 @@ only if it writes back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,34 +58,64 @@ class SimEnv:
         the work after the last input is complete. Returns the cycle the first physical
         tile of a streamed output is visible downstream (None: not streamed)."""
         p = self.hw.fabric.stream_tile
-        firsts = [h[1].first for h in heads if type(h[1]) is TileVal]
-        if not p or not any(f is not None for f in firsts):
-            start, finish = ctx.t, ctx.t + cycles
-            first = None
-        else:
-            start = max([free] + [h[1].first if type(h[1]) is TileVal and
-                                  h[1].first is not None else h[0] for h in heads])
-            pieces = max(-(-h[1].rows // p) * -(-h[1].cols // p) for h in heads
-                         if type(h[1]) is TileVal)
-            share = -(-cycles // pieces)
-            finish = max(start + cycles, ctx.t + share)
-            first = start + share + 1
+        if not p or not any(type(h[1]) is TileVal and h[1].first is not None for h in heads):
+            ctx.work(ctx.t, cycles, label)
+            return None
+        start = max([free] + [h[1].first if type(h[1]) is TileVal and
+                              h[1].first is not None else h[0] for h in heads])
+        pieces = max(-(-h[1].rows // p) * -(-h[1].cols // p) for h in heads
+                     if type(h[1]) is TileVal)
+        share = -(-cycles // pieces)
+        finish = max(start + cycles, ctx.t + share)
+        first = start + share + 1
         ctx.work(finish - cycles, cycles, label)  # the unit's work, packed before its end
-        return first if first is not None and first < finish else None
+        return first if first < finish else None
 
-    def cost(self, node: OpNode, args: list, out, flops: int, fixed: int | None) -> int:
-        """Roofline cycles of one element."""
+    def element_cost(self, node: OpNode, fn) -> Callable[[list, object], int]:
+        """The roofline cycles of one element of `node` applying function `fn` to `args`
+        with output `out` (None: not sized by its output), as a function of the two; it
+        counts the element's FLOPs into `flops`. The node's settings are read once, and
+        the load and compute terms and FLOPs (which depend only on the arguments' shapes,
+        types and whether they sit in a memory unit) once per kind of arguments."""
+        spec = FUNCTIONS[fn.name]
         bw = self.hw.fabric.onchip_bw
-        load = 0
-        for a in args:
-            if isinstance(a, TileVal) and a.in_mu:
-                load += -(-a.nbytes // bw)
-        compute = fixed if fixed is not None else -(-flops // self.compute_bw(node))
-        store = -(-payload_bytes(out) // bw) if node.attrs.get("write_back") and \
-            out is not None else 0
-        if flops:
-            self.flops[node.name] = self.flops.get(node.name, 0) + flops
-        return max(load, compute, store)
+        fixed = spec.fixed_cycles
+        compute_bw = self.compute_bw(node) if fixed is None else 0
+        write_back = bool(node.attrs.get("write_back"))
+        flops_of, by_kind = spec.flops, {}
+        totals, name = self.flops, node.name
+
+        def load_compute(args: list) -> tuple[int, int]:
+            """max(load, compute) cycles and the FLOPs of an element."""
+            load = 0
+            for a in args:
+                if isinstance(a, TileVal) and a.in_mu:
+                    load += -(-a.nbytes // bw)
+            flops = 0 if fixed is not None else int(flops_of(args, fn))
+            compute = fixed if fixed is not None else -(-flops // compute_bw)
+            return max(load, compute), flops
+
+        def cost(args: list, out) -> int:
+            key: tuple | None = ()
+            for a in args:
+                if type(a) is not TileVal:
+                    key = None
+                    break
+                key += (a.rows, a.cols, a.dtype, a.in_mu)
+            known = by_kind.get(key) if key is not None else None
+            if known is None:
+                known = load_compute(args)
+                if key is not None:
+                    by_kind[key] = known
+            cycles, flops = known
+            if flops:
+                totals[name] = totals.get(name, 0) + flops
+            if write_back and out is not None:
+                store = -(-payload_bytes(out) // bw)
+                if store > cycles:
+                    return store
+            return cycles
+        return cost
 
 
 @dataclass(frozen=True)
@@ -118,11 +149,3 @@ def _same(value, hw_value) -> bool:
     def norm(v):
         return tuple(v) if isinstance(v, (list, tuple)) else v
     return norm(value) == norm(hw_value)
-
-
-def fn_flops(name: str, fn, args: list) -> tuple[int, int | None]:
-    """(FLOPs, fixed cycles) of applying a function to concrete tiles."""
-    spec = FUNCTIONS[name]
-    if spec.fixed_cycles is not None:
-        return 0, spec.fixed_cycles
-    return int(spec.flops(args, fn)), None

@@ -12,7 +12,7 @@ import numpy as np
 
 from stepc.ops.functions import FUNCTIONS
 from stepc.sim.kernel import SimError
-from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile, iter_stops
+from stepc.sim.tokens import NP_DTYPES, TileVal, int_tile
 
 
 def _arr(t: TileVal) -> np.ndarray:
@@ -26,19 +26,23 @@ def _out(rows: int, cols: int, dtype: str, valid: int, data, functional: bool) -
 
 
 def _func(ts) -> bool:
-    return all(isinstance(t, TileVal) and t.data is not None for t in ts)
+    """Whether every argument is a tile holding values (a loop: no generator per call)."""
+    for t in ts:
+        if not isinstance(t, TileVal) or t.data is None:
+            return False
+    return True
 
 
 # ------------------------------------------------------------------ map functions
 def _matmul(args, fn, dtype):
     a, b = args
-    tr = bool(fn.get("transpose", False))
+    tr = bool(fn.get("transpose", False)) if fn.kwargs else False
     n = b.rows if tr else b.cols
-    data = None
-    if _func(args):
-        data = _arr(a).astype(np.float32) @ (_arr(b).astype(np.float32).T if tr
-                                           else _arr(b).astype(np.float32))
-    return _out(a.rows, n, dtype, a.valid, data, data is not None)
+    if not _func(args):
+        return TileVal(a.rows, n, dtype, a.valid, False, None)  # _out without values
+    data = _arr(a).astype(np.float32) @ (_arr(b).astype(np.float32).T if tr
+                                       else _arr(b).astype(np.float32))
+    return _out(a.rows, n, dtype, a.valid, data, True)
 
 
 def _binary(op):
@@ -101,10 +105,11 @@ def _integer(name: str, dtype: str | None = None):
 
     def f(args, fn, dtype_):
         out = dtype or args[0].dtype
-        if any(a.data is None for a in args):
-            return TileVal(1, 1, out)
+        for a in args:
+            if a.data is None:
+                return TileVal(1, 1, out)
         value = ints([a.scalar() for a in args], fn)
-        low, high = int_range(out)
+        low, high = INT_RANGES[out]
         if not low <= value <= high:
             raise SimError(f"`{name}` gives {value:,}, which does not fit the element type "
                            f"{out} ({low:,}..{high:,})")
@@ -121,6 +126,9 @@ def int_range(dtype: str) -> tuple[float, float]:
         info = np.iinfo(np_type)
         return int(info.min), int(info.max)
     return -np.inf, np.inf
+
+
+INT_RANGES = {dtype: int_range(dtype) for dtype in NP_DTYPES}  # looked up per element
 
 
 def _gelu(args, fn, dtype):
@@ -206,6 +214,9 @@ def _grows(first, fn):
 
 
 def _matmul_update(acc, args, fn, dtype, functional):
+    if not _func(args):  # no values: the product would only give its valid rows, a's
+        acc.valid = args[0].valid
+        return acc
     prod = _matmul(args, fn, dtype)
     if functional and acc.data is not None and prod.data is not None:
         acc.data = acc.data + prod.data
@@ -268,20 +279,10 @@ def accum_init(name: str, first: list, fn, init: str | None, dtype: str, functio
     return TileVal(rows, cols, dtype, rows, False, data)
 
 
-def accum_update(name: str, acc, args: list, fn, dtype: str, functional: bool):
-    """acc' = fn(acc, element)."""
-    return ACCUMULATE[name][1](acc, args, fn, dtype, functional)
-
-
 # ------------------------------------------------------------------ flatmap functions
 # Each returns its pieces `(payload, stop)` as an iterable; the address generators yield
 # them one at a time, so a huge inner stream is walked (and stopped by --max-cycles) rather
 # than built at once.
-def _rank_stops(n_outer: int, dims: list[int]):
-    """Stops of a rank-b inner stream [n_outer, dims...] (its last element closes b dims)."""
-    return iter_stops([n_outer] + dims, len(dims))
-
-
 def _retile_streamify(x: TileVal, fn, functional: bool):
     split = fn.get("split", "row")
     if split == "row":
@@ -294,25 +295,36 @@ def _retile_streamify(x: TileVal, fn, functional: bool):
     return [(p, 0) for p in pieces]
 
 
+# The address generators' inner streams are [1, n] (or [1, n, 1]): each element's stop is 0
+# (1: its size-1 innermost dim closes at every element) and the last one's closes the
+# whole rank-b stream, b = 1 (2): iter_stops of that shape with its last stop given, as a
+# loop rather than an index walk.
 def _expert_addr(sel, fn, functional: bool):
     if len(sel) != 1:
         raise SimError(f"expert_addr needs a one-hot selector, found {list(sel)}")
     n, base = fn.get("tiles"), fn.get("base", 0) or 0
-    e = sel[0]
-    return ((int_tile(base + e * n + i), s) for i, s in enumerate(_rank_stops(1, [n, 1])))
+    first = base + sel[0] * n
+    for i in range(n - 1):
+        yield int_tile(first + i), 1
+    if n > 0:
+        yield int_tile(first + n - 1), 2
 
 
 def _cache_read_addr(pair, fn, functional: bool):
     idx, length = pair
-    i, n = idx.scalar(), length.scalar()
-    return ((int_tile(i * fn.get("row_offset") + k), s)
-            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
+    first, n = idx.scalar() * fn.get("row_offset"), length.scalar()
+    for k in range(n - 1):
+        yield int_tile(first + k), 0
+    if n > 0:
+        yield int_tile(first + n - 1), 1
 
 
 def _filter_last_tile(length, fn, functional: bool):
     n = length.scalar()
-    return (((1,) if k < n - 1 else (0,), s)
-            for k, s in enumerate(_rank_stops(1, [n]) if n > 0 else ()))
+    for _ in range(n - 1):
+        yield (1,), 0
+    if n > 0:
+        yield (0,), 1
 
 
 FLATMAP = {

@@ -79,39 +79,55 @@ class InFlight:
         self.port = env.ports[node.name]
         self.pd = env.setting(node, "par_dispatch")
         self.buffers = env.hw.hbm.tile_buffers
-        self.tiles: deque = deque()  # (burst, clock at issue, what to finish it with)
+        self.label = "store" if write else "load"
+        self.tiles: deque = deque()  # (burst, clock at issue, finish, its argument)
 
-    @property
-    def full(self) -> bool:
-        return len(self.tiles) >= self.buffers
-
-    def issue(self, requests: int, where, finish):
+    def issue(self, requests: int, where, finish, arg):
         """Post a tile's burst (after finishing the oldest tile if every buffer is busy);
-        `finish` is a generator function run when the tile is complete."""
-        if self.full:
-            yield from self.finish_oldest()
+        when the tile is complete, `finish(burst, arg)` gives the operation to yield then
+        (a send), or None. Plain functions: no generator per tile. This, `finish_before`
+        and `drain` each wait for a tile inline, one generator each."""
+        tiles = self.tiles
+        if len(tiles) >= self.buffers:
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
         b = yield (ISSUE, self.port, requests, self.pd, self.write, where)
-        self.tiles.append((b, self.ctx.t, finish))
+        tiles.append((b, self.ctx.t, finish, arg))
 
-    def finish_oldest(self):
-        b, issued, finish = self.tiles.popleft()
+    def _finished(self, entry):
+        """Count the wait for a tile now complete; the operation finishing it, or None."""
+        b, issued, finish, arg = entry
         ctx = self.ctx
-        yield (AWAIT, b)
         start = max(issued, ctx.last_mem)
-        ctx.work(start, ctx.t - start, "store" if self.write else "load")
+        ctx.work(start, ctx.t - start, self.label)
         ctx.last_mem = ctx.t
-        yield from finish(b)
+        return finish(b, arg)
 
     def finish_before(self, ch):
-        """Finish the tiles whose last response comes before `ch`'s next element (or end)."""
-        while self.tiles:
-            if not (yield (FIRST, ch, self.tiles[0][0])):
+        """Finish the tiles whose last response comes before `ch`'s next element (or end).
+        Callers test `tiles` first: no generator made when nothing is in flight."""
+        tiles = self.tiles
+        while tiles:
+            if not (yield (FIRST, ch, tiles[0][0])):
                 return
-            yield from self.finish_oldest()
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
 
     def drain(self):
-        while self.tiles:
-            yield from self.finish_oldest()
+        """Finish every tile in flight, oldest first."""
+        tiles = self.tiles
+        while tiles:
+            entry = tiles.popleft()
+            yield (AWAIT, entry[0])
+            op = self._finished(entry)
+            if op is not None:
+                yield op
 
 
 @behavior("LinearOffChipLoad")
@@ -127,28 +143,30 @@ def linear_load(ctx, node, ins, outs, env, info):
     out = outs[0]
     ref = ins.get("ref")
     flight = InFlight(ctx, node, env, False)
+    functional = env.functional  # else a tile carries no values
 
-    def send(i, s):
-        def finish(b):
-            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
-            data = _tensor_tile(env, tref, i, tile)
-            if out is not None:
-                yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
-                                          streamed(env, b)), s)
-        return finish
+    def send(b, at):
+        """Tile number `at[0]` is complete: count it, send it with stop `at[1]`."""
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+        data = _tensor_tile(env, tref, at[0], tile) if functional else None
+        if out is None:
+            return None
+        return (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
+                                   streamed(env, b)), at[1])
 
     def stream(ref_stop):
         """One affine view; `ref_stop` (the ref element's stop) closes the whole view."""
         stops = iter_stops(shape, None if ref_stop is None else len(shape) + ref_stop)
-        for i, s in zip(iter_view_indices(shape, stride), stops):
-            yield from flight.issue(reqs, tile_addresses(env, tref, i, *tile), send(i, s))
+        for at in zip(iter_view_indices(shape, stride), stops):
+            yield from flight.issue(reqs, tile_addresses(env, tref, at[0], *tile), send, at)
 
     if ref is None:
         yield from stream(None)
         yield from flight.drain()
         return
     while True:
-        yield from flight.finish_before(ref)
+        if flight.tiles:
+            yield from flight.finish_before(ref)
         head = yield (PEEK, ref)
         if head is None:
             yield from flight.drain()
@@ -167,14 +185,12 @@ def linear_store(ctx, node, ins, outs, env, info):
     flight = InFlight(ctx, node, env, True)
     count = 0
 
-    def done(t: TileVal):
-        def finish(b):
-            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
-            yield from ()
-        return finish
+    def done(b, t: TileVal):
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
 
     while True:
-        yield from flight.finish_before(src)
+        if flight.tiles:
+            yield from flight.finish_before(src)
         head = yield (PEEK, src)
         if head is None:
             yield from flight.drain()
@@ -182,7 +198,7 @@ def linear_store(ctx, node, ins, outs, env, info):
         t: TileVal = head[1]
         reqs = requests_per_tile(t.rows, t.cols, t.dtype, env.hw.hbm.request_bytes)
         yield from flight.issue(reqs, tile_addresses(env, tref, count, t.rows, t.cols),
-                                done(t))
+                                done, t)
         if written is not None and t.data is not None:
             _write_tile(written, tref, count, t)
         count += 1
@@ -213,17 +229,19 @@ def random_load(ctx, node, ins, outs, env, info):
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]
     flight = InFlight(ctx, node, env, False)
+    functional = env.functional  # else a tile carries no values
 
-    def send(data, stop):
-        def finish(b):
-            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
-            if out is not None:
-                yield (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, data,
-                                          streamed(env, b)), stop)
-        return finish
+    def send(b, head):
+        """The tile read for address element `head` = (data, stop) is complete."""
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + tile_bytes
+        if out is None:
+            return None
+        return (SEND, out, TileVal(tile[0], tile[1], tref.dtype, None, True, head[0],
+                                   streamed(env, b)), head[1])
 
     while True:
-        yield from flight.finish_before(addr)
+        if flight.tiles:
+            yield from flight.finish_before(addr)
         head = yield (PEEK, addr)
         if head is None:
             yield from flight.drain()
@@ -235,9 +253,9 @@ def random_load(ctx, node, ins, outs, env, info):
             if not 0 <= i < total:
                 raise SimError(f"RandomOffChipLoad address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)
-            data = _tensor_tile(env, tref, i, tile)
+            data = _tensor_tile(env, tref, i, tile) if functional else None
             where = tile_addresses(env, tref, i, *tile)
-        yield from flight.issue(reqs, where, send(data, head[2]))
+        yield from flight.issue(reqs, where, send, (data, head[2]))
         if flight.buffers == 1:  # the reference holds the address until the tile is sent
             yield from flight.drain()
         yield (POP, addr)
@@ -251,17 +269,17 @@ def random_store(ctx, node, ins, outs, env, info):
     out = outs[0]
     flight = InFlight(ctx, node, env, True)
 
-    def ack(t: TileVal, stop):
-        def finish(b):
-            env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + t.nbytes
-            if out is not None:
-                yield (SEND, out, True, stop)
-        return finish
+    def ack(b, stored):
+        """Tile `stored[0]` is written: count it, acknowledge with stop `stored[1]`."""
+        env.useful_bytes[node.name] = env.useful_bytes.get(node.name, 0) + stored[0].nbytes
+        return (SEND, out, True, stored[1]) if out is not None else None
 
     while True:
-        yield from flight.finish_before(waddr)
+        if flight.tiles:
+            yield from flight.finish_before(waddr)
         ha = yield (PEEK, waddr)
-        yield from flight.finish_before(wdata)
+        if flight.tiles:
+            yield from flight.finish_before(wdata)
         hd = yield (PEEK, wdata)
         if ha is None or hd is None:
             if (ha is None) != (hd is None):
@@ -281,7 +299,7 @@ def random_store(ctx, node, ins, outs, env, info):
                 raise SimError(f"RandomOffChipStore address {i} is outside `{tref}` "
                                f"({total} tiles)", node.name)
             _write_tile(written, tref, i, t)
-        yield from flight.issue(reqs, where, ack(t, ha[2]))
+        yield from flight.issue(reqs, where, ack, (t, ha[2]))
         if flight.buffers == 1:  # the reference releases its inputs after the ack
             yield from flight.drain()
         yield (POP, waddr)

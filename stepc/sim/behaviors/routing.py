@@ -7,15 +7,17 @@ from stepc.sim.kernel import PEEK, POP, RECV, SELECT, SEND, SEND_ALL, SEND_AT, S
 from stepc.sim.tokens import TileVal
 
 
-def _load_cycles(env, p) -> int:
+def _load_cycles(bw: int, p) -> int:
+    """Cycles reading payload `p` from a memory unit at `bw` bytes per cycle."""
     if isinstance(p, TileVal) and p.in_mu:
-        return -(-p.nbytes // env.hw.fabric.onchip_bw)
+        return -(-p.nbytes // bw)
     return 0
 
 
-def _store_cycles(env, node, p) -> int:
-    if node.attrs.get("write_back") and isinstance(p, TileVal):
-        return -(-p.nbytes // env.hw.fabric.onchip_bw)
+def _store_cycles(bw: int, write_back: bool, p) -> int:
+    """Cycles writing payload `p` back to a memory unit (when the node writes back)."""
+    if write_back and isinstance(p, TileVal):
+        return -(-p.nbytes // bw)
     return 0
 
 
@@ -27,6 +29,7 @@ def partition(ctx, node, ins, outs, env, info):
     src, sel = ins["in"], ins["sel"]
     switch = node.attrs["switch_cycles"]
     wb = node.attrs.get("write_back", False)
+    bw, stores = env.hw.fabric.onchip_bw, bool(wb)
     while True:
         # the data decides when the Partition is done: in a feedback loop (the paper's
         # dynamic parallelization) the selector stream only ends after this operator does
@@ -48,7 +51,7 @@ def partition(ctx, node, ins, outs, env, info):
                                node.name)
             _, val, s = head
             start = ctx.t
-            ctx.work(start, _load_cycles(env, val), "load")
+            ctx.work(start, _load_cycles(bw, val), "load")
             yield (POP, src)
             end = s >= p
             if end and s != sstop + p:
@@ -56,7 +59,7 @@ def partition(ctx, node, ins, outs, env, info):
                                f"element expects {sstop + p}", node.name)
             if chosen:
                 t0 = ctx.t
-                ctx.work(t0, switch + _store_cycles(env, node, val), "switch")
+                ctx.work(t0, switch + _store_cycles(bw, stores, val), "switch")
                 out_val = val.with_mu(wb) if isinstance(val, TileVal) else val
                 for i in chosen:
                     o = outs[i]
@@ -74,6 +77,7 @@ def reassemble(ctx, node, ins, outs, env, info):
     srcs, sel, out = ins["ins"], ins["sel"], outs[0]
     switch = node.attrs["switch_cycles"]
     wb = node.attrs.get("write_back", False)
+    bw, stores = env.hw.fabric.onchip_bw, bool(wb)
     while True:
         hs = yield (RECV, sel)
         if hs is None:
@@ -105,7 +109,7 @@ def reassemble(ctx, node, ins, outs, env, info):
                 if first:
                     ctx.t = max(ctx.t, t_arr) + switch
                     first = False
-                ctx.work(ctx.t, _load_cycles(env, val) + _store_cycles(env, node, val),
+                ctx.work(ctx.t, _load_cycles(bw, val) + _store_cycles(bw, stores, val),
                          "merge")
                 yield (POP, ch)
                 end = s >= q
