@@ -59,13 +59,18 @@ def build(out_dir: Path, root: Path = ROOT, quiet: bool = True) -> dict[str, str
 
 
 def build_in_place(root: Path = ROOT, quiet: bool = True) -> list[str]:
-    """Build the modules of a checkout beside their sources; their package paths."""
+    """Build the modules of a checkout beside their sources; their package paths. Each
+    module takes its place by a rename, so a process running the old one keeps its copy
+    (writing over a loaded module's file crashes that process)."""
     import shutil
 
     with tempfile.TemporaryDirectory() as tmp:
         built = build(Path(tmp), root, quiet)
         for path, rel in built.items():
-            shutil.copy2(path, root / rel)
+            target = root / rel
+            fresh = target.with_name(f".{target.name}.{os.getpid()}")
+            shutil.copy2(path, fresh)
+            os.replace(fresh, target)
     return sorted(built.values())
 
 

@@ -87,7 +87,11 @@ class FnValue:
     span: Span | None
 
     def get(self, key: str, default=None):
-        return dict(self.kwargs).get(key, default)
+        """The argument `key` (the last one given, as a dict of them would hold)."""
+        for k, v in reversed(self.kwargs):
+            if k == key:
+                return v
+        return default
 
     def __str__(self) -> str:
         if not self.kwargs:
