@@ -152,11 +152,7 @@ cdef class RefPool:
         cdef list finished
         cdef Py_ssize_t j
         while active:
-            lo = NEVER
-            for j in range(len(active)):
-                b = <Burst>active[j]
-                if b.next_cycle < lo:
-                    lo = b.next_cycle
+            lo = self._next_pickup()
             if lo > cycle:
                 cycle = lo
             if has_limit and cycle > limit:
@@ -195,12 +191,17 @@ cdef class RefPool:
                     limit, has_limit = b.completion, True
             cycle = last + 1
         if active:
-            lo = NEVER
-            for j in range(len(active)):
-                b = <Burst>active[j]
-                if b.next_cycle < lo:
-                    lo = b.next_cycle
+            lo = self._next_pickup()
             self._schedule(cycle if cycle > lo else lo)
+
+    cdef long long _next_pickup(self):
+        """The earliest cycle at which a burst still issuing picks up its next message."""
+        cdef long long lo = NEVER
+        cdef Burst b
+        for b in self.active:
+            if b.next_cycle < lo:
+                lo = b.next_cycle
+        return lo
 
     @property
     def stats(self):
