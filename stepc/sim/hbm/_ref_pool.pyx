@@ -13,6 +13,7 @@ from collections import deque
 
 import numpy as np
 
+from stepc.sim.hbm.window import MemoryStats
 from stepc.sim.kernel import SimError
 
 cdef long long NEVER = 1LL << 62  # no response yet: above any cycle
@@ -77,7 +78,8 @@ cdef class RefPool:
     cdef object first_cycle
     cdef long long last_cycle
 
-    def __init__(self, kernel, cfg, stats, bint want_first):
+    def __init__(self, kernel, cfg, bint want_first):
+        stats = MemoryStats(per_channel=np.zeros(cfg.channels, dtype=np.int64))
         self.kernel, self._stats, self.pending_at = kernel, stats, None
         self.n, self.ii = cfg.channels, cfg.request_interval
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible

@@ -14,7 +14,7 @@ from stepc.sim.hbm.ref_in_order import serve_in_order
 from stepc.sim.hbm.ref_periodic import serve_periodic
 from stepc.sim.hbm.ref_serve import serve_window
 from stepc.sim.hbm.table import memory_model
-from stepc.sim.hbm.window import MemoryStats, WindowedMemory
+from stepc.sim.hbm.window import WindowedMemory
 from stepc.sim.native import compiled
 
 
@@ -61,8 +61,7 @@ def from_config(kernel, hw, strategy: str = "auto"):
     if strategy in ("auto", "native"):
         pool = compiled("stepc.sim.hbm._ref_pool") if plain else None
         if pool is not None:
-            stats = MemoryStats(per_channel=np.zeros(cfg.channels, dtype=np.int64))
-            return pool.RefPool(kernel, cfg, stats, hw.fabric.stream_tile)
+            return pool.RefPool(kernel, cfg, hw.fabric.stream_tile)
         if strategy == "native":
             raise ValueError("the native ref strategy needs stepc's compiled core (built with "
                              "the wheel; in a checkout: python hatch_build.py)" if plain else
