@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from stepc.sympy_lazy import sympy
 from stepc.types import dim_json
 
 if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
+    from stepc.energy import EnergyReport
     from stepc.hw import HardwareConfig
     from stepc.sim.run import SimResult
     from stepc.typecheck.checker import TypedProgram
@@ -63,6 +65,12 @@ def _total(m: Measurement, name: str, attr: str):
     simplify, the on-demand one a piecewise one)."""
     made = m.analysis.__dict__.get("totals")
     return dim_json(made[name] if made is not None else m.analysis.total(attr))
+
+
+def _joules_or_mm2(v):
+    """A float, or the JSON form of a value still symbolic in the program's dims."""
+    v = sympy.sympify(v)
+    return float(v) if v.is_number else dim_json(v)
 
 
 def _number(v) -> bool:
@@ -118,8 +126,64 @@ def bw_utilization(m: Measurement) -> float | None:
 
 @metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)", "allocated FLOPs/cycle")
 def allocated_compute(m: Measurement) -> int:
-    """Compute throughput the operators allocate."""
+    """Compute throughput the operators allocate: the sum of the FLOPs/cycle
+    (`compute_bw`) of every higher-order operator that does arithmetic, one per instance
+    (per expert, per region), whatever its stream carries; routing, shape and memory
+    operators allocate none."""
     return m.analysis.allocated_compute
+
+
+@metric("units", "compute units allocated", "compute units")
+def compute_units(m: Measurement) -> int:
+    """Compute units the operators allocate: each arithmetic operator's FLOPs/cycle over
+    one unit's (`area.unit_flops`), rounded up."""
+    return m.energy.compute_units
+
+
+@metric("mm2", "area (mm2)", "area mm2")
+def area_mm2(m: Measurement):
+    """Silicon the allocation needs: the compute units' multiply-add lanes and the on-chip
+    bytes' SRAM bit cells (datapath and cells only: a lower bound)."""
+    return _joules_or_mm2(m.energy.area_mm2)
+
+
+@metric("J", "dynamic energy (J)", "dynamic J")
+def energy_dynamic_j(m: Measurement):
+    """Energy of the work itself: arithmetic, on-chip memory, FIFOs, fabric hops and
+    off-chip traffic (with DRAM row activations when the dram model ran)."""
+    return _joules_or_mm2(m.energy.dynamic_j)
+
+
+def _component(name: str, meaning: str, simulated: bool = False):
+    def derive(m: Measurement):
+        return _joules_or_mm2(m.energy.by_component[name])
+    derive.__name__, derive.__doc__ = f"energy_{name}_j", meaning
+    label = name.replace("_", "-")
+    return metric("J", f"{label} energy (J)", f"{label} J", simulated=simulated)(derive)
+
+
+for _name, _meaning in (
+        ("compute", "Energy of the arithmetic: FLOPs at their element type's cost."),
+        ("sram", "Energy of on-chip memory reads and writes, by the memory's size class."),
+        ("fifo", "Energy of writing and reading every stream element in its FIFO."),
+        ("fabric", "Energy of moving every stream element one hop over the fabric."),
+        ("off_chip", "Energy of the off-chip traffic (and DRAM row activations).")):
+    _component(_name, _meaning)
+_component("static", "Leakage of the allocated compute over the run's time.", simulated=True)
+
+
+@metric("J", "energy (J)", "energy J", simulated=True)
+def energy_j(m: Measurement):
+    """Energy of the run: the dynamic energy and the allocated compute's leakage over its
+    cycles at the accelerator clock."""
+    return _joules_or_mm2(m.energy.total_j)
+
+
+@metric("J*s", "energy-delay product (J*s)", "EDP J*s", simulated=True)
+def edp(m: Measurement):
+    """Energy times the run's time at the accelerator clock."""
+    total = m["energy_j"]
+    return total * m.energy.seconds if _number(total) else None
 
 
 @metric("fraction", "row-buffer hit rate", "row hits", simulated=True, higher_is_better=True,
@@ -162,6 +226,16 @@ class Measurement:
         if name in METRICS:
             return self[name]
         raise AttributeError(name)
+
+    @cached_property
+    def energy(self) -> EnergyReport:
+        """Energy and area on `hw` (stepc.energy): dynamic from the bound analysis, static
+        and row activations from the run when there is one."""
+        from stepc.energy import energy_report
+        r = self.result
+        activations = r.memory.row_misses + r.memory.row_conflicts if r is not None else 0
+        return energy_report(self.analysis, self.hw, self.analysis.total("on_chip"),
+                             r.cycles if r is not None else None, activations)
 
     @property
     def simulation(self) -> SimResult:

@@ -40,7 +40,7 @@ FLOORS = [
     ("stepc.interop",),
     ("stepc.frontend",),
     ("stepc.analyze", "stepc.fifo.static"),
-    ("stepc.sim", "stepc.viz"),
+    ("stepc.sim", "stepc.viz", "stepc.energy"),
     ("stepc.measure",),
     ("stepc.explore", "stepc.fifo", "stepc.tune", "stepc.reproduction", "stepc.torch",
      "stepc.tasks", "stepc.rewrite", "stepc.interop.write"),

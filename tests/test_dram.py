@@ -256,7 +256,7 @@ def test_dram_config_errors():
 
 def test_a_user_part_file(tmp_path):
     part = tmp_path / "hbm2e.toml"
-    text = (load_config("hdl-validation-dram").to_toml().split("[dram]\n")[1])
+    text = load_config("hdl-validation-dram").to_toml().split("[dram]\n")[1].split("\n[")[0]
     lines = [ln for ln in text.splitlines() if ln.split(" = ")[0] not in SYSTEM_DEFAULTS]
     part.write_text("\n".join(lines).replace("tck_ps = 1000", "tck_ps = 625") + "\n")
     hw = tmp_path / "hw.toml"

@@ -1,5 +1,8 @@
 """Every hardware setting takes effect, or says that it does not.
 
+The `[energy]` and `[area]` keys (and the accelerator clock, which prices leakage) move
+the energy and area metrics rather than the cycles: `test_energy_and_area_keys_move_their_metric`.
+
 For each memory model (`ref`, `fluid`, `dram`) and every key of `[fabric]`, `[hbm]` and
 `[dram]`: either changing the key changes the cycles of a bundled program (or, for the
 capacity keys, the report's capacity warning), or the model does not read the key, and
@@ -20,7 +23,18 @@ from stepc.cli import main
 from stepc.frontend import compile_file, compile_source
 from stepc.grammar.parse import decode_source
 from stepc.hw import load_config
-from stepc.hw.config import ConfigError, Dram, Fabric, Hbm, set_warnings, unused_keys
+from stepc.hw.config import (
+    CLOCK_KEY,
+    Area,
+    ConfigError,
+    Dram,
+    Energy,
+    Fabric,
+    Hbm,
+    set_warnings,
+    unused_keys,
+)
+from stepc.measure import measure
 from stepc.ops import OPS
 from stepc.sim.run import simulate
 
@@ -129,7 +143,8 @@ def test_every_key_is_covered():
     for model, (preset, sets) in BASES.items():
         unused = unused_keys(load_config(preset, sets))
         for key in KEYS:
-            assert key in unused or key in REPORTED or effect(model, key), \
+            assert key in unused or key in REPORTED or effect(model, key) or \
+                key in METRIC_EFFECT, \
                 f"{key} under {model}: add the value that moves it to EFFECT, or make " \
                 "unused_keys() say that the model ignores it"
 
@@ -142,6 +157,8 @@ def test_a_key_moves_the_cycles_or_is_declared_unused(model, key):
     if key in REPORTED:
         return  # test_capacity_keys_move_the_report
     unused = unused_keys(cfg)
+    if key == CLOCK_KEY and key not in unused and not effect(model, key):
+        return  # it prices leakage alone: test_energy_and_area_keys_move_their_metric
     if key in unused:
         value = cfg.value(key)
         other = f"{key}={value * 2 or 1}" if isinstance(value, int) else \
@@ -153,6 +170,73 @@ def test_a_key_moves_the_cycles_or_is_declared_unused(model, key):
     needs = needs[0] if needs else ()
     assert cycles(model, program, *needs, f"{key}={value}") != \
         cycles(model, program, *needs), (model, key)
+
+
+# energy and area keys -> (a value, the metric it must move, the pipeline's element type
+# and tile rows): a [rows, 64] tile's load buffer falls in one SRAM size class (16 rows of
+# f32: 4 KiB, 8 KiB class; 64: 16 KiB, 32 KiB class; 512: 128 KiB, 1 MiB class), and the
+# element type picks the arithmetic coefficients (bf16 is charged as fp16)
+METRIC_EFFECT = {
+    "energy.fp16_add_pj": (9.0, "energy_compute_j", "bf16", 16),
+    "energy.fp16_mul_pj": (9.0, "energy_compute_j", "bf16", 16),
+    "energy.fp32_add_pj": (9.0, "energy_compute_j", "f32", 16),
+    "energy.fp32_mul_pj": (9.0, "energy_compute_j", "f32", 16),
+    "energy.int32_add_pj": (9.0, "energy_compute_j", "i32", 16),
+    "energy.int32_mul_pj": (9.0, "energy_compute_j", "i32", 16),
+    "energy.sram_8kib_pj": (99.0, "energy_sram_j", "f32", 16),
+    "energy.sram_32kib_pj": (99.0, "energy_sram_j", "f32", 64),
+    "energy.sram_1mib_pj": (999.0, "energy_sram_j", "f32", 512),
+    "energy.wire_pj_per_bit_mm": (9.0, "energy_fabric_j", "f32", 16),
+    "energy.off_chip_pj_per_bit": (9.0, "energy_off_chip_j", "f32", 16),
+    "energy.activation_pj": (999.0, "energy_off_chip_j", "f32", 16),
+    "energy.leakage_mw_per_mm2": (99.0, "energy_static_j", "f32", 16),
+    "area.fp16_add_um2": (9999.0, "area_mm2", "bf16", 16),
+    "area.fp16_mul_um2": (9999.0, "area_mm2", "bf16", 16),
+    "area.fp32_add_um2": (9999.0, "area_mm2", "f32", 16),
+    "area.fp32_mul_um2": (9999.0, "area_mm2", "f32", 16),
+    "area.int32_add_um2": (9999.0, "area_mm2", "i32", 16),
+    "area.int32_mul_um2": (9999.0, "area_mm2", "i32", 16),
+    "area.sram_bit_um2": (9.0, "area_mm2", "f32", 16),
+    "area.unit_flops": (64, "compute_units", "f32", 16),
+    "area.unit_bytes": (2**24, "energy_fabric_j", "f32", 16),
+    CLOCK_KEY: (100, "energy_static_j", "f32", 16),
+}
+TYPED_PIPE = """
+tensor X : {dtype}[1024, 64] input = zeros
+tensor Y : {dtype}[1024, 64] output
+x = LinearOffChipLoad(X, tile=[{rows}, 64])
+y = Map(x, fn=relu)
+LinearOffChipStore(y, Y)
+"""
+
+
+def test_every_energy_and_area_key_is_covered():
+    keys = {f"{s}.{f.name}" for s, cls in (("energy", Energy), ("area", Area))
+            for f in fields(cls)}
+    assert keys | {CLOCK_KEY} == set(METRIC_EFFECT)
+
+
+@functools.cache
+def metric_of(model: str, dtype: str, rows: int, metric: str, *sets: str):
+    preset, base = BASES[model]
+    text = TYPED_PIPE.format(dtype=dtype, rows=rows)
+    program = compile_source(decode_source("t.step", text.encode())).typed
+    return measure(program, load_config(preset, base + sets), functional=False)[metric]
+
+
+@pytest.mark.parametrize("model", list(BASES))
+@pytest.mark.parametrize("key", list(METRIC_EFFECT))
+def test_energy_and_area_keys_move_their_metric(model, key):
+    preset, sets = BASES[model]
+    cfg = load_config(preset, sets)
+    value, metric, dtype, rows = METRIC_EFFECT[key]
+    before = metric_of(model, dtype, rows, metric)
+    after = metric_of(model, dtype, rows, metric, f"{key}={value}")
+    if key in unused_keys(cfg):
+        assert set_warnings(cfg, (f"{key}={value}",)), key
+        assert after == before, (model, key)
+        return
+    assert after != before, (model, key)
 
 
 @pytest.mark.parametrize("key", list(REPORTED))

@@ -15,6 +15,7 @@ from functools import cached_property
 import sympy
 
 from stepc.analyze import exact
+from stepc.analyze.access import Access, access
 from stepc.canon import memo_renamed, symbols_in
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
@@ -36,6 +37,7 @@ class OpCost:
     activity: sympy.Expr | None  # elements of the operator's principal stream
     flops: sympy.Expr
     compute_bw: int | None  # FLOPs/cycle allocated, for higher-order operators
+    access: Access | None = None  # its on-chip bytes (`stepc.analyze.access`)
 
     @cached_property
     def nonempty(self) -> sympy.Basic:
@@ -119,9 +121,14 @@ class Analysis:
             if x is not None:
                 return exact.as_sympy(x)
             return _settle(e.xreplace(subs))
+        def ev_access(a: Access | None) -> Access | None:
+            if a is None:
+                return None
+            return Access(ev(a.streamed), ev(a.sram_write), ev(a.sram_read),
+                          ev(a.sram_size), a.dtype)
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
-                      o.compute_bw) for o in self.ops]
+                      o.compute_bw, ev_access(o.access)) for o in self.ops]
         return Analysis(self.program, self.params, self.mode, ops, self.symbols,
                         {**self.bindings, **values})
 
@@ -227,8 +234,9 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
             bw = node.attrs.get("compute_bw")
             if bw is None and flops != 0:
                 bw = default_bw
-        ops.append(OpCost(node.name, node.op, node.span, sympy.sympify(spec.off_chip(ctx)),
-                          on_chip, activity, flops, bw))
+        off_chip = sympy.sympify(spec.off_chip(ctx))
+        ops.append(OpCost(node.name, node.op, node.span, off_chip, on_chip, activity, flops,
+                          bw, access(spec, ctx, off_chip, on_chip)))
     used = {s.name for s in symbols_in(cost_formulas(ops))}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}

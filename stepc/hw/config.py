@@ -101,8 +101,48 @@ class Dram:
         return 1e6 / self.accel_clock_mhz / self.tck_ps
 
 
-SECTIONS = {"fabric": Fabric, "hbm": Hbm, "dram": Dram}  # the tables of a hardware file
-MODEL_SECTIONS = {s: cls for s, cls in SECTIONS.items() if s not in ("fabric", "hbm")}
+@dataclass(frozen=True)
+class Energy:
+    """Energy coefficients in pJ: per arithmetic operation of an element type, per 64-bit
+    access of an on-chip SRAM of each size class, per bit moved over a millimetre of
+    on-chip wire and to or from off-chip memory, per DRAM row activation; and the leakage
+    power of logic in mW per mm2. Defaults and their sources: docs/energy.md."""
+
+    fp16_add_pj: float = 0.4
+    fp16_mul_pj: float = 1.1
+    fp32_add_pj: float = 0.9
+    fp32_mul_pj: float = 3.7
+    int32_add_pj: float = 0.1
+    int32_mul_pj: float = 3.1
+    sram_8kib_pj: float = 10.0
+    sram_32kib_pj: float = 20.0
+    sram_1mib_pj: float = 100.0
+    wire_pj_per_bit_mm: float = 0.121
+    off_chip_pj_per_bit: float = 3.97
+    activation_pj: float = 0.0
+    leakage_mw_per_mm2: float = 11.35
+
+
+@dataclass(frozen=True)
+class Area:
+    """Area coefficients in um2 per arithmetic unit of an element type and per SRAM bit
+    cell, and the allocation units: the FLOPs/cycle of one compute unit and the bytes of
+    one on-chip memory unit. Defaults and their sources: docs/energy.md."""
+
+    fp16_add_um2: float = 1360.0
+    fp16_mul_um2: float = 1640.0
+    fp32_add_um2: float = 4184.0
+    fp32_mul_um2: float = 7700.0
+    int32_add_um2: float = 137.0
+    int32_mul_um2: float = 3495.0
+    sram_bit_um2: float = 0.346
+    unit_flops: int = 1024
+    unit_bytes: int = 524288
+
+
+SECTIONS = {"fabric": Fabric, "hbm": Hbm, "dram": Dram, "energy": Energy,
+            "area": Area}  # the tables of a hardware file
+MODEL_SECTIONS = {s: cls for s, cls in SECTIONS.items() if s in ("dram",)}
 SYSTEM_DEFAULTS = {"part": "hbm2", "mapping": "RoBaRaCoCh", "layout": "tiled",
                    "accel_clock_mhz": 1000, "queue_depth": 32,
                    "mapper_bytes": 0, "block": 16,
@@ -128,6 +168,8 @@ class HardwareConfig:
     fabric: Fabric
     hbm: Hbm
     dram: Dram
+    energy: Energy = Energy()
+    area: Area = Area()
 
     def value(self, key: str):
         """The value of a dotted key such as `hbm.par_dispatch`."""
@@ -160,7 +202,8 @@ class HardwareConfig:
     def to_toml(self) -> str:
         """The effective configuration as TOML (for --print-config)."""
         lines = [f'name = "{self.name}"', f'description = "{self.description}"']
-        for section in ("fabric", "hbm", *MEMORY_MODELS[self.hbm.model].sections):
+        for section in ("fabric", "hbm", *MEMORY_MODELS[self.hbm.model].sections,
+                        "energy", "area"):
             lines.append(f"\n[{section}]")
             for k, v in asdict(getattr(self, section)).items():
                 lines.append(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}")
@@ -241,6 +284,12 @@ def _section(cls, data: dict, where: str, section: str):
             if key in _POW2 and value & (value - 1):
                 raise ConfigError(f'{where}: "{section}.{key}" must be a power of two (the '
                                   f"address mapping slices bits), found {value}")
+        elif want == "float":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                    or not 0 <= value < float("inf"):
+                raise ConfigError(f'{where}: "{section}.{key}" must be a number >= 0, '
+                                  f"found {value!r}")
+            value = float(value)
         elif not isinstance(value, str):
             raise ConfigError(f'{where}: "{section}.{key}" must be a string, found {value!r}')
         values[key] = value
@@ -261,7 +310,9 @@ def _build(where: str, data: dict, may_read: MayRead | None = None) -> HardwareC
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return HardwareConfig(str(data.get("name", where)), str(data.get("description", "")),
-                          _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm, dram)
+                          _section(Fabric, data.get("fabric", {}), where, "fabric"), hbm, dram,
+                          _section(Energy, data.get("energy", {}), where, "energy"),
+                          _section(Area, data.get("area", {}), where, "area"))
 
 
 def _dram(data: dict, where: str, may_read: MayRead | None = None) -> Dram:
@@ -309,8 +360,16 @@ def _parse_set(item: str) -> tuple[str, str, object]:
         raise ConfigError(f'{given("set", item)}: unknown section "{section}"'
                           f"{_suggest(section, SECTIONS)}")
     raw = raw.strip()
-    value: object = int(raw) if raw.lstrip("-").isdigit() else raw.strip('"')
+    value: object = int(raw) if raw.lstrip("-").isdigit() else _number_or_text(raw)
     return section, name, value
+
+
+def _number_or_text(raw: str) -> object:
+    """A `--set` value that is not an integer: a decimal number, or else text."""
+    try:
+        return float(raw) if any(c.isdigit() for c in raw) else raw.strip('"')
+    except ValueError:
+        return raw.strip('"')
 
 
 def load_config(spec: str | None = None, sets: tuple[str, ...] = (),
@@ -330,6 +389,9 @@ def load_config(spec: str | None = None, sets: tuple[str, ...] = (),
     return cfg
 
 
+CLOCK_KEY = "dram.accel_clock_mhz"  # the accelerator clock: the energy model reads it too
+
+
 def unused_keys(cfg: HardwareConfig) -> dict[str, str]:
     """The keys the configured memory model does not read, each with the reason."""
     model = cfg.hbm.model
@@ -339,7 +401,11 @@ def unused_keys(cfg: HardwareConfig) -> dict[str, str]:
             models = " or ".join(f'"{m}"' for m in readers(section))
             out.update({f"{section}.{f.name}": f"only hbm.model = {models} reads "
                         f'[{section}]; this configuration uses "{model}"'
-                        for f in fields(cls)})
+                        for f in fields(cls) if f"{section}.{f.name}" != CLOCK_KEY})
+    if "dram" not in MEMORY_MODELS[model].sections:
+        out["energy.activation_pj"] = (f'only a bank-level memory model (hbm.model = "dram") '
+                                       f'counts row activations; this configuration uses '
+                                       f'"{model}"')
     return {**out, **MEMORY_MODELS[model].ignores(cfg)}
 
 
@@ -349,11 +415,11 @@ def roofline_unused(cfg: HardwareConfig) -> dict[str, str]:
     read = {"hbm.model", "fabric.compute_bw", *MEMORY_MODELS[cfg.hbm.model].peak_keys(cfg)}
     if cfg.hbm.arbiter_grants:
         read |= {"hbm.par_dispatch", "hbm.request_bytes"}
-    read.add("hbm.arbiter_grants")
+    read |= {"hbm.arbiter_grants", CLOCK_KEY}  # the energy bound's static term reads the clock
     return {f"{section}.{f.name}": "the roofline bound reads only the peak bandwidth and "
             "the compute bandwidth (`stepc sim` uses it)"
             for section, cls in SECTIONS.items() for f in fields(cls)
-            if f"{section}.{f.name}" not in read}
+            if f"{section}.{f.name}" not in read and section not in ("energy", "area")}
 
 
 

@@ -1,0 +1,176 @@
+"""Energy and area of a program on a hardware description: per operator and in total, from
+its bound analysis (`stepc.analyze.access` says where its bytes go), the coefficients of
+the hardware's `[energy]` and `[area]` tables and, for the static energy and DRAM row
+activations, a simulated run. docs/energy.md states every rule and cites every default.
+
+Dynamic energy of one operator, in pJ:
+
+- compute: FLOPs x (add + multiply energy of its element type) / 2, a FLOP being half a
+  fused multiply-add (`PRECISION` maps element types to the coefficients' classes);
+- sram: bytes written and read in its on-chip memory x the 64-bit access energy of the
+  memory's size class / 8 (the smallest class at least as large; the largest beyond it);
+- fifo: bytes its input streams deliver x 2 (enqueue and dequeue) x the smallest SRAM
+  class's energy per byte;
+- fabric: the same bytes x 8 x the wire energy per bit and millimetre x one hop, the
+  pitch of a unit tile (one compute unit beside one memory unit, as squares);
+- off_chip: its off-chip bytes x 8 x the energy per bit;
+
+and for a run, static: logic leakage per mm2 x the allocated compute area x the run's time
+at the accelerator clock, and each DRAM row activation (the `dram` model counts them).
+Area: each operator's compute units (its FLOPs/cycle over `area.unit_flops`, rounded up)
+x the multiply-add lanes of a unit x their area, and the on-chip bytes in SRAM bit cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sympy
+
+from stepc.hw.config import CLOCK_KEY
+
+if TYPE_CHECKING:
+    from stepc.analyze import Analysis
+    from stepc.analyze.analysis import OpCost
+    from stepc.hw import HardwareConfig
+
+PJ, UM2_PER_MM2 = 1e-12, 1e6
+# element type -> the class of its arithmetic coefficients: bf16 is charged as fp16 (its
+# 8-bit mantissa multiplier is smaller: an upper bound), integer and address types as
+# 32-bit integers, operators without tiles as 32-bit integers
+PRECISION = {"bf16": "fp16", "f16": "fp16", "f32": "fp32", "i32": "int32", "u32": "int32",
+             "u64": "int32", "bool": "int32", "": "int32"}
+SRAM_CLASSES = ((8 * 2**10, "sram_8kib_pj"), (32 * 2**10, "sram_32kib_pj"),
+                (2**20, "sram_1mib_pj"))  # (largest size in bytes, its coefficient)
+DYNAMIC = ("compute", "sram", "fifo", "fabric", "off_chip")
+COMPONENTS = (*DYNAMIC, "static")
+
+
+def flop_pj(hw: HardwareConfig, dtype: str) -> float:
+    """Energy of one FLOP on `dtype` tiles: half a multiply plus half an add."""
+    p, e = PRECISION[dtype], hw.energy
+    return (getattr(e, f"{p}_add_pj") + getattr(e, f"{p}_mul_pj")) / 2
+
+
+def lane_um2(hw: HardwareConfig, dtype: str) -> float:
+    """Area of one multiply-add lane (a multiplier and an adder) on `dtype`."""
+    p, a = PRECISION[dtype], hw.area
+    return getattr(a, f"{p}_add_um2") + getattr(a, f"{p}_mul_um2")
+
+
+def unit_mm2(hw: HardwareConfig, dtype: str) -> float:
+    """Area of one compute unit: `unit_flops / 2` multiply-add lanes."""
+    return hw.area.unit_flops / 2 * lane_um2(hw, dtype) / UM2_PER_MM2
+
+
+def sram_mm2(hw: HardwareConfig, nbytes) -> sympy.Expr:
+    """Area of `nbytes` of on-chip memory in bit cells."""
+    return sympy.sympify(nbytes) * 8 * sympy.Float(hw.area.sram_bit_um2) / UM2_PER_MM2
+
+
+def hop_mm(hw: HardwareConfig) -> float:
+    """One fabric hop: the side of a square holding one bf16 compute unit and one memory
+    unit of `area.unit_bytes`."""
+    return math.sqrt(unit_mm2(hw, "bf16") + float(sram_mm2(hw, hw.area.unit_bytes)))
+
+
+def sram_pj_per_byte(hw: HardwareConfig, size) -> sympy.Expr:
+    """Energy per byte accessed in an on-chip memory of `size` bytes (64-bit accesses)."""
+    classes = [(limit, getattr(hw.energy, key) / 8) for limit, key in SRAM_CLASSES]
+    if size.is_number:
+        return sympy.Float(next((pj for limit, pj in classes if size <= limit),
+                                classes[-1][1]))
+    pieces = [(sympy.Float(pj), sympy.Le(size, limit)) for limit, pj in classes[:-1]]
+    return sympy.Piecewise(*pieces, (sympy.Float(classes[-1][1]), True))
+
+
+def compute_units(o: OpCost, hw: HardwareConfig) -> int:
+    """Compute units an operator allocates: its FLOPs/cycle over one unit's, rounded up."""
+    return -(-o.compute_bw // hw.area.unit_flops) if o.compute_bw else 0
+
+
+def _dtype(o: OpCost) -> str:
+    return o.access.dtype if o.access is not None else ""
+
+
+@dataclass(frozen=True)
+class OpEnergy:
+    """One operator's dynamic energy by component (joules, sympy while symbolic) and its
+    compute area (mm2)."""
+
+    node: str
+    op: str
+    joules: dict[str, sympy.Expr]
+    compute_mm2: float
+
+    @property
+    def total(self) -> sympy.Expr:
+        return sympy.Add(*self.joules.values())
+
+
+def op_energy(o: OpCost, hw: HardwareConfig, hop: float) -> OpEnergy:
+    """The dynamic energy and compute area of one (bound) operator."""
+    e, a = hw.energy, o.access
+    zero = sympy.Integer(0)
+    pj = {"compute": o.flops * sympy.Float(flop_pj(hw, _dtype(o))),
+          "sram": zero, "fifo": zero, "fabric": zero,
+          "off_chip": o.off_chip * 8 * sympy.Float(e.off_chip_pj_per_bit)}
+    if a is not None:
+        if a.sram_write != 0 or a.sram_read != 0:
+            pj["sram"] = (a.sram_write + a.sram_read) * sram_pj_per_byte(hw, a.sram_size)
+        pj["fifo"] = a.streamed * 2 * sympy.Float(e.sram_8kib_pj / 8)
+        pj["fabric"] = a.streamed * 8 * sympy.Float(e.wire_pj_per_bit_mm * hop)
+    joules = {k: sympy.sympify(v) * sympy.Float(PJ) for k, v in pj.items()}
+    return OpEnergy(o.node, o.op, joules, compute_units(o, hw) * unit_mm2(hw, _dtype(o)))
+
+
+@dataclass(frozen=True)
+class EnergyReport:
+    """A program's energy and area on one hardware description: per operator, by
+    component, the static energy over `cycles` (None: no run) and the allocation."""
+
+    ops: list[OpEnergy]
+    by_component: dict[str, sympy.Expr]  # joules; "static" only with cycles
+    compute_mm2: float
+    sram_mm2: sympy.Expr
+    compute_units: int
+    seconds: float | None  # the run's time at the accelerator clock
+
+    @property
+    def dynamic_j(self) -> sympy.Expr:
+        return sympy.Add(*[self.by_component[k] for k in DYNAMIC])
+
+    @property
+    def total_j(self) -> sympy.Expr | None:
+        if self.seconds is None:
+            return None
+        return self.dynamic_j + self.by_component["static"]
+
+    @property
+    def area_mm2(self) -> sympy.Expr:
+        return self.compute_mm2 + self.sram_mm2
+
+
+def clock_hz(hw: HardwareConfig) -> float:
+    """The accelerator clock (`dram.accel_clock_mhz`) in Hz."""
+    return hw.value(CLOCK_KEY) * 1e6
+
+
+def energy_report(analysis: Analysis, hw: HardwareConfig, on_chip_bytes,
+                  cycles: int | None = None, activations: int = 0) -> EnergyReport:
+    """Energy and area of a bound `analysis` on `hw`; `on_chip_bytes` is the allocation the
+    area counts (the analysis's, FIFOs added when asked); `cycles` and `activations` come
+    from a simulated run (None: the dynamic energy alone)."""
+    hop = hop_mm(hw)
+    ops = [op_energy(o, hw, hop) for o in analysis.ops]
+    by = {k: sympy.Add(*[o.joules[k] for o in ops]) for k in DYNAMIC}
+    by["off_chip"] += activations * hw.energy.activation_pj * PJ
+    compute_mm2 = sum(o.compute_mm2 for o in ops)
+    seconds = None
+    if cycles is not None:
+        seconds = cycles / clock_hz(hw)
+        by["static"] = sympy.Float(hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2 * seconds)
+    units = sum(compute_units(o, hw) for o in analysis.ops)
+    return EnergyReport(ops, by, compute_mm2, sram_mm2(hw, on_chip_bytes), units, seconds)
