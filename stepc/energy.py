@@ -136,7 +136,7 @@ class EnergyReport:
     compute_mm2: float
     sram_mm2: sympy.Expr
     compute_units: int
-    seconds: float | None  # the run's time at the accelerator clock
+    seconds: float | sympy.Expr | None  # the run's time at the accelerator clock
 
     @property
     def dynamic_j(self) -> sympy.Expr:
@@ -159,10 +159,11 @@ def clock_hz(hw: HardwareConfig) -> float:
 
 
 def energy_report(analysis: Analysis, hw: HardwareConfig, on_chip_bytes,
-                  cycles: int | None = None, activations: int = 0) -> EnergyReport:
+                  cycles=None, activations: int = 0) -> EnergyReport:
     """Energy and area of a bound `analysis` on `hw`; `on_chip_bytes` is the allocation the
-    area counts (the analysis's, FIFOs added when asked); `cycles` and `activations` come
-    from a simulated run (None: the dynamic energy alone)."""
+    area counts (the analysis's, FIFOs added when asked); `cycles` (a run's, or the
+    roofline's lower bound, symbolic or not) and `activations` (a run's) price the static
+    energy and the row activations (no cycles: the dynamic energy alone)."""
     hop = hop_mm(hw)
     ops = [op_energy(o, hw, hop) for o in analysis.ops]
     by = {k: sympy.Add(*[o.joules[k] for o in ops]) for k in DYNAMIC}
@@ -170,7 +171,9 @@ def energy_report(analysis: Analysis, hw: HardwareConfig, on_chip_bytes,
     compute_mm2 = sum(o.compute_mm2 for o in ops)
     seconds = None
     if cycles is not None:
-        seconds = cycles / clock_hz(hw)
-        by["static"] = sympy.Float(hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2 * seconds)
+        seconds = sympy.sympify(cycles) / sympy.Float(clock_hz(hw))
+        by["static"] = sympy.Float(hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2) * seconds
+        if seconds.is_number:
+            seconds = float(seconds)
     units = sum(compute_units(o, hw) for o in analysis.ops)
     return EnergyReport(ops, by, compute_mm2, sram_mm2(hw, on_chip_bytes), units, seconds)

@@ -127,9 +127,9 @@ def bw_utilization(m: Measurement) -> float | None:
 @metric("FLOPs/cycle", "allocated compute (FLOPs/cycle)", "allocated FLOPs/cycle")
 def allocated_compute(m: Measurement) -> int:
     """Compute throughput the operators allocate: the sum of the FLOPs/cycle
-    (`compute_bw`) of every higher-order operator that does arithmetic, one per instance
-    (per expert, per region), whatever its stream carries; routing, shape and memory
-    operators allocate none."""
+    (`compute_bw`) of every higher-order operator instance (per expert, per region) that
+    sets one, or does arithmetic at the hardware's default, whatever its stream carries;
+    routing, shape and memory operators allocate none."""
     return m.analysis.allocated_compute
 
 

@@ -8,7 +8,7 @@ docs/json.md describes every document.
 
 from __future__ import annotations
 
-VERSIONS = {"check": 2, "analyze": 2, "sim": 2, "sweep": 2, "tune": 2, "fifo": 2,
+VERSIONS = {"check": 2, "analyze": 2, "sim": 3, "sweep": 3, "tune": 3, "fifo": 2,
             "tasks-list": 1, "tasks-check": 1}
 
 

@@ -83,10 +83,19 @@ class Cost:
         from stepc.report.analyze import render_text
         render_text(self._analysis, console, show_all, self.hw, self.roofline_bound, self.typed)
 
-    def to_dict(self) -> dict:
-        """The document of `stepc analyze --format json`."""
+    def energy_lines(self) -> list[str]:
+        """The energy lower bound and the area as text lines (needs a hardware
+        configuration; docs/energy.md)."""
+        from stepc.report.analyze import energy_lines
+        if self.hw is None or self.roofline_bound is None:
+            raise InputError("the energy bound needs a hardware configuration (hw=...)")
+        return energy_lines(self._analysis, self.hw, self.roofline_bound)
+
+    def to_dict(self, energy: bool = False) -> dict:
+        """The document of `stepc analyze --format json`; `energy` adds the energy bound
+        and the area (with a hardware configuration)."""
         from stepc.analyze.report import to_json
-        return to_json(self._analysis, self.hw, self.roofline_bound)
+        return to_json(self._analysis, self.hw, self.roofline_bound, energy)
 
 
 def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None, traces,
@@ -228,12 +237,31 @@ class Run:
         doc["on_chip_peak_bytes"] = m.on_chip_bytes_on_demand
         doc["compute_utilization"] = m.compute_utilization
         doc["deadlock"] = None if not self.deadlock else [b.__dict__ for b in self.deadlock]
+        doc.update(energy_json(m))
         return doc
 
     def render(self, console) -> None:
         """The text report of `stepc sim` on a rich console."""
         from stepc.report.sim import render_text
         render_text(self.measurement, console)
+
+
+def energy_json(m: Measurement) -> dict:
+    """The `energy` and `area` blocks of a run's document: the measurement record's
+    energy and area metrics, and each operator's dynamic energy by component."""
+    from stepc.energy import COMPONENTS
+    from stepc.types import dim_json
+    report = m.energy
+    return {
+        "energy": {"joules": m["energy_j"], "dynamic_joules": m["energy_dynamic_j"],
+                   "edp": m["edp"], "seconds": report.seconds,
+                   "by_component": {k: m[f"energy_{k}_j"] for k in COMPONENTS},
+                   "ops": {o.node: {k: dim_json(v) for k, v in o.joules.items()}
+                           for o in report.ops if o.total != 0}},
+        "area": {"mm2": m["area_mm2"], "compute_mm2": report.compute_mm2,
+                 "sram_mm2": dim_json(report.sram_mm2), "compute_units": m["compute_units"],
+                 "allocated_compute": m["allocated_compute"]},
+    }
 
 
 def tensor_bytes(compiled: Compiled) -> int:

@@ -40,7 +40,8 @@ class Estimates:
                 note = (f"the {e['model']} memory model on {e['hw']}"
                         + (f"; {self.missing}" if self.missing else ""))
             out.append({"model": e["model"], "kind": e["kind"], "cycles": e["cycles"],
-                        "bound": e["bound"], "error": e["error"], "note": note})
+                        "energy_j": e["energy_j"], "bound": e["bound"], "error": e["error"],
+                        "note": note})
         return {"program": self.program, "hw": self.hw, "estimates": out,
                 "error_source": self.missing or FIDELITY_SOURCE}
 
@@ -56,15 +57,19 @@ def estimate(prog: Program, models: Sequence[str], hw: str,
     out: list[dict] = []
     for model in models:
         if model == "roofline":
-            roof = prog.analyze(hw=hw, traces=traces).roofline
+            cost = prog.analyze(hw=hw, traces=traces)
+            roof = cost.roofline
             known = roof["bound"] != "unknown"
+            joules = cost.to_dict(energy=True)["energy"]["lower_bound_joules"]
             out.append({"model": "roofline", "kind": "lower bound",
                         "cycles": max(roof["memory_cycles"], roof["compute_cycles"])
                         if known else None, "bound": roof["bound"], "error": [],
                         "memory_cycles": roof["memory_cycles"],
-                        "compute_cycles": roof["compute_cycles"]})
+                        "compute_cycles": roof["compute_cycles"],
+                        "energy_j": joules if isinstance(joules, float) else None})
             continue
         run = prog.simulate(hw=hw, set={"hbm.model": model}, traces=traces, timing_only=True)
         out.append({"model": model, "kind": "simulated", "cycles": run.cycles, "bound": None,
-                    "error": errors.get(model, []), "hw": run.hw})
+                    "error": errors.get(model, []), "hw": run.hw,
+                    "energy_j": run.metrics["energy_j"]})
     return Estimates(prog.name, hw_name or hw, out, missing)

@@ -11,7 +11,7 @@ from stepc.viz.render import RenderError as DrawingError
 if TYPE_CHECKING:
     import numpy as np
 
-    from stepc.sim.run import SimResult
+    from stepc.api import Run
 
 __all__ = ["DrawingError", "check_drawing", "heat", "write_array", "write_drawing",
            "write_text", "write_trace"]
@@ -36,10 +36,16 @@ def heat(fraction: float, note: str = ""):
     return Heat(fraction, note)
 
 
-def write_trace(path: str, result: SimResult) -> None:
-    """A run's operators and FIFOs as Chrome trace-event JSON (ui.perfetto.dev)."""
-    from stepc.sim.report import perfetto_trace, write_json
-    write_json(path, perfetto_trace(result))
+def write_trace(path: str, run: Run) -> None:
+    """A run's operators, FIFOs, power and energy as Chrome trace-event JSON
+    (ui.perfetto.dev)."""
+    from stepc.energy import clock_hz
+    from stepc.sim.report import Power, perfetto_trace, write_json
+    m = run.measurement
+    report = m.energy
+    static = m["energy_static_j"] / report.seconds if report.seconds else 0.0
+    joules = {o.node: float(o.total) for o in report.ops if o.total.is_number}
+    write_json(path, perfetto_trace(run.result, Power(joules, static, clock_hz(m.hw))))
 
 
 def write_array(path: str, array: np.ndarray) -> None:

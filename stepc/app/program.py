@@ -66,10 +66,11 @@ class Analyzed:
     fifos: dict[str, Any] | None = None  # with `fifo_bytes`
     warnings: list[str] = field(default_factory=list)  # settings the analysis does not read
     show_all: bool = False  # the text report lists every operator instance
+    energy: bool = False  # the text report adds the energy bound and the area
 
     def to_dict(self) -> dict:
         assert self.cost is not None  # a program with errors gives its check report
-        return {**self.cost.to_dict(), **(self.fifos or {})}
+        return {**self.cost.to_dict(self.energy), **(self.fifos or {})}
 
     def render(self, console: Console) -> None:
         from stepc.report.fifo import fifo_line
@@ -77,17 +78,22 @@ class Analyzed:
         self.cost.render(console, self.show_all)
         if self.fifos:
             console.print(fifo_line(self.fifos), markup=False, soft_wrap=True)
+        if self.energy:
+            for text in self.cost.energy_lines():
+                console.print(text, markup=False, soft_wrap=True)
 
 
 def analyze(path: str, defines: Mapping[str, int], hw: str | None = None,
             sets: Sequence[str] = (), binds: Mapping[str, int] | None = None,
             traces: Mapping[str, str] | None = None, onchip_model: str = "artifact",
-            fifo_bytes: bool = False, show_all: bool = False) -> Analyzed:
+            fifo_bytes: bool = False, show_all: bool = False,
+            energy: bool = False) -> Analyzed:
     """`stepc analyze`: off-chip traffic, on-chip memory, FLOPs and intensity of a program
-    file, bound by `binds` and `traces`; with `hw` or `sets`, the roofline too."""
+    file, bound by `binds` and `traces`; with `hw` or `sets`, the roofline too; with
+    `energy`, the energy bound and the area (on the default hardware without `hw`)."""
     report = checked_program(path, defines)
-    config, warnings = load_hardware(hw, sets, roofline=not fifo_bytes) if (hw or sets) \
-        else (None, [])
+    config, warnings = load_hardware(hw, sets, roofline=not (fifo_bytes or energy)) \
+        if (hw or sets or energy) else (None, [])
     if not report.ok:
         return Analyzed(report, warnings=warnings)
     cost = report.program().analyze(hw=config, bind=binds, traces=traces,
@@ -96,7 +102,7 @@ def analyze(path: str, defines: Mapping[str, int], hw: str | None = None,
     if fifo_bytes:
         from stepc.app.fifo import fifo_totals
         fifos = fifo_totals(report.compiled, config, cost.bindings, cost.totals["on_chip_bytes"])
-    return Analyzed(report, cost, fifos, warnings, show_all)
+    return Analyzed(report, cost, fifos, warnings, show_all, energy)
 
 
 def analyze_checked(report: CheckReport, hw: str | None = None,

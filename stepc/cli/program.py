@@ -101,10 +101,13 @@ def _exit_code(report: CheckReport, werror: bool) -> int:
               "row per statement), also those with no cost.")
 @click.option("--fifo-bytes", is_flag=True, help="Also the bytes of every FIFO at its depth "
               "and the on-chip memory with them (docs/fifo.md).")
+@click.option("--energy", is_flag=True, help="Also the energy lower bound and the area "
+              "(the JSON document always has them with a hardware configuration; "
+              "docs/energy.md).")
 @quick_exit
 @fewer_collections
 def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
-                show_all, fifo_bytes) -> None:
+                show_all, fifo_bytes, energy) -> None:
     """Off-chip traffic, on-chip memory, FLOPs and operational intensity of a program,
     symbolic in its dynamic dims until --bind or --trace gives them values.
 
@@ -121,7 +124,7 @@ def analyze_cmd(file: str, defines, binds, traces, hw, sets, onchip_model, fmt,
         dict(pairs(traces, "--trace"))
     try:
         analyzed = analyze(file, defined, hw, sets, bound, traced, onchip_model, fifo_bytes,
-                           show_all)
+                           show_all, energy)
     except InputError as e:
         input_error(e, traces)
     warn(analyzed.warnings)

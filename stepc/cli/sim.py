@@ -126,7 +126,7 @@ def sim_cmd(file, defines, hw, sets, traces, weights, weights_prefix, allow_miss
         click.echo(json.dumps(simulated.to_dict(), indent=2, sort_keys=True))
     else:
         print_report(simulated.render)
-    _write_sim_outputs(simulated.run.result, out_dir, trace_out)
+    _write_sim_outputs(simulated.run, out_dir, trace_out)
     if inputs_out:
         _write_inputs(simulated, inputs_out)
     emit_diagnostics(result)
@@ -153,6 +153,7 @@ def _write_sim_outputs(run, out_dir: str | None, trace_out: str | None) -> None:
             write_trace(trace_out, run)
             click.echo(f"wrote the Perfetto trace to {trace_out} (open it in ui.perfetto.dev "
                        "or chrome://tracing)", err=True)
+        run = run.result
         if out_dir and not run.outputs:
             click.echo(f"--out {out_dir}: nothing written: a timing-only run computes no "
                        "tensor values (--functional computes them)", err=True)

@@ -153,7 +153,8 @@ TOOLS: dict[str, dict] = {
         f"only), then the {', '.join(LADDER[1:-1])} and {LADDER[-1]} memory models "
         "(simulations). Each answer "
         "names its model and that model's measured error against the reference simulator "
-        "and the HDL on the paper's SwiGLU sweep (docs/dram.md).",
+        "and the HDL on the paper's SwiGLU sweep (docs/dram.md), and its energy in joules "
+        "(the roofline's: a lower bound; docs/energy.md).",
         "input": _args({**PROGRAM, **HW, **TRACES, **TIME_LIMIT,
                        "fidelity": {"type": "array",
                                     "items": {"enum": list(LADDER)},
@@ -161,7 +162,7 @@ TOOLS: dict[str, dict] = {
                                     "fluid."}}),
         "output": _obj({"program": STR, "hw": STR, "error_source": STR, "estimates": {
             "type": "array", "items": _obj({"model": STR, "kind": STR,
-                                            "cycles": NUM_OR_NULL,
+                                            "cycles": NUM_OR_NULL, "energy_j": NUM_OR_NULL,
                                             "error": LIST, "note": STR},
                                            ("model", "kind", "cycles", "error"))}},
                        ("program", "estimates")),

@@ -15,6 +15,7 @@ from stepc.analyze.analysis import Analysis, Roofline, add_all
 from stepc.analyze.bindings import trace_decidable
 from stepc.analyze.fold import fmt_folded
 from stepc.hw import HardwareConfig
+from stepc.energy import energy_report
 from stepc.report.roofline import roofline_lines
 from stepc.report.types import KINDS
 from stepc.symbol_families import family, fold_names
@@ -169,6 +170,19 @@ def _trace_hints(a: Analysis, typed) -> list[str]:
         lines.append(f"hint: {', '.join(fold_names(rest))} depend on the run (timing or "
                      "on-chip data): `stepc sim` reports them")
     return lines
+
+
+def energy_lines(a: Analysis, hw: HardwareConfig, roof: Roofline) -> list[str]:
+    """`stepc analyze --energy`: the energy lower bound (the dynamic energy, and the
+    leakage over the roofline's cycles when those are numbers) and the area."""
+    known = roof.bound != "unknown"
+    bound = energy_report(a, hw, a.total("on_chip"), roof.cycles if known else 0)
+    leak = "and leakage over the roofline's cycles" if known else \
+        "no leakage while the roofline's cycles are symbolic"
+    return [f"energy bound: >= {_human(bound.total_j * 1000, 'mJ')} (dynamic "
+            f"{_human(bound.dynamic_j * 1000, 'mJ')}, {leak}; docs/energy.md)",
+            f"area: {_human(bound.area_mm2, 'mm2')} ({bound.compute_units:,} compute units "
+            f"and the on-chip bytes' SRAM)"]
 
 
 def render_text(a: Analysis, console: Console, show_all: bool = False,

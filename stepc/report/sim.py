@@ -21,6 +21,26 @@ def busiest(r: SimResult, n: int = 5):
     return sorted((o for o in r.ops if o.busy), key=lambda o: (-o.busy, o.name))[:n]
 
 
+ENERGY_LABELS = {"compute": "compute", "sram": "SRAM", "fifo": "FIFOs", "fabric": "fabric",
+                 "off_chip": "off-chip", "static": "static"}
+
+
+def energy_lines(m: Measurement) -> list[str]:
+    """The energy and area lines of a run's summary: totals, shares by component and the
+    allocation (docs/energy.md)."""
+    total, report = m["energy_j"], m.energy
+    if not isinstance(total, float):
+        return []
+    shares = ", ".join(f"{label} {100 * m[f'energy_{k}_j'] / total:.0f}%"
+                       for k, label in ENERGY_LABELS.items() if total)
+    area = m["area_mm2"]
+    sram = sympy.sympify(report.sram_mm2)
+    return [f"{'energy:':<20}{total * 1e3:,.4g} mJ ({shares}); EDP {m['edp']:.4g} J*s",
+            f"{'area:':<20}{area:,.4g} mm2 ({m['compute_units']:,} compute units, "
+            f"{report.compute_mm2:,.4g} mm2; SRAM {float(sram):,.4g} mm2)"
+            if isinstance(area, float) else f"{'area:':<20}{area} mm2"]
+
+
 def render_text(m: Measurement, console: Console) -> None:
     """The one-screen summary of a measured run."""
     r, analysis_totals = m.simulation, m.analysis_totals
@@ -63,6 +83,8 @@ def render_text(m: Measurement, console: Console) -> None:
         if v is not None:
             line(f"  {label + ':':<20}{_fmt(v)} B")
     line(f"  FIFOs, high water:  {r.fifo_bytes:,} B")
+    for text in energy_lines(m):
+        line(f"  {text}")
     fabric = r.hw.fabric
     if fabric.compute_capacity and alloc > fabric.compute_capacity:
         line(f"  warning: the program allocates {alloc:,} FLOP/cycle but the fabric has "

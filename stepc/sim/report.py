@@ -4,6 +4,7 @@ one-screen text summary is drawn by stepc.report.sim)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from stepc.schemas import schema
 from stepc.sim.run import SimResult
@@ -46,9 +47,10 @@ def run_json(r: SimResult) -> dict:
     }
 
 
-def perfetto_trace(r: SimResult) -> dict:
+def perfetto_trace(r: SimResult, power: Power | None = None) -> dict:
     """Chrome trace-event JSON (opens in ui.perfetto.dev): one track per operator, one
-    complete event per busy interval; time unit: cycles (shown as microseconds)."""
+    complete event per busy interval, FIFO occupancy counters and, with `power`, a power
+    and an energy counter; time unit: cycles (shown as microseconds)."""
     events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": r.program}}]
     for tid, o in enumerate(r.ops, start=1):
         events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
@@ -65,8 +67,52 @@ def perfetto_trace(r: SimResult) -> dict:
     if r.fifo_logs:
         events.append({"ph": "M", "name": "process_name", "pid": 2,
                        "args": {"name": "FIFO occupancy"}})
+    if power is not None:
+        events += power_counters(r, power)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"cycles": r.cycles, "hw": r.hw.name}}
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the energy counters of a trace need: each operator's dynamic joules (spread
+    evenly over its busy cycles), the static watts, and the clock."""
+
+    op_joules: dict[str, float]
+    static_watts: float
+    clock_hz: float
+
+
+def power_counters(r: SimResult, power: Power) -> list[dict]:
+    """Counter events of the run's power (W: the busy operators' dynamic power and the
+    static power) and its energy so far (mJ), at every change of the busy set; an operator
+    that is never busy has its energy spread over the whole run."""
+    steps: dict[int, float] = {0: 0.0}  # cycle -> change of dynamic joules per cycle
+    for o in r.ops:
+        intervals = r.trace.get(o.name, [])
+        busy = sum(dur for _, dur, _ in intervals)
+        joules = power.op_joules.get(o.name, 0.0)
+        if not busy and r.cycles:  # never busy (a memory operator's traffic): the whole run
+            intervals, busy = [(0, r.cycles, "")], r.cycles
+        if not busy or not joules:
+            continue
+        rate = joules / busy
+        for start, dur, _ in intervals:
+            steps[start] = steps.get(start, 0.0) + rate
+            steps[start + dur] = steps.get(start + dur, 0.0) - rate
+    steps.setdefault(r.cycles, 0.0)
+    events, rate, spent, last = [], 0.0, 0.0, 0
+    static_per_cycle = power.static_watts / power.clock_hz
+    for t in sorted(steps):
+        spent += (rate + static_per_cycle) * (t - last)
+        rate, last = max(rate + steps[t], 0.0), t
+        events.append({"ph": "C", "pid": 3, "ts": t, "name": "power (W)",
+                       "args": {"dynamic": rate * power.clock_hz,
+                                "static": power.static_watts}})
+        events.append({"ph": "C", "pid": 3, "ts": t, "name": "energy (mJ)",
+                       "args": {"energy": spent * 1e3}})
+    events.append({"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "energy"}})
+    return events
 
 
 def write_atomic(path: str, write) -> None:
