@@ -29,7 +29,8 @@ class AnalysisJob:
     fifo_bytes: bool = False  # on-chip bytes count the FIFOs at their depths
 
 
-WITH_FIFOS = ("on_chip_bytes", "on_chip_bytes_on_demand")  # count FIFOs with `fifo_bytes`
+# count FIFOs with `fifo_bytes` (and `area_mm2` their SRAM)
+WITH_FIFOS = ("on_chip_bytes", "on_chip_bytes_on_demand")
 
 
 def analyze_candidate(job: AnalysisJob) -> dict:
@@ -38,6 +39,7 @@ def analyze_candidate(job: AnalysisJob) -> dict:
     ok record has one dict of metrics per trace case, with `lower_bound_cycles`."""
     from stepc.analyze import analyze, trace_bindings
     from stepc.analyze.analysis import roofline
+    from stepc.energy import sram_mm2
     from stepc.explore.runner import compile_cached
     from stepc.fifo.capacity import fifo_bytes
     from stepc.frontend import compile_files
@@ -74,6 +76,9 @@ def analyze_candidate(job: AnalysisJob) -> dict:
                 metrics["fifo_bytes"] = fifos
                 for m in WITH_FIFOS:
                     metrics[m] = None if None in (fifos, metrics[m]) else metrics[m] + fifos
+                area = metrics["area_mm2"]
+                metrics["area_mm2"] = None if None in (fifos, area) else \
+                    area + float(sram_mm2(job.hw, fifos))
             cases.append(metrics)
     except TraceError as e:
         return {"status": "infeasible", "reason": f"trace: {e}"}
