@@ -14,8 +14,8 @@ from rich.table import Table
 from stepc.analyze.analysis import Analysis, Roofline, add_all
 from stepc.analyze.bindings import trace_decidable
 from stepc.analyze.fold import fmt_folded
-from stepc.hw import HardwareConfig
 from stepc.energy import energy_report
+from stepc.hw import HardwareConfig
 from stepc.report.roofline import roofline_lines
 from stepc.report.types import KINDS
 from stepc.symbol_families import family, fold_names
@@ -177,6 +177,7 @@ def energy_lines(a: Analysis, hw: HardwareConfig, roof: Roofline) -> list[str]:
     leakage over the roofline's cycles when those are numbers) and the area."""
     known = roof.bound != "unknown"
     bound = energy_report(a, hw, a.total("on_chip"), roof.cycles if known else 0)
+    assert bound.total_j is not None  # cycles were given
     leak = "and leakage over the roofline's cycles" if known else \
         "no leakage while the roofline's cycles are symbolic"
     return [f"energy bound: >= {_human(bound.total_j * 1000, 'mJ')} (dynamic "
