@@ -76,3 +76,15 @@ def test_the_mcp_estimate_gives_energy():
     got = estimate(load(SWIGLU), ["roofline", "fluid"], "paper-eval").to_dict()["estimates"]
     bound, fluid = got[0]["energy_j"], got[1]["energy_j"]
     assert 0 < bound <= fluid
+
+
+def test_a_figures_report_says_how_its_claims_metrics_are_counted():
+    import tomllib
+
+    from stepc.measure import METRICS
+    from stepc.report.reproduction import _metric_lines
+    path = ROOT / "stepc" / "reproduction" / "experiments" / "fig17.toml"
+    lines = _metric_lines(tomllib.loads(path.read_text()))
+    meaning = " ".join(METRICS["allocated_compute"].meaning.split())
+    assert f"- `allocated_compute` (FLOPs/cycle): {meaning}" in lines
+    assert any(line.startswith("- `cycles`") for line in lines)

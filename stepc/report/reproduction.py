@@ -5,6 +5,7 @@ line per figure, its verdict on the paper's claims and where its points came fro
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ def figure_report(result: FigureResult) -> str:
     if spec.get("note"):
         lines += ["", " ".join(spec["note"].split())]
     lines += _claim_lines(result)
+    lines += _metric_lines(spec)
     if spec.get("assumptions"):
         lines += ["", "Assumptions (what the paper does not pin down):", ""]
         lines += [f"- {' '.join(a.split())}" for a in spec["assumptions"]]
@@ -39,6 +41,20 @@ def figure_report(result: FigureResult) -> str:
     if result.plots:
         lines += [""] + _plot_lines(result.plots)
     return "\n".join(lines) + "\n"
+
+
+def _metric_lines(spec: dict) -> list[str]:
+    """How each metric the claims read is counted: its meaning in the measurement record
+    (stepc/measure.py), the one definition every report, sweep and search uses."""
+    from stepc.measure import METRICS
+    used = sorted({name for claim in spec.get("claim", [])
+                   for name in re.findall(r"\.(\w+)", str(claim.get("value", "")))
+                   if name in METRICS})
+    if not used:
+        return []
+    return ["", "How the claims' metrics are counted (stepc's measurement record):", "",
+            *(f"- `{n}` ({METRICS[n].unit}): {' '.join(METRICS[n].meaning.split())}"
+              for n in used)]
 
 
 def _run_lines(result: FigureResult) -> list[str]:
