@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import sympy
 
+from stepc.analyze.exact import number
 from stepc.hw.config import CLOCK_KEY
 
 if TYPE_CHECKING:
@@ -65,23 +66,26 @@ def unit_mm2(hw: HardwareConfig, dtype: str) -> float:
     return hw.area.unit_flops / 2 * lane_um2(hw, dtype) / UM2_PER_MM2
 
 
-def sram_mm2(hw: HardwareConfig, nbytes) -> sympy.Expr:
-    """Area of `nbytes` of on-chip memory in bit cells."""
-    return sympy.sympify(nbytes) * 8 * sympy.Float(hw.area.sram_bit_um2) / UM2_PER_MM2
+def sram_mm2(hw: HardwareConfig, nbytes) -> float | sympy.Expr:
+    """Area of `nbytes` of on-chip memory in bit cells (a float for a number of bytes)."""
+    n = number(nbytes) if isinstance(nbytes, sympy.Basic) else nbytes
+    if n is not None:
+        return float(n) * 8 * hw.area.sram_bit_um2 / UM2_PER_MM2
+    return nbytes * sympy.Float(8 * hw.area.sram_bit_um2 / UM2_PER_MM2)
 
 
 def hop_mm(hw: HardwareConfig) -> float:
     """One fabric hop: the side of a square holding one bf16 compute unit and one memory
     unit of `area.unit_bytes`."""
-    return math.sqrt(unit_mm2(hw, "bf16") + float(sram_mm2(hw, hw.area.unit_bytes)))
+    return math.sqrt(unit_mm2(hw, "bf16") + sram_mm2(hw, hw.area.unit_bytes))
 
 
-def sram_pj_per_byte(hw: HardwareConfig, size) -> sympy.Expr:
-    """Energy per byte accessed in an on-chip memory of `size` bytes (64-bit accesses)."""
+def sram_pj_per_byte(hw: HardwareConfig, size):
+    """Energy per byte accessed in an on-chip memory of `size` bytes (64-bit accesses): a
+    float for a number of bytes, a piecewise expression for a symbolic size."""
     classes = [(limit, getattr(hw.energy, key) / 8) for limit, key in SRAM_CLASSES]
-    if size.is_number:
-        return sympy.Float(next((pj for limit, pj in classes if size <= limit),
-                                classes[-1][1]))
+    if not isinstance(size, sympy.Basic) or size.is_number:
+        return next((pj for limit, pj in classes if size <= limit), classes[-1][1])
     pieces = [(sympy.Float(pj), sympy.Le(size, limit)) for limit, pj in classes[:-1]]
     return sympy.Piecewise(*pieces, (sympy.Float(classes[-1][1]), True))
 
@@ -95,34 +99,53 @@ def _dtype(o: OpCost) -> str:
     return o.access.dtype if o.access is not None else ""
 
 
+Joules: TypeAlias = "float | sympy.Expr"  # a float once the dims are bound, else sympy
+
+
 @dataclass(frozen=True)
 class OpEnergy:
-    """One operator's dynamic energy by component (joules, sympy while symbolic) and its
-    compute area (mm2)."""
+    """One operator's dynamic energy by component (joules) and its compute area (mm2)."""
 
     node: str
     op: str
-    joules: dict[str, sympy.Expr]
+    joules: dict[str, Joules]
     compute_mm2: float
 
     @property
-    def total(self) -> sympy.Expr:
-        return sympy.Add(*self.joules.values())
+    def total(self) -> Joules:
+        return _sum(list(self.joules.values()))
+
+
+def _times(count, pj: float) -> Joules:
+    """`count` (bytes, FLOPs: a number or a sympy expression) x `pj` picojoules, in
+    joules: a float when `count` is a number (no sympy arithmetic in a bound run)."""
+    x = number(count) if isinstance(count, sympy.Basic) else count
+    if x is not None:
+        return float(x) * pj * PJ
+    return count * sympy.Float(pj * PJ)
+
+
+def _sum(values: list[Joules]) -> Joules:
+    if all(isinstance(v, float) for v in values):
+        return sum(values, 0.0)
+    return sympy.Add(*values)
 
 
 def op_energy(o: OpCost, hw: HardwareConfig, hop: float) -> OpEnergy:
     """The dynamic energy and compute area of one (bound) operator."""
     e, a = hw.energy, o.access
-    zero = sympy.Integer(0)
-    pj = {"compute": o.flops * sympy.Float(flop_pj(hw, _dtype(o))),
-          "sram": zero, "fifo": zero, "fabric": zero,
-          "off_chip": o.off_chip * 8 * sympy.Float(e.off_chip_pj_per_bit)}
+    joules: dict[str, Joules] = {
+        "compute": _times(o.flops, flop_pj(hw, _dtype(o))),
+        "sram": 0.0, "fifo": 0.0, "fabric": 0.0,
+        "off_chip": _times(o.off_chip, 8 * e.off_chip_pj_per_bit)}
     if a is not None:
-        if a.sram_write != 0 or a.sram_read != 0:
-            pj["sram"] = (a.sram_write + a.sram_read) * sram_pj_per_byte(hw, a.sram_size)
-        pj["fifo"] = a.streamed * 2 * sympy.Float(e.sram_8kib_pj / 8)
-        pj["fabric"] = a.streamed * 8 * sympy.Float(e.wire_pj_per_bit_mm * hop)
-    joules = {k: sympy.sympify(v) * sympy.Float(PJ) for k, v in pj.items()}
+        accessed = a.sram_write + a.sram_read
+        if accessed != 0:
+            size = number(a.sram_size)
+            joules["sram"] = _times(accessed, sram_pj_per_byte(hw, size)) \
+                if size is not None else accessed * sram_pj_per_byte(hw, a.sram_size) * PJ
+        joules["fifo"] = _times(a.streamed, 2 * e.sram_8kib_pj / 8)
+        joules["fabric"] = _times(a.streamed, 8 * e.wire_pj_per_bit_mm * hop)
     return OpEnergy(o.node, o.op, joules, compute_units(o, hw) * unit_mm2(hw, _dtype(o)))
 
 
@@ -132,24 +155,24 @@ class EnergyReport:
     component, the static energy over `cycles` (None: no run) and the allocation."""
 
     ops: list[OpEnergy]
-    by_component: dict[str, sympy.Expr]  # joules; "static" only with cycles
+    by_component: dict[str, Joules]  # "static" only with cycles
     compute_mm2: float
-    sram_mm2: sympy.Expr
+    sram_mm2: float | sympy.Expr
     compute_units: int
     seconds: float | sympy.Expr | None  # the run's time at the accelerator clock
 
     @property
-    def dynamic_j(self) -> sympy.Expr:
-        return sympy.Add(*[self.by_component[k] for k in DYNAMIC])
+    def dynamic_j(self) -> Joules:
+        return _sum([self.by_component[k] for k in DYNAMIC])
 
     @property
-    def total_j(self) -> sympy.Expr | None:
+    def total_j(self) -> Joules | None:
         if self.seconds is None:
             return None
-        return self.dynamic_j + self.by_component["static"]
+        return _sum([self.dynamic_j, self.by_component["static"]])
 
     @property
-    def area_mm2(self) -> sympy.Expr:
+    def area_mm2(self) -> float | sympy.Expr:
         return self.compute_mm2 + self.sram_mm2
 
 
@@ -166,14 +189,14 @@ def energy_report(analysis: Analysis, hw: HardwareConfig, on_chip_bytes,
     energy and the row activations (no cycles: the dynamic energy alone)."""
     hop = hop_mm(hw)
     ops = [op_energy(o, hw, hop) for o in analysis.ops]
-    by = {k: sympy.Add(*[o.joules[k] for o in ops]) for k in DYNAMIC}
+    by: dict[str, Joules] = {k: _sum([o.joules[k] for o in ops]) for k in DYNAMIC}
     by["off_chip"] += activations * hw.energy.activation_pj * PJ
     compute_mm2 = sum(o.compute_mm2 for o in ops)
-    seconds = None
+    seconds: float | sympy.Expr | None = None
     if cycles is not None:
-        seconds = sympy.sympify(cycles) / sympy.Float(clock_hz(hw))
-        by["static"] = sympy.Float(hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2) * seconds
-        if seconds.is_number:
-            seconds = float(seconds)
+        n = number(cycles) if isinstance(cycles, sympy.Basic) else cycles
+        seconds = float(n) / clock_hz(hw) if n is not None else \
+            cycles / sympy.Float(clock_hz(hw))
+        by["static"] = hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2 * seconds
     units = sum(compute_units(o, hw) for o in analysis.ops)
     return EnergyReport(ops, by, compute_mm2, sram_mm2(hw, on_chip_bytes), units, seconds)

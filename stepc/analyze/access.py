@@ -18,7 +18,9 @@ reference of `REFERENCE_BYTES`, not as its contents.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -26,6 +28,37 @@ from stepc.ops.base import LOAD, CostCtx, OpSpec
 from stepc.types import DTYPE_BYTES, Buffer, Tile, Tuple
 
 REFERENCE_BYTES = DTYPE_BYTES["u64"]  # a buffer reference in a stream: one address
+
+
+@dataclass(frozen=True)
+class AccessSource:
+    """What an operator's `Access` is computed from, when first asked (most analyses never
+    ask): its record, its typed context, its symbolic off- and on-chip bytes, and the
+    binding applied since (None: none)."""
+
+    spec: OpSpec
+    ctx: CostCtx
+    off_chip: sympy.Expr
+    on_chip: sympy.Expr
+    bound: Callable[[sympy.Expr], sympy.Expr] | None = None
+    # the unbound Access once computed, shared by every binding of the same operator
+    symbolic: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def access(self) -> Access:
+        a = self.symbolic.get("access")
+        if a is None:
+            a = self.symbolic["access"] = access(self.spec, self.ctx, self.off_chip,
+                                                 self.on_chip)
+        ev = self.bound
+        if ev is None:
+            return a
+        return Access(ev(a.streamed), ev(a.sram_write), ev(a.sram_read), ev(a.sram_size),
+                      a.dtype)
+
+    def then(self, ev: Callable[[sympy.Expr], sympy.Expr]) -> AccessSource:
+        """This source with the binding `ev` applied after the ones before it."""
+        before = self.bound
+        return replace(self, bound=ev if before is None else (lambda e: ev(before(e))))
 
 
 @dataclass(frozen=True)
@@ -39,12 +72,20 @@ class Access:
     dtype: str  # the element type of its tiles ("" when it has none)
 
 
+def add_all(terms: list) -> sympy.Expr:
+    """The sum of `terms`, in Python integers when every one is an integer."""
+    if all(t.is_Integer for t in terms):
+        return sympy.Integer(sum(int(t) for t in terms))
+    return sympy.Add(*terms)
+
+
+@functools.lru_cache(maxsize=4096)
 def element_bytes(elem) -> sympy.Expr:
     """Bytes one stream element moves through the fabric."""
     if isinstance(elem, Buffer):
         return sympy.Integer(REFERENCE_BYTES)
     if isinstance(elem, Tuple):
-        return sympy.Add(*[element_bytes(e) for e in elem.elems])
+        return add_all([element_bytes(e) for e in elem.elems])
     return sympy.sympify(elem.bytes)
 
 
@@ -53,8 +94,11 @@ def stream_bytes(types) -> sympy.Expr:
     if types is None:
         return sympy.Integer(0)
     if isinstance(types, list):
-        return sympy.Add(*[stream_bytes(t) for t in types])
-    return types.card * element_bytes(types.elem)
+        return add_all([stream_bytes(t) for t in types])
+    card, size = types.card, element_bytes(types.elem)
+    if card.is_Integer and size.is_Integer:  # most streams: skip sympy's Mul
+        return sympy.Integer(int(card) * int(size))
+    return card * size
 
 
 def _dtype(ctx: CostCtx) -> str:
@@ -73,8 +117,8 @@ def _dtype(ctx: CostCtx) -> str:
 def access(spec: OpSpec, ctx: CostCtx, off_chip: sympy.Expr, on_chip: sympy.Expr) -> Access:
     """The on-chip bytes of one operator instance (see the module's rule)."""
     zero = sympy.Integer(0)
-    streamed = sympy.Add(*[stream_bytes(t) for t in ctx.inputs.values()])
-    given = sympy.Add(*[stream_bytes(t) for t in ctx.outputs])
+    streamed = add_all([stream_bytes(t) for t in ctx.inputs.values()])
+    given = add_all([stream_bytes(t) for t in ctx.outputs])
     role = spec.memory
     if role is not None and role.off_chip:
         write = read = off_chip

@@ -15,7 +15,7 @@ from functools import cached_property
 import sympy
 
 from stepc.analyze import exact
-from stepc.analyze.access import Access, access
+from stepc.analyze.access import Access, AccessSource
 from stepc.canon import memo_renamed, symbols_in
 from stepc.hw import HardwareConfig
 from stepc.ops import OPS
@@ -37,7 +37,12 @@ class OpCost:
     activity: sympy.Expr | None  # elements of the operator's principal stream
     flops: sympy.Expr
     compute_bw: int | None  # FLOPs/cycle allocated, for higher-order operators
-    access: Access | None = None  # its on-chip bytes (`stepc.analyze.access`)
+    source: AccessSource | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def access(self) -> Access | None:
+        """Its on-chip bytes (`stepc.analyze.access`), computed when first asked."""
+        return self.source.access() if self.source is not None else None
 
     @cached_property
     def nonempty(self) -> sympy.Basic:
@@ -121,14 +126,10 @@ class Analysis:
             if x is not None:
                 return exact.as_sympy(x)
             return _settle(e.xreplace(subs))
-        def ev_access(a: Access | None) -> Access | None:
-            if a is None:
-                return None
-            return Access(ev(a.streamed), ev(a.sram_write), ev(a.sram_read),
-                          ev(a.sram_size), a.dtype)
         ops = [OpCost(o.node, o.op, o.span, ev(o.off_chip), ev(o.on_chip),
                       None if o.activity is None else ev(o.activity), ev(o.flops),
-                      o.compute_bw, ev_access(o.access)) for o in self.ops]
+                      o.compute_bw, None if o.source is None else o.source.then(ev))
+               for o in self.ops]
         return Analysis(self.program, self.params, self.mode, ops, self.symbols,
                         {**self.bindings, **values})
 
@@ -236,7 +237,7 @@ def analyze(typed: TypedProgram, mode: str = "artifact",
                 bw = default_bw
         off_chip = sympy.sympify(spec.off_chip(ctx))
         ops.append(OpCost(node.name, node.op, node.span, off_chip, on_chip, activity, flops,
-                          bw, access(spec, ctx, off_chip, on_chip)))
+                          bw, AccessSource(spec, ctx, off_chip, on_chip)))
     used = {s.name for s in symbols_in(cost_formulas(ops))}
     symbols = {n: typed.symbols.infos[n] for n in sorted(used, key=natural_key)
                if n in typed.symbols.infos}

@@ -44,7 +44,7 @@ def write_trace(path: str, run: Run) -> None:
     m = run.measurement
     report = m.energy
     static = m["energy_static_j"] / report.seconds if report.seconds else 0.0
-    joules = {o.node: float(o.total) for o in report.ops if o.total.is_number}
+    joules = {o.node: o.total for o in report.ops if isinstance(o.total, float)}
     write_json(path, perfetto_trace(run.result, Power(joules, static, clock_hz(m.hw))))
 
 
