@@ -235,7 +235,7 @@ def test_sim_cli_outputs(tmp_path):
     assert any(e["ph"] == "X" for e in events)
     doc = json.loads(CliRunner().invoke(main, ["sim", "programs/swiglu.step", "--format",
                                                "json", "--timing-only"]).stdout)
-    assert doc["schema"] == "stepc-sim/2" and doc["cycles"] > 0
+    assert doc["schema"] == "stepc-sim/3" and doc["cycles"] > 0
     assert doc["off_chip"]["useful_bytes"] == doc["analysis"]["off_chip_bytes"]
 
 

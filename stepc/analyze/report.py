@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from stepc.analyze.analysis import Analysis, Roofline
 from stepc.diagnostics import span_json
-from stepc.energy import energy_report
 from stepc.hw import HardwareConfig
 from stepc.schemas import schema
 from stepc.types import dim_json
 
 
-def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None = None,
-            energy: bool = False) -> dict:
-    """The document; `energy` adds the energy bound and the area (with `hw`)."""
+def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None = None
+            ) -> dict:
     out = {
         "schema": schema("analyze"),
         "program": a.program,
@@ -38,12 +36,4 @@ def to_json(a: Analysis, hw: HardwareConfig | None = None, roof: Roofline | None
                            "compute_cycles": dim_json(roof.compute_cycles),
                            "allocated_compute": a.allocated_compute, "bound": roof.bound,
                            "offchip_bw": hw.peak_bw}
-    if energy and roof is not None and hw is not None:
-        bound = energy_report(a, hw, a.total("on_chip"),
-                              roof.cycles if roof.bound != "unknown" else 0)
-        out["energy"] = {"lower_bound_joules": dim_json(bound.total_j),
-                         "dynamic_joules": dim_json(bound.dynamic_j),
-                         "by_component": {k: dim_json(v) for k, v in bound.by_component.items()},
-                         "area_mm2": dim_json(bound.area_mm2),
-                         "compute_units": bound.compute_units}
     return out

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from stepc.analyze import Analysis
+    from stepc.analyze.analysis import Roofline
     from stepc.frontend import Compiled
     from stepc.hw import HardwareConfig
     from stepc.measure import Measurement
@@ -95,7 +96,10 @@ class Cost:
         """The document of `stepc analyze --format json`; `energy` adds the energy bound
         and the area (with a hardware configuration)."""
         from stepc.analyze.report import to_json
-        return to_json(self._analysis, self.hw, self.roofline_bound, energy)
+        doc = to_json(self._analysis, self.hw, self.roofline_bound)
+        if energy and self.hw is not None and self.roofline_bound is not None:
+            doc["energy"] = energy_bound_json(self._analysis, self.hw, self.roofline_bound)
+        return doc
 
 
 def analyze_program(compiled: Compiled, hw, sets, bind: Mapping[str, int] | None, traces,
@@ -244,6 +248,19 @@ class Run:
         """The text report of `stepc sim` on a rich console."""
         from stepc.report.sim import render_text
         render_text(self.measurement, console)
+
+
+def energy_bound_json(a: Analysis, hw: HardwareConfig, roof: Roofline) -> dict:
+    """The `energy` block of `stepc analyze --energy --format json`: the dynamic energy and
+    the leakage over the roofline's cycles (when those are numbers), a lower bound."""
+    from stepc.energy import energy_report
+    from stepc.types import dim_json
+    bound = energy_report(a, hw, a.total("on_chip"),
+                          roof.cycles if roof.bound != "unknown" else 0)
+    return {"lower_bound_joules": dim_json(bound.total_j),
+            "dynamic_joules": dim_json(bound.dynamic_j),
+            "by_component": {k: dim_json(v) for k, v in bound.by_component.items()},
+            "area_mm2": dim_json(bound.area_mm2), "compute_units": bound.compute_units}
 
 
 def energy_json(m: Measurement) -> dict:
