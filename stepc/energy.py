@@ -5,8 +5,9 @@ activations, a simulated run. docs/energy.md states every rule and cites every d
 
 Dynamic energy of one operator, in pJ:
 
-- compute: FLOPs x (add + multiply energy of its element type) / 2, a FLOP being half a
-  fused multiply-add (`PRECISION` maps element types to the coefficients' classes);
+- compute: FLOPs x (multiply energy of its input tiles' element type + add energy of its
+  output tiles') / 2, a FLOP being half a fused multiply-add (`PRECISION` maps element
+  types to the coefficients' classes);
 - sram: bytes written and read in its on-chip memory x the 64-bit access energy of the
   memory's size class / 8 (the smallest class at least as large; the largest beyond it);
 - fifo: bytes its input streams deliver x 2 (enqueue and dequeue) x the smallest SRAM
@@ -18,7 +19,8 @@ Dynamic energy of one operator, in pJ:
 and for a run, static: logic leakage per mm2 x the allocated compute area x the run's time
 at the accelerator clock, and each DRAM row activation (the `dram` model counts them).
 Area: each operator's compute units (its FLOPs/cycle over `area.unit_flops`, rounded up)
-x the multiply-add lanes of a unit x their area, and the on-chip bytes in SRAM bit cells.
+x the multiply-add lanes of a unit (multipliers of the input type, adders of the output
+type) x their area, and the on-chip bytes in SRAM bit cells.
 """
 
 from __future__ import annotations
@@ -49,21 +51,22 @@ DYNAMIC = ("compute", "sram", "fifo", "fabric", "off_chip")
 COMPONENTS = (*DYNAMIC, "static")
 
 
-def flop_pj(hw: HardwareConfig, dtype: str) -> float:
-    """Energy of one FLOP on `dtype` tiles: half a multiply plus half an add."""
-    p, e = PRECISION[dtype], hw.energy
-    return (getattr(e, f"{p}_add_pj") + getattr(e, f"{p}_mul_pj")) / 2
+def flop_pj(hw: HardwareConfig, mul: str, add: str) -> float:
+    """Energy of one FLOP: half a multiply on `mul` tiles plus half an add into `add`
+    tiles (an operator multiplies its inputs' element type, accumulates in its output's)."""
+    e = hw.energy
+    return (getattr(e, f"{PRECISION[mul]}_mul_pj") + getattr(e, f"{PRECISION[add]}_add_pj")) / 2
 
 
-def lane_um2(hw: HardwareConfig, dtype: str) -> float:
-    """Area of one multiply-add lane (a multiplier and an adder) on `dtype`."""
-    p, a = PRECISION[dtype], hw.area
-    return getattr(a, f"{p}_add_um2") + getattr(a, f"{p}_mul_um2")
+def lane_um2(hw: HardwareConfig, mul: str, add: str) -> float:
+    """Area of one multiply-add lane: a multiplier on `mul` and an adder on `add`."""
+    a = hw.area
+    return getattr(a, f"{PRECISION[mul]}_mul_um2") + getattr(a, f"{PRECISION[add]}_add_um2")
 
 
-def unit_mm2(hw: HardwareConfig, dtype: str) -> float:
+def unit_mm2(hw: HardwareConfig, mul: str, add: str) -> float:
     """Area of one compute unit: `unit_flops / 2` multiply-add lanes."""
-    return hw.area.unit_flops / 2 * lane_um2(hw, dtype) / UM2_PER_MM2
+    return hw.area.unit_flops / 2 * lane_um2(hw, mul, add) / UM2_PER_MM2
 
 
 def sram_mm2(hw: HardwareConfig, nbytes) -> float | sympy.Expr:
@@ -77,7 +80,7 @@ def sram_mm2(hw: HardwareConfig, nbytes) -> float | sympy.Expr:
 def hop_mm(hw: HardwareConfig) -> float:
     """One fabric hop: the side of a square holding one bf16 compute unit and one memory
     unit of `area.unit_bytes`."""
-    return math.sqrt(unit_mm2(hw, "bf16") + sram_mm2(hw, hw.area.unit_bytes))
+    return math.sqrt(unit_mm2(hw, "bf16", "bf16") + sram_mm2(hw, hw.area.unit_bytes))
 
 
 def sram_pj_per_byte(hw: HardwareConfig, size):
@@ -95,8 +98,9 @@ def compute_units(o: OpCost, hw: HardwareConfig) -> int:
     return -(-o.compute_bw // hw.area.unit_flops) if o.compute_bw else 0
 
 
-def _dtype(o: OpCost) -> str:
-    return o.access.dtype if o.access is not None else ""
+def _types(o: OpCost) -> tuple[str, str]:
+    """(the element type an operator multiplies, the one it adds into)."""
+    return (o.access.in_dtype, o.access.dtype) if o.access is not None else ("", "")
 
 
 Joules: TypeAlias = "float | sympy.Expr"  # a float once the dims are bound, else sympy
@@ -135,7 +139,7 @@ def op_energy(o: OpCost, hw: HardwareConfig, hop: float) -> OpEnergy:
     """The dynamic energy and compute area of one (bound) operator."""
     e, a = hw.energy, o.access
     joules: dict[str, Joules] = {
-        "compute": _times(o.flops, flop_pj(hw, _dtype(o))),
+        "compute": _times(o.flops, flop_pj(hw, *_types(o))),
         "sram": 0.0, "fifo": 0.0, "fabric": 0.0,
         "off_chip": _times(o.off_chip, 8 * e.off_chip_pj_per_bit)}
     if a is not None:
@@ -146,7 +150,7 @@ def op_energy(o: OpCost, hw: HardwareConfig, hop: float) -> OpEnergy:
                 if size is not None else accessed * sram_pj_per_byte(hw, a.sram_size) * PJ
         joules["fifo"] = _times(a.streamed, 2 * e.sram_8kib_pj / 8)
         joules["fabric"] = _times(a.streamed, 8 * e.wire_pj_per_bit_mm * hop)
-    return OpEnergy(o.node, o.op, joules, compute_units(o, hw) * unit_mm2(hw, _dtype(o)))
+    return OpEnergy(o.node, o.op, joules, compute_units(o, hw) * unit_mm2(hw, *_types(o)))
 
 
 @dataclass(frozen=True)

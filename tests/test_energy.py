@@ -26,32 +26,50 @@ REL = 1e-9
 # energy problem", ISSCC 2014; the SRAM bit cell from Intel's 45 nm process (0.346 um2);
 # the off-chip energy per bit of HBM2 (O'Connor et al., MICRO 2017); the wire energy and
 # the logic leakage are the tables' own defaults.
-FLOP_PJ = {"fp16": (0.4 + 1.1) / 2,  # half an add plus half a multiply (a FLOP = 1/2 FMA)
-           "fp32": (0.9 + 3.7) / 2}
+MUL_PJ, ADD_PJ = {"fp16": 1.1, "fp32": 3.7}, {"fp16": 0.4, "fp32": 0.9}
+
+
+def flop_pj(mul: str, add: str = "") -> float:
+    """Half a multiply on the inputs' type plus half an add into the output's (a FLOP is
+    half a fused multiply-add)."""
+    return (MUL_PJ[mul] + ADD_PJ[add or mul]) / 2
+
+
+
 SRAM_8KIB_PJ_PER_BYTE = 10.0 / 8  # 64-bit access of an 8 KiB SRAM
 SRAM_32KIB_PJ_PER_BYTE = 20.0 / 8
 SRAM_1MIB_PJ_PER_BYTE = 100.0 / 8
 WIRE_PJ_PER_BIT_MM = 0.121
 OFF_CHIP_PJ_PER_BIT = 3.97
 LEAKAGE_MW_PER_MM2 = 11.35
-LANE_UM2 = {"fp16": 1360.0 + 1640.0, "fp32": 4184.0 + 7700.0}  # an adder and a multiplier
+MUL_UM2, ADD_UM2 = {"fp16": 1640.0, "fp32": 7700.0}, {"fp16": 1360.0, "fp32": 4184.0}
+
+
+def lane_um2(mul: str, add: str = "") -> float:
+    """A multiplier on the inputs' type and an adder on the output's."""
+    return MUL_UM2[mul] + ADD_UM2[add or mul]
+
+
+
 SRAM_BIT_UM2 = 0.346
 UNIT_FLOPS, UNIT_BYTES = 1024, 512 * 1024  # a compute unit, an on-chip memory unit
 CLOCK_HZ = 1000e6  # dram.accel_clock_mhz's default
 # one fabric hop: the side of a square of one bf16 compute unit (512 fp16 lanes) and one
 # 512 KiB memory unit
-HOP_MM = math.sqrt(UNIT_FLOPS / 2 * LANE_UM2["fp16"] / 1e6 + UNIT_BYTES * 8 * SRAM_BIT_UM2 / 1e6)
+HOP_MM = math.sqrt(UNIT_FLOPS / 2 * lane_um2("fp16") / 1e6 + UNIT_BYTES * 8 * SRAM_BIT_UM2 / 1e6)
 FIFO_PJ_PER_BYTE = 2 * SRAM_8KIB_PJ_PER_BYTE  # an enqueue and a dequeue in the smallest SRAM
 FABRIC_PJ_PER_BYTE = 8 * WIRE_PJ_PER_BIT_MM * HOP_MM
 
 
 @dataclass
 class Op:
-    """One operator as derived by hand: FLOPs and its precision class, the FLOPs/cycle it
+    """One operator as derived by hand: FLOPs and the precision classes it multiplies (its
+    input tiles') and adds into (its output tiles'), the FLOPs/cycle it
     allocates, the bytes its input streams deliver, the bytes it writes and reads in its
     on-chip memory (all 8 KiB or smaller here), its allocation and its off-chip bytes."""
     flops: int = 0
-    precision: str = "fp32"
+    mul: str = "fp32"
+    add: str = "fp32"
     bw: int = 0
     streamed: int = 0
     sram: int = 0
@@ -61,7 +79,7 @@ class Op:
 
 def hand_priced(ops: list[Op]) -> dict[str, float]:
     """The dynamic energy (J) by component, the compute units and the area (mm2)."""
-    pj = {"compute": sum(o.flops * FLOP_PJ[o.precision] for o in ops),
+    pj = {"compute": sum(o.flops * flop_pj(o.mul, o.add) for o in ops),
           "sram": sum(o.sram for o in ops) * SRAM_8KIB_PJ_PER_BYTE,
           "fifo": sum(o.streamed for o in ops) * FIFO_PJ_PER_BYTE,
           "fabric": sum(o.streamed for o in ops) * FABRIC_PJ_PER_BYTE,
@@ -69,7 +87,7 @@ def hand_priced(ops: list[Op]) -> dict[str, float]:
     out = {k: v * 1e-12 for k, v in pj.items()}
     units = [math.ceil(o.bw / UNIT_FLOPS) for o in ops]
     out["compute_units"] = sum(units)
-    out["compute_mm2"] = sum(u * UNIT_FLOPS / 2 * LANE_UM2[o.precision] / 1e6
+    out["compute_mm2"] = sum(u * UNIT_FLOPS / 2 * lane_um2(o.mul, o.add) / 1e6
                              for u, o in zip(units, ops))
     out["sram_mm2"] = sum(o.on_chip for o in ops) * 8 * SRAM_BIT_UM2 / 1e6
     return out
@@ -152,8 +170,10 @@ def moe_ops(tiles: int, rows: int, bw: int, pack_bw: int) -> list[Op]:
     expert = [
         Op(streamed=n * x_row),  # rows: Flatten of the expert's partition
         Op(streamed=n * x_row),  # tiles (Reshape) or group (Promote)
-        # xt: Accum retile_row (0 FLOPs, its compute_bw allocated all the same)
-        Op(bw=pack_bw, streamed=n * x_row, sram=n * x_row + tiles * xt, on_chip=xt),
+        # xt: Accum retile_row of bf16 rows into f32 (0 FLOPs, its compute_bw allocated
+        # all the same: bf16 multipliers, f32 adders)
+        Op(bw=pack_bw, mul="fp16", streamed=n * x_row, sram=n * x_row + tiles * xt,
+           on_chip=xt),
         Op(streamed=tiles * xt),  # xt.bcast: xr and the three weight loads' ref
         Op(streamed=tiles * xt, sram=tiles * xt + NF * tiles * xt, on_chip=xt),  # xr: Repeat
         Op(streamed=NF * tiles * xt),  # xr.bcast: up and gate
@@ -167,7 +187,7 @@ def moe_ops(tiles: int, rows: int, bw: int, pack_bw: int) -> list[Op]:
            on_chip=xt),  # down: Accum matmul over the NF tiles
         Op(streamed=tiles * xt),  # out: FlatMap retile_streamify
         # y: Map mul of the routing weights ([1, 1] bf16) and the [1, D] f32 rows
-        Op(n * D, bw=bw, streamed=n * 2 + n * D * 4),
+        Op(n * D, mul="fp16", bw=bw, streamed=n * 2 + n * D * 4),  # bf16 weights first
     ]
     return [
         load(B * x_row, x_row),  # x
@@ -208,10 +228,15 @@ def test_attention_compute_off_chip_and_area_by_hand():
     B, HD, QPK, TN = 2, 16, 2, 4
     lens = [3, 6]
     kv_tiles = sum(-(-(n + 1) // TN) for n in lens)  # ceil((len + 1) / TILE_N): 1 + 2
-    bf16 = (2 * QPK * HD * TN  # s: q [QPK, HD] x k^T [HD, TN] per KV tile
-            + 4 * QPK * TN) * kv_tiles + B * QPK * HD  # e: exp, 4/element; out: div
-    f32 = (2 * QPK * TN * HD  # num: Accum of e [QPK, TN] x v [TN, HD]
-           + QPK * TN) * kv_tiles + B * QPK * 4  # es: row_sum; den: 4 per [QPK, 1] row
+    # each operator's FLOPs, the type it multiplies (its first input's) and adds into
+    # (its output's): scores and exp in bf16, the f32 accumulators of bf16 inputs, the
+    # f32 denominators, the bf16 output divided from f32
+    per_op = {"s": (2 * QPK * HD * TN * kv_tiles, "fp16", "fp16"),  # q x k^T per KV tile
+              "e": (4 * QPK * TN * kv_tiles, "fp16", "fp16"),  # exp, 4 per element
+              "num": (2 * QPK * TN * HD * kv_tiles, "fp16", "fp32"),  # Accum e x v
+              "es": (QPK * TN * kv_tiles, "fp16", "fp32"),  # Accum row_sum of e
+              "den": (B * QPK * 4, "fp32", "fp32"),  # 4 per [QPK, 1] row
+              "out": (B * QPK * HD, "fp32", "fp16")}  # num / den
     tile = TN * HD * 2  # a [TN, HD] bf16 KV tile
     off_chip = (B * QPK * HD * 2  # q
                 + 2 * B * HD * 2  # the new key and value rows
@@ -220,14 +245,15 @@ def test_attention_compute_off_chip_and_area_by_hand():
                 + B * QPK * HD * 2)  # the output
     m = run("attention_dynamic.step", dict(B=B, R=1, HEAD_DIM=HD, QPK=QPK, TILE_N=TN,
                                            MAXN=16), traces={"kv_lens": np.array(lens)})
-    assert m.flops == bf16 + f32
-    compute = (bf16 * FLOP_PJ["fp16"] + f32 * FLOP_PJ["fp32"]) * 1e-12
+    assert m.flops == sum(f for f, _, _ in per_op.values())
+    compute = sum(f * flop_pj(mul, add) for f, mul, add in per_op.values()) * 1e-12
     assert m.energy_compute_j == pytest.approx(compute, rel=REL)
     assert m.energy_off_chip_j == pytest.approx(off_chip * 8 * OFF_CHIP_PJ_PER_BIT * 1e-12,
                                                 rel=REL)
-    # s, e, num, es, den, out at BW = 2048: two units each, bf16 (s, e, out) or f32
+    # s, e, num, es, den, out at BW = 2048: two units each, of their own lanes
     units = 2
-    compute_mm2 = 3 * units * UNIT_FLOPS / 2 * (LANE_UM2["fp16"] + LANE_UM2["fp32"]) / 1e6
+    compute_mm2 = sum(units * UNIT_FLOPS / 2 * lane_um2(mul, add) / 1e6
+                      for _, mul, add in per_op.values())
     assert m.compute_units == 6 * units
     assert m.area_mm2 == pytest.approx(
         compute_mm2 + m.on_chip_bytes * 8 * SRAM_BIT_UM2 / 1e6, rel=REL)
@@ -277,11 +303,11 @@ def test_bf16_is_charged_as_fp16():
     bf16, f16, f32 = (pipe(t) for t in ("bf16", "f16", "f32"))
     flops = 16 * 64  # relu: one per element
     assert bf16.energy_compute_j == f16.energy_compute_j == pytest.approx(
-        flops * FLOP_PJ["fp16"] * 1e-12, rel=REL)
-    assert f32.energy_compute_j == pytest.approx(flops * FLOP_PJ["fp32"] * 1e-12, rel=REL)
+        flops * flop_pj("fp16") * 1e-12, rel=REL)
+    assert f32.energy_compute_j == pytest.approx(flops * flop_pj("fp32") * 1e-12, rel=REL)
     lane_mm2 = UNIT_FLOPS / 2 / 1e6  # one relu unit
     assert bf16.area_mm2 - bf16.on_chip_bytes * 8 * SRAM_BIT_UM2 / 1e6 == pytest.approx(
-        lane_mm2 * LANE_UM2["fp16"], rel=REL)
+        lane_mm2 * lane_um2("fp16"), rel=REL)
 
 
 @pytest.mark.parametrize("cols, pj_per_byte", [

@@ -13,7 +13,8 @@ The rule, from the operator's memory role (`OpSpec.memory`):
 - every other operator works on its input FIFOs alone (no on-chip memory access).
 
 A stream element's bytes in the fabric are its tile's bytes; a buffer travels as a
-reference of `REFERENCE_BYTES`, not as its contents.
+reference of `REFERENCE_BYTES`, not as its contents. An operator multiplies its input
+tiles' element type and adds (accumulates) in its output tiles' (a bf16 matmul into f32).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class AccessSource:
         if ev is None:
             return a
         return Access(ev(a.streamed), ev(a.sram_write), ev(a.sram_read), ev(a.sram_size),
-                      a.dtype)
+                      a.dtype, a.in_dtype)
 
     def then(self, ev: Callable[[sympy.Expr], sympy.Expr]) -> AccessSource:
         """This source with the binding `ev` applied after the ones before it."""
@@ -69,7 +70,8 @@ class Access:
     sram_write: sympy.Expr
     sram_read: sympy.Expr
     sram_size: sympy.Expr  # bytes of the memory it reads and writes (0: none)
-    dtype: str  # the element type of its tiles ("" when it has none)
+    dtype: str  # the element type of its output tiles (else its input's; "": none)
+    in_dtype: str  # the element type of its input tiles (else its output's)
 
 
 def add_all(terms: list) -> sympy.Expr:
@@ -101,10 +103,9 @@ def stream_bytes(types) -> sympy.Expr:
     return card * size
 
 
-def _dtype(ctx: CostCtx) -> str:
-    """The element type of an operator's tiles: its first output's, else its first
-    input's."""
-    for t in [*ctx.outputs, ctx.first_input()]:
+def _tile_dtype(types) -> str:
+    """The element type of the first tile the streams `types` carry ("" without one)."""
+    for t in types:
         elem = getattr(t, "elem", None)
         for e in (elem.elems if isinstance(elem, Tuple) else (elem,)):
             if isinstance(e, Tile):
@@ -133,4 +134,5 @@ def access(spec: OpSpec, ctx: CostCtx, off_chip: sympy.Expr, on_chip: sympy.Expr
         write, read, size = streamed, given, on_chip
     else:
         write = read = size = zero
-    return Access(streamed, write, read, size, _dtype(ctx))
+    ins, outs = _tile_dtype([ctx.first_input()]), _tile_dtype(ctx.outputs)
+    return Access(streamed, write, read, size, outs or ins, ins or outs)
