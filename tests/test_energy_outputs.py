@@ -88,3 +88,17 @@ def test_a_figures_report_says_how_its_claims_metrics_are_counted():
     meaning = " ".join(METRICS["allocated_compute"].meaning.split())
     assert f"- `allocated_compute` (FLOPs/cycle): {meaning}" in lines
     assert any(line.startswith("- `cycles`") for line in lines)
+
+
+def test_a_sweep_records_and_fronts_energy_and_area(tmp_path):
+    out = tmp_path / "results.jsonl"
+    r = CliRunner().invoke(main, ["sweep", SWIGLU, "--grid", "TB=16,32", "--pareto",
+                                  "energy_j,area_mm2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "Pareto-optimal over (energy_j, area_mm2):" in r.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {rec["schema"] for rec in records} == {"stepc-sweep/3"}
+    for rec in records:
+        assert rec["energy_j"] == pytest.approx(rec["energy_dynamic_j"] +
+                                                rec["energy_static_j"], rel=1e-12)
+        assert rec["edp"] > 0 and rec["area_mm2"] > 0 and rec["compute_units"] == 5

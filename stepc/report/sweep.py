@@ -56,6 +56,11 @@ def error_lines(records: list[dict]) -> list[str]:
             for rec in sorted(records, key=point_order) if rec["status"] == "error"]
 
 
+def _shown(value) -> str:
+    """A front's value: integers with thousands separators, other numbers to 4 digits."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
+
+
 def pareto_lines(ok: list[dict], metrics: list[str], fields: list[dict[str, str]],
                  front: list[int], chosen: str | None,
                  distances: dict[int, float] | None) -> list[str]:
@@ -70,7 +75,7 @@ def pareto_lines(ok: list[dict], metrics: list[str], fields: list[dict[str, str]
     lines.append(f"Pareto-optimal over ({', '.join(metrics)}):")
     for i in front:
         lines.append(f"  {point_label(ok[i])}: " + ", ".join(
-            f"{fields[i][m]}={ok[i][fields[i][m]]:,}" for m in metrics))
+            f"{fields[i][m]}={_shown(ok[i][fields[i][m]])}" for m in metrics))
     if distances is not None:
         lines.append("Pareto Improvement Distance to the baseline front "
                      "(> 1: beyond it, 1: on it, < 1: dominated):")
