@@ -225,6 +225,12 @@ class Run:
         return self.result.deadlock
 
     @property
+    def energy(self) -> dict[str, Any]:
+        """The run's energy (joules by component and per operator, EDP) and area (mm2,
+        compute units): the `energy` and `area` blocks of `to_dict()` (docs/energy.md)."""
+        return energy_json(self.measurement)
+
+    @property
     def metrics(self) -> dict[str, Any]:
         """Every metric of the run, as a sweep record holds them (`stepc.measure.METRICS`
         gives each one's unit and meaning)."""
