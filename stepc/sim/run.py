@@ -36,6 +36,7 @@ from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Channel, Kernel, SimError, core
+from stepc.sim.native import compiled
 from stepc.sim.tokens import NP_DTYPES
 from stepc.spelling import given
 from stepc.traces import TraceError, external_file
@@ -261,7 +262,9 @@ def hbm_ports(prog) -> dict[str, tuple[int, int]]:
 
 def make_contexts(typed: TypedProgram, kernel: Kernel, env: SimEnv, ins: dict[str, dict],
                   outs: dict[str, list], trace_ops: bool) -> None:
-    """One context per operator, running its behavior on its FIFOs."""
+    """One context per operator, running its behavior on its FIFOs (or, in the compiled
+    core, its compiled machine where it has one)."""
+    machines = compiled_machines(kernel)
     for n, node in typed.program.nodes.items():
         ctx = kernel.context(n, node.op)
         ctx.outs = [ch for ch in outs[n] if ch is not None]
@@ -269,7 +272,17 @@ def make_contexts(typed: TypedProgram, kernel: Kernel, env: SimEnv, ins: dict[st
             ctx.trace = []
         info = {"in": typed.input_types(n),
                 "out": [typed.types.get((n, p)) for p in range(len(node.outputs))]}
-        kernel.add(ctx, BEHAVIORS[node.op](ctx, node, ins[n], outs[n], env, info))
+        behavior = machines.get(node.op) or BEHAVIORS[node.op]
+        kernel.add(ctx, behavior(ctx, node, ins[n], outs[n], env, info))
+
+
+def compiled_machines(kernel: Kernel) -> dict:
+    """The operators a compiled kernel runs as compiled machines (`stepc.sim._machines`),
+    by name; none in the Python core."""
+    if isinstance(kernel, Kernel):
+        return {}
+    machines = compiled("stepc.sim._machines")
+    return machines.MACHINES if machines is not None else {}
 
 
 # ---------------------------------------------------------------- run and collect
