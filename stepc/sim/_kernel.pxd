@@ -42,6 +42,8 @@ cdef class Kernel:
     cdef int _finish_select(self, Ctx ctx) except -1
     cdef object _first(self, Ctx ctx, tuple op, now)
     cdef object peek(self, Ctx ctx, Channel ch, bint take, tuple op)
+    cdef list peek_all(self, Ctx ctx, list chans, tuple op)
+    cdef int release_all(self, Ctx ctx, list chans) except -1
     cdef bint send(self, Ctx ctx, Channel ch, payload, stop) except -1
     cdef bint send_all(self, Ctx ctx, list chans, payload, stop) except -1
     cdef int select(self, Ctx ctx, list chans) except -1

@@ -438,6 +438,37 @@ cdef class Kernel:
             ch.looked_at = ctx.clock
         return head
 
+    cdef list peek_all(self, Ctx ctx, list chans, tuple op):
+        """`PEEK_ALL` of `chans` for a machine: their heads (None: ended), else None when
+        the context waits on `op` (retried from the first channel)."""
+        cdef Channel ch
+        cdef long long ht
+        cdef list heads = []
+        for ch in chans:
+            q = ch.q
+            if not q:
+                if ch.closed:
+                    heads.append(None)
+                    continue
+                ch.recv_waiter = ctx
+                ctx.blocked = op
+                return None
+            head = q[0]
+            ht = _cycle(head[0])
+            if ht > ctx.clock:
+                ctx.clock = ht
+            if ch.looks is not None and ch.looked_at is None:
+                ch.looked_at = ctx.clock
+            heads.append(head)
+        return heads
+
+    cdef int release_all(self, Ctx ctx, list chans) except -1:
+        """`POP_ALL` of `chans` for a machine."""
+        cdef Channel ch
+        for ch in chans:
+            self._release(ch, ctx.clock)
+        return 0
+
     cdef bint send(self, Ctx ctx, Channel ch, payload, stop) except -1:
         """`SEND` for a machine: False when it waits for a slot."""
         if ch.outstanding >= ch.cap and not ch.credits:

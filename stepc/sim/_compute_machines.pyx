@@ -1,0 +1,139 @@
+"""Compute operators compiled as state machines for the compiled kernel (see `_machines`):
+Map and Accum (`stepc/sim/behaviors/compute.py`). The element's function, cost and
+roofline stay the behaviors' (`values`, `SimEnv.element_cost`, `SimEnv.run_element`); the
+machine takes the place of the generator around them."""
+
+from stepc.sim._kernel cimport Ctx, Kernel, Machine
+
+from stepc.ops.functions import FUNCTIONS
+from stepc.sim.behaviors.compute import _args, _checked, _dtype
+from stepc.sim.kernel import PEEK_ALL, SimError
+from stepc.sim.tokens import TileVal
+from stepc.sim.values import ACCUMULATE, MAP, accum_init
+
+# a machine's states: the operation it performs next
+cdef enum:
+    TAKE, GIVE, RELEASE
+
+
+cdef class Map(Machine):
+    """`compute.map_`: peek every input, compute, send, then release them."""
+
+    cdef list chans
+    cdef object out, node, env, fn, apply, name, cost, dtype, wb, val, stop
+    cdef tuple peek
+    cdef int state
+    cdef bint fresh  # the element's first attempt to peek (its unit is free from here)
+    cdef long long free
+
+    def __init__(self, ctx, node, ins, outs, env, info):
+        self.chans, self.out, self.node, self.env = ins["ins"], outs[0], node, env
+        self.peek = (PEEK_ALL, self.chans)
+        self.fn = node.attrs["fn"]
+        self.apply, self.name = MAP[self.fn.name], self.fn.name
+        self.cost = env.element_cost(node, self.fn)
+        self.dtype = _dtype(node, info, None) if info["out"] else None
+        self.wb = node.attrs.get("write_back", False)
+        self.state, self.fresh = TAKE, True
+
+    cdef int resume(self, Kernel k, Ctx ctx) except -1:
+        while True:
+            if self.state == TAKE:
+                if self.fresh:
+                    self.free, self.fresh = ctx.clock, False
+                heads = k.peek_all(ctx, self.chans, self.peek)
+                if heads is None:
+                    return 0
+                heads = _checked(heads, self.node)
+                if heads is None:
+                    return 1
+                args = _args(heads)
+                res = self.apply(args, self.fn, self.dtype)
+                tile = isinstance(res, TileVal)
+                if tile and self.wb:
+                    res.in_mu = True
+                first = self.env.run_element(ctx, self.free, heads, self.cost(args, res),
+                                             self.name)
+                if tile:
+                    res.first = first
+                self.val, self.stop = res, heads[0][2]
+                self.state = GIVE
+            if self.state == GIVE:
+                if self.out is not None and not k.send(ctx, self.out, self.val, self.stop):
+                    return 0
+                self.val = self.stop = None
+            k.release_all(ctx, self.chans)
+            self.state, self.fresh = TAKE, True
+
+
+cdef class Accum(Machine):
+    """`compute.accum`: per element, roofline, release, accumulate; on a stop >= rank,
+    emit the accumulator and start anew."""
+
+    cdef list chans
+    cdef object out, node, env, fn, name, init_name, cost, update, dtype, wb, bw, acc, stop
+    cdef bint functional, packs, fresh_group, fresh
+    cdef long long rank, free
+    cdef tuple peek
+    cdef int state
+
+    def __init__(self, ctx, node, ins, outs, env, info):
+        self.chans, self.out, self.node, self.env = ins["ins"], outs[0], node, env
+        self.peek = (PEEK_ALL, self.chans)
+        self.fn, self.rank = node.attrs["fn"], node.attrs["rank"]
+        self.name, init = self.fn.name, node.attrs.get("init")
+        self.init_name = init.name if init is not None else None
+        self.cost, self.update = env.element_cost(node, self.fn), ACCUMULATE[self.name][1]
+        self.dtype = _dtype(node, info, None)
+        self.functional = env.functional
+        self.wb = node.attrs.get("write_back", False)
+        self.packs = FUNCTIONS[self.name].init == "empty"  # grows by concatenation
+        self.bw = env.hw.fabric.onchip_bw
+        self.fresh_group = True
+        self.state, self.fresh = TAKE, True
+
+    cdef int resume(self, Kernel k, Ctx ctx) except -1:
+        cdef object s
+        while True:
+            if self.state == TAKE:
+                if self.fresh:
+                    self.free, self.fresh = ctx.clock, False
+                heads = k.peek_all(ctx, self.chans, self.peek)
+                if heads is None:
+                    return 0
+                heads = _checked(heads, self.node)
+                if heads is None:
+                    if not self.fresh_group:
+                        raise SimError("Accum: the stream ended inside a reduction group",
+                                       self.node.name)
+                    return 1
+                args = _args(heads)
+                s = heads[0][2]
+                if self.fresh_group:
+                    self.acc = accum_init(self.name, args, self.fn, self.init_name,
+                                          self.dtype, self.functional)
+                    self.fresh_group = False
+                cycles = self.cost(args, None)
+                if s >= self.rank and self.wb and self.acc is not None and not self.packs:
+                    cycles = max(cycles, -(-self.acc.nbytes // self.bw))
+                first = self.env.run_element(ctx, self.free, heads, cycles, self.name)
+                k.release_all(ctx, self.chans)
+                self.acc = self.update(self.acc, args, self.fn, self.dtype, self.functional)
+                if s < self.rank:
+                    self.fresh = True
+                    continue
+                acc = self.acc
+                if isinstance(acc, TileVal):
+                    acc.first = first
+                    acc.in_mu = self.wb or (acc.in_mu if self.packs else False)
+                    self.env.peak_onchip = max(self.env.peak_onchip, acc.nbytes)
+                self.stop = s - self.rank
+                self.state = GIVE
+            if self.out is not None and not k.send(ctx, self.out, self.acc, self.stop):
+                return 0
+            self.acc, self.stop, self.fresh_group = None, None, True
+            self.state, self.fresh = TAKE, True
+
+
+MACHINES = {"Map": Map, "Accum": Accum}
+"""Operator -> its machine."""
