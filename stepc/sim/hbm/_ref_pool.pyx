@@ -8,6 +8,8 @@ so every cycle, count and completion is the same (tests/test_ref_kernels.py)."""
 from libc.stdlib cimport free as cfree
 from libc.stdlib cimport malloc
 
+from stepc.sim.hbm._ref_stretch cimport Stretches
+
 from bisect import insort
 from collections import deque
 
@@ -17,6 +19,9 @@ from stepc.sim.hbm.window import MemoryStats
 from stepc.sim.kernel import SimError
 
 cdef long long NEVER = 1LL << 62  # no response yet: above any cycle
+# stretches of constant single-request ports at least this many channel-pattern periods
+# long are served in closed form (`_ref_stretch`), shorter ones request by request
+cdef long long STRETCH_PERIODS = 2
 
 
 cdef struct Window:
@@ -68,6 +73,7 @@ cdef class RefPool:
     cdef object _stats  # the shared statistics, brought up to date when read
     cdef public long long offset, min_latency
     cdef public bint want_first
+    cdef Stretches stretches
     cdef long long n, ii
     cdef long long[:] free_v
     cdef long long[:] per_channel
@@ -84,6 +90,7 @@ cdef class RefPool:
         self.n, self.ii = cfg.channels, cfg.request_interval
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
         self.want_first = want_first
+        self.stretches = Stretches(self.n, self.ii)
         self.free = np.zeros(self.n, dtype=np.int64)  # next free cycle per channel
         self.free_v = self.free
         self.per_channel = stats.per_channel
@@ -310,6 +317,7 @@ cdef class RefPool:
         cdef Burst b
         cdef long long n = self.n, ii = self.ii, lat = self.min_latency
         cdef long long offset = self.offset, c, r, count, ch, t, step, hi_t, lo_t, arrive
+        cdef bint single = True  # every live port issues single-request messages
         cdef long long* fp = &self.free_v[0]
         cdef long long* cp = &self.per_channel[0]
         try:
@@ -323,12 +331,10 @@ cdef class RefPool:
                 latest[k], earliest[k], served[k] = -1, NEVER, 0
             for p in range(np_):
                 cur[p] = 0 if p == 0 else w.port_end[p - 1]
-            for c in range(lo, hi):
-                arrive = c + 1
-                ch = offset  # (offset + i(i+1)/2) mod n, kept without dividing
-                step = 0  # (i + 1) mod n, for the cycle's i-th request
+            c = lo
+            while c < hi:
                 if c == change:  # the ports issuing from this cycle on, in port order
-                    n_live, change = 0, hi
+                    n_live, change, single = 0, hi, True
                     for p in range(np_):
                         k, end = cur[p], w.port_end[p]
                         while k < end and w.end[k] <= c:
@@ -342,8 +348,20 @@ cdef class RefPool:
                             continue
                         live[n_live] = k
                         n_live += 1
+                        single = single and per[k] == 1
                         if w.end[k] < change:
                             change = w.end[k]
+                if single and n_live and \
+                        change - c >= STRETCH_PERIODS * self.stretches.pattern(n_live).p:
+                    offset = self.stretches.serve(c, change - c, live, n_live, offset, latest,
+                                                  earliest, self.want_first, fp, cp)
+                    for j in range(n_live):
+                        served[live[j]] += change - c
+                    c = change
+                    continue
+                arrive = c + 1
+                ch = offset  # (offset + i(i+1)/2) mod n, kept without dividing
+                step = 0  # (i + 1) mod n, for the cycle's i-th request
                 for j in range(n_live):
                     k = live[j]
                     count = last_count[k] if last_count[k] >= 0 and c == w.end[k] - 1 \
@@ -366,6 +384,7 @@ cdef class RefPool:
                     latest[k], earliest[k] = hi_t, lo_t
                     served[k] += count
                 offset = ch  # the next cycle's offset: L(L+1)/2 on for L requests
+                c += 1
             self.offset = offset
             for k in range(nk):
                 b = <Burst>picked[k]
