@@ -134,9 +134,9 @@ def hardware_overrides(nodes, hw: HardwareConfig) -> list[Override]:
     (attribute, value); an attribute equal to the hardware's value overrides nothing."""
     groups: dict[tuple, list[str]] = {}
     for node in nodes:
-        for p in OPS[node.op].all_params:
+        for p in OPS[node.op].hw_params:
             value = node.attrs.get(p.name)
-            if p.hw is not None and value is not None and not _same(value, hw.value(p.hw)):
+            if value is not None and not _same(value, hw.value(p.hw)):
                 key = (p.name, tuple(value) if isinstance(value, list) else value, p.hw)
                 groups.setdefault(key, []).append(node.name)
     return [Override(attr, list(v) if isinstance(v, tuple) else v, key, hw.value(key),
