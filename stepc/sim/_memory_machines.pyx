@@ -1,6 +1,7 @@
 """Memory operators compiled as state machines for the compiled kernel (see `_machines`):
 with single-buffered ports (`hbm.tile_buffers = 1`, the reference's loaders),
-LinearOffChipLoad (`stepc/sim/behaviors/memory.py`); with more buffers its behavior runs."""
+LinearOffChipLoad and RandomOffChipLoad (`stepc/sim/behaviors/memory.py`); with more
+buffers their behaviors run."""
 
 from libc.stdlib cimport calloc
 from libc.stdlib cimport free as cfree
@@ -8,7 +9,8 @@ from libc.stdlib cimport free as cfree
 from stepc.sim._kernel cimport Channel, Ctx, Kernel, Machine
 
 from stepc.sim.behaviors import memory
-from stepc.sim.kernel import AWAIT, PEEK
+from stepc.sim.hbm import tiled_shape
+from stepc.sim.kernel import AWAIT, PEEK, SimError
 from stepc.sim.tokens import TileVal
 from stepc.types import DTYPE_BYTES
 
@@ -152,6 +154,89 @@ cdef class LinearLoad(Machine):
             self.state = ISSUE_TILE
 
 
+cdef class RandomLoad(Machine):
+    """`memory.random_load` with one tile buffer: per address element, issue the tile's
+    burst, wait for it, count the wait, send the tile, release the address."""
+
+    cdef Channel addr, out
+    cdef object node, env, tref, tile, port, pd, dtype, burst, data, stop, val
+    cdef long long reqs, tile_bytes, rows, cols, total, issued
+    cdef bint functional, streams
+    cdef tuple peek_addr
+    cdef int state
+
+    def __init__(self, ctx, node, ins, outs, env, info):
+        tref, tile = node.attrs["tensor"], node.attrs["tile"]
+        self.node, self.env, self.tref, self.tile = node, env, tref, tile
+        self.rows, self.cols, self.dtype = tile[0], tile[1], tref.dtype
+        self.addr, self.out = ins["raddr"], outs[0]
+        self.reqs = memory.requests_per_tile(tile[0], tile[1], tref.dtype,
+                                             env.hw.hbm.request_bytes)
+        self.total = 1
+        for d in tiled_shape(tref.shape, tile):
+            self.total *= d
+        self.tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
+        self.port, self.pd = env.ports[node.name], env.setting(node, "par_dispatch")
+        self.functional, self.streams = env.functional, bool(env.hw.fabric.stream_tile)
+        self.peek_addr = (PEEK, self.addr)
+        self.state = TAKE
+
+    cdef int resume(self, Kernel k, Ctx ctx) except -1:
+        cdef long long start
+        while True:
+            if self.state == TAKE:
+                head = k.peek(ctx, self.addr, False, self.peek_addr)
+                if head is None:
+                    return ctx.blocked is None
+                a_t = head[1]
+                self.data, where = None, None
+                if a_t.data is not None:
+                    i = a_t.scalar()
+                    if not 0 <= i < self.total:
+                        raise SimError(f"RandomOffChipLoad address {i} is outside "
+                                       f"`{self.tref}` ({self.total} tiles)", self.node.name)
+                    if self.functional:
+                        self.data = memory._tensor_tile(self.env, self.tref, i, self.tile)
+                    where = memory.tile_addresses(self.env, self.tref, i, self.rows,
+                                                  self.cols)
+                self.stop = head[2]
+                ctx.mem_ops += 1
+                self.burst = k.memory.issue(ctx, self.port, self.reqs, self.pd, False, where,
+                                            wait=False)
+                self.issued = ctx.clock
+                self.state = WAIT_TILE
+                if not self.burst.done:
+                    self.burst.waiter = ctx
+                    ctx.blocked = (AWAIT, self.burst)
+                    return 0
+                if self.burst.completion > ctx.clock:
+                    ctx.clock = self.burst.completion
+            if self.state == WAIT_TILE:  # the tile is complete (a wake moved the clock)
+                start = self.issued if self.issued > ctx.last_mem else ctx.last_mem
+                ctx._work(start, ctx.clock - start, "load")
+                ctx.last_mem = ctx.clock
+                useful = self.env.useful_bytes
+                useful[self.node.name] = useful.get(self.node.name, 0) + self.tile_bytes
+                if self.out is not None:
+                    first = memory.streamed(self.env, self.burst) if self.streams else None
+                    self.val = TileVal(self.rows, self.cols, self.dtype, None, True,
+                                       self.data, first)
+                self.burst = self.data = None
+                self.state = GIVE_TILE
+            if self.out is not None and not k.send(ctx, self.out, self.val, self.stop):
+                return 0
+            self.val = self.stop = None
+            k._release(self.addr, ctx.clock)
+            self.state = TAKE
+
+
+def random_load(ctx, node, ins, outs, env, info):
+    """RandomOffChipLoad's machine with one tile buffer, else its behavior."""
+    if env.hw.hbm.tile_buffers == 1:
+        return RandomLoad(ctx, node, ins, outs, env, info)
+    return memory.random_load(ctx, node, ins, outs, env, info)
+
+
 def linear_load(ctx, node, ins, outs, env, info):
     """LinearOffChipLoad's machine with one tile buffer, else its behavior."""
     if env.hw.hbm.tile_buffers == 1:
@@ -159,5 +244,5 @@ def linear_load(ctx, node, ins, outs, env, info):
     return memory.linear_load(ctx, node, ins, outs, env, info)
 
 
-MACHINES = {"LinearOffChipLoad": linear_load}
+MACHINES = {"LinearOffChipLoad": linear_load, "RandomOffChipLoad": random_load}
 """Operator -> its machine (or its behavior where the machine does not apply)."""
