@@ -136,7 +136,10 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         built = build(typed, hw, traces or {}, functional, trace_ops, max_cycles, progress,
                       values, analysis, ref_strategy, depths or {})
         wall = run(built.kernel)
-        return collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+        result = collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+        release(built.kernel)
+        del built  # its objects go now, not in a sweep of the collector
+        return result
 
 
 @contextmanager
@@ -321,6 +324,20 @@ def collect(built: Build, bindings: dict[str, sympy.Expr], wall: float) -> SimRe
         fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log},
         fifo_looks={ch.name: ch.looks for ch in kernel.channels if ch.looks}, memory=stats,
         overrides=hardware_overrides(prog.nodes.values(), built.hw))
+
+
+def release(kernel: Kernel) -> None:
+    """Break a finished run's reference cycles (each context and its generator, each FIFO
+    and the contexts waiting on it, the kernel and its memory model), so that its objects
+    go as soon as the run is dropped instead of in a sweep of the cyclic collector, which
+    would walk every one of them first."""
+    for ctx in kernel.contexts:
+        ctx.gen = None
+    for ch in kernel.channels:
+        ch.recv_waiter = ch.send_waiter = None
+    kernel.contexts.clear()
+    kernel.channels.clear()
+    kernel.memory = None
 
 
 def _off_chip(op: str, direction: str | None = None) -> bool:
