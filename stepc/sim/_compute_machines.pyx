@@ -6,7 +6,7 @@ machine takes the place of the generator around them."""
 from stepc.sim._kernel cimport Ctx, Kernel, Machine
 
 from stepc.ops.functions import FUNCTIONS
-from stepc.sim.behaviors.compute import _args, _checked, _dtype
+from stepc.sim.behaviors.compute import _checked, _dtype
 from stepc.sim.kernel import PEEK_ALL, SimError
 from stepc.sim.tokens import TileVal
 from stepc.sim.values import ACCUMULATE, MAP, accum_init
@@ -14,6 +14,42 @@ from stepc.sim.values import ACCUMULATE, MAP, accum_init
 # a machine's states: the operation it performs next
 cdef enum:
     TAKE, GIVE, RELEASE
+
+
+cdef list _lockstep(list heads, node):
+    """`compute._checked`: the heads when every input has one on the same stop level (checked
+    here), else what `_checked` says (None: all ended; or its error)."""
+    cdef Py_ssize_t j
+    if not heads:
+        return _checked(heads, node)
+    first = heads[0]
+    if first is not None:
+        s = first[2]
+        for j in range(1, len(heads)):
+            h = heads[j]
+            if h is None or h[2] != s:
+                return _checked(heads, node)
+        return heads
+    return _checked(heads, node)
+
+
+cdef list _arguments(list heads):
+    """`compute._args`: the element's arguments."""
+    if len(heads) == 1:
+        v = heads[0][1]
+        if isinstance(v, tuple) and v and not isinstance(v[0], int):
+            return list(v)  # Map over Zip
+        return [v]
+    return [h[1] for h in heads]
+
+
+cdef object _run_element(Ctx ctx, env, bint streams, long long free, list heads, cycles,
+                         str label):
+    """`SimEnv.run_element`: without streamed tiles, the unit works from the clock on."""
+    if not streams:
+        ctx._work(ctx.clock, cycles, label)
+        return None
+    return env.run_element(ctx, free, heads, cycles, label)
 
 
 cdef class Map(Machine):
@@ -24,7 +60,9 @@ cdef class Map(Machine):
     cdef tuple peek
     cdef int state
     cdef bint fresh  # the element's first attempt to peek (its unit is free from here)
+    cdef bint streams  # fabric.stream_tile
     cdef long long free
+    cdef str label
 
     def __init__(self, ctx, node, ins, outs, env, info):
         self.chans, self.out, self.node, self.env = ins["ins"], outs[0], node, env
@@ -34,6 +72,7 @@ cdef class Map(Machine):
         self.cost = env.element_cost(node, self.fn)
         self.dtype = _dtype(node, info, None) if info["out"] else None
         self.wb = node.attrs.get("write_back", False)
+        self.streams, self.label = bool(env.hw.fabric.stream_tile), self.fn.name
         self.state, self.fresh = TAKE, True
 
     cdef int resume(self, Kernel k, Ctx ctx) except -1:
@@ -44,16 +83,16 @@ cdef class Map(Machine):
                 heads = k.peek_all(ctx, self.chans, self.peek)
                 if heads is None:
                     return 0
-                heads = _checked(heads, self.node)
+                heads = _lockstep(heads, self.node)
                 if heads is None:
                     return 1
-                args = _args(heads)
+                args = _arguments(heads)
                 res = self.apply(args, self.fn, self.dtype)
                 tile = isinstance(res, TileVal)
                 if tile and self.wb:
                     res.in_mu = True
-                first = self.env.run_element(ctx, self.free, heads, self.cost(args, res),
-                                             self.name)
+                first = _run_element(ctx, self.env, self.streams, self.free, heads,
+                                     self.cost(args, res), self.label)
                 if tile:
                     res.first = first
                 self.val, self.stop = res, heads[0][2]
@@ -72,8 +111,9 @@ cdef class Accum(Machine):
 
     cdef list chans
     cdef object out, node, env, fn, name, init_name, cost, update, dtype, wb, bw, acc, stop
-    cdef bint functional, packs, fresh_group, fresh
+    cdef bint functional, packs, fresh_group, fresh, streams
     cdef long long rank, free
+    cdef str label
     cdef tuple peek
     cdef int state
 
@@ -89,6 +129,7 @@ cdef class Accum(Machine):
         self.wb = node.attrs.get("write_back", False)
         self.packs = FUNCTIONS[self.name].init == "empty"  # grows by concatenation
         self.bw = env.hw.fabric.onchip_bw
+        self.streams, self.label = bool(env.hw.fabric.stream_tile), self.name
         self.fresh_group = True
         self.state, self.fresh = TAKE, True
 
@@ -101,13 +142,13 @@ cdef class Accum(Machine):
                 heads = k.peek_all(ctx, self.chans, self.peek)
                 if heads is None:
                     return 0
-                heads = _checked(heads, self.node)
+                heads = _lockstep(heads, self.node)
                 if heads is None:
                     if not self.fresh_group:
                         raise SimError("Accum: the stream ended inside a reduction group",
                                        self.node.name)
                     return 1
-                args = _args(heads)
+                args = _arguments(heads)
                 s = heads[0][2]
                 if self.fresh_group:
                     self.acc = accum_init(self.name, args, self.fn, self.init_name,
@@ -116,7 +157,8 @@ cdef class Accum(Machine):
                 cycles = self.cost(args, None)
                 if s >= self.rank and self.wb and self.acc is not None and not self.packs:
                     cycles = max(cycles, -(-self.acc.nbytes // self.bw))
-                first = self.env.run_element(ctx, self.free, heads, cycles, self.name)
+                first = _run_element(ctx, self.env, self.streams, self.free, heads, cycles,
+                                     self.label)
                 k.release_all(ctx, self.chans)
                 self.acc = self.update(self.acc, args, self.fn, self.dtype, self.functional)
                 if s < self.rank:

@@ -25,7 +25,9 @@ cdef class LinearLoad(Machine):
     the wait and send the tile; with `ref`, release its element after the last send."""
 
     cdef Channel ref, out
-    cdef object node, env, tref, tile, port, pd, dtype, ref_stop, burst
+    cdef object env, tref, tile, port, pd, dtype, ref_stop, burst
+    cdef object addresses, layout, issue, useful  # the memory model's, the run's
+    cdef str name
     cdef long long rank, reqs, tile_bytes, rows, cols, at, issued
     cdef long long* shape
     cdef long long* stride
@@ -54,7 +56,10 @@ cdef class LinearLoad(Machine):
             raise MemoryError()
         for j in range(self.rank):
             self.shape[j], self.stride[j] = shape[j], stride[j]
-        self.node, self.env, self.tref, self.tile = node, env, tref, tile
+        self.name, self.env, self.tref, self.tile = node.name, env, tref, tile
+        self.addresses, self.layout, self.issue = env.memory.addresses, env.layout, \
+            env.memory.issue
+        self.useful = env.useful_bytes
         self.rows, self.cols, self.dtype = tile[0], tile[1], tref.dtype
         self.reqs = memory.requests_per_tile(tile[0], tile[1], tref.dtype,
                                              env.hw.hbm.request_bytes)
@@ -118,11 +123,9 @@ cdef class LinearLoad(Machine):
                     k._release(self.ref, ctx.clock)
                     self.state = TAKE
                     continue
-                where = memory.tile_addresses(self.env, self.tref, self.at, self.rows,
-                                              self.cols)
-                ctx.mem_ops += 1
-                self.burst = k.memory.issue(ctx, self.port, self.reqs, self.pd, False, where,
-                                            wait=False)
+                where = self.addresses(self.layout, self.tref, self.at, self.rows, self.cols)
+                ctx.mem_ops += 1  # the kernel's ISSUE: post the burst without waiting
+                self.burst = self.issue(ctx, self.port, self.reqs, self.pd, False, where, False)
                 self.issued = ctx.clock
                 if not self.burst.done:
                     self.burst.waiter = ctx
@@ -136,8 +139,7 @@ cdef class LinearLoad(Machine):
                 start = self.issued if self.issued > ctx.last_mem else ctx.last_mem
                 ctx._work(start, ctx.clock - start, "load")
                 ctx.last_mem = ctx.clock
-                useful = self.env.useful_bytes
-                useful[self.node.name] = useful.get(self.node.name, 0) + self.tile_bytes
+                self.useful[self.name] = self.useful.get(self.name, 0) + self.tile_bytes
                 self.stop = self._stop()
                 if self.out is not None:
                     data = memory._tensor_tile(self.env, self.tref, self.at, self.tile) \
@@ -159,7 +161,9 @@ cdef class RandomLoad(Machine):
     burst, wait for it, count the wait, send the tile, release the address."""
 
     cdef Channel addr, out
-    cdef object node, env, tref, tile, port, pd, dtype, burst, data, stop, val
+    cdef object env, tref, tile, port, pd, dtype, burst, data, stop, val
+    cdef object addresses, layout, issue, useful  # the memory model's, the run's
+    cdef str name
     cdef long long reqs, tile_bytes, rows, cols, total, issued
     cdef bint functional, streams
     cdef tuple peek_addr
@@ -167,7 +171,10 @@ cdef class RandomLoad(Machine):
 
     def __init__(self, ctx, node, ins, outs, env, info):
         tref, tile = node.attrs["tensor"], node.attrs["tile"]
-        self.node, self.env, self.tref, self.tile = node, env, tref, tile
+        self.name, self.env, self.tref, self.tile = node.name, env, tref, tile
+        self.addresses, self.layout, self.issue = env.memory.addresses, env.layout, \
+            env.memory.issue
+        self.useful = env.useful_bytes
         self.rows, self.cols, self.dtype = tile[0], tile[1], tref.dtype
         self.addr, self.out = ins["raddr"], outs[0]
         self.reqs = memory.requests_per_tile(tile[0], tile[1], tref.dtype,
@@ -194,15 +201,13 @@ cdef class RandomLoad(Machine):
                     i = a_t.scalar()
                     if not 0 <= i < self.total:
                         raise SimError(f"RandomOffChipLoad address {i} is outside "
-                                       f"`{self.tref}` ({self.total} tiles)", self.node.name)
+                                       f"`{self.tref}` ({self.total} tiles)", self.name)
                     if self.functional:
                         self.data = memory._tensor_tile(self.env, self.tref, i, self.tile)
-                    where = memory.tile_addresses(self.env, self.tref, i, self.rows,
-                                                  self.cols)
+                    where = self.addresses(self.layout, self.tref, i, self.rows, self.cols)
                 self.stop = head[2]
-                ctx.mem_ops += 1
-                self.burst = k.memory.issue(ctx, self.port, self.reqs, self.pd, False, where,
-                                            wait=False)
+                ctx.mem_ops += 1  # the kernel's ISSUE: post the burst without waiting
+                self.burst = self.issue(ctx, self.port, self.reqs, self.pd, False, where, False)
                 self.issued = ctx.clock
                 self.state = WAIT_TILE
                 if not self.burst.done:
@@ -215,8 +220,7 @@ cdef class RandomLoad(Machine):
                 start = self.issued if self.issued > ctx.last_mem else ctx.last_mem
                 ctx._work(start, ctx.clock - start, "load")
                 ctx.last_mem = ctx.clock
-                useful = self.env.useful_bytes
-                useful[self.node.name] = useful.get(self.node.name, 0) + self.tile_bytes
+                self.useful[self.name] = self.useful.get(self.name, 0) + self.tile_bytes
                 if self.out is not None:
                     first = memory.streamed(self.env, self.burst) if self.streams else None
                     self.val = TileVal(self.rows, self.cols, self.dtype, None, True,
