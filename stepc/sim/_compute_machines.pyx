@@ -8,6 +8,7 @@ from stepc.sim._kernel cimport Ctx, Kernel, Machine
 from stepc.ops.functions import FUNCTIONS
 from stepc.sim.behaviors.compute import _checked, _dtype
 from stepc.sim.kernel import PEEK_ALL, SimError
+from stepc.sim.fabric import kind
 from stepc.sim.tokens import TileVal
 from stepc.sim.values import ACCUMULATE, MAP, accum_init
 
@@ -43,6 +44,39 @@ cdef list _arguments(list heads):
     return [h[1] for h in heads]
 
 
+cdef class Cost:
+    """A node's `fabric.ElementCost` called from C: the arguments' kind read here and the
+    memoised terms looked up (the `ElementCost` works out what is not memoised yet)."""
+
+    cdef object of, by_kind, totals, name
+    cdef bint write_back
+
+    def __init__(self, of):
+        self.of, self.by_kind, self.totals, self.name = of, of.by_kind, of.totals, of.name
+        self.write_back = of.write_back
+
+    cdef object cycles(self, list args, out):
+        """`ElementCost.__call__(args, out)`."""
+        cdef Py_ssize_t n = len(args)
+        if n == 1 and type(args[0]) is TileVal:
+            a = args[0]
+            key = (a.rows, a.cols, a.dtype, a.in_mu)
+        elif n == 2 and type(args[0]) is TileVal and type(args[1]) is TileVal:
+            a, b = args[0], args[1]
+            key = (a.rows, a.cols, a.dtype, a.in_mu, b.rows, b.cols, b.dtype, b.in_mu)
+        else:
+            key = kind(args)
+        known = self.by_kind.get(key) if key is not None else None
+        if known is None:
+            known = self.of.known(key, args)
+        if self.write_back and out is not None:
+            return self.of.finish(known, out)
+        cycles, flops = known
+        if flops:
+            self.totals[self.name] = self.totals.get(self.name, 0) + flops
+        return cycles
+
+
 cdef object _run_element(Ctx ctx, env, bint streams, long long free, list heads, cycles,
                          str label):
     """`SimEnv.run_element`: without streamed tiles, the unit works from the clock on."""
@@ -56,7 +90,8 @@ cdef class Map(Machine):
     """`compute.map_`: peek every input, compute, send, then release them."""
 
     cdef list chans
-    cdef object out, node, env, fn, apply, name, cost, dtype, wb, val, stop
+    cdef object out, node, env, fn, apply, name, dtype, wb, val, stop
+    cdef Cost cost
     cdef tuple peek
     cdef int state
     cdef bint fresh  # the element's first attempt to peek (its unit is free from here)
@@ -69,7 +104,7 @@ cdef class Map(Machine):
         self.peek = (PEEK_ALL, self.chans)
         self.fn = node.attrs["fn"]
         self.apply, self.name = MAP[self.fn.name], self.fn.name
-        self.cost = env.element_cost(node, self.fn)
+        self.cost = Cost(env.element_cost(node, self.fn))
         self.dtype = _dtype(node, info, None) if info["out"] else None
         self.wb = node.attrs.get("write_back", False)
         self.streams, self.label = bool(env.hw.fabric.stream_tile), self.fn.name
@@ -92,7 +127,7 @@ cdef class Map(Machine):
                 if tile and self.wb:
                     res.in_mu = True
                 first = _run_element(ctx, self.env, self.streams, self.free, heads,
-                                     self.cost(args, res), self.label)
+                                     self.cost.cycles(args, res), self.label)
                 if tile:
                     res.first = first
                 self.val, self.stop = res, heads[0][2]
@@ -110,7 +145,8 @@ cdef class Accum(Machine):
     emit the accumulator and start anew."""
 
     cdef list chans
-    cdef object out, node, env, fn, name, init_name, cost, update, dtype, wb, bw, acc, stop
+    cdef object out, node, env, fn, name, init_name, update, dtype, wb, bw, acc, stop
+    cdef Cost cost
     cdef bint functional, packs, fresh_group, fresh, streams
     cdef long long rank, free
     cdef str label
@@ -123,7 +159,8 @@ cdef class Accum(Machine):
         self.fn, self.rank = node.attrs["fn"], node.attrs["rank"]
         self.name, init = self.fn.name, node.attrs.get("init")
         self.init_name = init.name if init is not None else None
-        self.cost, self.update = env.element_cost(node, self.fn), ACCUMULATE[self.name][1]
+        self.cost = Cost(env.element_cost(node, self.fn))
+        self.update = ACCUMULATE[self.name][1]
         self.dtype = _dtype(node, info, None)
         self.functional = env.functional
         self.wb = node.attrs.get("write_back", False)
@@ -154,7 +191,7 @@ cdef class Accum(Machine):
                     self.acc = accum_init(self.name, args, self.fn, self.init_name,
                                           self.dtype, self.functional)
                     self.fresh_group = False
-                cycles = self.cost(args, None)
+                cycles = self.cost.cycles(args, None)
                 if s >= self.rank and self.wb and self.acc is not None and not self.packs:
                     cycles = max(cycles, -(-self.acc.nbytes // self.bw))
                 first = _run_element(ctx, self.env, self.streams, self.free, heads, cycles,
