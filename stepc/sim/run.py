@@ -256,8 +256,11 @@ def wire_fifos(prog, kernel: Kernel, default_depth: int, depths: dict[EdgeKey, i
 
 def hbm_ports(prog) -> dict[str, tuple[int, int]]:
     """Each off-chip load's read port (0, i) and each store's write port (1, i)."""
-    reads = [n for n, node in prog.nodes.items() if _off_chip(node.op, LOAD)]
-    writes = [n for n, node in prog.nodes.items() if _off_chip(node.op, STORE)]
+    reads, writes = [], []
+    for n, node in prog.nodes.items():
+        memory = OPS[node.op].memory
+        if memory is not None and memory.off_chip and memory.direction in (LOAD, STORE):
+            (reads if memory.direction == LOAD else writes).append(n)
     ports = {n: (0, i) for i, n in enumerate(reads)}
     ports.update({n: (1, i) for i, n in enumerate(writes)})
     return ports
@@ -273,10 +276,31 @@ def make_contexts(typed: TypedProgram, kernel: Kernel, env: SimEnv, ins: dict[st
         ctx.outs = [ch for ch in outs[n] if ch is not None]
         if trace_ops:
             ctx.trace = []
-        info = {"in": typed.input_types(n),
-                "out": [typed.types.get((n, p)) for p in range(len(node.outputs))]}
         behavior = machines.get(node.op) or BEHAVIORS[node.op]
-        kernel.add(ctx, behavior(ctx, node, ins[n], outs[n], env, info))
+        kernel.add(ctx, behavior(ctx, node, ins[n], outs[n], env, NodeTypes(typed, n)))
+
+
+class NodeTypes:
+    """What a behavior reads of its node's stream types: `["in"]`, its inputs' by parameter
+    (`TypedProgram.input_types`), and `["out"]`, its outputs' by port; each worked out when
+    first read (most behaviors read neither)."""
+
+    __slots__ = ("typed", "node", "known")
+
+    def __init__(self, typed: TypedProgram, node: str):
+        self.typed, self.node, self.known = typed, node, {}
+
+    def __getitem__(self, key: str):
+        if key not in self.known:
+            if key == "in":
+                self.known[key] = self.typed.input_types(self.node)
+            elif key == "out":
+                outputs = self.typed.program.nodes[self.node].outputs
+                self.known[key] = [self.typed.types.get((self.node, p))
+                                   for p in range(len(outputs))]
+            else:
+                raise KeyError(key)
+        return self.known[key]
 
 
 def compiled_machines(kernel: Kernel) -> dict:
