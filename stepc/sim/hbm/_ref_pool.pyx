@@ -48,6 +48,13 @@ cdef class Burst:
     def __init__(self, waiter, port, long long next_cycle, long long messages,
                  long long per_message, long long last_requests, bint write,
                  long long requests, addr=None):
+        self.fill(waiter, port, next_cycle, messages, per_message, last_requests, write,
+                  requests, addr)
+
+    cdef void fill(self, waiter, port, long long next_cycle, long long messages,
+                   long long per_message, long long last_requests, bint write,
+                   long long requests, addr):
+        """Its fields, as posted (the pool makes its bursts without a Python call)."""
         self.waiter, self.port, self.addr, self.watcher = waiter, port, addr, None
         self.next_cycle, self.messages = next_cycle, messages
         self.per_message, self.last_requests = per_message, last_requests
@@ -113,8 +120,9 @@ cdef class RefPool:
         cdef long long n_msgs = (requests + per_message - 1) // per_message if requests else 0
         cdef long long last = requests - (n_msgs - 1) * per_message if n_msgs else 0
         cdef long long now = ctx.t
-        cdef Burst b = Burst(ctx if wait else None, port, now + 1, n_msgs, per_message, last,
-                             write, requests, addr)
+        cdef Burst b = Burst.__new__(Burst)
+        b.fill(ctx if wait else None, port, now + 1, n_msgs, per_message, last, write,
+               requests, addr)
         if n_msgs == 0:
             self._complete(b, now)
             return b
