@@ -157,3 +157,21 @@ def test_accum(stops, error, monkeypatch):
     got = same_on_both(monkeypatch, "Accum", {"fn": ADD, "rank": 1, "write_back": True},
                        {"ins": [[(tile(True), s) for s in stops]]})
     assert got["error"] == (None if error is None else (error, "op"))
+
+
+EXPERT_ADDR = FnValue("expert_addr", (("tiles", 3), ("base", 2)), None)
+RETILE = FnValue("retile_streamify", (("filter", True),), None)
+
+
+@pytest.mark.parametrize("fn,ins,error", [
+    (EXPERT_ADDR, [[((1,), 0), ((0,), 1), ((2,), 0)]], None),  # one address per cycle
+    (EXPERT_ADDR, [[((0, 1), 0)]], "expert_addr needs a one-hot selector, found [0, 1]"),
+    (RETILE, [[(TileVal(4, 8, "f32", 3), 0), (TileVal(2, 8, "f32", 2), 1)]], None),
+    (RETILE, [[(TileVal(4, 8, "f32", 0), 0), (TileVal(4, 8, "f32", 0), 1)]],
+     "FlatMap `retile_streamify` produced nothing for an element that closes level 1; the "
+     "fused stop encoding cannot represent an empty sub-tensor"),
+])
+def test_flatmap(fn, ins, error, monkeypatch):
+    got = same_on_both(monkeypatch, "FlatMap", {"fn": fn}, {"ins": ins})
+    assert got["error"] == (None if error is None else (error, "op"))
+    assert error is not None or got["received"][0]

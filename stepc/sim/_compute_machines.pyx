@@ -1,16 +1,16 @@
 """Compute operators compiled as state machines for the compiled kernel (see `_machines`):
-Map and Accum (`stepc/sim/behaviors/compute.py`). The element's function, cost and
-roofline stay the behaviors' (`values`, `SimEnv.element_cost`, `SimEnv.run_element`); the
-machine takes the place of the generator around them."""
+Map, Accum and FlatMap (`stepc/sim/behaviors/compute.py`). The element's function, cost,
+roofline and expansion stay the behaviors' (`values`, `SimEnv.element_cost`,
+`SimEnv.run_element`); the machine takes the place of the generator around them."""
 
 from stepc.sim._kernel cimport Ctx, Kernel, Machine
 
 from stepc.ops.functions import FUNCTIONS
-from stepc.sim.behaviors.compute import _checked, _dtype
+from stepc.sim.behaviors.compute import ONE_PER_CYCLE, _checked, _dtype
 from stepc.sim.kernel import PEEK_ALL, SimError
 from stepc.sim.fabric import kind
 from stepc.sim.tokens import TileVal
-from stepc.sim.values import ACCUMULATE, MAP, accum_init
+from stepc.sim.values import ACCUMULATE, FLATMAP, MAP, accum_init
 
 # a machine's states: the operation it performs next
 cdef enum:
@@ -214,5 +214,64 @@ cdef class Accum(Machine):
             self.state, self.fresh = TAKE, True
 
 
-MACHINES = {"Map": Map, "Accum": Accum}
+cdef class FlatMap(Machine):
+    """`compute.flatmap`: each element expanded into an inner stream whose last piece
+    carries the element's stop; the next piece is taken before the previous is sent."""
+
+    cdef list chans
+    cdef object out, node, fn, expand, pieces, held, following, stop
+    cdef bint functional, spaced
+    cdef tuple peek
+    cdef int state
+
+    def __init__(self, ctx, node, ins, outs, env, info):
+        self.chans, self.out, self.node = ins["ins"], outs[0], node
+        self.peek = (PEEK_ALL, self.chans)
+        self.fn = node.attrs["fn"]
+        self.expand, self.functional = FLATMAP[self.fn.name], env.functional
+        self.spaced = self.fn.name in ONE_PER_CYCLE
+        self.state = TAKE
+
+    cdef int resume(self, Kernel k, Ctx ctx) except -1:
+        while True:
+            if self.state == TAKE:
+                heads = k.peek_all(ctx, self.chans, self.peek)
+                if heads is None:
+                    return 0
+                heads = _lockstep(heads, self.node)
+                if heads is None:
+                    return 1
+                args = _arguments(heads)
+                payload = args[0] if len(args) == 1 else tuple(args)
+                self.stop = heads[0][2]
+                self.pieces = iter(self.expand(payload, self.fn, self.functional))
+                self.held = next(self.pieces, None)  # a piece: (payload, stop), never None
+                if self.held is None:
+                    if self.stop:
+                        raise SimError(f"FlatMap `{self.fn.name}` produced nothing for an "
+                                       f"element that closes level {self.stop}; the fused "
+                                       "stop encoding cannot represent an empty sub-tensor",
+                                       self.node.name)
+                    self.pieces = None
+                    k.release_all(ctx, self.chans)
+                    continue
+                self.following = next(self.pieces, None)
+                self.state = GIVE
+            last = self.following is None
+            if self.out is not None:
+                stop = self.held[1] + self.stop if last else self.held[1]
+                if not k.send(ctx, self.out, self.held[0], stop):
+                    return 0
+            if self.spaced:
+                ctx.clock += 1
+            if last:
+                self.pieces = self.held = self.stop = None
+                k.release_all(ctx, self.chans)
+                self.state = TAKE
+            else:
+                self.held = self.following
+                self.following = next(self.pieces, None)
+
+
+MACHINES = {"Map": Map, "Accum": Accum, "FlatMap": FlatMap}
 """Operator -> its machine."""

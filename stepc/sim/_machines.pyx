@@ -38,6 +38,14 @@ cdef long long _store_cycles(long long bw, bint write_back, p) except -1:
     return 0
 
 
+cdef object _with_mu(val, in_mu):
+    """`TileVal.with_mu` of a payload that may not be a tile (then itself), called only
+    when it makes a new tile."""
+    if not isinstance(val, TileVal) or in_mu == val.in_mu:
+        return val
+    return val.with_mu(in_mu)
+
+
 cdef class Broadcast(Machine):
     """`routing.broadcast`: take an element, then send it to every output with one stamp."""
 
@@ -170,7 +178,7 @@ cdef class Partition(Machine):
                     continue
                 ctx._work(ctx.clock, self.switch + _store_cycles(self.bw, bool(self.wb), val),
                           "switch")
-                self.val = val.with_mu(self.wb) if isinstance(val, TileVal) else val
+                self.val = _with_mu(val, self.wb)
                 self.stop = self.p if self.end else s
                 self.sending = 0
                 self.state = GIVE_CHUNK
@@ -277,7 +285,7 @@ cdef class Reassemble(Machine):
                     self.stop = self.q + 1 + self.sstop if not self.remaining else self.q
                 else:
                     self.stop = s
-                self.val = val.with_mu(self.wb) if isinstance(val, TileVal) else val
+                self.val = _with_mu(val, self.wb)
                 self.state = GIVE_CHUNK
             if not k.send(ctx, self.out, self.val, self.stop):
                 return 0
