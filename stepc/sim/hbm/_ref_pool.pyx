@@ -360,7 +360,7 @@ cdef class RefPool:
                         if w.end[k] < change:
                             change = w.end[k]
                 if single and n_live and \
-                        change - c >= STRETCH_PERIODS * self.stretches.pattern(n_live).p:
+                        change - c >= STRETCH_PERIODS * self.stretches.period(n_live):
                     offset = self.stretches.serve(c, change - c, live, n_live, offset, latest,
                                                   earliest, self.want_first, fp, cp)
                     for j in range(n_live):

@@ -15,6 +15,7 @@ cdef class Stretches:
     cdef dict patterns  # width -> Pattern
     cdef long long* free_rel
     cdef long long* last
+    cdef long long period(self, long long width)
     cdef Pattern pattern(self, long long width)
     cdef long long serve(self, long long a, long long length, Py_ssize_t* live,
                          Py_ssize_t width, long long offset, long long* latest,

@@ -87,6 +87,11 @@ cdef class Stretches:
         cfree(self.free_rel)
         cfree(self.last)
 
+    cdef long long period(self, long long width):
+        """The period of the channel pattern of `width` requests a cycle (without making
+        its tables)."""
+        return self.n // _gcd(width * (width + 1) // 2 % self.n, self.n)
+
     cdef Pattern pattern(self, long long width):
         """The period of `width` requests a cycle (made once per width)."""
         found = self.patterns.get(width)
