@@ -166,3 +166,46 @@ def test_closed_form_matches_the_request_loop_on_random_windows(channels, interv
             out.append((list(n_req), [int(x) for x in latest], [int(x) for x in earliest],
                         m.free.tolist(), m.offset, m.stats.per_channel.tolist()))
         assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("channels,interval,want_first", [
+    (32, 2, False), (32, 2, True), (8, 2, True), (32, 1, False), (16, 3, True), (12, 2, False)])
+def test_the_native_pool_serves_random_bursts_as_the_request_loop(channels, interval,
+                                                                 want_first):
+    """Random bursts (ports issuing one after another, more ports than channels, single- and
+    multi-request messages, stretches shorter and far longer than a channel period): the
+    native pool, which serves long stretches of single-request ports in closed form, gives
+    every burst the completion and first response the Python request loop gives it and
+    leaves the channels as it does."""
+    needs("native")
+    from types import SimpleNamespace
+
+    from stepc.sim.kernel import Ctx
+
+    rng = np.random.default_rng(channels * 100 + interval * 10 + want_first)
+    cfg = SimpleNamespace(channels=channels, request_interval=interval, startup=14, latency=2,
+                          arbiter_grants=0, outstanding=0)
+    pool_module = compiled("stepc.sim.hbm._ref_pool")
+    for _ in range(12):
+        plan = []
+        for port in range(int(rng.integers(1, 2 * channels + 3))):
+            per_message = 1 if rng.integers(0, 4) else 2
+            for _ in range(int(rng.integers(1, 4))):
+                plan.append(((0, port), int(rng.integers(0, 60)),
+                             int(rng.integers(1, 2000)), per_message))
+        seen = []
+        for pool_of in (lambda k: pool_module.RefPool(k, cfg, want_first),
+                        lambda k: RefHbm(k, cfg, want_first, strategy="python")):
+            kernel = Kernel()
+            pool = pool_of(kernel)
+            bursts = []
+            for port, at, requests, per_message in plan:
+                ctx = Ctx("load", "LinearOffChipLoad")
+                ctx.t = at
+                bursts.append(pool.issue(ctx, port, requests, per_message, False, None,
+                                         wait=False))
+            kernel.run()
+            seen.append(([(b.completion, b.first if want_first else None, b.issued)
+                          for b in bursts], list(pool.free), pool.offset,
+                         pool.stats.per_channel.tolist()))
+        assert seen[0] == seen[1]

@@ -64,6 +64,7 @@ def observe(typed, hw="paper-eval", sets=(), functional=False, trace_ops=False,
         "progress": reports, "ops": r.ops, "deadlock": r.deadlock, "trace": r.trace,
         "fifo": r.fifo, "fifo_bytes": r.fifo_bytes, "fifo_logs": r.fifo_logs,
         "fifo_looks": r.fifo_looks, "bindings": r.bindings, "useful_bytes": r.useful_bytes,
+        "flops": r.flops,
         "contexts": [(c.name, c.t, c.busy, c.mem_ops, c.last_mem, c.done, c.fired)
                      for c in k.contexts],
         "channels": [(ch.name, ch.high_water, ch.elem_bytes, ch.count, ch.cap,

@@ -296,6 +296,11 @@ class OpSpec:
         return next((p for p in self.all_params if p.name == name), None)
 
     @cached_property
+    def hw_params(self) -> tuple[Param, ...]:
+        """The attributes that mirror a hardware key."""
+        return tuple(p for p in self.all_params if p.hw is not None)
+
+    @cached_property
     def stream_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.is_stream)
 

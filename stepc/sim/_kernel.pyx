@@ -52,13 +52,6 @@ cdef inline long long _cycle(object value) except? -1:
 cdef class Channel:
     """A bounded single-producer single-consumer FIFO (see `stepc.sim.kernel.Channel`)."""
 
-    cdef public str name, src, dst
-    cdef public object q, credits  # deques: (visible_time, payload, stop); credit times
-    cdef public long long cap, outstanding, high_water, count, elem_bytes
-    cdef public bint closed, reserved
-    cdef public Ctx recv_waiter, send_waiter
-    cdef public object log, looks, looked_at
-
     def __init__(self, str name, long long cap, str src, str dst):
         self.name, self.cap, self.src, self.dst = name, cap, src, dst
         self.q = deque()
@@ -67,15 +60,8 @@ cdef class Channel:
 
 
 cdef class Ctx:
-    """A running operator instance (see `stepc.sim.kernel.Ctx`)."""
-
-    cdef public str name, op
-    cdef public object gen
-    cdef long long clock  # `t`, its clock
-    cdef public long long busy, fired, mem_ops, last_mem
-    cdef public bint done
-    cdef public list outs
-    cdef public object value, blocked, selecting, spans, trace
+    """A running operator instance (see `stepc.sim.kernel.Ctx`): a generator (`gen`) or
+    a compiled state machine (`machine`, `stepc.sim._machines`)."""
 
     def __init__(self, str name, str op):
         self.name, self.op = name, op
@@ -100,8 +86,27 @@ cdef class Ctx:
                 self.trace.append((start, cycles, label))
         self.clock = s + n
 
+    cdef int _work(self, long long start, long long cycles, str label) except -1:
+        """`work` for a compiled machine."""
+        if cycles > 0:
+            self.busy += cycles
+            if self.trace is not None:
+                self.trace.append((start, cycles, label))
+        self.clock = start + cycles
+        return 0
 
-cdef inline bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
+
+cdef class Machine:
+    """An operator run by the kernel directly, without a generator: `resume` performs its
+    kernel operations in the order its behavior's generator yields them, with the same
+    blocking (`ctx.blocked` holds the operation it waits on, as a generator's would)."""
+
+    cdef int resume(self, Kernel k, Ctx ctx) except -1:
+        """Run until the operator blocks (0) or ends (1)."""
+        raise NotImplementedError
+
+
+cdef bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
     """Take a FIFO slot for a send: with the FIFO full, wait for the oldest credit (the
     clock moves to it); without one, block on `op` and return False."""
     cdef long long c
@@ -119,13 +124,6 @@ cdef inline bint _claim_slot(Channel ch, Ctx ctx, object op) except -1:
 
 cdef class Kernel:
     """The discrete-event kernel (see `stepc.sim.kernel.Kernel`)."""
-
-    cdef public list contexts, channels, heap
-    cdef public object ready, memory, progress
-    cdef public long long seq, hop, steps
-    cdef object _max_cycles
-    cdef bint _limited  # max_cycles is set
-    cdef long long _limit  # its value
 
     def __init__(self, contexts=None, channels=None, ready=None, heap=None, long long seq=0,
                  memory=None, long long hop=1, max_cycles=None, progress=None,
@@ -163,7 +161,11 @@ cdef class Kernel:
         return Ctx(name, op)
 
     def add(self, Ctx ctx, gen):
-        ctx.gen = gen
+        """Run `ctx` as `gen`: a behavior's generator or a compiled `Machine`."""
+        if isinstance(gen, Machine):
+            ctx.machine = gen
+        else:
+            ctx.gen = gen
         self.contexts.append(ctx)
         _append(self.ready, ctx)
 
@@ -274,6 +276,16 @@ cdef class Kernel:
         cdef Channel ch
         cdef Ctx w
         cdef list heads
+        if ctx.machine is not None:
+            ctx.blocked = None  # it retries the operation it blocked on, if any
+            try:
+                if not ctx.machine.resume(self, ctx):
+                    return 0
+            except SimError as e:
+                if e.node is None:
+                    e.node = ctx.name
+                raise
+            return self._finish(ctx)
         gen = ctx.gen
         op = ctx.blocked  # retry the operation it blocked on, if any
         ctx.blocked = None
@@ -388,6 +400,12 @@ cdef class Kernel:
             raise
         except StopIteration:
             pass
+        return self._finish(ctx)
+
+    cdef int _finish(self, Ctx ctx) except -1:
+        """`ctx` ended: its outputs close."""
+        cdef Channel ch
+        cdef Ctx w
         ctx.done = True
         ctx.blocked = None
         for ch in ctx.outs:
@@ -396,6 +414,93 @@ cdef class Kernel:
                 w, ch.recv_waiter = ch.recv_waiter, None
                 self._wake(w)
         return 0
+
+    # ------------------------------------------------------------ for compiled machines
+    cdef object peek(self, Ctx ctx, Channel ch, bint take, tuple op):
+        """`PEEK` (or with `take`, `RECV`) of `ch` for a machine: the head, else None: `ch`
+        ended, or the context waits on `op` (the operation a generator would yield; it is
+        then in `ctx.blocked`)."""
+        cdef long long ht
+        q = ch.q
+        if not q:
+            if ch.closed:
+                return None
+            ch.recv_waiter = ctx
+            ctx.blocked = op
+            return None
+        head = q[0]
+        ht = _cycle(head[0])
+        if ht > ctx.clock:
+            ctx.clock = ht
+        if take:
+            self._release(ch, ctx.clock)
+        elif ch.looks is not None and ch.looked_at is None:
+            ch.looked_at = ctx.clock
+        return head
+
+    cdef list peek_all(self, Ctx ctx, list chans, tuple op):
+        """`PEEK_ALL` of `chans` for a machine: their heads (None: ended), else None when
+        the context waits on `op` (retried from the first channel)."""
+        cdef Channel ch
+        cdef long long ht
+        cdef list heads = []
+        for ch in chans:
+            q = ch.q
+            if not q:
+                if ch.closed:
+                    heads.append(None)
+                    continue
+                ch.recv_waiter = ctx
+                ctx.blocked = op
+                return None
+            head = q[0]
+            ht = _cycle(head[0])
+            if ht > ctx.clock:
+                ctx.clock = ht
+            if ch.looks is not None and ch.looked_at is None:
+                ch.looked_at = ctx.clock
+            heads.append(head)
+        return heads
+
+    cdef int release_all(self, Ctx ctx, list chans) except -1:
+        """`POP_ALL` of `chans` for a machine."""
+        cdef Channel ch
+        for ch in chans:
+            self._release(ch, ctx.clock)
+        return 0
+
+    cdef bint send(self, Ctx ctx, Channel ch, payload, stop) except -1:
+        """`SEND` for a machine: False when it waits for a slot."""
+        if ch.outstanding >= ch.cap and not ch.credits:
+            ch.send_waiter = ctx
+            ctx.blocked = (SEND, ch, payload, stop)
+            return False
+        _claim_slot(ch, ctx, None)
+        self._put(ctx, ch, payload, stop, 0)
+        return True
+
+    cdef bint send_all(self, Ctx ctx, list chans, payload, stop) except -1:
+        """`SEND_ALL` for a machine: False when it waits for a slot (those it claimed stay
+        claimed)."""
+        cdef Channel ch
+        for ch in chans:
+            if not ch.reserved:
+                if ch.outstanding >= ch.cap and not ch.credits:
+                    ch.send_waiter = ctx
+                    ctx.blocked = (SEND_ALL, chans, payload, stop)
+                    return False
+                _claim_slot(ch, ctx, None)
+                ch.reserved = True
+        for ch in chans:
+            ch.reserved = False
+            self._put(ctx, ch, payload, stop, 0)
+        return True
+
+    cdef int select(self, Ctx ctx, list chans) except -1:
+        """`SELECT` among `chans` for a machine: it resumes with the index in `ctx.value`."""
+        ctx.selecting = chans
+        ctx.blocked = (SELECT, chans)
+        return self._try_select(ctx)
 
     # ------------------------------------------------------------ selection
     cdef int _try_select(self, Ctx ctx) except -1:

@@ -14,21 +14,22 @@ from stepc.types import StreamType, Tile
 def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dict[str, sympy.Expr]:
     """The program's symbolic dims as a run determined them: `bindings` (those its data
     fixed) and those the element counts of its FIFOs (`chans`, by edge) fix."""
-    counts: dict[tuple[str, int], tuple[StreamType, int, list[frozenset]]] = {}
+    counts: dict[tuple[str, int], tuple[StreamType, int, tuple[frozenset, ...]]] = {}
     for (src, port, _dst, _slot), ch in chans.items():
         st = typed.types.get((src, port))
         if st is None:
             continue
-        known_symbols = counts.get((src, port))
-        symbols = known_symbols[2] if known_symbols else [_free_symbols(d) for d in st.shape]
+        symbols = _shape_symbols(st.shape)
         if any(symbols):
             counts[(src, port)] = (st, ch.count, symbols)
     merges, declared = _merged_tiles(typed), _declared_dims(typed)
+    # streams of the same shape and count fix the same dims: the first of them does it
+    pending = list({(entry[0].shape, entry[1]): entry for entry in counts.values()}.values())
     while True:  # each pass can fix dims that the next pass needs
         known = len(bindings)
         values = {sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in bindings.items()}
-        for st, count, symbols in counts.values():
-            _bind_from_count(st, count, symbols, bindings, values)
+        # a stream whose dims were all known at a pass's start can fix nothing more
+        pending = [entry for entry in pending if not _bind_from_count(*entry, bindings, values)]
         for sym, dims in merges:
             _bind_largest(sym, dims, bindings, values)
         for sym, dim in declared:
@@ -39,25 +40,26 @@ def bind_dims(typed: TypedProgram, chans: dict, bindings: dict[str, int]) -> dic
 
 
 @lru_cache(maxsize=8192)
-def _free_symbols(dim) -> frozenset:
-    """A dim's free symbols, worked out once per distinct expression (streams share their
-    dims, and sympy walks the whole expression on every `free_symbols`)."""
-    return frozenset(dim.free_symbols)
+def _shape_symbols(shape: tuple) -> tuple[frozenset, ...]:
+    """Each dim's free symbols, worked out once per distinct shape (streams share their
+    shapes, and sympy walks the whole expression on every `free_symbols`)."""
+    return tuple(frozenset(dim.free_symbols) for dim in shape)
 
 
-def _bind_from_count(st: StreamType, count: int, symbols: list[frozenset], bindings: dict,
-                     values: dict) -> None:
+def _bind_from_count(st: StreamType, count: int, symbols: tuple[frozenset, ...],
+                     bindings: dict, values: dict) -> bool:
     """A stream whose shape has one unknown symbol as a dim (`symbols`: each dim's free
     symbols): its element count fixes it (to the mean, for a ragged dim, which keeps
-    cardinalities exact)."""
+    cardinalities exact). True when every dim was known (in `values`) already."""
     unknown = [d for d, syms in zip(st.shape, symbols) if syms and not syms <= values.keys()]
     if len(unknown) != 1 or not unknown[0].is_Symbol or unknown[0].name in bindings:
-        return
+        return not unknown
     sym = unknown[0]
     others = sympy.Mul(*[d for d in st.shape if d is not sym]).xreplace(values)
     if others.free_symbols or others == 0:
-        return
+        return False
     bindings[sym.name] = sympy.Rational(count, int(others))
+    return False
 
 
 def _merged_tiles(typed: TypedProgram) -> list[tuple[sympy.Symbol, list[sympy.Expr]]]:

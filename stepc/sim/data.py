@@ -4,6 +4,7 @@ seeded generators), and the limits a run is checked against before it starts."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import sympy
@@ -74,7 +75,8 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
         n = st.elem.n
         if arr is None:
             batch = _static_len(st.shape[0], name)
-            arr = synthetic_routing(batch, n, gen.get("topk", 1), gen.get("seed", seed))
+            arr = _synthetic(synthetic_routing, batch, n, gen.get("topk", 1),
+                             gen.get("seed", seed))
         rows, dims_of_trace = selector_ids(arr, n, len(st.shape), name, st)
         shape = list(dims_of_trace)
         values = [tuple(sorted(set(row))) for row in rows.astype(np.int64).tolist()]
@@ -85,8 +87,8 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
                              "that never ends")
         if arr is None:
             batch = _static_len(st.shape[0], name)
-            arr = synthetic_kv_lengths(batch, gen.get("mean", 1024), gen.get("std", 512),
-                                       gen.get("seed", seed))
+            arr = _synthetic(synthetic_kv_lengths, batch, gen.get("mean", 1024),
+                             gen.get("std", 512), gen.get("seed", seed))
         if arr.ndim != len(st.shape):
             raise TraceError(f"trace for `{name}` has shape {list(arr.shape)}, which does not "
                              f"fit {st}")
@@ -108,6 +110,15 @@ def external_elements(name: str, st: StreamType, arr: np.ndarray | None, gen: di
     return list(zip(values, stops_for_shape(shape))), dims, arr
 
 
+@lru_cache(maxsize=64)
+def _synthetic(make, *args) -> np.ndarray:
+    """A seeded trace, made once per arguments (a program often reads one external stream
+    several ways) and read-only, as it is shared."""
+    arr = make(*args)
+    arr.flags.writeable = False
+    return arr
+
+
 def _static_len(d, name: str) -> int:
     if not d.is_Integer:
         raise TraceError(f"external stream `{name}` has a symbolic length {d}: give it a "
@@ -127,8 +138,10 @@ def timing_reads(prog) -> set[str]:
 
 
 # ---------------------------------------------------------------- limits
-def _count(dims) -> int | None:
-    """The product of dims when all are integers, else None."""
+@lru_cache(maxsize=4096)
+def _count(dims: tuple) -> int | None:
+    """The product of dims when all are integers, else None (worked out once per distinct
+    dims: a program's streams share them)."""
     n = 1
     for d in dims:
         d = sympy.sympify(d)

@@ -11,7 +11,6 @@ only if it writes back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,51 +70,77 @@ class SimEnv:
         ctx.work(finish - cycles, cycles, label)  # the unit's work, packed before its end
         return first if first < finish else None
 
-    def element_cost(self, node: OpNode, fn) -> Callable[[list, object], int]:
-        """The roofline cycles of one element of `node` applying function `fn` to `args`
-        with output `out` (None: not sized by its output), as a function of the two; it
-        counts the element's FLOPs into `flops`. The node's settings are read once, and
-        the load and compute terms and FLOPs (which depend only on the arguments' shapes,
-        types and whether they sit in a memory unit) once per kind of arguments."""
+    def element_cost(self, node: OpNode, fn) -> ElementCost:
+        """The roofline cycles of one element of `node` applying function `fn` (see
+        `ElementCost`)."""
+        return ElementCost(self, node, fn)
+
+
+class ElementCost:
+    """The roofline cycles of one element of a node applying a function, called with its
+    arguments and its output (None: not sized by its output); it counts the element's
+    FLOPs into the run's `flops`. The node's settings are read once, and the load and
+    compute terms and FLOPs (which depend only on the arguments' shapes, types and whether
+    they sit in a memory unit) once per kind of arguments (`by_kind`, keyed by `kind`)."""
+
+    __slots__ = ("bw", "fixed", "compute_bw", "write_back", "flops_of", "fn", "by_kind",
+                 "totals", "name")
+
+    def __init__(self, env: SimEnv, node: OpNode, fn):
         spec = FUNCTIONS[fn.name]
-        bw = self.hw.fabric.onchip_bw
-        fixed = spec.fixed_cycles
-        compute_bw = self.compute_bw(node) if fixed is None else 0
-        write_back = bool(node.attrs.get("write_back"))
-        flops_of, by_kind = spec.flops, {}
-        totals, name = self.flops, node.name
+        self.bw = env.hw.fabric.onchip_bw
+        self.fixed = spec.fixed_cycles
+        self.compute_bw = env.compute_bw(node) if self.fixed is None else 0
+        self.write_back = bool(node.attrs.get("write_back"))
+        self.flops_of, self.fn = spec.flops, fn
+        self.by_kind: dict[tuple, tuple[int, int]] = {}
+        self.totals, self.name = env.flops, node.name
 
-        def load_compute(args: list) -> tuple[int, int]:
-            """max(load, compute) cycles and the FLOPs of an element."""
-            load = 0
-            for a in args:
-                if isinstance(a, TileVal) and a.in_mu:
-                    load += -(-a.nbytes // bw)
-            flops = 0 if fixed is not None else int(flops_of(args, fn))
-            compute = fixed if fixed is not None else -(-flops // compute_bw)
-            return max(load, compute), flops
+    def terms(self, args: list) -> tuple[int, int]:
+        """max(load, compute) cycles and the FLOPs of an element."""
+        load = 0
+        for a in args:
+            if isinstance(a, TileVal) and a.in_mu:
+                load += -(-a.nbytes // self.bw)
+        fixed = self.fixed
+        flops = 0 if fixed is not None else int(self.flops_of(args, self.fn))
+        compute = fixed if fixed is not None else -(-flops // self.compute_bw)
+        return max(load, compute), flops
 
-        def cost(args: list, out) -> int:
-            key: tuple | None = ()
-            for a in args:
-                if type(a) is not TileVal:
-                    key = None
-                    break
-                key += (a.rows, a.cols, a.dtype, a.in_mu)
-            known = by_kind.get(key) if key is not None else None
-            if known is None:
-                known = load_compute(args)
-                if key is not None:
-                    by_kind[key] = known
-            cycles, flops = known
-            if flops:
-                totals[name] = totals.get(name, 0) + flops
-            if write_back and out is not None:
-                store = -(-payload_bytes(out) // bw)
-                if store > cycles:
-                    return store
-            return cycles
-        return cost
+    def known(self, key: tuple | None, args: list) -> tuple[int, int]:
+        """The terms of arguments of kind `key` (None: not memoised), worked out once."""
+        known = self.by_kind.get(key) if key is not None else None
+        if known is None:
+            known = self.terms(args)
+            if key is not None:
+                self.by_kind[key] = known
+        return known
+
+    def finish(self, known: tuple[int, int], out) -> int:
+        """An element's cycles from its terms: its FLOPs counted, its store (when the node
+        writes back) weighed against them."""
+        cycles, flops = known
+        if flops:
+            self.totals[self.name] = self.totals.get(self.name, 0) + flops
+        if self.write_back and out is not None:
+            store = -(-payload_bytes(out) // self.bw)
+            if store > cycles:
+                return store
+        return cycles
+
+    def __call__(self, args: list, out) -> int:
+        return self.finish(self.known(kind(args), args), out)
+
+
+def kind(args: list) -> tuple | None:
+    """What an element's terms depend on: each argument tile's shape, type and whether it
+    sits in a memory unit (None: an argument is not a tile)."""
+    key: tuple = ()
+    for a in args:
+        if type(a) is not TileVal:
+            return None
+        key += (a.rows, a.cols, a.dtype, a.in_mu)
+    return key
 
 
 @dataclass(frozen=True)
@@ -134,9 +159,9 @@ def hardware_overrides(nodes, hw: HardwareConfig) -> list[Override]:
     (attribute, value); an attribute equal to the hardware's value overrides nothing."""
     groups: dict[tuple, list[str]] = {}
     for node in nodes:
-        for p in OPS[node.op].all_params:
+        for p in OPS[node.op].hw_params:
             value = node.attrs.get(p.name)
-            if p.hw is not None and value is not None and not _same(value, hw.value(p.hw)):
+            if value is not None and not _same(value, hw.value(p.hw)):
                 key = (p.name, tuple(value) if isinstance(value, list) else value, p.hw)
                 groups.setdefault(key, []).append(node.name)
     return [Override(attr, list(v) if isinstance(v, tuple) else v, key, hw.value(key),

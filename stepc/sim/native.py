@@ -10,7 +10,8 @@ import os
 
 PURE_PYTHON_VARIABLE = "STEPC_PURE_PYTHON"
 # the compiled modules, each beside the Python code it stands in for
-MODULES = ("stepc.sim._kernel", "stepc.sim.hbm._ref_pool")
+MODULES = ("stepc.sim._kernel", "stepc.sim._compute_machines", "stepc.sim._memory_machines",
+           "stepc.sim._machines", "stepc.sim.hbm._ref_stretch", "stepc.sim.hbm._ref_pool")
 
 
 def compiled(module: str):

@@ -36,6 +36,7 @@ from stepc.sim.estimate import MAX_RUN_CYCLES, cycles_lower_bound, refusal
 from stepc.sim.fabric import Override, SimEnv, hardware_overrides
 from stepc.sim.hbm import MemoryStats, make_memory
 from stepc.sim.kernel import Blocked, Channel, Kernel, SimError, core
+from stepc.sim.native import compiled
 from stepc.sim.tokens import NP_DTYPES
 from stepc.spelling import given
 from stepc.traces import TraceError, external_file
@@ -135,7 +136,10 @@ def simulate(typed: TypedProgram, hw: HardwareConfig, traces: dict[str, np.ndarr
         built = build(typed, hw, traces or {}, functional, trace_ops, max_cycles, progress,
                       values, analysis, ref_strategy, depths or {})
         wall = run(built.kernel)
-        return collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+        result = collect(built, bind_dims(typed, built.chans, built.bindings), wall)
+        release(built.kernel)
+        del built  # its objects go now, not in a sweep of the collector
+        return result
 
 
 @contextmanager
@@ -252,8 +256,11 @@ def wire_fifos(prog, kernel: Kernel, default_depth: int, depths: dict[EdgeKey, i
 
 def hbm_ports(prog) -> dict[str, tuple[int, int]]:
     """Each off-chip load's read port (0, i) and each store's write port (1, i)."""
-    reads = [n for n, node in prog.nodes.items() if _off_chip(node.op, LOAD)]
-    writes = [n for n, node in prog.nodes.items() if _off_chip(node.op, STORE)]
+    reads, writes = [], []
+    for n, node in prog.nodes.items():
+        memory = OPS[node.op].memory
+        if memory is not None and memory.off_chip and memory.direction in (LOAD, STORE):
+            (reads if memory.direction == LOAD else writes).append(n)
     ports = {n: (0, i) for i, n in enumerate(reads)}
     ports.update({n: (1, i) for i, n in enumerate(writes)})
     return ports
@@ -261,15 +268,48 @@ def hbm_ports(prog) -> dict[str, tuple[int, int]]:
 
 def make_contexts(typed: TypedProgram, kernel: Kernel, env: SimEnv, ins: dict[str, dict],
                   outs: dict[str, list], trace_ops: bool) -> None:
-    """One context per operator, running its behavior on its FIFOs."""
+    """One context per operator, running its behavior on its FIFOs (or, in the compiled
+    core, its compiled machine where it has one)."""
+    machines = compiled_machines(kernel)
     for n, node in typed.program.nodes.items():
         ctx = kernel.context(n, node.op)
         ctx.outs = [ch for ch in outs[n] if ch is not None]
         if trace_ops:
             ctx.trace = []
-        info = {"in": typed.input_types(n),
-                "out": [typed.types.get((n, p)) for p in range(len(node.outputs))]}
-        kernel.add(ctx, BEHAVIORS[node.op](ctx, node, ins[n], outs[n], env, info))
+        behavior = machines.get(node.op) or BEHAVIORS[node.op]
+        kernel.add(ctx, behavior(ctx, node, ins[n], outs[n], env, NodeTypes(typed, n)))
+
+
+class NodeTypes:
+    """What a behavior reads of its node's stream types: `["in"]`, its inputs' by parameter
+    (`TypedProgram.input_types`), and `["out"]`, its outputs' by port; each worked out when
+    first read (most behaviors read neither)."""
+
+    __slots__ = ("typed", "node", "known")
+
+    def __init__(self, typed: TypedProgram, node: str):
+        self.typed, self.node, self.known = typed, node, {}
+
+    def __getitem__(self, key: str):
+        if key not in self.known:
+            if key == "in":
+                self.known[key] = self.typed.input_types(self.node)
+            elif key == "out":
+                outputs = self.typed.program.nodes[self.node].outputs
+                self.known[key] = [self.typed.types.get((self.node, p))
+                                   for p in range(len(outputs))]
+            else:
+                raise KeyError(key)
+        return self.known[key]
+
+
+def compiled_machines(kernel: Kernel) -> dict:
+    """The operators a compiled kernel runs as compiled machines (`stepc.sim._machines`),
+    by name; none in the Python core."""
+    if isinstance(kernel, Kernel):
+        return {}
+    machines = compiled("stepc.sim._machines")
+    return machines.MACHINES if machines is not None else {}
 
 
 # ---------------------------------------------------------------- run and collect
@@ -308,6 +348,20 @@ def collect(built: Build, bindings: dict[str, sympy.Expr], wall: float) -> SimRe
         fifo_logs={ch.name: ch.log for ch in kernel.channels if ch.log},
         fifo_looks={ch.name: ch.looks for ch in kernel.channels if ch.looks}, memory=stats,
         overrides=hardware_overrides(prog.nodes.values(), built.hw))
+
+
+def release(kernel: Kernel) -> None:
+    """Break a finished run's reference cycles (each context and its generator, each FIFO
+    and the contexts waiting on it, the kernel and its memory model), so that its objects
+    go as soon as the run is dropped instead of in a sweep of the cyclic collector, which
+    would walk every one of them first."""
+    for ctx in kernel.contexts:
+        ctx.gen = None
+    for ch in kernel.channels:
+        ch.recv_waiter = ch.send_waiter = None
+    kernel.contexts.clear()
+    kernel.channels.clear()
+    kernel.memory = None
 
 
 def _off_chip(op: str, direction: str | None = None) -> bool:

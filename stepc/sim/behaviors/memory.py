@@ -130,14 +130,22 @@ class InFlight:
                 yield op
 
 
-@behavior("LinearOffChipLoad")
-def linear_load(ctx, node, ins, outs, env, info):
+def linear_view(node) -> tuple[list[int], list[int]]:
+    """The affine view a LinearOffChipLoad walks over its tensor's tiles: shape, stride."""
     a = node.attrs
     tref, tile = a["tensor"], a["tile"]
     tiled = (tref.shape[:-2] if tref.shape else ()) + (tref.shape[-2] // tile[0],
                                                         tref.shape[-1] // tile[1])
     shape = a["shape"] or list(tiled)
     stride = a["stride"] or [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return shape, stride
+
+
+@behavior("LinearOffChipLoad")
+def linear_load(ctx, node, ins, outs, env, info):
+    a = node.attrs
+    tref, tile = a["tensor"], a["tile"]
+    shape, stride = linear_view(node)
     reqs = requests_per_tile(tile[0], tile[1], tref.dtype, env.hw.hbm.request_bytes)
     tile_bytes = tile[0] * tile[1] * DTYPE_BYTES[tref.dtype]
     out = outs[0]

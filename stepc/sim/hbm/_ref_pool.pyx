@@ -8,6 +8,8 @@ so every cycle, count and completion is the same (tests/test_ref_kernels.py)."""
 from libc.stdlib cimport free as cfree
 from libc.stdlib cimport malloc
 
+from stepc.sim.hbm._ref_stretch cimport Stretches
+
 from bisect import insort
 from collections import deque
 
@@ -17,6 +19,9 @@ from stepc.sim.hbm.window import MemoryStats
 from stepc.sim.kernel import SimError
 
 cdef long long NEVER = 1LL << 62  # no response yet: above any cycle
+# stretches of constant single-request ports at least this many channel-pattern periods
+# long are served in closed form (`_ref_stretch`), shorter ones request by request
+cdef long long STRETCH_PERIODS = 2
 
 
 cdef struct Window:
@@ -43,6 +48,13 @@ cdef class Burst:
     def __init__(self, waiter, port, long long next_cycle, long long messages,
                  long long per_message, long long last_requests, bint write,
                  long long requests, addr=None):
+        self.fill(waiter, port, next_cycle, messages, per_message, last_requests, write,
+                  requests, addr)
+
+    cdef void fill(self, waiter, port, long long next_cycle, long long messages,
+                   long long per_message, long long last_requests, bint write,
+                   long long requests, addr):
+        """Its fields, as posted (the pool makes its bursts without a Python call)."""
         self.waiter, self.port, self.addr, self.watcher = waiter, port, addr, None
         self.next_cycle, self.messages = next_cycle, messages
         self.per_message, self.last_requests = per_message, last_requests
@@ -68,6 +80,7 @@ cdef class RefPool:
     cdef object _stats  # the shared statistics, brought up to date when read
     cdef public long long offset, min_latency
     cdef public bint want_first
+    cdef Stretches stretches
     cdef long long n, ii
     cdef long long[:] free_v
     cdef long long[:] per_channel
@@ -84,6 +97,7 @@ cdef class RefPool:
         self.n, self.ii = cfg.channels, cfg.request_interval
         self.min_latency = cfg.startup + cfg.latency + 1  # service start -> visible
         self.want_first = want_first
+        self.stretches = Stretches(self.n, self.ii)
         self.free = np.zeros(self.n, dtype=np.int64)  # next free cycle per channel
         self.free_v = self.free
         self.per_channel = stats.per_channel
@@ -106,8 +120,9 @@ cdef class RefPool:
         cdef long long n_msgs = (requests + per_message - 1) // per_message if requests else 0
         cdef long long last = requests - (n_msgs - 1) * per_message if n_msgs else 0
         cdef long long now = ctx.t
-        cdef Burst b = Burst(ctx if wait else None, port, now + 1, n_msgs, per_message, last,
-                             write, requests, addr)
+        cdef Burst b = Burst.__new__(Burst)
+        b.fill(ctx if wait else None, port, now + 1, n_msgs, per_message, last, write,
+               requests, addr)
         if n_msgs == 0:
             self._complete(b, now)
             return b
@@ -310,6 +325,7 @@ cdef class RefPool:
         cdef Burst b
         cdef long long n = self.n, ii = self.ii, lat = self.min_latency
         cdef long long offset = self.offset, c, r, count, ch, t, step, hi_t, lo_t, arrive
+        cdef bint single = True  # every live port issues single-request messages
         cdef long long* fp = &self.free_v[0]
         cdef long long* cp = &self.per_channel[0]
         try:
@@ -323,12 +339,10 @@ cdef class RefPool:
                 latest[k], earliest[k], served[k] = -1, NEVER, 0
             for p in range(np_):
                 cur[p] = 0 if p == 0 else w.port_end[p - 1]
-            for c in range(lo, hi):
-                arrive = c + 1
-                ch = offset  # (offset + i(i+1)/2) mod n, kept without dividing
-                step = 0  # (i + 1) mod n, for the cycle's i-th request
+            c = lo
+            while c < hi:
                 if c == change:  # the ports issuing from this cycle on, in port order
-                    n_live, change = 0, hi
+                    n_live, change, single = 0, hi, True
                     for p in range(np_):
                         k, end = cur[p], w.port_end[p]
                         while k < end and w.end[k] <= c:
@@ -342,8 +356,20 @@ cdef class RefPool:
                             continue
                         live[n_live] = k
                         n_live += 1
+                        single = single and per[k] == 1
                         if w.end[k] < change:
                             change = w.end[k]
+                if single and n_live and \
+                        change - c >= STRETCH_PERIODS * self.stretches.period(n_live):
+                    offset = self.stretches.serve(c, change - c, live, n_live, offset, latest,
+                                                  earliest, self.want_first, fp, cp)
+                    for j in range(n_live):
+                        served[live[j]] += change - c
+                    c = change
+                    continue
+                arrive = c + 1
+                ch = offset  # (offset + i(i+1)/2) mod n, kept without dividing
+                step = 0  # (i + 1) mod n, for the cycle's i-th request
                 for j in range(n_live):
                     k = live[j]
                     count = last_count[k] if last_count[k] >= 0 and c == w.end[k] - 1 \
@@ -366,6 +392,7 @@ cdef class RefPool:
                     latest[k], earliest[k] = hi_t, lo_t
                     served[k] += count
                 offset = ch  # the next cycle's offset: L(L+1)/2 on for L requests
+                c += 1
             self.offset = offset
             for k in range(nk):
                 b = <Burst>picked[k]
