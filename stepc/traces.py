@@ -86,11 +86,26 @@ def load_array(path: str) -> np.ndarray:
         raise
     except (ValueError, OSError) as e:
         raise TraceError(f"{path}: cannot read trace: {e}") from None
+    return integer_trace(arr, path)
+
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def integer_trace(arr: np.ndarray, where: str) -> np.ndarray:
+    """A trace as int64: integers (unsigned ones that fit), or floats of integral values;
+    anything else is a TraceError naming `where`."""
+    if np.issubdtype(arr.dtype, np.bool_):
+        return arr.astype(np.int64)
     if not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
-            arr = arr.astype(np.int64)
-        else:
-            raise TraceError(f"{path}: trace must hold integers, found {arr.dtype}")
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and \
+                np.all(np.mod(arr, 1) == 0) and \
+                (arr.size == 0 or np.max(np.abs(arr)) <= INT64_MAX):
+            return arr.astype(np.int64)
+        raise TraceError(f"{where}: trace must hold integers, found {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > INT64_MAX:
+        raise TraceError(f"{where}: trace value {int(arr.max()):,} is too large (at most "
+                         f"{INT64_MAX:,})")
     return arr.astype(np.int64)
 
 

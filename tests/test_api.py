@@ -268,3 +268,17 @@ def test_reprs_say_the_verdict_and_iteration_has_the_flat_records():
     assert [r["TB"] for r in results] == [16, 32]
     assert list(results) == results.to_records()
     assert repr(results).startswith("SweepResults(2 points: 2 ok, 0 failed")
+
+
+def test_an_unsigned_or_fractional_trace_array_is_read_or_refused_with_a_message():
+    import numpy as np
+
+    from stepc.api import InputError, load
+    prog = load(str(REPO / "programs" / "attention_dynamic.step"))
+    lens = [3, 6, 1, 9] * 16
+    assert prog.simulate(traces={"kv_lens": np.array(lens, dtype=np.uint64)}).cycles == \
+        prog.simulate(traces={"kv_lens": np.array(lens)}).cycles
+    for bad, says in ((np.array([2**64 - 1] * 64, dtype=np.uint64), "too large"),
+                      (np.array([1.5] * 64), "must hold integers")):
+        with pytest.raises(InputError, match=says):
+            prog.simulate(traces={"kv_lens": bad})

@@ -102,3 +102,4 @@ def test_a_sweep_records_and_fronts_energy_and_area(tmp_path):
         assert rec["energy_j"] == pytest.approx(rec["energy_dynamic_j"] +
                                                 rec["energy_static_j"], rel=1e-12)
         assert rec["edp"] > 0 and rec["area_mm2"] > 0 and rec["compute_units"] == 5
+

@@ -84,7 +84,7 @@ def settings(values: Mapping[str, Any] | Sequence[str] | None) -> tuple[str, ...
 
 def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
     """Trace arrays by stream: each value a file path (.npy, .npz, .csv) or an array."""
-    from stepc.traces import TraceError, load_array
+    from stepc.traces import TraceError, integer_trace, load_array
     out = {}
     for name, value in mapping_arg("traces", traces, "stream names to files or "
                                    "arrays").items():
@@ -94,7 +94,11 @@ def trace_arrays(traces: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
             except TraceError as e:
                 raise trace_input_error(e) from None
         else:
-            out[name] = numeric_array(f"traces[{name!r}]", value)
+            where = f"traces[{name!r}]"
+            try:
+                out[name] = integer_trace(numeric_array(where, value), where)
+            except TraceError as e:
+                raise InputError(str(e)) from None
     return out
 
 
