@@ -36,7 +36,7 @@ from stepc.hw.config import CLOCK_KEY
 
 if TYPE_CHECKING:
     from stepc.analyze import Analysis
-    from stepc.analyze.analysis import OpCost
+    from stepc.analyze.analysis import OpCost, Roofline
     from stepc.hw import HardwareConfig
 
 PJ, UM2_PER_MM2 = 1e-12, 1e6
@@ -204,3 +204,10 @@ def energy_report(analysis: Analysis, hw: HardwareConfig, on_chip_bytes,
         by["static"] = hw.energy.leakage_mw_per_mm2 * 1e-3 * compute_mm2 * seconds
     units = sum(compute_units(o, hw) for o in analysis.ops)
     return EnergyReport(ops, by, compute_mm2, sram_mm2(hw, on_chip_bytes), units, seconds)
+
+
+def energy_bound(analysis: Analysis, hw: HardwareConfig, roof: Roofline) -> EnergyReport:
+    """A lower bound without a run (`stepc analyze --energy`): the dynamic energy, and the
+    leakage over the roofline's cycles when those are numbers (none while symbolic)."""
+    return energy_report(analysis, hw, analysis.total("on_chip"),
+                         roof.cycles if roof.bound != "unknown" else 0)

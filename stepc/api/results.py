@@ -259,10 +259,9 @@ class Run:
 def energy_bound_json(a: Analysis, hw: HardwareConfig, roof: Roofline) -> dict:
     """The `energy` block of `stepc analyze --energy --format json`: the dynamic energy and
     the leakage over the roofline's cycles (when those are numbers), a lower bound."""
-    from stepc.energy import energy_report
+    from stepc.energy import energy_bound
     from stepc.types import dim_json
-    bound = energy_report(a, hw, a.total("on_chip"),
-                          roof.cycles if roof.bound != "unknown" else 0)
+    bound = energy_bound(a, hw, roof)
     return {"lower_bound_joules": dim_json(bound.total_j),
             "dynamic_joules": dim_json(bound.dynamic_j),
             "by_component": {k: dim_json(v) for k, v in bound.by_component.items()},

@@ -14,7 +14,7 @@ from rich.table import Table
 from stepc.analyze.analysis import Analysis, Roofline, add_all
 from stepc.analyze.bindings import trace_decidable
 from stepc.analyze.fold import fmt_folded
-from stepc.energy import energy_report
+from stepc.energy import energy_bound
 from stepc.hw import HardwareConfig
 from stepc.report.roofline import roofline_lines
 from stepc.report.types import KINDS
@@ -176,7 +176,7 @@ def energy_lines(a: Analysis, hw: HardwareConfig, roof: Roofline) -> list[str]:
     """`stepc analyze --energy`: the energy lower bound (the dynamic energy, and the
     leakage over the roofline's cycles when those are numbers) and the area."""
     known = roof.bound != "unknown"
-    bound = energy_report(a, hw, a.total("on_chip"), roof.cycles if known else 0)
+    bound = energy_bound(a, hw, roof)
     assert bound.total_j is not None  # cycles were given
     leak = "and leakage over the roofline's cycles" if known else \
         "no leakage while the roofline's cycles are symbolic"
