@@ -175,10 +175,9 @@ def _trace_hints(a: Analysis, typed) -> list[str]:
 def energy_lines(a: Analysis, hw: HardwareConfig, roof: Roofline) -> list[str]:
     """`stepc analyze --energy`: the energy lower bound (the dynamic energy, and the
     leakage over the roofline's cycles when those are numbers) and the area."""
-    known = roof.bound != "unknown"
     bound = energy_bound(a, hw, roof)
     assert bound.total_j is not None  # cycles were given
-    leak = "and leakage over the roofline's cycles" if known else \
+    leak = "and leakage over the roofline's cycles" if roof.bound != "unknown" else \
         "no leakage while the roofline's cycles are symbolic"
     return [f"energy bound: >= {_human(bound.total_j * 1000, 'mJ')} (dynamic "
             f"{_human(bound.dynamic_j * 1000, 'mJ')}, {leak}; docs/energy.md)",
